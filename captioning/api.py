@@ -1,0 +1,145 @@
+"""The Python API: load a checkpoint, caption images, get attention maps, render them.
+
+    from captioning.api import Captioner
+    captioner = Captioner.from_checkpoint("best.ckpt")
+    [out] = captioner("photo.jpg", num_beams=3, return_attention=True)
+    out["generated_text"], out["score"], out["attention"].shape   # (T, gh, gw)
+    captioner.render("photo.jpg", out, "photo.gif")
+
+Generation arguments carry the names of Hugging Face's ``generate``: num_beams, max_new_tokens,
+do_sample, temperature, top_k, length_penalty.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from PIL import Image
+
+from captioning.data.images import load_image, to_tensor
+
+ImageInput = Union[str, os.PathLike, Image.Image, torch.Tensor]
+
+
+def as_pil(image: ImageInput) -> Image.Image:
+    """A path (read with the project's checks), a PIL image, or a (3, H, W) tensor in [0, 1] -> RGB PIL image."""
+    if isinstance(image, (str, os.PathLike)):
+        return load_image(image)
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    if isinstance(image, torch.Tensor):
+        if image.dim() != 3 or image.size(0) != 3:
+            raise ValueError(f"an image tensor must be (3, H, W) in [0, 1], got shape {tuple(image.shape)}")
+        array = (image.detach().float().clamp(0, 1) * 255).round().byte().permute(1, 2, 0).cpu().numpy()
+        return Image.fromarray(array, "RGB")
+    raise TypeError(f"expected a path, a PIL image or a tensor, got {type(image).__name__}")
+
+
+class Captioner:
+    """A trained captioner with its preprocessing, ready to caption images."""
+
+    def __init__(self, module, device: Optional[Union[str, torch.device]] = None):
+        self.device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.module = module.eval().to(self.device)
+        self.vocab = module.vocab
+        self.image_size = int(module.hparams.get("image_size", 224))
+        self.attention_kind = module.hparams.attention
+
+    @classmethod
+    def from_checkpoint(cls, path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None) -> "Captioner":
+        from captioning.checkpoint import load_module
+
+        return cls(load_module(path), device)
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        images: Union[ImageInput, Sequence[ImageInput]],
+        num_beams: int = 3,
+        max_new_tokens: Optional[int] = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        length_penalty: Optional[float] = None,
+        attention_mode: Optional[str] = None,
+        return_attention: bool = False,
+        batch_size: int = 16,
+        generator: Optional[torch.Generator] = None,
+    ) -> list[dict[str, Any]]:
+        """Caption one image or a list of them, ``batch_size`` at a time.
+
+        Returns one dict per image: {"generated_text", "score", "tokens"} and, with
+        ``return_attention``, "attention": (T, gh, gw) float array (one map per token, EOS
+        included) and "locations": the (row, col) cell each token looked at (the chosen cell of
+        a hard model; the map's maximum for a soft one). attention_mode ("expected", "argmax",
+        "sample") applies to hard-attention models.
+        """
+        single = not isinstance(images, (list, tuple))
+        pils = [as_pil(im) for im in ([images] if single else images)]
+        results = []
+        for start in range(0, len(pils), batch_size):
+            chunk = pils[start : start + batch_size]
+            batch = torch.stack([to_tensor(im, self.image_size) for im in chunk]).to(self.device)
+            out = self.module.generate(
+                images=batch, num_beams=num_beams, max_new_tokens=max_new_tokens, attention_mode=attention_mode,
+                do_sample=do_sample, temperature=temperature, top_k=top_k, length_penalty=length_penalty,
+                generator=generator,
+            )
+            for i in range(len(chunk)):
+                n = int(out.lengths[i])
+                ids = out.sequences[i, :n].tolist()
+                words = self.vocab.decode(ids)
+                item: dict[str, Any] = {
+                    "generated_text": " ".join(words),
+                    "score": float(out.scores[i]),
+                    "tokens": [self.vocab.itos[t] for t in ids],
+                }
+                if return_attention:
+                    L = out.attention.size(-1)
+                    side = math.isqrt(L)
+                    grid = (side, side) if side * side == L else (1, L)
+                    item["attention"] = out.attention[i, :n].reshape(n, *grid).cpu().numpy()
+                    item["locations"] = [divmod(int(l), grid[1]) for l in out.locations[i, :n].tolist()]
+                results.append(item)
+        return results
+
+    def render(
+        self,
+        image: ImageInput,
+        result: Optional[dict] = None,
+        path: Optional[Union[str, os.PathLike]] = None,
+        format: str = "gif",
+        duration_ms: int = 800,
+        alpha: float = 0.6,
+        style: str = "heatmap",
+        **generate_kwargs,
+    ):
+        """Attention overlays for one image: a GIF (frame per word + the whole caption) or a grid PNG.
+
+        Without ``result`` the image is captioned first (``generate_kwargs`` as for __call__).
+        With ``path`` the file is written and its path returned; otherwise PIL images are
+        returned (the GIF's frames, or the grid). Hard-attention models show the chosen cell
+        sharply over a faint soft map.
+        """
+        from captioning import visualize
+
+        pil = as_pil(image)
+        if result is None or "attention" not in result:
+            result = self(pil, return_attention=True, **generate_kwargs)[0]
+        words, maps, cells = list(result["tokens"]), result["attention"], list(result["locations"])
+        if words and words[-1] == self.vocab.EOS:  # a frame per word: the end token gets none
+            words, maps, cells = words[:-1], maps[:-1], cells[:-1]
+        hard_cells = cells if self.attention_kind == "hard" else None
+        if format not in ("gif", "png"):
+            raise ValueError(f"format must be 'gif' or 'png', got {format!r}")
+        if path is None:
+            if format == "gif":
+                return visualize.render_frames(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
+            return visualize.render_grid(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
+        if format == "gif":
+            return visualize.save_gif(pil, words, maps, path, duration_ms=duration_ms, hard_cells=hard_cells, alpha=alpha, style=style)
+        return visualize.save_grid(pil, words, maps, path, hard_cells=hard_cells, alpha=alpha, style=style)

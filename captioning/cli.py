@@ -1,0 +1,233 @@
+"""The ``captioning`` command.
+
+Training goes through LightningCLI (``fit``, ``validate``, ``test``: ``--config``, ``--print_config``,
+``--model.x`` / ``--data.x`` / ``--trainer.x`` overrides); everything else is a plain subcommand.
+User errors end in one line on stderr and a non-zero exit, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from captioning.errors import CaptioningError
+
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+def lightning_cli(args: Sequence[str], run: bool = True):
+    """LightningCLI over CaptioningModule and CaptionDataModule (``data.image_size`` feeds ``model.image_size``)."""
+    from lightning.pytorch.cli import LightningCLI
+
+    from captioning.data.datamodule import CaptionDataModule
+    from captioning.module import CaptioningModule
+
+    class CaptioningCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser):
+            parser.link_arguments("data.image_size", "model.image_size")
+
+    argv, sys.argv = sys.argv, sys.argv[:1] + list(args)  # as if typed: LightningCLI reads sys.argv
+    try:
+        return CaptioningCLI(CaptioningModule, CaptionDataModule, run=run, save_config_kwargs={"overwrite": True})
+    finally:
+        sys.argv = argv
+
+
+def expand_images(items: Sequence[str]) -> list[str]:
+    """Image paths from files, folders (their images, sorted) and glob patterns, in the order given."""
+    paths = []
+    for item in items:
+        if os.path.isdir(item):
+            paths += sorted(str(p) for p in Path(item).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif any(ch in item for ch in "*?[") and not os.path.exists(item):
+            paths += sorted(glob.glob(item))
+        else:
+            paths.append(item)
+    return paths
+
+
+def load_images(paths: Sequence[str]) -> tuple[list, list]:
+    """(path, PIL image) for the readable images; (path, reason) for the others."""
+    from captioning.data.images import load_image
+
+    good, bad = [], []
+    for p in paths:
+        try:
+            good.append((p, load_image(p)))
+        except CaptioningError as err:
+            bad.append((p, str(err)))
+    return good, bad
+
+
+def report_skipped(bad: list) -> None:
+    for _, reason in bad:
+        print(f"skipped: {reason}", file=sys.stderr)
+    if bad:
+        print(f"{len(bad)} image(s) skipped", file=sys.stderr)
+
+
+def generation_args(p: argparse.ArgumentParser, beams: int = 3) -> None:
+    p.add_argument("--checkpoint", required=True, help="a checkpoint written by `captioning fit`")
+    p.add_argument("--num-beams", type=int, default=beams, help="beams per image (1: greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="longest caption (default: the model's)")
+    p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")
+    p.add_argument("--attention-mode", choices=("expected", "argmax", "sample"), default=None,
+                   help="how a hard-attention model picks contexts (default: the model's, normally expected)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
+
+
+def cmd_make_shapes(args) -> int:
+    from captioning.data.shapes import generate
+
+    path = generate(args.out, n_train=args.train, n_val=args.val, n_test=args.test, seed=args.seed, image_size=args.image_size)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_caption(args) -> int:
+    from captioning.api import Captioner
+
+    captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
+    good, bad = load_images(expand_images(args.images))
+    results = captioner(
+        [im for _, im in good], num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+        length_penalty=args.length_penalty, attention_mode=args.attention_mode,
+    ) if good else []
+    rows = [{"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['image']}\t{row['generated_text']}")
+    report_skipped(bad)
+    return 1 if bad else 0
+
+
+def cmd_attend(args) -> int:
+    from captioning.api import Captioner
+
+    captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
+    paths = expand_images(args.images)
+    good, bad = load_images(paths)
+    out = Path(args.out)
+    single_file = len(paths) == 1 and out.suffix.lower() in (".gif", ".png")
+    formats = ("gif", "png") if args.format == "both" else (args.format,)
+    if single_file:
+        formats = (out.suffix.lower()[1:],)
+    results = captioner(
+        [im for _, im in good], num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+        length_penalty=args.length_penalty, attention_mode=args.attention_mode, return_attention=True,
+    ) if good else []
+    for (path, image), result in zip(good, results):
+        for fmt in formats:
+            target = out if single_file else out / f"{Path(path).stem}.{fmt}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            captioner.render(image, result, target, format=fmt, duration_ms=args.duration_ms, alpha=args.alpha, style=args.style)
+            print(f"{path}\t{result['generated_text']}\t-> {target}")
+    report_skipped(bad)
+    return 1 if bad else 0
+
+
+def cmd_evaluate(args) -> int:
+    from captioning.evaluate import evaluate
+
+    report = evaluate(
+        args.checkpoint, args.annotations, images_root=args.images_root, split=args.split, num_beams=args.num_beams,
+        max_new_tokens=args.max_new_tokens, length_penalty=args.length_penalty, attention_mode=args.attention_mode,
+        batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, spice=args.spice,
+        grounding=args.grounding, metrics_path=args.out, results_path=args.results,
+    )
+    print(json.dumps(report["scores"], indent=2))
+    for p in report.get("skipped", []):
+        print(f"skipped: {p}", file=sys.stderr)
+    return 1 if report.get("skipped") else 0
+
+
+def cmd_demo(args) -> int:
+    from captioning.demo import run_demo
+
+    run_demo(args.out, seed=args.seed, max_epochs=args.max_epochs)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="captioning",
+        description="Show, Attend and Tell image captioning. Training: `captioning fit|validate|test --config FILE` "
+                    "(LightningCLI; see `captioning fit --help`).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="command")
+
+    p = sub.add_parser("demo", help="make shapes data, train, evaluate, caption, write GIFs")
+    p.add_argument("--out", default="outputs/demo")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-epochs", type=int, default=None, help="override the demo's training length")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("make-shapes", help="generate the synthetic shapes dataset")
+    p.add_argument("--out", required=True)
+    p.add_argument("--train", type=int, default=4000)
+    p.add_argument("--val", type=int, default=200)
+    p.add_argument("--test", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--image-size", type=int, default=64)
+    p.set_defaults(func=cmd_make_shapes)
+
+    p = sub.add_parser("caption", help="caption images")
+    p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
+    generation_args(p)
+    p.add_argument("--json", action="store_true", help='print [{"image", "generated_text", "score"}, ...]')
+    p.set_defaults(func=cmd_caption)
+
+    p = sub.add_parser("attend", help="write attention GIFs / grids: where the model looked for each word")
+    p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
+    generation_args(p)
+    p.add_argument("--out", required=True, help="FILE.gif / FILE.png for one image, else a folder")
+    p.add_argument("--format", choices=("gif", "png", "both"), default="gif")
+    p.add_argument("--duration-ms", type=int, default=800, help="time per GIF frame")
+    p.add_argument("--alpha", type=float, default=0.6, help="heatmap opacity")
+    p.add_argument("--style", choices=("heatmap", "paper"), default="heatmap")
+    p.set_defaults(func=cmd_attend)
+
+    p = sub.add_parser("evaluate", help="coco-caption scores of a checkpoint on a split")
+    generation_args(p)
+    p.add_argument("--annotations", required=True, help="Karpathy-format annotation file")
+    p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--spice", action="store_true", help="also try SPICE (needs Java and Stanford CoreNLP)")
+    p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
+    p.add_argument("--out", default=None, help="write the metrics JSON here")
+    p.add_argument("--results", default=None, help="write the COCO results JSON here")
+    p.set_defaults(func=cmd_evaluate)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in LIGHTNING_COMMANDS:
+            lightning_cli(argv)
+            return 0
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return args.func(args)
+    except CaptioningError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

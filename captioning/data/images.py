@@ -1,0 +1,110 @@
+"""Reading images robustly, and turning them into the tensors the encoder takes.
+
+``load_image`` gives an RGB image for every file Pillow can decode: EXIF orientation is applied,
+animated images give their first frame, transparency is composited over white, 16-bit and
+floating-point images are scaled to 8 bits. Anything else (missing, empty, truncated, not an
+image, a decompression bomb) raises :class:`ImageError` with one line naming the file.
+Truncated files are never padded silently: ``ImageFile.LOAD_TRUNCATED_IMAGES`` is left alone.
+"""
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from typing import Union
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from captioning.errors import ConfigError, ImageError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _describe_bomb(err: Exception) -> str:
+    """Pixel count and limit of a refused image, from Pillow's decompression-bomb message."""
+    match = re.search(r"\((\d+) pixels\)", str(err))
+    pixels = f"{int(match.group(1)):,} pixels" if match else "too many pixels"
+    return (
+        f"refused: {pixels} exceeds the limit of {Image.MAX_IMAGE_PIXELS:,} pixels "
+        "(possible decompression bomb; raise PIL.Image.MAX_IMAGE_PIXELS to allow it)"
+    )
+
+
+def _not_an_image(path: str) -> str:
+    with open(path, "rb") as f:
+        head = f.read(512).lstrip().lower()
+    if head.startswith((b"<!doctype html", b"<html", b"<?xml", b"<svg")):
+        kind = "SVG" if b"<svg" in head else "HTML/XML"
+        return f"not an image file ({kind} text; cannot identify image format)"
+    return "not an image file (cannot identify image format)"
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """Any Pillow mode -> a new RGB image; alpha over white, high bit depths scaled to 8 bits."""
+    if img.mode.startswith("I;16"):  # 16-bit grey: 0..65535 -> 0..255
+        grey = np.asarray(img, dtype=np.float64) / 257.0
+        return Image.fromarray(np.clip(np.rint(grey), 0, 255).astype(np.uint8), "L").convert("RGB")
+    if img.mode in ("I", "F"):  # 32-bit int or float grey: guess the range from the values
+        grey = np.asarray(img, dtype=np.float64)
+        top = float(grey.max()) if grey.size else 0.0
+        if img.mode == "F" and top <= 1.0:
+            grey = grey * 255.0  # [0, 1] floats
+        elif top > 255.0:
+            grey = np.clip(grey, 0, 65535) / 257.0  # 16-bit values stored as 32-bit
+        return Image.fromarray(np.clip(np.rint(grey), 0, 255).astype(np.uint8), "L").convert("RGB")
+    if img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return img.convert("RGB")  # RGB (a copy), L, 1, P, CMYK, YCbCr, LAB, HSV
+
+
+def load_image(path: PathLike) -> Image.Image:
+    """Read ``path`` as an RGB :class:`PIL.Image.Image` (see the module docstring).
+
+    Decompression bombs are refused when the pixel count exceeds ``PIL.Image.MAX_IMAGE_PIXELS``
+    (Pillow itself only warns up to twice that).
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ImageError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise ImageError(f"{path}: is a directory, not an image file")
+    if os.path.getsize(path) == 0:
+        raise ImageError(f"{path}: empty file (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                img.load()  # decode everything now, so that truncation is detected here
+                try:
+                    oriented = ImageOps.exif_transpose(img)
+                except Exception:  # a damaged EXIF block: keep the pixels as stored
+                    oriented = img
+                return _to_rgb(oriented)
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
+        raise ImageError(f"{path}: {_describe_bomb(err)}") from None
+    except UnidentifiedImageError:
+        raise ImageError(f"{path}: {_not_an_image(path)}") from None
+    except PermissionError:
+        raise ImageError(f"{path}: cannot read (permission denied)") from None
+    except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as err:
+        detail = " ".join(str(err).split()) or type(err).__name__
+        raise ImageError(f"{path}: unreadable image, damaged or truncated ({detail})") from None
+
+
+def to_tensor(img: Image.Image, image_size: int) -> torch.Tensor:
+    """RGB image -> FloatTensor (3, S, S) in [0, 1], S = ``image_size``.
+
+    A plain bilinear resize (antialiased when shrinking) with no crop, so an attention grid maps
+    back onto the whole original image by stretching. Normalisation is the encoder's job.
+    """
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+        raise ConfigError(f"image_size must be a positive integer, got {image_size!r}")
+    if img.mode != "RGB":
+        img = _to_rgb(img)
+    img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
+    pixels = torch.from_numpy(np.array(img, dtype=np.uint8))  # (S, S, 3)
+    return pixels.permute(2, 0, 1).float().div_(255.0)  # (3, S, S)

@@ -1,0 +1,252 @@
+"""The synthetic shapes dataset: coloured shapes on a noisy background, with captions and boxes.
+
+Each image holds 1 to 4 non-overlapping objects, each a (size, colour, shape) triple, drawn with
+PIL on a low-contrast random colour gradient plus pixel noise. Five reference captions name every
+object's size, colour and shape and say where the objects are. The most common phrasing (always
+the first reference) lists the objects in a canonical order, left to right, so that a small
+CNN + LSTM with attention can learn it on a CPU in minutes.
+
+The annotations are one Karpathy split file (``dataset_shapes.json``) that ``load_karpathy`` reads,
+extended per image with ``width``, ``height`` and ``objects`` (size, color, shape, bbox, words);
+``bbox`` is ``[x0, y0, x1, y1]`` in pixels with exclusive ends, so ``x1 - x0`` is the width.
+Generation is deterministic: the same arguments give the same image bytes and the same JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Sequence, Union
+
+import numpy as np
+from PIL import Image, ImageDraw
+from tqdm import tqdm
+
+from captioning.errors import ConfigError
+
+SIZES = ("small", "large")
+COLOURS = ("red", "green", "blue", "yellow", "purple")
+SHAPES = ("circle", "square", "triangle", "cross")
+
+_RGB = {  # saturated, far apart from each other and from the dull background
+    "red": (225, 35, 35),
+    "green": (40, 190, 50),
+    "blue": (45, 90, 240),
+    "yellow": (240, 225, 40),
+    "purple": (175, 60, 215),
+}
+_SIDE = {"small": (0.16, 0.20), "large": (0.30, 0.34)}  # object side, as a fraction of the image
+_MARGIN = 2  # pixels kept free between two boxes and between a box and the border
+_NOISE_STD = 12.0  # pixel noise (0-255 scale), added over objects and background alike
+_SPLITS = ("train", "val", "test")
+_NUMBERS = {3: "three", 4: "four"}
+
+Triple = tuple[str, str, str]
+
+
+# --------------------------------------------------------------------------- drawing
+def _background(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A low-contrast linear gradient between two dull random colours: (S, S, 3) float."""
+    c0, c1 = rng.uniform(35, 115, size=(2, 3))
+    angle = rng.uniform(0, 2 * np.pi)
+    ys, xs = np.mgrid[0:size, 0:size] / max(size - 1, 1)
+    t = np.cos(angle) * xs + np.sin(angle) * ys  # (S, S)
+    t = (t - t.min()) / (t.max() - t.min() + 1e-9)
+    return c0 + t[..., None] * (c1 - c0)
+
+
+def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: Sequence[int], fill) -> None:
+    """Draw one shape filling the square box [x0, y0, x1, y1) (exclusive ends)."""
+    x0, y0, x1, y1 = box
+    xe, ye = x1 - 1, y1 - 1  # PIL's coordinates are inclusive
+    if shape == "circle":
+        draw.ellipse([x0, y0, xe, ye], fill=fill)
+    elif shape == "square":
+        draw.rectangle([x0, y0, xe, ye], fill=fill)
+    elif shape == "triangle":
+        draw.polygon([(x0, ye), (xe, ye), ((x0 + xe) / 2, y0)], fill=fill)
+    elif shape == "cross":  # a plus sign with arms a third of the side thick
+        a, b = x0 + (x1 - x0) // 3, x0 + 2 * (x1 - x0) // 3
+        c, d = y0 + (y1 - y0) // 3, y0 + 2 * (y1 - y0) // 3
+        draw.rectangle([a, y0, b - 1, ye], fill=fill)
+        draw.rectangle([x0, c, xe, d - 1], fill=fill)
+    else:
+        raise ValueError(f"unknown shape {shape!r}")
+
+
+def _place(rng: np.random.Generator, sides: list[int], size: int) -> list[list[int]] | None:
+    """Random boxes of the given sides, inside the image and `_MARGIN` apart; None if stuck."""
+    boxes: list[list[int]] = []
+    for s in sides:
+        for _ in range(100):
+            x0, y0 = (int(v) for v in rng.integers(_MARGIN, size - _MARGIN - s + 1, size=2))
+            box = [x0, y0, x0 + s, y0 + s]
+            if all(box[0] >= b[2] + _MARGIN or b[0] >= box[2] + _MARGIN
+                   or box[1] >= b[3] + _MARGIN or b[1] >= box[3] + _MARGIN for b in boxes):
+                boxes.append(box)
+                break
+        else:
+            return None
+    return boxes
+
+
+def _make_image(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict]]:
+    """One image and its objects (dicts with size, color, shape, bbox, words)."""
+    while True:
+        n = int(rng.integers(1, 5))
+        words = [(SIZES[rng.integers(len(SIZES))], COLOURS[rng.integers(len(COLOURS))],
+                  SHAPES[rng.integers(len(SHAPES))]) for _ in range(n)]
+        sides = [int(round(size * rng.uniform(*_SIDE[w[0]]))) for w in words]
+        boxes = _place(rng, sides, size)
+        if boxes is not None:
+            break
+    img = Image.fromarray(np.clip(_background(rng, size), 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(img)
+    objects = []
+    for (sz, colour, shape), box in zip(words, boxes):
+        fill = tuple(int(c) for c in np.clip(np.array(_RGB[colour]) + rng.integers(-20, 21, 3), 0, 255))
+        _draw_shape(draw, shape, box, fill)
+        objects.append({"size": sz, "color": colour, "shape": shape, "bbox": box,
+                        "words": [sz, colour, shape]})
+    pixels = np.asarray(img, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
+    return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8)), objects
+
+
+# --------------------------------------------------------------------------- captions
+def _centre(obj: dict) -> tuple[float, float]:
+    x0, y0, x1, y1 = obj["bbox"]
+    return (x0 + x1) / 2, (y0 + y1) / 2
+
+
+def _name(obj: dict) -> str:
+    return " ".join(obj["words"])
+
+
+def _position(obj: dict, size: int) -> str:
+    """Where an object lies on a 3 x 3 grid, as a phrase: 'in the top left', 'on the right'."""
+    cx, cy = _centre(obj)
+    col = ("left", "", "right")[min(int(3 * cx / size), 2)]
+    row = ("top", "", "bottom")[min(int(3 * cy / size), 2)]
+    if row and col:
+        return f"in the {row} {col}"
+    if row:
+        return f"at the {row}"
+    return f"on the {col}" if col else "in the centre"
+
+
+def _listing(names: list[str]) -> str:
+    """'a A' | 'a A and a B' | 'a A , a B and a C'."""
+    names = [f"a {n}" for n in names]
+    return names[0] if len(names) == 1 else " , ".join(names[:-1]) + " and " + names[-1]
+
+
+def _captions(rng: np.random.Generator, objects: list[dict], size: int) -> list[str]:
+    """Five reference captions: the canonical phrasing first, then four others drawn at random."""
+    ltr = sorted(objects, key=lambda o: _centre(o))  # canonical order: left to right, then top down
+    names = [_name(o) for o in ltr]
+    if len(objects) == 1:
+        o, pos = names[0], _position(objects[0], size)
+        canonical = f"a {o}"
+        others = [f"a {o} {pos}", f"there is a {o}", f"there is a {o} {pos}",
+                  f"a picture of a {o}", f"a single {o} {pos}"]
+    elif len(objects) == 2:
+        (ax, ay), (bx, by) = (_centre(o) for o in ltr)
+        first, second = ltr
+        if abs(ay - by) > abs(ax - bx):  # mostly vertical: order top to bottom, say above / below
+            if ay > by:
+                first, second = second, first
+            rel, inv, axis = "above", "below", "from top to bottom"
+        else:
+            rel, inv, axis = "to the left of", "to the right of", "from left to right"
+        a, b = _name(first), _name(second)
+        canonical = f"a {a} {rel} a {b}"
+        others = [f"a {b} {inv} a {a}", f"there is a {a} {rel} a {b}", f"a {a} and a {b} {axis}",
+                  f"a {a} {_position(first, size)} and a {b} {_position(second, size)}",
+                  f"two shapes a {a} {rel} a {b}"]
+    else:
+        ttb = sorted(objects, key=lambda o: _centre(o)[::-1])
+        canonical = f"{_listing(names)} from left to right"
+        others = [f"{_listing(names[::-1])} from right to left",
+                  f"{_listing([_name(o) for o in ttb])} from top to bottom",
+                  f"a {names[0]} next to {_listing(names[1:])}",
+                  f"{_NUMBERS[len(objects)]} shapes {_listing(names)} from left to right"]
+        if len(objects) == 3:  # with four objects this phrasing runs past 30 tokens
+            others.append(" , ".join(f"a {_name(o)} {_position(o, size)}" for o in ltr[:-1])
+                          + f" and a {names[-1]} {_position(ltr[-1], size)}")
+    picked = rng.choice(len(others), size=4, replace=False)
+    return [canonical] + [others[i] for i in sorted(picked)]
+
+
+# --------------------------------------------------------------------------- dataset
+def generate(out_dir: Union[str, Path], n_train: int = 4000, n_val: int = 200, n_test: int = 300,
+             seed: int = 0, image_size: int = 64, progress: bool = True) -> Path:
+    """Write the shapes dataset under `out_dir`; return the annotation file's path.
+
+    Images go to ``out_dir/images/{split}/{imgid:06d}.png``, annotations to
+    ``out_dir/dataset_shapes.json`` (Karpathy format plus width, height and objects).
+    """
+    counts = {"train": n_train, "val": n_val, "test": n_test}
+    for split, n in counts.items():
+        if int(n) != n or n < 0:
+            raise ConfigError(f"shapes dataset: n_{split} must be a non-negative integer, got {n!r}")
+    if image_size < 32:
+        raise ConfigError(f"shapes dataset: image_size must be at least 32 pixels, got {image_size}")
+    out_dir = Path(out_dir)
+    total = sum(counts.values())
+    # one independent seed per image: an image does not depend on how many others are made
+    image_seeds = np.random.default_rng(seed).integers(0, 2**63 - 1, size=total)
+    splits = [s for s in _SPLITS for _ in range(counts[s])]
+    for split in _SPLITS:
+        (out_dir / "images" / split).mkdir(parents=True, exist_ok=True)
+
+    images = []
+    for imgid in tqdm(range(total), desc="shapes", unit="img", disable=not progress):
+        rng = np.random.default_rng(image_seeds[imgid])
+        img, objects = _make_image(rng, image_size)
+        split, filename = splits[imgid], f"{imgid:06d}.png"
+        img.save(out_dir / "images" / split / filename, format="PNG")
+        raws = _captions(rng, objects, image_size)
+        sentids = [5 * imgid + k for k in range(len(raws))]
+        images.append({
+            "filepath": f"images/{split}", "filename": filename, "imgid": imgid, "split": split,
+            "sentences": [{"tokens": raw.split(), "raw": raw, "imgid": imgid, "sentid": sid}
+                          for raw, sid in zip(raws, sentids)],
+            "sentids": sentids, "width": image_size, "height": image_size, "objects": objects,
+        })
+
+    path = out_dir / "dataset_shapes.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"dataset": "shapes", "images": images}), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------- parsing
+def parse_objects(caption: Union[str, Sequence[str]]) -> list[Triple]:
+    """The (size, colour, shape) mentions in a caption, in order.
+
+    A mention is a size word directly followed by a colour word and a shape word; partial
+    mentions ("a red circle") are not counted. Accepts a string or a list of tokens.
+    """
+    if isinstance(caption, str):
+        tokens = re.findall(r"[a-z]+", caption.lower())
+    else:
+        tokens = [t.lower() for t in caption]
+    found, i = [], 0
+    while i + 2 < len(tokens):
+        triple = tuple(tokens[i:i + 3])
+        if triple[0] in SIZES and triple[1] in COLOURS and triple[2] in SHAPES:
+            found.append(triple)
+            i += 3
+        else:
+            i += 1
+    return found
+
+
+def record_objects(record) -> list[Triple]:
+    """Ground-truth (size, colour, shape) triples of an ImageRecord, or of a dict with 'objects'."""
+    objects = record["objects"] if isinstance(record, dict) else record.objects
+    return [tuple(o["words"]) if "words" in o else (o["size"], o["color"], o["shape"])
+            for o in objects or []]

@@ -1,0 +1,162 @@
+"""Evaluate a checkpoint on a split: decode every image, then coco-caption scores (and object F1).
+
+Unreadable images are skipped, reported by name and counted; the rest are scored.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from captioning.errors import AnnotationError, CaptioningError
+
+
+class _EvalImages(Dataset):
+    """One item per image: (image tensor or None, image_id, error message or None)."""
+
+    def __init__(self, records, images_root: str, image_size: int):
+        self.records, self.root, self.size = records, images_root, image_size
+
+    def __len__(self):
+        return len(self.records)
+
+    def __getitem__(self, i):
+        from captioning.data.images import load_image, to_tensor
+
+        rec = self.records[i]
+        try:
+            return to_tensor(load_image(os.path.join(self.root, rec.path)), self.size), rec.image_id, None
+        except CaptioningError as err:
+            return None, rec.image_id, str(err)
+
+
+def _collate(items):
+    good = [(x, i) for x, i, e in items if x is not None]
+    images = torch.stack([x for x, _ in good]) if good else None
+    return images, [i for _, i in good], [e for _, _, e in items if e is not None]
+
+
+def evaluate(
+    checkpoint: str,
+    annotations: str,
+    images_root: Optional[str] = None,
+    split: str = "test",
+    num_beams: int = 3,
+    max_new_tokens: Optional[int] = None,
+    length_penalty: Optional[float] = None,
+    attention_mode: Optional[str] = None,
+    batch_size: int = 32,
+    num_workers: int = 0,
+    device: Optional[str] = None,
+    spice: bool = False,
+    grounding: bool = False,
+    metrics_path: Optional[str] = None,
+    results_path: Optional[str] = None,
+    progress: bool = True,
+    module=None,
+) -> dict:
+    """Decode ``split`` with the checkpoint and score it. Returns the report written to ``metrics_path``.
+
+    The report holds "scores" (BLEU-1..4, METEOR, ROUGE_L, CIDEr, SPICE when it can run, object F1
+    for datasets with object annotations, grounding scores if asked), the decoding settings and
+    the images skipped. ``results_path`` gets the COCO results file [{"image_id", "caption"}].
+    """
+    from captioning.checkpoint import load_module
+    from captioning.data.karpathy import load_karpathy
+    from captioning.io import atomic_write_json
+    from captioning.metrics import CocoScorer, object_f1
+
+    if module is None:
+        module = load_module(checkpoint)
+    dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    module = module.eval().to(dev)
+    records = [r for r in load_karpathy(annotations) if r.split == split]
+    if not records:
+        raise AnnotationError(f"{annotations}: no images in split {split!r}")
+    root = images_root or os.path.dirname(os.path.abspath(annotations))
+    loader = DataLoader(_EvalImages(records, root, int(module.hparams.image_size)), batch_size=batch_size,
+                        num_workers=num_workers, collate_fn=_collate)
+
+    start = time.perf_counter()
+    predictions, maps, skipped = {}, {}, []
+    for images, ids, errors in tqdm(loader, desc=f"decoding {split}", unit="batch", disable=not progress):
+        skipped += errors
+        if images is None:
+            continue
+        out = module.generate(images=images.to(dev), num_beams=num_beams, max_new_tokens=max_new_tokens,
+                              attention_mode=attention_mode, length_penalty=length_penalty)
+        for i, image_id in enumerate(ids):
+            n = int(out.lengths[i])
+            predictions[image_id] = module.vocab.decode_text(out.sequences[i, :n].tolist())
+            if grounding:
+                maps[image_id] = (module.vocab.decode(out.sequences[i, :n].tolist()), out.attention[i, :n].cpu().numpy(),
+                                  out.locations[i, :n].cpu().numpy())
+    decode_seconds = time.perf_counter() - start
+
+    by_id = {r.image_id: r for r in records}
+    references = {i: by_id[i].captions for i in predictions}
+    scores: dict = {}
+    notes: dict = {}
+    if predictions:
+        scorer = CocoScorer(metrics=("BLEU", "METEOR", "ROUGE_L", "CIDEr"), spice=spice)
+        try:
+            raw = scorer(references, predictions)
+        finally:
+            if hasattr(scorer, "close"):
+                scorer.close()
+        scores = {k: v for k, v in raw.items() if isinstance(v, float)}
+        notes = {k: v for k, v in raw.items() if not isinstance(v, float)}
+        if not spice:
+            notes.setdefault("SPICE", "not computed (pass --spice; it needs Java and a Stanford CoreNLP download)")
+        truth = {i: _objects(by_id[i]) for i in predictions if by_id[i].objects}
+        if truth:
+            scores["object_f1"] = object_f1({i: predictions[i] for i in truth}, truth)
+        if grounding:
+            scores["grounding"] = _grounding(maps, by_id, module.hparams.attention)
+
+    report = {
+        "checkpoint": os.fspath(checkpoint) if checkpoint else None,
+        "annotations": os.fspath(annotations),
+        "split": split,
+        "num_images": len(predictions),
+        "num_beams": num_beams,
+        "attention": module.hparams.attention,
+        "attention_mode": attention_mode or module.hparams.inference_attention if module.hparams.attention == "hard" else None,
+        "decode_seconds": round(decode_seconds, 2),
+        "scores": scores,
+        "notes": notes,
+        "skipped": skipped,
+    }
+    if metrics_path:
+        atomic_write_json(metrics_path, report)
+    if results_path:
+        atomic_write_json(results_path, [{"image_id": i, "caption": c} for i, c in predictions.items()])
+    return report
+
+
+def _objects(record):
+    from captioning.data.shapes import record_objects
+
+    return record_objects(record)
+
+
+def _grounding(maps: dict, by_id: dict, attention_kind: str) -> dict:
+    """Attention grounding over every generated word that names an object of the image."""
+    from captioning.metrics import grounding_scores
+
+    items = []
+    for image_id, (words, attention, locations) in maps.items():
+        rec = by_id[image_id]
+        side = int(round(attention.shape[-1] ** 0.5))
+        size = (rec.width, rec.height)
+        for t, word in enumerate(words):
+            for obj in rec.objects:
+                if word == obj.get("shape", obj["words"][-1]):  # the noun: the word that names the object
+                    grid = attention[t].reshape(side, side)
+                    items.append((grid, size, obj["bbox"]))
+                    break
+    return grounding_scores(items)

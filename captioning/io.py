@@ -1,0 +1,101 @@
+"""Files written atomically, checkpoints read safely.
+
+A write goes to a temporary file in the destination's folder, is flushed to disk, then renamed
+over the destination (``os.replace``): a reader sees the old file or the new one, never half of
+one, and a failed write leaves the previous file intact.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Union
+
+import torch
+
+from captioning.errors import CheckpointError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _atomic_write(path: PathLike, write: Callable[[Any], None]) -> None:
+    """Call ``write(file)`` on a temporary file next to ``path``, fsync it, then move it onto ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (parent folders are created)."""
+    _atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: PathLike, obj: Any, indent: int = 2) -> None:
+    """Write ``obj`` as JSON (UTF-8, non-ASCII kept as is) to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def atomic_torch_save(obj: Any, path: PathLike) -> None:
+    """``torch.save(obj, path)``, atomically: an interrupted save leaves the previous file intact."""
+    _atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def _unpickler_detail(err: Exception) -> str:
+    """The one useful line of torch's long "Weights only load failed" message."""
+    text = str(err)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    detail = lines[0] if lines else type(err).__name__
+    return detail.split(" was not an allowed global")[0][:200]
+
+
+def safe_torch_load(path: PathLike, map_location: Any = "cpu") -> Any:
+    """``torch.load(path, weights_only=True)``: tensors and plain containers only, never code.
+
+    Raises :class:`CheckpointError` (one line naming the file) when the file is missing, is not
+    a checkpoint, is damaged, or holds objects that would run code when unpickled.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint file")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" in str(err):
+            raise CheckpointError(
+                f"{path}: refused to load: not a plain-weights checkpoint ({_unpickler_detail(err)})"
+            ) from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({_unpickler_detail(err)})") from None
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
+    except Exception as err:  # damaged zip, truncated pickle, random bytes...
+        detail = f"{type(err).__name__}: {' '.join(str(err).split())}"[:150]
+        raise CheckpointError(f"{path}: not a readable checkpoint, damaged or of another format ({detail})") from None

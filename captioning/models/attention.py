@@ -1,0 +1,109 @@
+"""Soft and hard attention over the L annotation vectors (paper Section 4).
+
+Both kinds share the scoring network of Eq. 4-5,
+
+    e_ti = w^T tanh(W_a a_i + W_h h_{t-1} + b),    alpha_t = softmax(e_t),
+
+and differ in how the context z_t is made from alpha_t (Section 4.1 and 4.2):
+
+- soft (deterministic): the expected context  z_t = sum_i alpha_ti a_i            (Eq. 13)
+- hard (stochastic):    a sampled location    s_t ~ Categorical(alpha_t),  z_t = a_{s_t}  (Eq. 8-9)
+
+W_a a_i does not depend on t, so :meth:`AdditiveAttention.project` computes it once per batch and
+every step reuses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+#: How a hard-attention model picks the context: the expected context (soft alpha), the argmax
+#: location, or a location sampled from alpha. Soft-attention models always use "expected".
+CONTEXT_MODES = ("expected", "argmax", "sample")
+
+
+class AdditiveAttention(nn.Module):
+    """The attention model f_att of Eq. 4: scores for every location from a_i and h_{t-1}.
+
+    The hidden-side projection W_h h_{t-1} is not done here: the decoder fuses it with its other
+    matrix products of h_{t-1} into one (see :class:`~captioning.models.decoder.ShowAttendTellDecoder`),
+    and passes the result in as ``hidden_proj``.
+    """
+
+    def __init__(self, feature_dim: int, attention_dim: int):
+        super().__init__()
+        self.feature_proj = nn.Linear(feature_dim, attention_dim)  # W_a (and b)
+        self.score = nn.Linear(attention_dim, 1)  # w
+
+    def project(self, features: Tensor) -> Tensor:
+        """W_a a_i + b for every location, once per batch: (B, L, D) -> (B, L, A)."""
+        return self.feature_proj(features)
+
+    def forward(self, projected: Tensor, hidden_proj: Tensor) -> Tensor:
+        """Attention weights alpha_t (Eq. 5).
+
+        projected: (B, L, A) from :meth:`project`; hidden_proj: (B, A) = W_h h_{t-1}.
+        Returns alpha: (B, L), rows summing to one.
+        """
+        e = self.score(torch.tanh(projected + hidden_proj.unsqueeze(1))).squeeze(-1)  # (B, L, A) -> (B, L)
+        return torch.softmax(e, dim=-1)
+
+
+@dataclass
+class Glimpse:
+    """What one attention step gives the decoder."""
+
+    context: Tensor  # (B, D): z_t before the gate beta_t
+    alpha: Tensor  # (B, L): the attention weights
+    location: Tensor  # (B,): the chosen location (argmax of alpha where nothing was sampled)
+    log_prob: Optional[Tensor] = None  # (B,): log p(s_t | a) of a sampled location, 0 where the expected context was used
+    entropy: Optional[Tensor] = None  # (B,): H[alpha_t]
+
+
+def expected_context(alpha: Tensor, features: Tensor) -> Tensor:
+    """sum_i alpha_ti a_i (Eq. 13): (B, L), (B, L, D) -> (B, D)."""
+    return torch.bmm(alpha.unsqueeze(1), features).squeeze(1)
+
+
+def location_context(location: Tensor, features: Tensor) -> Tensor:
+    """a_{s_t}: the annotation vector at each row's location, (B,), (B, L, D) -> (B, D)."""
+    index = location.view(-1, 1, 1).expand(-1, 1, features.size(-1))  # (B, 1, D)
+    return features.gather(1, index).squeeze(1)
+
+
+def glimpse(
+    alpha: Tensor,
+    features: Tensor,
+    mode: str = "expected",
+    use_expected: Optional[Tensor] = None,
+    generator: Optional[torch.Generator] = None,
+    location: Optional[Tensor] = None,
+) -> Glimpse:
+    """Turn alpha_t into a context vector.
+
+    mode "expected" is soft attention; "argmax" and "sample" are hard attention. In "sample"
+    mode, rows where ``use_expected`` (B,) is true take the expected context instead of a
+    sample: the paper's variance reduction (Section 4.1), whose draw the caller makes. A given
+    ``location`` (B,) replaces the sample (to score a chosen location sequence exactly).
+    """
+    if mode == "expected":
+        location = alpha.argmax(dim=-1)
+        return Glimpse(expected_context(alpha, features), alpha, location)
+    if mode == "argmax":
+        location = alpha.argmax(dim=-1)
+        return Glimpse(location_context(location, features), alpha, location)
+    if mode != "sample":
+        raise ValueError(f"unknown attention mode {mode!r}; expected one of {CONTEXT_MODES}")
+    if location is None:
+        location = torch.multinomial(alpha.detach().float(), 1, generator=generator).squeeze(-1)  # s_t ~ Cat(alpha_t), (B,)
+    log_alpha = torch.log(alpha.clamp_min(1e-12))
+    log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)  # log p(s_t | a), (B,)
+    entropy = -(alpha * log_alpha).sum(-1)  # H[alpha_t], (B,)
+    context = location_context(location, features)
+    if use_expected is not None:
+        context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features), context)
+        log_prob = log_prob.masked_fill(use_expected, 0.0)
+    return Glimpse(context, alpha, location, log_prob, entropy)

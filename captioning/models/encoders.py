@@ -1,0 +1,167 @@
+"""Image encoders: images (B, 3, S, S) in [0, 1] -> annotation vectors (B, L, D), L = grid cells.
+
+Every encoder normalises its input itself (with the statistics its weights were trained with), so
+data pipelines hand over plain [0, 1] images whatever the backbone. Grids are flattened row-major:
+location l is cell (l // grid_w, l % grid_w).
+
+- ``small_cnn``: a small CNN trained from scratch, for the synthetic shapes data.
+- ``resnet50`` / ``resnet101`` / ``resnet152``: torchvision ResNet, layer4 pooled to a grid (14x14x2048 by default).
+- ``vgg16`` / ``vgg19``: torchvision VGG, conv5_4 (conv5_3 for VGG-16) before the last max-pool:
+  14x14x512 at 224 px, the paper's encoder.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from captioning.errors import CheckpointError, ConfigError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class Encoder(nn.Module):
+    """Base: normalise, run the backbone, flatten the grid. Subclasses set ``out_dim`` and ``body``."""
+
+    out_dim: int
+
+    def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
+
+    def grid(self, images: Tensor) -> Tensor:
+        """(B, 3, S, S) normalised -> (B, D, gh, gw)."""
+        raise NotImplementedError
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = (images - self.mean) / self.std
+        g = self.grid(x)  # (B, D, gh, gw)
+        return g.flatten(2).transpose(1, 2)  # (B, D, gh, gw) -> (B, L, D)
+
+
+class SmallCNN(Encoder):
+    """A from-scratch CNN for small images: a stride-2 stem, then conv-BN-ReLU-maxpool stages.
+
+    Each stage halves the resolution: at 64 px the default (stem + two stages) gives an 8x8 grid.
+    """
+
+    def __init__(self, channels: tuple = (32, 64, 128), out_dim: int = 256, grid_size: Optional[int] = None):
+        super().__init__(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+
+        def block(c_in, c_out, stride=1):
+            return [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+
+        layers = block(3, channels[0], stride=2)
+        for c_in, c_out in zip(channels[:-1], channels[1:]):
+            layers += block(c_in, c_out) + [nn.MaxPool2d(2)]
+        layers += [nn.Conv2d(channels[-1], out_dim, 3, padding=1), nn.ReLU(inplace=True)]
+        self.body = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
+        self.out_dim = out_dim
+
+    def grid(self, images: Tensor) -> Tensor:
+        return self.pool(self.body(images))
+
+
+def _load_local_weights(model: nn.Module, path: str) -> None:
+    from captioning.io import safe_torch_load
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such weights file")
+    state = safe_torch_load(path)
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("fc.") and not k.startswith("classifier.")]
+    if missing:
+        raise CheckpointError(f"{path}: not weights for this network (missing {len(missing)} tensors, e.g. {missing[0]!r})")
+
+
+def _torchvision_model(name: str, pretrained: bool, weights_path: Optional[str]) -> nn.Module:
+    """A torchvision classifier with ImageNet weights from torchvision's enum, a local file, or none."""
+    import torchvision
+
+    builder = getattr(torchvision.models, name)
+    if weights_path:
+        model = builder(weights=None)
+        _load_local_weights(model, weights_path)
+        return model
+    if not pretrained:
+        return builder(weights=None)
+    weights = torchvision.models.get_model_weights(name).DEFAULT
+    try:
+        return builder(weights=weights)
+    except Exception as err:  # offline, proxy, corrupt cache...
+        raise ConfigError(
+            f"{name}: could not get the pretrained weights {weights} ({type(err).__name__}: {str(err).splitlines()[0][:120]}); "
+            f"download them once with network access, or pass a local file with --model.encoder_weights PATH, "
+            f"or train from scratch with --model.pretrained false"
+        ) from None
+
+
+def _freeze(module: nn.Module, trainable: list) -> None:
+    """Freeze every parameter of ``module`` except those of the modules in ``trainable``."""
+    for p in module.parameters():
+        p.requires_grad_(False)
+    for m in trainable:
+        for p in m.parameters():
+            p.requires_grad_(True)
+
+
+class ResNetEncoder(Encoder):
+    """ResNet layer4 output, adaptively average-pooled to ``grid_size`` x ``grid_size`` (B, L, 2048)."""
+
+    def __init__(self, name: str = "resnet101", pretrained: bool = True, weights_path: Optional[str] = None,
+                 grid_size: int = 14, fine_tune_blocks: int = 0):
+        super().__init__()
+        net = _torchvision_model(name, pretrained, weights_path)
+        self.body = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4)
+        self.pool = nn.AdaptiveAvgPool2d(grid_size)
+        self.out_dim = net.fc.in_features
+        blocks = list(net.layer4.children())
+        _freeze(self.body, blocks[len(blocks) - fine_tune_blocks:] if fine_tune_blocks else [])
+
+    def grid(self, images: Tensor) -> Tensor:
+        return self.pool(self.body(images))
+
+
+class VGGEncoder(Encoder):
+    """VGG features up to the last conv + ReLU before the last max-pool: 14x14x512 at 224 px (paper Section 4.3)."""
+
+    def __init__(self, name: str = "vgg19", pretrained: bool = True, weights_path: Optional[str] = None,
+                 grid_size: Optional[int] = None, fine_tune_blocks: int = 0):
+        super().__init__()
+        net = _torchvision_model(name, pretrained, weights_path)
+        self.body = nn.Sequential(*list(net.features.children())[:-1])  # drop the final max-pool
+        self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
+        self.out_dim = 512
+        convs = [m for m in self.body if isinstance(m, nn.Conv2d)]
+        _freeze(self.body, convs[len(convs) - fine_tune_blocks:] if fine_tune_blocks else [])
+
+    def grid(self, images: Tensor) -> Tensor:
+        return self.pool(self.body(images))
+
+
+ENCODERS = ("small_cnn", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19")
+
+
+def build_encoder(
+    name: str,
+    pretrained: bool = True,
+    weights_path: Optional[str] = None,
+    grid_size: Optional[int] = None,
+    fine_tune_blocks: int = 0,
+    **kwargs,
+) -> Encoder:
+    """Build an encoder by name. Torchvision backbones are frozen except their top ``fine_tune_blocks``."""
+    if name == "small_cnn":
+        return SmallCNN(grid_size=grid_size, **kwargs)
+    if name.startswith("resnet") and name in ENCODERS:
+        return ResNetEncoder(name, pretrained, weights_path, grid_size or 14, fine_tune_blocks)
+    if name.startswith("vgg") and name in ENCODERS:
+        return VGGEncoder(name, pretrained, weights_path, grid_size, fine_tune_blocks)
+    raise ConfigError(f"unknown encoder {name!r}; expected one of {', '.join(ENCODERS)}")

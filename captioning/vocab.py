@@ -1,0 +1,126 @@
+"""Tokenising captions and the vocabulary that maps words to ids and back.
+
+Ids 0-3 are the special tokens ``<pad>``, ``<start>``, ``<end>`` and ``<unk>``; the words follow,
+most frequent first (ties alphabetical), so that a vocabulary built from the same captions is
+always the same. Words seen fewer than ``min_freq`` times become ``<unk>`` (paper: about 10,000
+words for COCO with a threshold of ~5).
+"""
+from __future__ import annotations
+
+import json
+import os
+import unicodedata
+from collections import Counter
+from typing import Iterable, Optional, Sequence, Union
+
+from nltk.tokenize import RegexpTokenizer
+
+from captioning.errors import ConfigError
+from captioning.io import atomic_write_json
+
+# Words and numbers (any script), keeping inner apostrophes and hyphens ("man's", "t-shirt");
+# punctuation-only tokens are dropped, as in the Karpathy splits' own "tokens".
+_WORD = RegexpTokenizer(r"\w+(?:['\-]\w+)*")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased words of ``text``: ``"A Dog's ball, 2 cafés!"`` -> ``["a", "dog's", "ball", "2", "cafés"]``."""
+    text = unicodedata.normalize("NFC", text).lower().replace("\u2019", "'")  # NFC: "e" + accent -> "é"
+    return _WORD.tokenize(text)
+
+
+class Vocabulary:
+    """Word <-> id mapping with the four special tokens at ids 0-3."""
+
+    PAD, BOS, EOS, UNK = "<pad>", "<start>", "<end>", "<unk>"
+    SPECIALS = (PAD, BOS, EOS, UNK)
+    pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
+
+    def __init__(self, itos: Sequence[str], min_freq: Optional[int] = None):
+        itos = list(itos)
+        if tuple(itos[:4]) != self.SPECIALS:
+            raise ConfigError(f"vocabulary: must start with {', '.join(self.SPECIALS)}, got {itos[:4]}")
+        if not all(isinstance(w, str) for w in itos):
+            raise ConfigError("vocabulary: every entry of 'itos' must be a string")
+        if len(set(itos)) != len(itos):
+            dup = next(w for w, n in Counter(itos).items() if n > 1)
+            raise ConfigError(f"vocabulary: word {dup!r} appears twice")
+        self.itos: list[str] = itos
+        self.stoi: dict[str, int] = {w: i for i, w in enumerate(itos)}
+        self.min_freq = min_freq
+
+    @classmethod
+    def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 5, max_size: Optional[int] = None) -> "Vocabulary":
+        """Vocabulary of the words seen at least ``min_freq`` times (at most ``max_size`` words besides the specials)."""
+        if min_freq < 1:
+            raise ConfigError(f"min_freq must be at least 1, got {min_freq}")
+        if max_size is not None and max_size < 0:
+            raise ConfigError(f"max_size must be non-negative, got {max_size}")
+        counts = Counter(w for tokens in token_lists for w in tokens)
+        words = sorted((w for w, n in counts.items() if n >= min_freq and w not in cls.SPECIALS),
+                       key=lambda w: (-counts[w], w))
+        return cls(list(cls.SPECIALS) + words[:max_size], min_freq=min_freq)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.stoi
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocabulary) and self.itos == other.itos
+
+    def __repr__(self) -> str:
+        return f"Vocabulary({len(self)} tokens, min_freq={self.min_freq})"
+
+    def encode(self, tokens: Sequence[str], max_length: Optional[int] = None) -> list[int]:
+        """``[BOS] + ids of the first max_length words + [EOS]``; unknown words -> UNK."""
+        words = tokens if max_length is None else tokens[:max_length]
+        return [self.bos_id] + [self.stoi.get(w, self.unk_id) for w in words] + [self.eos_id]
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """Words of ``ids`` (a list or 1-d tensor) up to the first EOS; PAD and BOS dropped, UNK kept."""
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        words = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if i in (self.pad_id, self.bos_id):
+                continue
+            words.append(self.itos[i] if 0 <= i < len(self.itos) else self.UNK)
+        return words
+
+    def decode_text(self, ids: Iterable[int]) -> str:
+        return " ".join(self.decode(ids))
+
+    def to_dict(self) -> dict:
+        """JSON-able form, stored in checkpoints: ``{"itos": [...], "min_freq": n}``."""
+        return {"itos": list(self.itos), "min_freq": self.min_freq}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Vocabulary":
+        if not isinstance(d, dict) or not isinstance(d.get("itos"), list):
+            raise ConfigError("vocabulary: expected a dictionary with a list 'itos'")
+        return cls(d["itos"], min_freq=d.get("min_freq"))
+
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: Union[str, "os.PathLike[str]"]) -> "Vocabulary":
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such file") from None
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path}: cannot read vocabulary ({err})") from None
+        try:
+            return cls.from_dict(d)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {str(err).removeprefix('vocabulary: ')}") from None

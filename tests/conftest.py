@@ -1,0 +1,42 @@
+"""Shared fixtures: tiny shapes datasets and a briefly trained checkpoint, made once per session."""
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("PYTHONWARNINGS", "ignore")
+
+
+@pytest.fixture(scope="session")
+def tiny_shapes(tmp_path_factory) -> Path:
+    """A shapes dataset of 40/8/8 images at 64 px; returns the annotation file."""
+    from captioning.data.shapes import generate
+
+    return generate(tmp_path_factory.mktemp("shapes"), n_train=40, n_val=8, n_test=8, seed=3, image_size=64, progress=False)
+
+
+def fit_args(annotations, root_dir, config="shapes_soft.yaml", steps=2, extra=()):
+    """`captioning fit` arguments for a few fast steps of a config on tiny data."""
+    return [
+        "fit", "--config", str(ROOT / "configs" / config),
+        "--data.annotations", str(annotations),
+        "--data.batch_size", "8", "--data.num_workers", "0",
+        "--trainer.default_root_dir", str(root_dir),
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", str(steps),
+        "--trainer.limit_val_batches", "1", "--trainer.accelerator", "cpu",
+        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
+        "--model.max_new_tokens", "12", *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
+    """A soft-attention checkpoint after a few training steps on the tiny shapes data."""
+    from captioning.cli import lightning_cli
+
+    root = tmp_path_factory.mktemp("fit")
+    cli = lightning_cli(fit_args(tiny_shapes, root, steps=3))
+    path = Path(cli.trainer.checkpoint_callback.last_model_path)
+    assert path.is_file()
+    return path

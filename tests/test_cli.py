@@ -1,0 +1,86 @@
+"""The `captioning` command end to end on tiny data, and its answers to bad input."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from captioning.cli import main
+
+
+def run_cli(*args):
+    """The real console entry point in a subprocess: exit code, stdout, stderr."""
+    proc = subprocess.run([sys.executable, "-m", "captioning.cli", *map(str, args)], capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_make_shapes(tmp_path):
+    assert main(["make-shapes", "--out", str(tmp_path), "--train", "4", "--val", "2", "--test", "2"]) == 0
+    data = json.loads((tmp_path / "dataset_shapes.json").read_text())
+    assert len(data["images"]) == 8
+
+
+def test_caption_prints_one_caption_per_image(tiny_checkpoint, tiny_shapes, capsys):
+    images = sorted((tiny_shapes.parent / "images" / "test").glob("*.png"))[:3]
+    assert main(["caption", *map(str, images), "--checkpoint", str(tiny_checkpoint), "--json", "--max-new-tokens", "8"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["image"] for r in rows] == [str(p) for p in images]
+    assert all(isinstance(r["generated_text"], str) and isinstance(r["score"], float) for r in rows)
+
+
+def test_caption_skips_bad_images_and_exits_non_zero(tiny_checkpoint, tiny_shapes, tmp_path):
+    good = sorted((tiny_shapes.parent / "images" / "test").glob("*.png"))[0]
+    text = tmp_path / "notes.jpg"
+    text.write_text("<html>not an image</html>")
+    missing = tmp_path / "missing.png"
+    code, out, err = run_cli("caption", good, text, missing, "--checkpoint", tiny_checkpoint, "--max-new-tokens", "5")
+    assert code != 0
+    assert str(good) in out and out.count("\n") == 1  # the good image was still captioned
+    assert "notes.jpg" in err and "missing.png" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("problem", ["missing", "not_a_checkpoint"])
+def test_bad_checkpoint_is_one_line(problem, tiny_shapes, tmp_path):
+    ckpt = tmp_path / "model.ckpt"
+    if problem == "not_a_checkpoint":
+        ckpt.write_text("hello")
+    image = sorted((tiny_shapes.parent / "images" / "test").glob("*.png"))[0]
+    code, _, err = run_cli("caption", image, "--checkpoint", ckpt)
+    assert code != 0 and "model.ckpt" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_attend_writes_a_gif_with_a_frame_per_word(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
+    image = sorted((tiny_shapes.parent / "images" / "test").glob("*.png"))[0]
+    out = tmp_path / "att.gif"
+    assert main(["attend", str(image), "--checkpoint", str(tiny_checkpoint), "--out", str(out), "--max-new-tokens", "6"]) == 0
+    caption = capsys.readouterr().out.split("\t")[1]
+    with Image.open(out) as gif:
+        assert gif.n_frames == len(caption.split()) + 1  # one per word, then the whole caption
+
+
+def test_evaluate_writes_metrics_and_results(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
+    metrics, results = tmp_path / "metrics.json", tmp_path / "results.json"
+    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--split", "test",
+                 "--num-beams", "2", "--max-new-tokens", "8", "--out", str(metrics), "--results", str(results)])
+    assert code == 0
+    report = json.loads(metrics.read_text())
+    for key in ("BLEU-1", "BLEU-4", "METEOR", "ROUGE_L", "CIDEr"):
+        assert 0.0 <= report["scores"][key] <= 10.0
+    assert 0.0 <= report["scores"]["object_f1"]["f1"] <= 1.0
+    assert "SPICE" in report["notes"]
+    rows = json.loads(results.read_text())
+    test_ids = {im["imgid"] for im in json.loads(tiny_shapes.read_text())["images"] if im["split"] == "test"}
+    assert {r["image_id"] for r in rows} == test_ids and all(isinstance(r["caption"], str) for r in rows)
+
+
+def test_evaluate_bad_annotation_files(tiny_checkpoint, tmp_path):
+    missing = tmp_path / "none.json"
+    code, _, err = run_cli("evaluate", "--checkpoint", tiny_checkpoint, "--annotations", missing)
+    assert code != 0 and "none.json" in err and "Traceback" not in err
+    fieldless = tmp_path / "fieldless.json"
+    fieldless.write_text(json.dumps({"images": [{"filename": "a.jpg", "split": "test"}]}))
+    code, _, err = run_cli("evaluate", "--checkpoint", tiny_checkpoint, "--annotations", fieldless)
+    assert code != 0 and "fieldless.json" in err and "sentences" in err and "Traceback" not in err

@@ -1,0 +1,92 @@
+import json
+import os
+import pickle
+
+import pytest
+import torch
+
+from captioning.errors import CheckpointError
+from captioning.io import atomic_torch_save, atomic_write_bytes, atomic_write_json, atomic_write_text, safe_torch_load
+
+
+class NotWeights:  # unpickling it would import and build an arbitrary class
+    pass
+
+
+def leftovers(folder):
+    return [p for p in os.listdir(folder) if p.endswith(".tmp")]
+
+
+def test_atomic_writes_round_trip_and_create_parent_folders(tmp_path):
+    atomic_write_bytes(tmp_path / "a" / "b.bin", b"\x00\x01")
+    atomic_write_text(tmp_path / "t.txt", "héllo")
+    atomic_write_json(tmp_path / "j.json", {"caption": "un café", "n": [1, 2]})
+    assert (tmp_path / "a" / "b.bin").read_bytes() == b"\x00\x01"
+    assert (tmp_path / "t.txt").read_text(encoding="utf-8") == "héllo"
+    assert json.loads((tmp_path / "j.json").read_text(encoding="utf-8")) == {"caption": "un café", "n": [1, 2]}
+    assert "un café" in (tmp_path / "j.json").read_text(encoding="utf-8")  # non-ASCII kept readable
+    assert leftovers(tmp_path) == []
+
+
+def test_atomic_write_replaces_and_gets_the_usual_mode(tmp_path):
+    path = tmp_path / "x.txt"
+    atomic_write_text(path, "old")
+    atomic_write_text(path, "new")
+    assert path.read_text() == "new"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (path.stat().st_mode & 0o777) == (0o666 & ~umask)
+
+
+def test_failed_save_leaves_previous_file_and_no_temporary(tmp_path):
+    path = tmp_path / "model.pt"
+    atomic_torch_save({"w": torch.ones(2)}, path)
+    with pytest.raises(Exception):
+        atomic_torch_save({"f": lambda x: x}, path)  # lambdas cannot be pickled
+    assert torch.equal(safe_torch_load(path)["w"], torch.ones(2))
+    assert leftovers(tmp_path) == []
+
+
+def test_failed_json_write_leaves_previous_file(tmp_path):
+    path = tmp_path / "m.json"
+    atomic_write_json(path, {"a": 1})
+    with pytest.raises(TypeError):
+        atomic_write_json(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert leftovers(tmp_path) == []
+
+
+def test_safe_torch_load_round_trip(tmp_path):
+    obj = {"state_dict": {"w": torch.arange(3)}, "vocabulary": {"itos": ["<pad>"], "min_freq": 5}}
+    atomic_torch_save(obj, tmp_path / "c.ckpt")
+    back = safe_torch_load(tmp_path / "c.ckpt")
+    assert torch.equal(back["state_dict"]["w"], torch.arange(3)) and back["vocabulary"] == obj["vocabulary"]
+
+
+def one_line_error(path):
+    with pytest.raises(CheckpointError) as info:
+        safe_torch_load(path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+def test_safe_torch_load_refuses_code(tmp_path):
+    torch.save({"x": NotWeights()}, tmp_path / "evil.pt")
+    with open(tmp_path / "legacy.pt", "wb") as f:
+        pickle.dump({"x": NotWeights()}, f, protocol=2)
+    for name in ("evil.pt", "legacy.pt"):
+        assert "refused to load: not a plain-weights checkpoint" in one_line_error(tmp_path / name)
+    assert "NotWeights" in one_line_error(tmp_path / "evil.pt")
+
+
+def test_safe_torch_load_bad_files(tmp_path):
+    assert one_line_error(tmp_path / "missing.ckpt").endswith(": no such file")
+    assert "directory" in one_line_error(tmp_path)
+    (tmp_path / "empty.ckpt").write_bytes(b"")
+    assert "empty file" in one_line_error(tmp_path / "empty.ckpt")
+    (tmp_path / "junk.ckpt").write_bytes(b"hello, this is not a checkpoint")
+    assert "not a readable checkpoint" in one_line_error(tmp_path / "junk.ckpt")
+    torch.save({"w": torch.zeros(100)}, tmp_path / "good.ckpt")
+    (tmp_path / "cut.ckpt").write_bytes((tmp_path / "good.ckpt").read_bytes()[:200])
+    assert "not a readable checkpoint" in one_line_error(tmp_path / "cut.ckpt")

@@ -1,0 +1,104 @@
+import json
+
+import pytest
+
+from captioning.data.karpathy import ImageRecord, load_karpathy, split_records
+from captioning.errors import AnnotationError, ConfigError
+
+
+def karpathy_image(imgid, split="train", filepath="imgs", sentences=None, **extra):
+    sentences = sentences if sentences is not None else [{"tokens": ["a", "dog"], "raw": "A dog."}]
+    return {"filepath": filepath, "filename": f"{imgid}.jpg", "imgid": imgid, "split": split,
+            "sentences": sentences, **extra}
+
+
+def write_karpathy(tmp_path, images, name="ann.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"dataset": "test", "images": images}, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def annotation_error(path, **kwargs):
+    with pytest.raises(AnnotationError) as info:
+        load_karpathy(path, **kwargs)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+    return message[len(str(path)) + 2:]
+
+
+def test_loads_records(tmp_path):
+    images = [
+        karpathy_image(0, cocoid=391895, width=640, height=480,
+                       sentences=[{"tokens": ["A", "Man", "riding"], "raw": "A man riding."},
+                                  {"raw": "Un homme à vélo, près du café."},
+                                  {"tokens": [], "raw": "   "}]),
+        karpathy_image(1, split="val", filepath="", objects=[{"shape": "circle"}]),
+        karpathy_image(2, split="restval"),
+        karpathy_image(3, split="test", sentences=[{"tokens": ["two", "cats"]}]),
+    ]
+    records = load_karpathy(write_karpathy(tmp_path, images))
+    assert all(isinstance(r, ImageRecord) for r in records)
+    first = records[0]
+    assert (first.imgid, first.image_id, first.path, first.split) == (0, 391895, "imgs/0.jpg", "train")
+    assert first.captions == ["A man riding.", "Un homme à vélo, près du café."]  # the blank one is skipped
+    assert first.tokens == [["a", "man", "riding"], ["un", "homme", "à", "vélo", "près", "du", "café"]]
+    assert (first.width, first.height, first.objects) == (640, 480, [])
+    assert records[1].path == "1.jpg" and records[1].image_id == 1 and records[1].objects == [{"shape": "circle"}]
+    assert records[2].split == "train"  # restval merged
+    assert records[3].captions == ["two cats"]  # no raw: the tokens joined
+    assert [r.imgid for r in split_records(records, "train")] == [0, 2]
+    assert load_karpathy(write_karpathy(tmp_path, images), merge_restval=False)[2].split == "restval"
+    with pytest.raises(ConfigError):
+        split_records(records, "dev")
+
+
+def test_file_level_errors(tmp_path):
+    assert annotation_error(tmp_path / "none.json") == "no such file"
+    assert "directory" in annotation_error(tmp_path)
+    (tmp_path / "bad.json").write_text('{"images": [\n  {"filename": "a.jpg",,}\n]}')
+    assert annotation_error(tmp_path / "bad.json").startswith("malformed JSON at line 2, column 24: Expecting property name")
+    (tmp_path / "list.json").write_text("[]")
+    assert "missing top-level field 'images'" in annotation_error(tmp_path / "list.json")
+    (tmp_path / "noimages.json").write_text('{"annotations": []}')
+    assert "missing top-level field 'images'" in annotation_error(tmp_path / "noimages.json")
+    (tmp_path / "latin1.json").write_bytes('{"images": ["café"]}'.encode("latin-1"))
+    assert "not UTF-8" in annotation_error(tmp_path / "latin1.json")
+
+
+@pytest.mark.parametrize("field", ["filename", "split", "sentences"])
+def test_missing_image_fields(tmp_path, field):
+    images = [karpathy_image(0), karpathy_image(1), karpathy_image(2), karpathy_image(3)]
+    del images[3][field]
+    assert annotation_error(write_karpathy(tmp_path, images)) == f"images[3]: missing field '{field}'"
+
+
+def test_field_errors(tmp_path):
+    def error_for(image):
+        return annotation_error(write_karpathy(tmp_path, [karpathy_image(0), image]))
+
+    assert error_for(karpathy_image(1, sentences=[{"tokens": ["a"]}, {"sentid": 4}])) == (
+        "images[1].sentences[1]: missing field 'tokens' or 'raw'")
+    assert error_for(karpathy_image(1, split="dev")) == (
+        "images[1].split: unknown split 'dev' (expected one of train, val, test, restval)")
+    assert error_for(karpathy_image(1, sentences="a dog")).startswith("images[1].sentences: expected a list")
+    assert error_for(karpathy_image(1, sentences=[{"tokens": "a dog"}])).startswith("images[1].sentences[0].tokens")
+    assert error_for({**karpathy_image(1), "imgid": "1"}).startswith("images[1].imgid: expected an integer")
+    assert error_for("1.jpg").startswith("images[1]: expected an object")
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_image_without_usable_captions(tmp_path, split):
+    blank = karpathy_image(1, split=split, sentences=[{"raw": " \t"}, {"tokens": [" "], "raw": "..."}])
+    message = annotation_error(write_karpathy(tmp_path, [karpathy_image(0), blank]))
+    assert message == "images[1] (imgs/1.jpg): no usable captions (all missing or empty)"
+
+
+def test_duplicates(tmp_path):
+    twice = [karpathy_image(0), karpathy_image(1), karpathy_image(1, filepath="other")]
+    assert annotation_error(write_karpathy(tmp_path, twice)) == (
+        "images[2]: image listed twice (imgid 1 already used by images[1])")
+    same_file = [karpathy_image(0), karpathy_image(1), {**karpathy_image(5), "filename": "1.jpg"}]
+    assert annotation_error(write_karpathy(tmp_path, same_file)) == (
+        "images[2]: image listed twice (path 'imgs/1.jpg' already used by images[1])")
+    same_coco = [karpathy_image(0, cocoid=9), karpathy_image(1, cocoid=9)]
+    assert "image_id 9 already used by images[0]" in annotation_error(write_karpathy(tmp_path, same_coco))
