@@ -155,6 +155,30 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_prepare(args) -> int:
+    from captioning.prepare import prepare
+
+    annotations = args.annotations[0] if len(args.annotations) == 1 else args.annotations
+    return prepare(annotations, images_root=args.images_root, min_word_freq=args.min_word_freq, out=args.out,
+                   split_file=args.split_file, max_vocab_size=args.max_vocab_size, check=not args.no_image_check)
+
+
+def cmd_extract_features(args) -> int:
+    from captioning.data.features import extract_from_config, parse_shard
+
+    annotations = None
+    if args.annotations:
+        annotations = args.annotations[0] if len(args.annotations) == 1 else args.annotations
+    report = extract_from_config(
+        args.config, args.out, batch_size=args.batch_size, num_workers=args.num_workers, shard=parse_shard(args.shard),
+        annotations=annotations, images_root=args.images_root, split_file=args.split_file, device=args.device,
+    )
+    for message in report["unreadable"]:
+        print(f"unreadable: {message}", file=sys.stderr)
+    print(f"{report['part']}: {report['done']} of {report['rows']} images done ({report['extracted']} this run)")
+    return 0 if report["done"] == report["rows"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="captioning",
@@ -206,6 +230,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the metrics JSON here")
     p.add_argument("--results", default=None, help="write the COCO results JSON here")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("prepare", help="check a dataset (splits, images, caption lengths) and build its vocabulary")
+    p.add_argument("--annotations", required=True, nargs="+",
+                   help="Karpathy split JSON, COCO caption JSON file(s), or a captions .csv / .jsonl")
+    p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
+    p.add_argument("--split-file", default=None, help="for COCO caption files: Karpathy's dataset_coco.json")
+    p.add_argument("--min-word-freq", type=int, default=5, help="rarer training words become <unk>")
+    p.add_argument("--max-vocab-size", type=int, default=None)
+    p.add_argument("--out", default=None, help="write the vocabulary JSON here")
+    p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("extract-features", help="run a config's frozen encoder once over all images into a feature cache")
+    p.add_argument("--config", required=True, help="a training config: its model section picks the encoder")
+    p.add_argument("--out", required=True, help="the cache folder (train with --data.features FOLDER)")
+    p.add_argument("--annotations", nargs="+", default=None, help="override the config's data.annotations")
+    p.add_argument("--images-root", default=None, help="override the config's data.images_root")
+    p.add_argument("--split-file", default=None, help="override the config's data.split_file")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--num-workers", type=int, default=4)
+    p.add_argument("--shard", default="0/1", help="i/n: this process extracts every n-th image from the i-th")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
+    p.set_defaults(func=cmd_extract_features)
     return parser
 
 

@@ -20,7 +20,7 @@ from typing import Optional
 from captioning.errors import ConfigError
 
 #: The demo's data: big enough to learn the task, small enough for a few CPU minutes.
-DEMO_DATA = dict(n_train=3000, n_val=150, n_test=300, image_size=64)
+DEMO_DATA = dict(n_train=2500, n_val=150, n_test=300, image_size=64)
 
 
 def config_path(name: str) -> Path:

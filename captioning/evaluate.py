@@ -116,7 +116,7 @@ def evaluate(
         if truth:
             scores["object_f1"] = object_f1({i: predictions[i] for i in truth}, truth)
         if grounding:
-            scores["grounding"] = _grounding(maps, by_id, module.hparams.attention)
+            scores["grounding"] = _grounding(maps, by_id, module.hparams.attention, root)
 
     report = {
         "checkpoint": os.fspath(checkpoint) if checkpoint else None,
@@ -144,19 +144,90 @@ def _objects(record):
     return record_objects(record)
 
 
-def _grounding(maps: dict, by_id: dict, attention_kind: str) -> dict:
-    """Attention grounding over every generated word that names an object of the image."""
+def _mentions(words) -> list[tuple[int, tuple[str, str, str]]]:
+    """(index of the shape noun, (size, colour, shape)) of each full mention in ``words``.
+
+    The same scan as :func:`captioning.data.shapes.parse_objects` (a size word directly followed by
+    a colour word and a shape word; partial mentions do not count), keeping where each noun is.
+    """
+    from captioning.data.shapes import COLOURS, SHAPES, SIZES
+
+    tokens = [str(w).lower() for w in words]
+    found, i = [], 0
+    while i + 2 < len(tokens):
+        triple = tuple(tokens[i:i + 3])
+        if triple[0] in SIZES and triple[1] in COLOURS and triple[2] in SHAPES:
+            found.append((i + 2, triple))
+            i += 3
+        else:
+            i += 1
+    return found
+
+
+def _grid(L: int) -> tuple[int, int]:
+    """(gh, gw) of L locations: a square grid when L is a square, else one row."""
+    import math
+
+    side = math.isqrt(L)
+    return (side, side) if side * side == L else (1, L)
+
+
+def _image_size(rec, images_root: Optional[str]) -> Optional[tuple[int, int]]:
+    """(W, H) of the original image: from the record, else read from the file's header."""
+    if rec.width and rec.height:
+        return int(rec.width), int(rec.height)
+    if images_root is None:
+        return None
+    from PIL import Image
+
+    try:
+        with Image.open(os.path.join(images_root, rec.path)) as im:
+            return im.size
+    except OSError:
+        return None
+
+
+def _grounding(maps: dict, by_id: dict, attention_kind: str, images_root: Optional[str] = None) -> dict:
+    """Attention grounding over every generated word that names an object of the image.
+
+    ``maps``: image_id -> (words, attention (T, L), locations (T,)) with word t generated while
+    attending with attention[t] (EOS steps past the words are ignored). A word names an object
+    when it is the shape noun of a full (size, colour, shape) mention that matches one of the
+    image's objects; a mention of a triple the image holds twice takes the first object of that
+    triple not yet named in the caption, and mentions beyond the image's count name nothing.
+    Each such word is scored with the object's bbox (:func:`captioning.metrics.grounding_scores`).
+
+    Returns grounding_scores' dict; for hard attention also "chosen_cell": the same scores of a
+    one-hot map at the cell each word actually attended (``locations``).
+    """
+    import numpy as np
+
     from captioning.metrics import grounding_scores
 
-    items = []
+    soft, chosen = [], []
     for image_id, (words, attention, locations) in maps.items():
         rec = by_id[image_id]
-        side = int(round(attention.shape[-1] ** 0.5))
-        size = (rec.width, rec.height)
-        for t, word in enumerate(words):
-            for obj in rec.objects:
-                if word == obj.get("shape", obj["words"][-1]):  # the noun: the word that names the object
-                    grid = attention[t].reshape(side, side)
-                    items.append((grid, size, obj["bbox"]))
-                    break
-    return grounding_scores(items)
+        if not rec.objects:
+            continue
+        size = _image_size(rec, images_root)
+        if size is None:
+            continue
+        attention = np.asarray(attention, dtype=np.float64)
+        gh, gw = _grid(attention.shape[-1])  # (T, L) -> maps of (gh, gw)
+        unused: dict = {}  # triple -> the image's objects of that triple not yet named, in order
+        for obj in rec.objects:
+            triple = tuple(str(w).lower() for w in obj.get("words") or (obj["size"], obj["color"], obj["shape"]))
+            unused.setdefault(triple, []).append(obj)
+        for t, triple in _mentions(words):
+            if t >= len(attention) or not unused.get(triple):
+                continue
+            bbox = unused[triple].pop(0)["bbox"]
+            soft.append((attention[t].reshape(gh, gw), size, bbox))
+            if attention_kind == "hard":
+                one_hot = np.zeros(gh * gw)
+                one_hot[int(locations[t])] = 1.0
+                chosen.append((one_hot.reshape(gh, gw), size, bbox))
+    scores = grounding_scores(soft)
+    if attention_kind == "hard":
+        scores["chosen_cell"] = grounding_scores(chosen)
+    return scores

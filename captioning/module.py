@@ -145,8 +145,17 @@ class CaptioningModule(L.LightningModule):
             self.set_vocab(Vocabulary.from_dict(checkpoint["vocabulary"]))
 
     def configure_callbacks(self):
-        # Keep the best checkpoint by validation CIDEr, and the last one for resuming.
-        return [ModelCheckpoint(monitor="val/CIDEr", mode="max", save_last=True, filename="best-{epoch}-{step}")]
+        # Keep the best checkpoint by validation CIDEr, and the last one for resuming. Lightning lets
+        # these replace every ModelCheckpoint given to the Trainer, so one the user configured with
+        # a step interval (--trainer.callbacks ModelCheckpoint --trainer.callbacks.every_n_train_steps N
+        # --trainer.callbacks.save_last true) is kept beside it: last.ckpt every N steps, for resuming
+        # a run killed mid-epoch. Lightning's own default ModelCheckpoint has no step interval.
+        trainer = self._trainer
+        stepwise = [c for c in (trainer.callbacks if trainer is not None else [])
+                    if isinstance(c, ModelCheckpoint) and c._every_n_train_steps]
+        save_last = not any(c.save_last for c in stepwise)  # one writer of last.ckpt, not last-v1.ckpt
+        best = ModelCheckpoint(monitor="val/CIDEr", mode="max", save_last=save_last, filename="best-{epoch}-{step}")
+        return [best, *stepwise]
 
     def configure_optimizers(self):
         h = self.hparams
@@ -158,13 +167,30 @@ class CaptioningModule(L.LightningModule):
 
     # ------------------------------------------------------------------ forward passes
     def encode(self, batch: dict) -> Tensor:
-        """Annotation vectors (B, L, D) from a batch's cached features or its images."""
-        if "features" in batch:
-            return batch["features"].float()
-        return self.encoder(batch["images"])
+        """Annotation vectors (B, L, D) from a batch's cached features or its images.
+
+        A batch grouped by image (``image_index``: the image row of each caption) is encoded once
+        per image, then each caption gets its image's vectors: (B_img, L, D) -> (N, L, D).
+        """
+        features = batch["features"].float() if "features" in batch else self.encoder(batch["images"])
+        if "image_index" in batch:
+            features = features[batch["image_index"]]
+        return features
+
+    def on_fit_start(self) -> None:
+        self._base_seed = torch.initial_seed()  # the run's seed (seed_everything), before any step
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Random draws (dropout, hard attention's samples) depend only on the run's seed and the
+        # step, so that a run resumed from a checkpoint continues exactly as it would have.
+        torch.manual_seed((self._base_seed + self.global_step) % 2**63)
 
     def training_step(self, batch: dict, batch_idx: int) -> Optional[Tensor]:
         h = self.hparams
+        if batch["captions"].size(0) == 0:  # every image of the batch was unreadable (and skipped)
+            return None
+        # Running statistics (batch norm) change in the forward pass: keep them to undo a skipped step.
+        saved_buffers = [b.clone() for b in self.buffers()] if h.nonfinite_loss == "skip" else None
         features = self.encode(batch)  # (B, L, D)
         captions, lengths = batch["captions"], batch["lengths"]
         if h.attention == "hard" and h.num_samples > 1:  # several location samples per caption
@@ -196,22 +222,30 @@ class CaptioningModule(L.LightningModule):
                 h.lambda_r, h.lambda_e, h.reward_per_step,
             )
             loss = loss + terms.loss
-            self.baseline.copy_(update_baseline(self.baseline, terms.reward, h.baseline_decay))
             metrics.update({
-                "train/reward": terms.reward.mean(), "train/baseline": self.baseline.clone(),
-                "train/advantage": terms.advantage.mean(), "train/entropy": terms.entropy,
+                "train/reward": terms.reward.mean(), "train/advantage": terms.advantage.mean(),
+                "train/entropy": terms.entropy,
             })
 
         if not torch.isfinite(loss):
             message = f"non-finite loss ({loss.item()}) at global step {self.global_step} (epoch {self.current_epoch}, batch {batch_idx})"
             if h.nonfinite_loss == "skip":
+                self._restore_buffers(saved_buffers)  # the forward pass must leave no trace either
                 log.warning("%s: step skipped", message)
                 self.log("train/skipped_steps", 1.0, reduce_fx="sum", on_step=False, on_epoch=True)
                 return None
             raise CaptioningError(message + "; set --model.nonfinite_loss skip to skip such steps")
+        if h.attention == "hard":
+            self.baseline.copy_(update_baseline(self.baseline, terms.reward, h.baseline_decay))
+            metrics["train/baseline"] = self.baseline.clone()
         self.log("train/loss", loss, prog_bar=True, batch_size=B)
         self.log_dict(metrics, batch_size=B)
         return loss
+
+    def _restore_buffers(self, saved: list) -> None:
+        with torch.no_grad():
+            for buffer, value in zip(self.buffers(), saved):
+                buffer.copy_(value)
 
     # ------------------------------------------------------------------ decoding
     @torch.no_grad()

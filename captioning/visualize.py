@@ -274,11 +274,13 @@ def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
                 cmap: str = "inferno", panel_size: int = 192) -> Image.Image:
     """One panel per word, its overlay titled with the word, row by row, ``cols`` panels a row.
 
-    Each panel is the image scaled so its long side is ``panel_size`` pixels.
+    Each panel is the image scaled so its long side is ``panel_size`` pixels. No words (an empty
+    caption): a single panel of the plain image titled "(empty caption)".
     """
     maps, cells = _check(words, maps, hard_cells)
-    if not words:
-        raise ValueError("no words to draw")
+    words = list(words)
+    if not words:  # a model that ended at once: one panel of the plain image, not an error
+        words, maps, cells = ["(empty caption)"], None, [None]
     image = image.convert("RGB")
     scale = panel_size / max(image.size)
     shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
@@ -295,7 +297,9 @@ def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
         while len(word) > 1 and font.getlength(word) > pw:
             word = word[:-2] + "\u2026"  # ellipsis
         draw.text((x + (pw - font.getlength(word)) / 2, y + 2), word, font=font, fill=TEXT)
-        canvas.paste(overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style, hard_cell=cells[t]), (x, y + title))
+        panel = shown if maps is None else overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style,
+                                                   hard_cell=cells[t])
+        canvas.paste(panel, (x, y + title))
     return canvas
 
 

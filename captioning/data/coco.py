@@ -1,0 +1,140 @@
+"""Raw COCO caption files (captions_train2014.json, captions_val2014.json, ...) through pycocotools.
+
+``load_coco`` gives the same :class:`ImageRecord` list as a Karpathy split file. Paths are
+``<folder>/<file_name>`` where ``<folder>`` comes from the caption file's name (captions_train2014.json
+-> train2014/), matching the layout of the COCO downloads and Karpathy's ``filepath`` field.
+
+Splits: with a split file (Karpathy's dataset_coco.json, or ``{"train": [cocoid, ...], "val": [...],
+"test": [...]}``) each image takes the split its cocoid has there and images it does not list are
+left out; without one, the caption file's name decides (train/val/test in it).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+from typing import Optional, Sequence, Union
+
+from captioning.data.karpathy import SPLITS, ImageRecord
+from captioning.errors import AnnotationError
+from captioning.vocab import tokenize
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _read(path: str):
+    if not os.path.isfile(path):
+        raise AnnotationError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise AnnotationError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    except UnicodeDecodeError:
+        raise AnnotationError(f"{path}: not UTF-8 text") from None
+
+
+def _coco(path: str, data: dict):
+    """A pycocotools COCO object over already-parsed data (its own loader would read the file again)."""
+    from pycocotools.coco import COCO
+
+    for key in ("images", "annotations"):
+        if not isinstance(data.get(key), list):
+            raise AnnotationError(f"{path}: missing or ill-typed top-level field {key!r} (not a COCO caption file?)")
+    for i, ann in enumerate(data["annotations"]):
+        if not isinstance(ann, dict) or not {"image_id", "caption"} <= ann.keys():
+            raise AnnotationError(f"{path}: annotations[{i}]: expected an object with 'image_id' and 'caption'")
+    for i, img in enumerate(data["images"]):
+        if not isinstance(img, dict) or not {"id", "file_name"} <= img.keys():
+            raise AnnotationError(f"{path}: images[{i}]: expected an object with 'id' and 'file_name'")
+    coco = COCO()
+    coco.dataset = data
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+        coco.createIndex()
+    return coco
+
+
+def read_split_file(path: PathLike, merge_restval: bool = True) -> dict[int, str]:
+    """cocoid -> split from Karpathy's dataset_coco.json or a ``{split: [cocoid, ...]}`` file."""
+    path = os.fspath(path)
+    data = _read(path)
+    splits: dict[int, str] = {}
+    if isinstance(data, dict) and isinstance(data.get("images"), list):
+        for i, img in enumerate(data["images"]):
+            if not isinstance(img, dict) or "cocoid" not in img or "split" not in img:
+                raise AnnotationError(f"{path}: images[{i}]: missing field 'cocoid' or 'split'")
+            splits[int(img["cocoid"])] = img["split"]
+    elif isinstance(data, dict):
+        for split, ids in data.items():
+            if not isinstance(ids, list):
+                raise AnnotationError(f"{path}: {split}: expected a list of cocoids")
+            splits.update({int(i): split for i in ids})
+    else:
+        raise AnnotationError(f"{path}: expected a Karpathy split file or an object {{split: [cocoid, ...]}}")
+    for cocoid, split in splits.items():
+        if split not in SPLITS:
+            raise AnnotationError(f"{path}: cocoid {cocoid}: unknown split {split!r} (expected one of {', '.join(SPLITS)})")
+    if merge_restval:
+        splits = {k: "train" if v == "restval" else v for k, v in splits.items()}
+    return splits
+
+
+def _folder(path: str) -> str:
+    m = re.match(r"captions_(\w+?)\.json$", os.path.basename(path))
+    return m.group(1) if m else ""
+
+
+def _split_from_name(path: str) -> str:
+    name = os.path.basename(path).lower()
+    for split in ("train", "val", "test"):
+        if split in name:
+            return split
+    raise AnnotationError(f"{path}: cannot tell the split from the file name; give a split file (--data.split_file)")
+
+
+def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: Optional[PathLike] = None,
+              merge_restval: bool = True, data: Optional[dict] = None) -> list[ImageRecord]:
+    """Every captioned image of the COCO caption files, ordered by cocoid.
+
+    Raises :class:`AnnotationError` for a missing or malformed file, an image listed in two files,
+    an image without a usable caption, or split-file cocoids that no caption file has.
+    """
+    files = [os.fspath(captions_files)] if isinstance(captions_files, (str, os.PathLike)) else [os.fspath(f) for f in captions_files]
+    splits = read_split_file(split_file, merge_restval) if split_file else None
+    records: dict[int, ImageRecord] = {}
+    where: dict[int, str] = {}
+    for path in files:
+        coco = _coco(path, data if data is not None and len(files) == 1 else _read(path))
+        folder, default_split = _folder(path), None if splits else _split_from_name(path)
+        for cocoid, img in coco.imgs.items():
+            cocoid = int(cocoid)
+            if splits is not None and cocoid not in splits:
+                continue
+            if cocoid in records:
+                raise AnnotationError(f"{path}: image {cocoid} is also in {where[cocoid]}")
+            captions, tokens = [], []
+            for ann in coco.imgToAnns.get(cocoid, []):
+                raw = ann["caption"] if isinstance(ann["caption"], str) else ""
+                words = tokenize(raw)
+                if words:
+                    captions.append(" ".join(raw.split()))
+                    tokens.append(words)
+            rel = os.path.normpath(os.path.join(folder, img["file_name"]))
+            if not captions:
+                raise AnnotationError(f"{path}: image {cocoid} ({rel}): no usable captions")
+            split = splits[cocoid] if splits is not None else default_split
+            records[cocoid] = ImageRecord(0, cocoid, rel, split, captions, tokens, [], img.get("width"), img.get("height"))
+            where[cocoid] = path
+    if splits is not None:
+        lost = sorted(set(splits) - set(records))
+        if lost:
+            raise AnnotationError(
+                f"{split_file}: {len(lost)} cocoid(s) are in no caption file (e.g. {lost[:5]}); "
+                f"pass every caption file the split uses (captions_train2014.json and captions_val2014.json)"
+            )
+    out = [records[k] for k in sorted(records)]
+    for i, r in enumerate(out):
+        r.imgid = i
+    return out

@@ -1,0 +1,84 @@
+"""A plain folder of images with a captions file: CSV (header ``image,caption[,split]``) or JSON lines
+(``{"image": ..., "caption": ..., "split"?: ...}``), one caption per row.
+
+Rows of the same image are grouped into one :class:`ImageRecord` (in order of first appearance;
+``imgid`` = ``image_id`` = that order). Without a ``split`` column every image is ``train``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Union
+
+from captioning.data.karpathy import SPLITS, ImageRecord
+from captioning.errors import AnnotationError
+from captioning.vocab import tokenize
+
+PathLike = Union[str, "os.PathLike[str]"]
+FOLDER_SUFFIXES = (".csv", ".jsonl")
+
+
+def _rows(path: str):
+    """(line number, row dict) of a CSV or JSON-lines file."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        if path.lower().endswith(".csv"):
+            reader = csv.DictReader(f)
+            fields = [c.strip() for c in (reader.fieldnames or [])]
+            for need in ("image", "caption"):
+                if need not in fields:
+                    raise AnnotationError(f"{path}: the header has no column {need!r} (found {fields}); expected image,caption[,split]")
+            for row in reader:
+                yield reader.line_num, {k.strip(): v for k, v in row.items() if k is not None}
+        else:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise AnnotationError(f"{path}: line {n}: malformed JSON ({err.msg})") from None
+                if not isinstance(row, dict):
+                    raise AnnotationError(f"{path}: line {n}: expected an object {{\"image\", \"caption\"}}")
+                yield n, row
+
+
+def load_folder(path: PathLike, merge_restval: bool = True) -> list[ImageRecord]:
+    """ImageRecords of a captions CSV / JSON-lines file; paths are relative to the images folder."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise AnnotationError(f"{path}: no such file")
+    records: dict[str, ImageRecord] = {}
+    try:
+        for line, row in _rows(path):
+            image, caption, split = row.get("image"), row.get("caption"), row.get("split") or "train"
+            if not isinstance(image, str) or not image.strip():
+                raise AnnotationError(f"{path}: line {line}: missing or empty field 'image'")
+            if caption is not None and not isinstance(caption, str):
+                raise AnnotationError(f"{path}: line {line}: field 'caption' must be a string")
+            split = str(split).strip()
+            if split not in SPLITS:
+                raise AnnotationError(f"{path}: line {line}: unknown split {split!r} (expected one of {', '.join(SPLITS)})")
+            if merge_restval and split == "restval":
+                split = "train"
+            rel = os.path.normpath(image.strip())
+            rec = records.get(rel)
+            if rec is None:
+                n = len(records)
+                rec = records[rel] = ImageRecord(n, n, rel, split, [], [])
+            elif rec.split != split:
+                raise AnnotationError(f"{path}: line {line}: {rel} is in split {split!r} here but {rec.split!r} earlier")
+            words = tokenize(caption or "")
+            if words:
+                rec.captions.append(" ".join(caption.split()))
+                rec.tokens.append(words)
+    except UnicodeDecodeError:
+        raise AnnotationError(f"{path}: not UTF-8 text") from None
+    except csv.Error as err:
+        raise AnnotationError(f"{path}: malformed CSV ({err})") from None
+    empty = [r.path for r in records.values() if not r.captions]
+    if empty:
+        raise AnnotationError(f"{path}: {len(empty)} image(s) without a usable caption, e.g. {empty[:3]}")
+    if not records:
+        raise AnnotationError(f"{path}: no rows")
+    return list(records.values())

@@ -1,0 +1,55 @@
+"""One entry point for every annotation format: ``load_records(path)`` -> list[ImageRecord].
+
+- Karpathy split JSON (top-level ``"images"``): karpathy.py
+- raw COCO caption JSON (top-level ``"annotations"``), optionally with a Karpathy split file: coco.py
+- a captions CSV (``image,caption[,split]``) or JSON-lines file: folder.py
+Several COCO caption files may be given as a list (train2014 and val2014 for the Karpathy split).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from typing import Optional, Sequence, Union
+
+from captioning.data.karpathy import ImageRecord, load_karpathy
+from captioning.errors import AnnotationError
+
+PathLike = Union[str, "os.PathLike[str]"]
+_COCO_KEY = re.compile(rb'"annotations"\s*:')
+
+
+def detect_format(path: PathLike) -> str:
+    """"karpathy", "coco" or "folder", from the suffix and (for JSON) a scan for an "annotations" key."""
+    path = os.fspath(path)
+    if path.lower().endswith((".csv", ".jsonl")):
+        return "folder"
+    if not os.path.isfile(path):
+        raise AnnotationError(f"{path}: no such file")
+    if os.path.getsize(path) == 0:
+        raise AnnotationError(f"{path}: empty file")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return "coco" if _COCO_KEY.search(m) else "karpathy"  # no parse: the reader parses once
+
+
+def load_records(path: Union[PathLike, Sequence[PathLike]], split_file: Optional[PathLike] = None,
+                 merge_restval: bool = True) -> list[ImageRecord]:
+    """The ImageRecords of an annotation file in any supported format (see the module docstring)."""
+    paths = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
+    if not paths:
+        raise AnnotationError("no annotation file given")
+    kinds = {p: detect_format(p) for p in paths}
+    if len(paths) > 1 and set(kinds.values()) != {"coco"}:
+        raise AnnotationError(f"several annotation files are only supported for COCO caption files, got {kinds}")
+    kind = kinds[paths[0]]
+    if kind == "coco":
+        from captioning.data.coco import load_coco
+
+        return load_coco(paths, split_file, merge_restval)
+    if split_file:
+        raise AnnotationError(f"{paths[0]}: a split file only applies to COCO caption files (this is {kind} format)")
+    if kind == "folder":
+        from captioning.data.folder import load_folder
+
+        return load_folder(paths[0], merge_restval)
+    return load_karpathy(paths[0], merge_restval=merge_restval)

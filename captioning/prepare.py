@@ -1,0 +1,95 @@
+"""``captioning prepare``: check a dataset before training and build its vocabulary.
+
+Counts images and captions per split, tries to read every image (``load_image``) and lists ALL
+missing or unreadable files, builds and saves the vocabulary from the training captions, and prints
+the caption length distribution. Problems (an annotation error, unreadable images) make it exit 1.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from typing import Optional, Sequence, TextIO
+
+import numpy as np
+
+from captioning.errors import CaptioningError
+
+
+def length_report(lengths: Sequence[int], width: int = 40, out: Optional[TextIO] = None) -> None:
+    """min / mean / percentiles / max of caption lengths (words), and a text histogram."""
+    out = out or sys.stdout
+    a = np.asarray(lengths)
+    p = np.percentile(a, [50, 90, 95, 99])
+    print(f"caption length (words): min {a.min()}  mean {a.mean():.1f}  median {p[0]:.0f}  p90 {p[1]:.0f}  "
+          f"p95 {p[2]:.0f}  p99 {p[3]:.0f}  max {a.max()}", file=out)
+    edges = list(range(0, 31, 5)) + [int(a.max()) + 1 if a.max() >= 30 else 31]
+    counts = [int(((a >= lo) & (a < hi)).sum()) for lo, hi in zip(edges[:-1], edges[1:])]
+    top = max(counts) or 1
+    for (lo, hi), c in zip(zip(edges[:-1], edges[1:]), counts):
+        label = f"{lo:>3}-{hi - 1:<3}" if hi - lo > 1 else f"{lo:>3}    "
+        print(f"  {label} {'#' * round(width * c / top):<{width}} {c}", file=out)
+
+
+def check_images(records, images_root: str, progress: bool = True) -> list[str]:
+    """Messages of every missing or unreadable image (each file tried once)."""
+    from tqdm.auto import tqdm
+
+    from captioning.data.images import load_image
+
+    problems = []
+    for r in tqdm(records, desc="checking images", unit="img", disable=not progress):
+        try:
+            load_image(os.path.join(images_root, r.path))
+        except CaptioningError as err:
+            problems.append(str(err))
+    return problems
+
+
+def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int = 5, out: Optional[str] = None,
+            split_file: Optional[str] = None, max_vocab_size: Optional[int] = None, check: bool = True,
+            progress: bool = True) -> int:
+    """Run the checks and print the report; returns the exit status (0 fine, 1 problems)."""
+    from captioning.data.formats import detect_format, load_records
+    from captioning.vocab import Vocabulary
+
+    first = annotations if isinstance(annotations, str) else annotations[0]
+    images_root = images_root or os.path.dirname(os.path.abspath(first))
+    records = load_records(annotations, split_file)  # AnnotationError: printed by the CLI, exit 1
+    print(f"{first}: {detect_format(first)} format, {len(records)} images, images under {images_root}")
+    per_split = Counter(r.split for r in records)
+    caps = Counter()
+    for r in records:
+        caps[r.split] += len(r.captions)
+    for split in sorted(per_split):
+        print(f"  {split:<8} {per_split[split]:>8} images {caps[split]:>9} captions")
+    problems = []
+    if "train" not in per_split:
+        problems.append("no training images (split 'train')")
+    for split in ("val", "test"):
+        if split not in per_split:
+            print(f"warning: no {split!r} images: fit's validation / test would fail", file=sys.stderr)
+    if check:
+        bad = check_images(records, images_root, progress)
+        for message in bad:
+            print(f"unreadable: {message}", file=sys.stderr)
+        if bad:
+            problems.append(f"{len(bad)} of {len(records)} images are missing or unreadable (listed above)")
+        else:
+            print(f"all {len(records)} images readable")
+    train = [t for r in records if r.split == "train" for t in r.tokens]
+    if train:
+        vocab = Vocabulary.build(train, min_word_freq, max_vocab_size)
+        words = Counter(w for t in train for w in t)
+        unk = sum(c for w, c in words.items() if w not in vocab)
+        total = sum(words.values())
+        print(f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of {len(words)} distinct training words; "
+              f"{unk / max(total, 1):.2%} of training words become <unk>")
+        if out:
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            vocab.save(out)
+            print(f"wrote {out}")
+    length_report([len(t) for r in records for t in r.tokens])
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    return 1 if problems else 0

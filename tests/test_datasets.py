@@ -1,0 +1,230 @@
+"""Real-dataset readers (Karpathy, raw COCO, captions folder), format dispatch, and `captioning prepare`,
+on tiny datasets of real JPEGs written here."""
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from captioning.cli import main
+from captioning.data.coco import load_coco
+from captioning.data.datamodule import CaptionDataModule
+from captioning.data.folder import load_folder
+from captioning.data.formats import detect_format, load_records
+from captioning.data.karpathy import load_karpathy
+from captioning.errors import AnnotationError
+
+WORDS = ["a", "dog", "cat", "runs", "on", "the", "grass", "red", "ball", "sits", "mat", "blue"]
+
+
+def write_jpeg(path: Path, seed: int, size: int = 48) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (size, size + 8, 3), dtype=np.uint8)).save(path, "JPEG")
+
+
+def caption(rng) -> str:
+    return " ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
+
+
+def make_karpathy(root: Path, n_train: int = 12, n_val: int = 4, n_test: int = 4, captions: int = 3,
+                  cocoid: bool = False) -> Path:
+    """A Karpathy split file with JPEGs under root/images; returns the annotation file."""
+    rng = np.random.default_rng(0)
+    images = []
+    for i, split in enumerate(["train"] * n_train + ["val"] * n_val + ["test"] * n_test):
+        write_jpeg(root / "images" / f"{i}.jpg", i)
+        sents = [{"raw": c, "tokens": c.split()} for c in (caption(rng) for _ in range(captions))]
+        img = {"filepath": "images", "filename": f"{i}.jpg", "imgid": i, "split": split, "sentences": sents}
+        if cocoid:
+            img["cocoid"] = 1000 + i
+        images.append(img)
+    path = root / "dataset_tiny.json"
+    path.write_text(json.dumps({"images": images, "dataset": "tiny"}))
+    return path
+
+
+def make_coco(root: Path) -> tuple[Path, Path, Path]:
+    """captions_train2014.json (ids 1-6), captions_val2014.json (ids 7-10), a Karpathy split file."""
+    rng = np.random.default_rng(1)
+    files = []
+    for folder, ids in (("train2014", range(1, 7)), ("val2014", range(7, 11))):
+        images, anns = [], []
+        for k in ids:
+            name = f"COCO_{folder}_{k:012d}.jpg"
+            write_jpeg(root / folder / name, k)
+            images.append({"id": k, "file_name": name, "width": 56, "height": 48})
+            anns += [{"id": 100 * k + j, "image_id": k, "caption": caption(rng).capitalize() + "."} for j in range(2)]
+        path = root / "annotations" / f"captions_{folder}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"info": {}, "images": images, "licenses": [], "annotations": anns}))
+        files.append(path)
+    split = {1: "train", 2: "train", 3: "restval", 4: "train", 7: "train", 8: "val", 9: "test", 10: "test"}
+    karpathy = {"images": [{"cocoid": k, "split": s, "filename": "x", "sentences": []} for k, s in split.items()]}
+    (root / "dataset_coco.json").write_text(json.dumps(karpathy))
+    return files[0], files[1], root / "dataset_coco.json"
+
+
+@pytest.fixture
+def coco(tmp_path):
+    return make_coco(tmp_path)
+
+
+def test_coco_without_split_file_takes_splits_from_file_names(coco):
+    train, val, _ = coco
+    records = load_coco([train, val])
+    assert [r.image_id for r in records] == list(range(1, 11))
+    assert {r.split for r in records if r.image_id <= 6} == {"train"} and records[-1].split == "val"
+    assert records[0].path == "train2014/COCO_train2014_000000000001.jpg"
+    assert len(records[0].captions) == 2 and records[0].tokens[0][-1] != "."  # tokenised, punctuation dropped
+    assert records[0].width == 56
+
+
+def test_coco_with_karpathy_split_file(coco):
+    train, val, split = coco
+    records = load_coco([train, val], split_file=split)
+    assert {r.image_id: r.split for r in records} == {1: "train", 2: "train", 3: "train", 4: "train", 7: "train",
+                                                       8: "val", 9: "test", 10: "test"}  # 5, 6 not listed: left out
+    assert load_coco([train, val], split, merge_restval=False)[2].split == "restval"
+    with pytest.raises(AnnotationError, match="4 cocoid.*in no caption file"):
+        load_coco(train, split_file=split)  # val2014 missing
+
+
+def test_coco_errors(tmp_path, coco):
+    train, _, _ = coco
+    bad = tmp_path / "captions_train2014.json"
+    bad.write_text('{"images": [], "annotations": [')
+    with pytest.raises(AnnotationError, match="malformed JSON"):
+        load_coco(bad)
+    bad.write_text(json.dumps({"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": []}))
+    with pytest.raises(AnnotationError, match="image 1 .*no usable captions"):
+        load_coco(bad)
+    with pytest.raises(AnnotationError, match="also in"):
+        load_coco([train, train])
+
+
+def test_folder_csv_and_jsonl(tmp_path):
+    for i in range(3):
+        write_jpeg(tmp_path / f"{i}.jpg", i)
+    with open(tmp_path / "captions.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["image", "caption"])
+        w.writerows([["0.jpg", "A dog, running."], ["1.jpg", "a cat"], ["0.jpg", "a brown dog"], ["2.jpg", "a mat"]])
+    records = load_folder(tmp_path / "captions.csv")
+    assert [(r.path, r.split, len(r.captions)) for r in records] == [("0.jpg", "train", 2), ("1.jpg", "train", 1), ("2.jpg", "train", 1)]
+    assert records[0].tokens[0] == ["a", "dog", "running"]
+    rows = [{"image": "0.jpg", "caption": "a dog", "split": "train"}, {"image": "1.jpg", "caption": "a cat", "split": "val"},
+            {"image": "2.jpg", "caption": "a mat", "split": "test"}]
+    (tmp_path / "captions.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert [r.split for r in load_records(tmp_path / "captions.jsonl")] == ["train", "val", "test"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("image,text\n0.jpg,a dog\n", "no column 'caption'"),
+    ("image,caption,split\n0.jpg,a dog,training\n", "line 2: unknown split 'training'"),
+    ("image,caption\n0.jpg,\n", "without a usable caption"),
+    ("image,caption,split\n0.jpg,a dog,train\n0.jpg,a cat,val\n", "line 3: 0.jpg is in split 'val'"),
+])
+def test_folder_errors(tmp_path, content, message):
+    (tmp_path / "c.csv").write_text(content)
+    with pytest.raises(AnnotationError, match=message):
+        load_folder(tmp_path / "c.csv")
+
+
+def test_folder_jsonl_malformed(tmp_path):
+    (tmp_path / "c.jsonl").write_text('{"image": "a.jpg", "caption": "a dog"}\n{"image": \n')
+    with pytest.raises(AnnotationError, match="line 2: malformed JSON"):
+        load_folder(tmp_path / "c.jsonl")
+
+
+def test_format_dispatch(tmp_path, coco):
+    karpathy = make_karpathy(tmp_path / "k")
+    assert detect_format(karpathy) == "karpathy" and detect_format(coco[0]) == "coco"
+    assert detect_format(tmp_path / "x.csv") == "folder"
+    assert [r.path for r in load_records(karpathy)] == [r.path for r in load_karpathy(karpathy)]
+    with pytest.raises(AnnotationError, match="split file only applies to COCO"):
+        load_records(karpathy, split_file=coco[2])
+
+
+def test_datamodule_reads_coco_and_folder(tmp_path, coco):
+    train, val, split = coco
+    dm = CaptionDataModule([str(train), str(val)], images_root=str(tmp_path), split_file=str(split),
+                           batch_size=4, image_size=32, min_word_freq=1)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["images"].shape == (4, 3, 32, 32) and len(dm.records("test")) == 2
+    assert set(dm.references("val")) == {8}
+
+
+def test_prepare_reports_and_writes_vocab(tmp_path, capsys):
+    ann = make_karpathy(tmp_path)
+    status = main(["prepare", "--annotations", str(ann), "--min-word-freq", "1", "--out", str(tmp_path / "vocab.json")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "train" in out and "12 images" in out and "36 captions" in out
+    assert "all 20 images readable" in out and "caption length (words): min 3" in out and "#" in out
+    assert json.loads((tmp_path / "vocab.json").read_text())
+
+
+def test_prepare_lists_every_bad_image(tmp_path, capsys):
+    ann = make_karpathy(tmp_path)
+    (tmp_path / "images" / "3.jpg").unlink()
+    (tmp_path / "images" / "5.jpg").write_bytes(b"not a jpeg")
+    data = (tmp_path / "images" / "7.jpg").read_bytes()
+    (tmp_path / "images" / "7.jpg").write_bytes(data[: len(data) // 2])
+    assert main(["prepare", "--annotations", str(ann)]) == 1
+    err = capsys.readouterr().err
+    for name, why in (("3.jpg", "no such file"), ("5.jpg", "not an image"), ("7.jpg", "truncated")):
+        assert any(name in line and why in line for line in err.splitlines()), err
+    assert "3 of 20 images are missing or unreadable" in err
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["images"][0].update(split="training"), r"images\[0\]\.split: unknown split .training."),
+    (lambda d: d["images"][1].update(sentences=[]), r"images\[1\] .*no usable captions"),
+    (None, "malformed JSON"),
+])
+def test_prepare_annotation_problems(tmp_path, capsys, change, message):
+    ann = make_karpathy(tmp_path, n_train=2, n_val=1, n_test=1)
+    if change is None:
+        ann.write_text(ann.read_text()[:-20])
+    else:
+        data = json.loads(ann.read_text())
+        change(data)
+        ann.write_text(json.dumps(data))
+    assert main(["prepare", "--annotations", str(ann)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    import re
+    assert re.search(message, err), err
+
+
+REAL_CONFIGS = sorted(p.name for p in (Path(__file__).parent.parent / "configs").glob("*.yaml")
+                      if p.name.split("_")[0] in ("flickr8k", "flickr30k", "coco"))
+
+
+def test_real_dataset_configs_exist():
+    assert REAL_CONFIGS == [f"{d}_{k}.yaml" for d in ("coco", "flickr30k", "flickr8k") for k in ("hard", "soft")]
+
+
+@pytest.mark.parametrize("config", REAL_CONFIGS)
+def test_real_dataset_config_fits_one_step(config, tmp_path_factory):
+    """Each config parses, builds its module and datamodule on tiny JPEG data and takes a fit step."""
+    from captioning.cli import lightning_cli
+    from conftest import fit_args
+
+    root = tmp_path_factory.mktemp(config.split(".")[0])
+    ann = make_karpathy(root, n_train=6, n_val=2, n_test=2)
+    cli = lightning_cli(fit_args(ann, root / "run", config=config, steps=1, extra=[
+        "--model.pretrained", "false", "--model.grid_size", "2", "--data.image_size", "64", "--data.min_word_freq", "1",
+        "--data.images_root", str(root), "--data.pin_memory", "false", "--model.max_new_tokens", "4",
+        "--data.eval_batch_size", "2", "--trainer.devices", "1", "--trainer.max_steps", "1",
+    ]))
+    h = cli.model.hparams
+    assert cli.trainer.global_step == 1
+    assert (h.encoder, h.lr, h.dropout, h.doubly_stochastic, h.attention) == ("resnet101", 2e-4, 0.5, 1.0, config.split("_")[1].split(".")[0])
+    if h.attention == "hard":
+        assert (h.lambda_r, h.lambda_e, h.semi_sampling_p) == (0.1, 0.002, 0.5)
+    assert cli.datamodule.min_word_freq == 1 and cli.datamodule.batch_size == 8
