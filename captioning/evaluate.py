@@ -9,35 +9,8 @@ import time
 from typing import Optional
 
 import torch
-from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from captioning.errors import AnnotationError, CaptioningError
-
-
-class _EvalImages(Dataset):
-    """One item per image: (image tensor or None, image_id, error message or None)."""
-
-    def __init__(self, records, images_root: str, image_size: int):
-        self.records, self.root, self.size = records, images_root, image_size
-
-    def __len__(self):
-        return len(self.records)
-
-    def __getitem__(self, i):
-        from captioning.data.images import load_image, to_tensor
-
-        rec = self.records[i]
-        try:
-            return to_tensor(load_image(os.path.join(self.root, rec.path)), self.size), rec.image_id, None
-        except CaptioningError as err:
-            return None, rec.image_id, str(err)
-
-
-def _collate(items):
-    good = [(x, i) for x, i, e in items if x is not None]
-    images = torch.stack([x for x, _ in good]) if good else None
-    return images, [i for _, i in good], [e for _, _, e in items if e is not None]
 
 
 def evaluate(
@@ -66,7 +39,7 @@ def evaluate(
     the images skipped. ``results_path`` gets the COCO results file [{"image_id", "caption"}].
     """
     from captioning.checkpoint import load_module
-    from captioning.data.karpathy import load_karpathy
+    from captioning.data.datamodule import CaptionDataModule
     from captioning.io import atomic_write_json
     from captioning.metrics import CocoScorer, object_f1
 
@@ -74,22 +47,21 @@ def evaluate(
         module = load_module(checkpoint)
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     module = module.eval().to(dev)
-    records = [r for r in load_karpathy(annotations) if r.split == split]
-    if not records:
-        raise AnnotationError(f"{annotations}: no images in split {split!r}")
-    root = images_root or os.path.dirname(os.path.abspath(annotations))
-    loader = DataLoader(_EvalImages(records, root, int(module.hparams.image_size)), batch_size=batch_size,
-                        num_workers=num_workers, collate_fn=_collate)
+    data = CaptionDataModule(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
+                             image_size=int(module.hparams.image_size), on_bad_image="skip")
+    data.set_vocab(module.vocab)
+    records = data.records(split)
+    root = data.images_root
 
     start = time.perf_counter()
     predictions, maps, skipped = {}, {}, []
-    for images, ids, errors in tqdm(loader, desc=f"decoding {split}", unit="batch", disable=not progress):
-        skipped += errors
-        if images is None:
+    for batch in tqdm(data.eval_dataloader(split), desc=f"decoding {split}", unit="batch", disable=not progress):
+        skipped += batch["bad_images"]  # unreadable images, named with the reason; the rest go on
+        if batch["image_ids"].numel() == 0:
             continue
-        out = module.generate(images=images.to(dev), num_beams=num_beams, max_new_tokens=max_new_tokens,
+        out = module.generate(images=batch["images"].to(dev), num_beams=num_beams, max_new_tokens=max_new_tokens,
                               attention_mode=attention_mode, length_penalty=length_penalty)
-        for i, image_id in enumerate(ids):
+        for i, image_id in enumerate(batch["image_ids"].tolist()):
             n = int(out.lengths[i])
             predictions[image_id] = module.vocab.decode_text(out.sequences[i, :n].tolist())
             if grounding:

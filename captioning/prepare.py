@@ -23,11 +23,11 @@ def length_report(lengths: Sequence[int], width: int = 40, out: Optional[TextIO]
     p = np.percentile(a, [50, 90, 95, 99])
     print(f"caption length (words): min {a.min()}  mean {a.mean():.1f}  median {p[0]:.0f}  p90 {p[1]:.0f}  "
           f"p95 {p[2]:.0f}  p99 {p[3]:.0f}  max {a.max()}", file=out)
-    edges = list(range(0, 31, 5)) + [int(a.max()) + 1 if a.max() >= 30 else 31]
+    edges = list(range(0, 31, 5)) + [max(int(a.max()), 30) + 1]
     counts = [int(((a >= lo) & (a < hi)).sum()) for lo, hi in zip(edges[:-1], edges[1:])]
     top = max(counts) or 1
     for (lo, hi), c in zip(zip(edges[:-1], edges[1:]), counts):
-        label = f"{lo:>3}-{hi - 1:<3}" if hi - lo > 1 else f"{lo:>3}    "
+        label = f"{lo:>3}-{hi - 1:<3}" if lo < 30 else f"{lo:>3}+   "
         print(f"  {label} {'#' * round(width * c / top):<{width}} {c}", file=out)
 
 
@@ -74,7 +74,8 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         for message in bad:
             print(f"unreadable: {message}", file=sys.stderr)
         if bad:
-            problems.append(f"{len(bad)} of {len(records)} images are missing or unreadable (listed above)")
+            hint = f"; is --images-root {images_root} right?" if len(bad) == len(records) else ""
+            problems.append(f"{len(bad)} of {len(records)} images are missing or unreadable (listed above){hint}")
         else:
             print(f"all {len(records)} images readable")
     train = [t for r in records if r.split == "train" for t in r.tokens]

@@ -1,9 +1,7 @@
 """The feature cache: extraction, resuming, sharding, reading in loaders and training from it."""
 import json
-import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml

@@ -4,7 +4,7 @@
 
 Builds a synthetic cache of N images of 196x512 float16 grids (VGG conv5 at 224 px: ~200 KB an
 image, ~4 GB for 20,000) and a matching Karpathy file, then trains the soft-attention decoder from
-it for some steps in a fresh process, measuring peak RSS (getrusage; DataLoader workers counted
+it for some steps in a fresh process, measuring peak RSS (sampled from /proc; DataLoader workers counted
 separately) and samples/s. With ``--small`` it repeats on a 10x smaller cache (memory must not grow
 with the dataset); with ``--image-steps`` it also trains from JPEGs through a frozen VGG-16 (the
 same 14x14x512 grid) for comparison. Prints one JSON report.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -59,6 +58,65 @@ def build(out: str, n: int, jpegs: int = 0) -> str:
     return ann
 
 
+def _status(pid) -> dict:
+    """VmRSS / RssAnon / RssFile in MB of a process (Linux /proc)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+                    out[key] = int(value.split()[0]) / 1024
+    except OSError:
+        pass
+    return out
+
+
+class PeakMemory:
+    """Samples the RSS of this process and its children (DataLoader workers) every 0.1 s.
+
+    getrusage's ru_maxrss is not used: Linux carries it over a fork + exec from the parent.
+    RssAnon is the memory the process really owns; RssFile counts memmapped cache pages, which are
+    shared page cache the kernel drops under pressure.
+    """
+
+    def __init__(self):
+        import threading
+
+        self.peak = {"main_rss": 0.0, "main_anon": 0.0, "main_file": 0.0, "worker_rss": 0.0, "worker_anon": 0.0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _children(self) -> list:
+        pids = []
+        for task in os.listdir(f"/proc/{os.getpid()}/task"):
+            try:
+                with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
+                    pids += f.read().split()
+            except OSError:
+                pass
+        return pids
+
+    def _run(self):
+        while not self._stop.is_set():
+            me = _status("self")
+            p = self.peak
+            p["main_rss"] = max(p["main_rss"], me.get("VmRSS", 0))
+            p["main_anon"] = max(p["main_anon"], me.get("RssAnon", 0))
+            p["main_file"] = max(p["main_file"], me.get("RssFile", 0))
+            for pid in self._children():
+                c = _status(pid)
+                p["worker_rss"] = max(p["worker_rss"], c.get("VmRSS", 0))
+                p["worker_anon"] = max(p["worker_anon"], c.get("RssAnon", 0))
+            self._stop.wait(0.1)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        return {f"peak_{k}_mb": round(v, 1) for k, v in self.peak.items()}
+
+
 def train(ann: str, features: str | None, steps: int, batch: int, workers: int) -> dict:
     """Runs in a fresh process: `steps` training steps; peak RSS and throughput."""
     import lightning as L_
@@ -68,7 +126,8 @@ def train(ann: str, features: str | None, steps: int, batch: int, workers: int) 
     from captioning.module import CaptioningModule
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = _status("self").get("VmRSS", 0)
+    memory = PeakMemory()
     dm = CaptionDataModule(ann, features=features, batch_size=batch, num_workers=workers, min_word_freq=1, image_size=224)
     if features:
         model = CaptioningModule(encoder="small_cnn", encoder_dim=D, pretrained=False)  # encoder unused; decoder D = 512
@@ -94,9 +153,7 @@ def train(ann: str, features: str | None, steps: int, batch: int, workers: int) 
         "source": "features" if features else "images", "train_pairs": len(dm.records("train")) * 5,
         "steps": len(times), "batch": batch, "workers": workers,
         "samples_per_s": batch / (sum(steady) / len(steady)), "wall_s": wall,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "rss_before_mb": rss0 / 1024,
-        "peak_rss_workers_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "rss_after_imports_mb": round(rss0, 1), **memory.stop(),
     }
 
 

@@ -287,6 +287,10 @@ class CaptionDataModule(L.LightningDataModule):
         dataset = self._dataset(kind, "train", vocab=self.vocab, max_length=self.max_length)
         return self._loader(dataset, self.batch_size, train=True)
 
+    def eval_dataloader(self, split: str) -> DataLoader:
+        """One batch entry per image of ``split``, in file order (also for splits other than val/test)."""
+        return self._eval_loader(split)
+
     def _eval_loader(self, split: str) -> DataLoader:
         return self._loader(self._dataset(ImageDataset, split), self.eval_batch_size, train=False)
 
