@@ -284,14 +284,17 @@ class CaptioningModule(L.LightningModule):
 
     def _gathered_predictions(self) -> dict[int, str]:
         """image_id -> caption over every rank; each image once (distributed samplers repeat some)."""
-        if not self._predictions:
-            return {}
-        ids = torch.cat([i for i, _ in self._predictions])
-        seqs = torch.cat([s for _, s in self._predictions])
+        width = self.hparams.max_new_tokens
+        ids = torch.cat([i for i, _ in self._predictions]) if self._predictions else torch.zeros(0, dtype=torch.long, device=self.device)
+        seqs = torch.cat([s for _, s in self._predictions]) if self._predictions else ids.new_zeros(0, width)
         self._predictions = []
-        if self.trainer.world_size > 1:
-            ids = self.all_gather(ids).flatten(0, 1)
-            seqs = self.all_gather(seqs).flatten(0, 1)
+        if self.trainer.world_size > 1:  # ranks may hold different counts: pad to the largest with id -1
+            count = self.all_gather(torch.tensor(ids.numel(), device=self.device)).max().item()
+            ids = torch.cat([ids, ids.new_full((count - ids.numel(),), -1)])
+            seqs = torch.cat([seqs, seqs.new_zeros(count - seqs.size(0), width)])
+            ids, seqs = self.all_gather(ids).flatten(0, 1), self.all_gather(seqs).flatten(0, 1)
+            keep = ids >= 0
+            ids, seqs = ids[keep], seqs[keep]
         return dict(zip(ids.tolist(), self.decode_text(seqs)))
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:

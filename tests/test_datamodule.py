@@ -168,7 +168,7 @@ def test_skip_inside_a_lightning_fit(tiny_karpathy):
 
 
 def test_config_errors(tiny_karpathy):
-    with pytest.raises(ConfigError, match="features caches are not supported yet"):
+    with pytest.raises(ConfigError, match="no such feature cache folder"):
         CaptionDataModule(str(tiny_karpathy), features="feats.h5")
     with pytest.raises(ConfigError, match="batch_size"):
         CaptionDataModule(str(tiny_karpathy), batch_size=0)

@@ -63,7 +63,16 @@ def test_interrupted_extraction_resumes_and_never_reads_half_written_rows(data, 
     assert len(missing) == 8
     with pytest.raises(ImageError, match="incomplete"):
         cache[missing[0]]
-    # a row whose data was written but whose flag was not: still refused
+    # a row whose data reached the file but whose done flag did not (killed in between): still refused
+    import numpy as np
+    part = str(next(tmp_path.glob("*.index.json")))[: -len(".index.json")]
+    rows = json.loads(Path(part + ".index.json").read_text())["image_ids"]
+    grids = np.memmap(part + ".f16", dtype=np.float16, mode="r+", shape=(len(rows), *cache.grid_shape))
+    grids[rows.index(missing[0])] = 1.0
+    grids.flush()
+    del grids
+    with pytest.raises(ImageError, match="incomplete"):
+        FeatureCache(tmp_path)[missing[0]]
     second = extract(data, encoder, tmp_path)
     assert second["extracted"] == 8 and second["done"] == 16
     full = FeatureCache(full_cache)

@@ -276,9 +276,11 @@ class CaptionDataModule(L.LightningDataModule):
         collate = Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, self.on_bad_image, captions=train)
         kwargs = dict(num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
                       pin_memory=self.pin_memory, collate_fn=collate)
-        if train:  # shuffled per epoch from the run's seed; resumable mid-epoch from a checkpoint
+        distributed = self.trainer is not None and self.trainer.world_size > 1
+        if train and not distributed:  # shuffled per epoch from the run's seed; resumable mid-epoch
             return ResumableLoader(dataset, batch_size, seed=torch.initial_seed() % 2**31, **kwargs)
-        return DataLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
+        # Under DDP Lightning puts in its DistributedSampler (which a mid-epoch resume restarts).
+        return DataLoader(dataset, batch_size=batch_size, shuffle=train, **kwargs)
 
     def train_dataloader(self) -> DataLoader:
         if self.vocab is None:
