@@ -12,28 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 from typing import Optional, Sequence, Union
 
-from captioning.data.karpathy import SPLITS, ImageRecord
+from captioning.data.karpathy import SPLITS, ImageRecord, read_json
 from captioning.errors import AnnotationError
 from captioning.vocab import tokenize
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-def _read(path: str):
-    if not os.path.isfile(path):
-        raise AnnotationError(f"{path}: no such file")
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
-    except json.JSONDecodeError as err:
-        raise AnnotationError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
-    except UnicodeDecodeError:
-        raise AnnotationError(f"{path}: not UTF-8 text") from None
 
 
 def _coco(path: str, data: dict):
@@ -59,7 +46,7 @@ def _coco(path: str, data: dict):
 def read_split_file(path: PathLike, merge_restval: bool = True) -> dict[int, str]:
     """cocoid -> split from Karpathy's dataset_coco.json or a ``{split: [cocoid, ...]}`` file."""
     path = os.fspath(path)
-    data = _read(path)
+    data = read_json(path)
     splits: dict[int, str] = {}
     if isinstance(data, dict) and isinstance(data.get("images"), list):
         for i, img in enumerate(data["images"]):
@@ -106,7 +93,7 @@ def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: O
     records: dict[int, ImageRecord] = {}
     where: dict[int, str] = {}
     for path in files:
-        coco = _coco(path, data if data is not None and len(files) == 1 else _read(path))
+        coco = _coco(path, data if data is not None and len(files) == 1 else read_json(path))
         folder, default_split = _folder(path), None if splits else _split_from_name(path)
         for cocoid, img in coco.imgs.items():
             cocoid = int(cocoid)

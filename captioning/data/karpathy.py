@@ -37,7 +37,8 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _read_json(path: str) -> Any:
+def read_json(path: str) -> Any:
+    """A JSON annotation file, with one-line AnnotationErrors for a missing, unreadable or malformed file."""
     if not os.path.exists(path):
         raise AnnotationError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -122,7 +123,7 @@ def load_karpathy(path: Union[str, "os.PathLike[str]"], merge_restval: bool = Tr
     image_id or path).
     """
     path = os.fspath(path)
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict) or "images" not in data:
         raise AnnotationError(f"{path}: missing top-level field 'images' (not a Karpathy split file?)")
     if not isinstance(data["images"], list):
