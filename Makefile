@@ -9,8 +9,6 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "torch>=2.4,<=2.14.1" "torchvision>=0.19,<=0.29.1"
 	$(BIN)/pip install --quiet -e ".[dev,efficientnet]"
 	touch $(STAMP)
 
