@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/captioning demo --out outputs/demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=15
 
 clean:
 	rm -rf $(VENV) outputs lightning_logs
