@@ -16,7 +16,7 @@ def learn_data(tmp_path_factory):
 
 def untrained_and_trained(annotations, root, attention):
     args = [
-        "fit", "--config", str(ROOT / "configs" / f"shapes_{attention}.yaml"),
+        "--config", str(ROOT / "configs" / f"shapes_{attention}.yaml"),
         "--data.annotations", str(annotations), "--data.num_workers", "0",
         "--trainer.default_root_dir", str(root), "--trainer.max_epochs", "8", "--trainer.max_time", "null",
         "--trainer.check_val_every_n_epoch", "8", "--trainer.enable_progress_bar", "false",

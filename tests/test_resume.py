@@ -123,7 +123,10 @@ def test_best_checkpoint_bookkeeping_survives(runs):
     assert float(before["best_model_score"]) in [float(s) for s in reference["best_k_models"].values()]
     # the resumed run still knows the epoch-0 checkpoint and compares epoch 1 against it
     assert float(after["best_model_score"]) >= float(before["best_model_score"])
-    assert Path(after["best_model_path"]).is_file()
+    # and it keeps the same bookkeeping as the uninterrupted run (last.ckpt is written at the last
+    # step, before that epoch's validation, in both runs)
+    assert Path(after["best_model_path"]).name == Path(reference["best_model_path"]).name
+    assert float(after["best_model_score"]) == float(reference["best_model_score"])
     assert len(after["best_k_models"]) == len(reference["best_k_models"])
 
 
