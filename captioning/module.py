@@ -144,6 +144,14 @@ class CaptioningModule(L.LightningModule):
         if "vocabulary" in checkpoint:
             self.set_vocab(Vocabulary.from_dict(checkpoint["vocabulary"]))
 
+    def train(self, mode: bool = True) -> "CaptioningModule":
+        """Train mode, except that frozen batch-norm layers keep their ImageNet statistics."""
+        super().train(mode)
+        for m in self.encoder.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not any(p.requires_grad for p in m.parameters()):
+                m.eval()
+        return self
+
     def configure_callbacks(self):
         # Keep the best checkpoint by validation CIDEr, and the last one for resuming. Lightning lets
         # these replace every ModelCheckpoint given to the Trainer, so one the user configured with

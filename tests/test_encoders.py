@@ -50,3 +50,20 @@ def test_unknown_encoder():
     assert "efficientnet_lite0" in ENCODERS
     with pytest.raises(ConfigError, match="unknown encoder 'alexnet'"):
         build_encoder("alexnet")
+
+
+def test_frozen_batch_norm_keeps_its_statistics_in_training():
+    import torch
+    from captioning.module import CaptioningModule
+    from captioning.vocab import Vocabulary
+
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "a"]).to_dict()
+    frozen = CaptioningModule(encoder="resnet50", pretrained=False, grid_size=2, vocab=vocab).train()
+    bns = [m for m in frozen.encoder.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert bns and not any(m.training for m in bns) and frozen.decoder.training
+    before = [m.running_mean.clone() for m in bns]
+    with torch.no_grad():
+        frozen.encoder(torch.rand(2, 3, 64, 64))
+    assert all(torch.equal(a, m.running_mean) for a, m in zip(before, bns))
+    scratch = CaptioningModule(encoder="small_cnn", vocab=vocab).train()  # trained from scratch: BN learns
+    assert all(m.training for m in scratch.encoder.modules() if isinstance(m, torch.nn.BatchNorm2d))
