@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from captioning.models.decoder import ShowAttendTellDecoder
+from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
 
 
 @dataclass
@@ -129,7 +129,9 @@ def beam_search(
         beam_scores, flat = candidates.topk(K, dim=1)  # (B, K)
         parent = (base + flat // V).view(-1)  # (B*K,) rows the new beams come from
         tokens = (flat % V).view(-1)
-        state = state.select(parent)
+        # A beam's parent is one of the same image's K beams, whose features rows are identical:
+        # only the recurrent state moves (copying the features would cost B*K*L*(D+A) per step).
+        state = DecoderState(state.h[parent], state.c[parent], state.features, state.projected)
         was_finished = finished[parent]
         lengths = lengths[parent] + (~was_finished).long()
         finished = was_finished | (tokens == eos_id)

@@ -1,0 +1,169 @@
+"""The fast paths agree with plain references at moderate sizes (issue 6); no timing asserts.
+
+- The teacher-forced pass (sorted batch, shrinking active rows, fused hidden products, output
+  layer once over real steps) gives the same losses and gradients as a plain loop that runs one
+  caption at a time, one step at a time, written from the equations (not through ``_recur``):
+  soft attention, and hard attention with forced locations (and rows that take the expected context).
+  The model runs in float64; caption_log_likelihood casts logits to float32, so the log-likelihood
+  and the gradients are compared at float32 tolerance, the other terms at float64 tolerance.
+- Batched generation equals one image at a time for hard attention and a larger decoder
+  (tests/test_search.py covers the small soft decoder).
+"""
+import pytest
+import torch
+
+from captioning.losses import caption_log_likelihood, doubly_stochastic_penalty
+from captioning.models.decoder import ShowAttendTellDecoder
+from captioning.models.search import generate
+
+PAD, BOS, EOS = 0, 1, 2
+V, D, L, H, M, A = 50, 32, 49, 64, 48, 40
+LENGTHS = [9, 3, 14, 2, 6, 11]  # tokens incl. BOS and EOS, unsorted, one caption of a single step
+
+
+def make_decoder(attention: str) -> ShowAttendTellDecoder:
+    torch.manual_seed(0)
+    return ShowAttendTellDecoder(V, D, embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0,
+                                 attention=attention).double().eval()
+
+
+def make_batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    B = len(LENGTHS)
+    features = torch.randn(B, L, D, generator=g, dtype=torch.float64)
+    lengths = torch.tensor(LENGTHS)
+    captions = torch.full((B, max(LENGTHS) + 2), PAD)  # extra padding columns on purpose
+    for b, n in enumerate(LENGTHS):
+        captions[b, 0] = BOS
+        captions[b, 1 : n - 1] = torch.randint(3, V, (n - 2,), generator=g)
+        captions[b, n - 1] = EOS
+    T = captions.size(1) - 1
+    locations = torch.randint(0, L, (B, T), generator=g)
+    use_expected = torch.tensor([False, True, False, False, True, False])
+    weights = torch.randn(B, T, generator=g, dtype=torch.float64)  # fixed coefficients of log p(s_t)
+    return features, captions, lengths, locations, use_expected, weights
+
+
+def reference(dec, features, captions, lengths, locations=None, use_expected=None):
+    """Per caption, per step, from the equations. Returns per-caption (log-likelihood, penalty,
+    [log p(s_t)] list, [H[alpha_t]] list)."""
+    hard = locations is not None
+    out = []
+    for b in range(features.size(0)):
+        a = features[b]  # (L, D)
+        h, c = torch.tanh(dec.init_state(a.mean(0))).chunk(2)
+        proj = dec.attention.feature_proj(a)  # (L, A)
+        ll, coverage, log_ps, ents = 0.0, torch.zeros(L, dtype=a.dtype), [], []
+        for t in range(int(lengths[b]) - 1):
+            hp = dec.hidden_proj(h)
+            e = dec.attention.score(torch.tanh(proj + hp[:A])).squeeze(-1)  # (L,)
+            alpha = torch.softmax(e, -1)
+            coverage = coverage + alpha
+            if hard and not bool(use_expected[b]):
+                s = int(locations[b, t])
+                context = a[s]
+                log_ps.append(torch.log(alpha[s]))
+            else:
+                context = alpha @ a
+                log_ps.append(torch.zeros((), dtype=a.dtype))
+            ents.append(-(alpha * torch.log(alpha)).sum())
+            z = torch.sigmoid(hp[A]) * context
+            emb = dec.embedding(captions[b, t])
+            gates = dec.embed_gates(emb) + hp[A + 1 :] + dec.context_gates(z)
+            i, f, g, o = gates.chunk(4)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            x = dec.out_hidden(h) + emb + dec.out_context(z)
+            logp = torch.log_softmax(dec.out_logits(torch.tanh(x)), -1)
+            ll = ll + logp[captions[b, t + 1]]
+        out.append((ll, ((1 - coverage) ** 2).sum(), log_ps, ents))
+    return out
+
+
+def grads(loss, dec):
+    return torch.autograd.grad(loss, list(dec.parameters()), allow_unused=True)
+
+
+def assert_grads_close(dec, fast, slow):
+    for (name, _), gf, gs in zip(dec.named_parameters(), fast, slow):
+        if gf is None or gs is None:
+            assert gf is None and gs is None, name
+            continue
+        torch.testing.assert_close(gf, gs, rtol=1e-5, atol=1e-6, msg=name)  # float32 tolerance
+
+
+def test_soft_fast_pass_equals_reference_in_loss_and_gradient():
+    features, captions, lengths, *_ = make_batch()
+    dec = make_decoder("soft")
+    out = dec(features, captions, lengths)
+    ll = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)
+    pen = doubly_stochastic_penalty(out.alphas, out.mask)
+    ref = reference(dec, features, captions, lengths)
+    ll_ref = torch.stack([r[0] for r in ref])
+    pen_ref = torch.stack([r[1] for r in ref])
+    torch.testing.assert_close(ll.double(), ll_ref, rtol=1e-6, atol=1e-5)  # the loss works in float32
+    torch.testing.assert_close(pen, pen_ref, rtol=1e-9, atol=1e-9)
+    loss, loss_ref = -ll.mean() + pen.mean(), -ll_ref.mean() + pen_ref.mean()
+    assert_grads_close(dec, grads(loss, dec), grads(loss_ref, dec))
+
+
+def test_hard_fast_pass_with_forced_locations_equals_reference():
+    features, captions, lengths, locations, use_expected, w = make_batch(1)
+    dec = make_decoder("hard")
+    out = dec(features, captions, lengths, mode="sample", use_expected=use_expected, locations=locations)
+    mask = out.mask
+    # the forced locations are the ones used and reported
+    assert torch.equal(out.locations[mask], locations[mask])
+    ll = caption_log_likelihood(out.logits, captions[:, 1:], mask)
+    pen = doubly_stochastic_penalty(out.alphas, mask)
+    log_ps = out.location_log_probs * mask
+    ents = out.entropies * mask
+    ref = reference(dec, features, captions, lengths, locations, use_expected)
+    ll_ref = torch.stack([r[0] for r in ref])
+    pen_ref = torch.stack([r[1] for r in ref])
+    log_ps_ref = torch.zeros_like(log_ps)
+    ents_ref = torch.zeros_like(ents)
+    for b, r in enumerate(ref):
+        n = len(r[2])
+        log_ps_ref[b, :n] = torch.stack(r[2])
+        ents_ref[b, :n] = torch.stack(r[3])
+    torch.testing.assert_close(ll.double(), ll_ref, rtol=1e-6, atol=1e-5)  # the loss works in float32
+    torch.testing.assert_close(pen, pen_ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(log_ps, log_ps_ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(ents, ents_ref, rtol=1e-9, atol=1e-9)
+    assert (log_ps[use_expected] == 0).all()
+    # the Eq. 12 surrogate's pieces: NLL, weighted log p(s), entropy, plus the penalty
+    loss = -ll.sum() + pen.sum() + (w * log_ps).sum() + 0.01 * ents.sum()
+    loss_ref = -ll_ref.sum() + pen_ref.sum() + (w * log_ps_ref).sum() + 0.01 * ents_ref.sum()
+    assert_grads_close(dec, grads(loss, dec), grads(loss_ref, dec))
+
+
+def test_fast_pass_is_independent_of_batch_order_and_padding():
+    features, captions, lengths, locations, use_expected, _ = make_batch(2)
+    dec = make_decoder("hard")
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    a = dec(features, captions, lengths, mode="sample", use_expected=use_expected, locations=locations)
+    b = dec(features[perm], captions[perm, :-2], lengths[perm], mode="sample", use_expected=use_expected[perm],
+            locations=locations[perm, :-2])
+    ll_a = caption_log_likelihood(a.logits, captions[:, 1:], a.mask)
+    ll_b = caption_log_likelihood(b.logits, captions[perm, 1:-2], b.mask)
+    torch.testing.assert_close(ll_a[perm], ll_b, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(a.alphas[perm, :-2], b.alphas, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("attention,mode,num_beams", [("hard", "argmax", 1), ("hard", "argmax", 3),
+                                                       ("hard", "expected", 3), ("soft", None, 5)])
+def test_batched_generation_equals_one_at_a_time_moderate_sizes(attention, mode, num_beams):
+    dec = make_decoder(attention).float()
+    with torch.no_grad():
+        dec.out_logits.bias[EOS] += 3.0  # captions of varied lengths
+    features = torch.randn(7, L, D, generator=torch.Generator().manual_seed(3))
+    batched = generate(dec, features, BOS, EOS, PAD, num_beams=num_beams, max_new_tokens=12, mode=mode)
+    for i in range(features.size(0)):
+        single = generate(dec, features[i : i + 1], BOS, EOS, PAD, num_beams=num_beams, max_new_tokens=12, mode=mode)
+        n = int(single.lengths[0])
+        assert int(batched.lengths[i]) == n
+        assert batched.sequences[i, :n].tolist() == single.sequences[0, :n].tolist()
+        assert batched.locations[i, :n].tolist() == single.locations[0, :n].tolist()
+        torch.testing.assert_close(batched.scores[i], single.scores[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(batched.attention[i, :n], single.attention[0, :n], rtol=1e-5, atol=1e-6)

@@ -1,0 +1,426 @@
+"""Throughput and memory benchmark of the Show, Attend and Tell code at COCO sizes (issue 6).
+
+    python tools/benchmark.py --device cpu --out bench.json          # full run
+    python tools/benchmark.py --device cpu --quick                   # smoke run (< ~60 s on CPU)
+    python tools/benchmark.py --device cuda --amp --out bench.json   # adds bf16 autocast rows
+    python tools/benchmark.py --device cpu --profile                 # torch.profiler of one soft step
+
+Sections (each a list of rows in the JSON, and a table on stdout):
+
+- ``peak``: the matmul peak of this machine, measured in this run (n^3 fp32, and bf16 on CUDA).
+- ``train``: one training step = decoder forward + losses + backward + Adam step, features given
+  directly (no encoder), soft and hard attention, D = 2048 and 512. ``needed_gflop`` counts the
+  FLOPs the step needs (real, non-padded steps only; backward = 2x forward) and ``peak_share`` is
+  needed_gflop / time / peak.
+- ``decode``: greedy and beam 3 / 5 at batch 1, 16, 64 against a loop over the same images one at
+  a time (batch 1); ``speedup`` is per image.
+- ``encode``: resnet101 and vgg16 (random weights) at 224 and 256 px.
+- ``load``: DataLoader throughput from JPEG files and from a feature cache (captioning.data.features).
+
+Memory: on CUDA the peak of torch.cuda.max_memory_allocated for each row; on CPU the process's
+peak RSS (ru_maxrss) after the row and its growth during the row (a high-water mark: a row that
+needs less than an earlier one shows 0 growth).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from captioning.losses import caption_log_likelihood, doubly_stochastic_penalty, reinforce_loss  # noqa: E402
+from captioning.models.decoder import ShowAttendTellDecoder  # noqa: E402
+from captioning.models.search import beam_search, greedy_search  # noqa: E402
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+# ---------------------------------------------------------------------------- helpers
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def rss_mb() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return r / 1024.0
+
+
+class Memory:
+    """Peak memory of a block: CUDA max allocated, or CPU peak RSS and its growth."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        self.rss0 = rss_mb()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.result = {"gpu_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)}
+        else:
+            r = rss_mb()
+            self.result = {"rss_peak_mb": round(r, 1), "rss_growth_mb": round(r - self.rss0, 1)}
+        return False
+
+
+def timed(fn, device, warmup: int, iters: int, min_time: float = 0.0) -> float:
+    """Seconds per call: warm up, then time ``iters`` calls (more while under ``min_time``)."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        if n >= iters and time.perf_counter() - t0 >= min_time:
+            break
+    sync(device)
+    return (time.perf_counter() - t0) / n
+
+
+def make_captions(B: int, V: int, generator: torch.Generator, lo: int = 9, hi: int = 24, mean: float = 13.0, sd: float = 3.0):
+    """Captions of lengths (BOS and EOS included) from a clipped normal, mean ~13 tokens."""
+    lengths = torch.randn(B, generator=generator).mul(sd).add(mean).round().clamp(lo, hi).long()
+    T1 = int(lengths.max())
+    captions = torch.full((B, T1), PAD, dtype=torch.long)
+    for b, n in enumerate(lengths.tolist()):
+        captions[b, 0] = BOS
+        captions[b, 1 : n - 1] = torch.randint(3, V, (n - 2,), generator=generator)
+        captions[b, n - 1] = EOS
+    return captions, lengths
+
+
+def needed_forward_flops(lengths: torch.Tensor, L: int, D: int, M: int, H: int, A: int, V: int) -> float:
+    """FLOPs the teacher-forced forward pass needs, counting only real (non-padded) steps."""
+    B = len(lengths)
+    steps = (lengths - 1).clamp(min=0)
+    T = int(steps.max())
+    n_t = [(steps > t).sum().item() for t in range(T)]
+    N = sum(n_t)  # real steps in the batch
+    flops = B * L * D * A * 2  # W_a a, once per batch
+    flops += B * D * 2 * H * 2  # h_0, c_0 from the mean annotation
+    per_row = (
+        H * (A + 1 + 4 * H) * 2  # W_h h, f_beta h and the LSTM's recurrent product, one matmul
+        + L * A * 2  # tanh(W_a a + W_h h) (the add) and w^T (.) : ~2 per element
+        + L * D * 2  # weighted sum of the annotation vectors
+        + (M + D) * 4 * H * 2  # LSTM input weights: E y_{t-1} and z_t
+        + (H * M + D * M + M * V) * 2  # deep output: L_h h, L_z z, L_o
+    )
+    return float(flops + N * per_row)
+
+
+# ---------------------------------------------------------------------------- sections
+def bench_peak(device, quick: bool) -> list[dict]:
+    rows = []
+    n = 1024 if quick else (8192 if device.type == "cuda" else 4096)
+    dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" else [])
+    for dtype in dtypes:
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        s = timed(lambda: a @ b, device, warmup=1 if device.type == "cpu" else 3, iters=2 if device.type == "cpu" else 20)
+        rows.append({"dtype": str(dtype).replace("torch.", ""), "n": n, "gflops": round(2 * n**3 / s / 1e9, 1),
+                     "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None})
+        del a, b
+    return rows
+
+
+def build_decoder(attention: str, D: int, V: int, dim: int, device) -> ShowAttendTellDecoder:
+    torch.manual_seed(0)
+    return ShowAttendTellDecoder(V, D, embed_dim=dim, hidden_dim=dim, attention_dim=dim, dropout=0.5,
+                                 attention=attention).to(device)
+
+
+def train_step_fn(dec, opt, features, captions, lengths, amp, baseline):
+    """Forward (with the paper's losses) + backward + Adam step, as CaptioningModule does it."""
+    hard = dec.attention_kind == "hard"
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with amp:
+            out = dec(features, captions, lengths, mode="sample" if hard else None,
+                      use_expected=(torch.rand(len(lengths), device=features.device) < 0.5) if hard else None)
+        ll = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)
+        loss = -ll.mean() + doubly_stochastic_penalty(out.alphas.float(), out.mask).mean()
+        if hard:
+            loss = loss + reinforce_loss(ll, out.location_log_probs.float(), out.entropies.float(), out.mask, baseline).loss
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def bench_train(device, quick: bool, peaks: dict, amp_modes: list) -> list[dict]:
+    rows = []
+    V, dim, B, Lside = (2000, 256, 8, 7) if quick else (10000, 512, 32, 14)
+    L = Lside * Lside
+    g = torch.Generator().manual_seed(0)
+    captions, lengths = make_captions(B, V, g)
+    captions, lengths = captions.to(device), lengths.to(device)
+    for D in ((512,) if quick else (2048, 512)):
+        features = torch.randn(B, L, D, generator=g).to(device)
+        flops = 3 * needed_forward_flops(lengths.cpu(), L, D, dim, dim, dim, V)
+        for attention in ("soft", "hard"):
+            for amp_name in amp_modes:
+                dec = build_decoder(attention, D, V, dim, device).train()
+                opt = torch.optim.Adam(dec.parameters(), lr=1e-4)
+                amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
+                fn = train_step_fn(dec, opt, features, captions, lengths, amp, torch.zeros((), device=device))
+                with Memory(device) as mem:
+                    # two warm-up steps: the first allocates Adam's state, the second still page-faults on CPU
+                    s = timed(fn, device, warmup=2 if device.type == "cpu" else 3,
+                              iters=2 if device.type == "cpu" else 20, min_time=0.0 if quick else 3.0)
+                peak = peaks["bfloat16" if amp_name == "bf16" else "float32"]
+                row = {"attention": attention, "precision": amp_name, "B": B, "L": L, "D": D, "dim": dim, "V": V,
+                       "mean_tokens": round(lengths.float().mean().item(), 2), "ms_per_step": round(s * 1e3, 2),
+                       "images_per_s": round(B / s, 1), "needed_gflop": round(flops / 1e9, 2),
+                       "achieved_gflops": round(flops / s / 1e9, 1), "peak_share": round(flops / s / 1e9 / peak, 4)}
+                row.update(mem.result)
+                rows.append(row)
+                print("  train", row, flush=True)
+                del dec, opt
+    return rows
+
+
+def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
+    rows = []
+    V, dim, D, Lside = (2000, 256, 512, 7) if quick else (10000, 512, 2048, 14)
+    L = Lside * Lside
+    max_new = 8 if quick else 20
+    batches = (1, 8) if quick else (1, 16, 64)
+    dec = build_decoder("soft", D, V, dim, device).eval()
+    g = torch.Generator().manual_seed(1)
+    feats = torch.randn(max(batches), L, D, generator=g).to(device)
+    # An untrained model hardly ever says EOS: every caption runs max_new steps, batched or not.
+    for amp_name in amp_modes:
+        amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
+        for beams in (1, 3, 5):
+            def run(x, k=beams):
+                with amp:
+                    if k == 1:
+                        return greedy_search(dec, x, BOS, EOS, PAD, max_new_tokens=max_new)
+                    return beam_search(dec, x, BOS, EOS, PAD, num_beams=k, max_new_tokens=max_new)
+
+            loop_imgs = 4 if (quick or device.type == "cpu") else 16
+            s_one = timed(lambda: [run(feats[i : i + 1]) for i in range(loop_imgs)], device, warmup=1, iters=1) / loop_imgs
+            for B in batches:
+                if amp_name == "bf16" and B != 64:
+                    continue  # bf16 only where it could matter: the largest batch
+                x = feats[:B]
+                with Memory(device) as mem:
+                    s = timed(lambda: run(x), device, warmup=1, iters=1 if device.type == "cpu" else 3)
+                row = {"search": "greedy" if beams == 1 else f"beam{beams}", "precision": amp_name, "batch": B,
+                       "max_new_tokens": max_new, "images_per_s": round(B / s, 1), "ms_per_batch": round(s * 1e3, 1),
+                       "loop_images_per_s": round(1 / s_one, 1), "speedup_per_image": round(s_one / (s / B), 2)}
+                row.update(mem.result)
+                rows.append(row)
+                print("  decode", row, flush=True)
+    return rows
+
+
+def bench_encode(device, quick: bool, amp_modes: list) -> list[dict]:
+    from captioning.models.encoders import build_encoder
+
+    rows = []
+    names = ("resnet101",) if quick else ("resnet101", "vgg16")
+    sizes = (224,) if quick else (224, 256)
+    B = 2 if quick else (4 if device.type == "cpu" else 64)
+    for name in names:
+        enc = build_encoder(name, pretrained=False).to(device).eval()
+        for size in sizes:
+            for amp_name in amp_modes:
+                amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
+                x = torch.rand(B, 3, size, size, device=device)
+                with Memory(device) as mem, torch.inference_mode():
+                    def fn():
+                        with amp:
+                            return enc(x)
+                    s = timed(fn, device, warmup=1, iters=1 if device.type == "cpu" else 10)
+                    grid = tuple(fn().shape[1:])
+                row = {"encoder": name, "size": size, "precision": amp_name, "batch": B, "grid": list(grid),
+                       "images_per_s": round(B / s, 1), "ms_per_batch": round(s * 1e3, 1)}
+                row.update(mem.result)
+                rows.append(row)
+                print("  encode", row, flush=True)
+        del enc
+    return rows
+
+
+class _StubEncoder(torch.nn.Module):
+    """Images -> a fixed-size random-looking grid, to fill a feature cache fast."""
+
+    def __init__(self, L: int, D: int):
+        super().__init__()
+        self.L, self.D = L, D
+
+    def forward(self, images):
+        B = images.size(0)
+        base = images.mean((1, 2, 3)).view(B, 1, 1)
+        return base + torch.linspace(0, 1, self.L * self.D, device=images.device).view(1, self.L, self.D)
+
+
+def bench_load(device, quick: bool, workers: int) -> list[dict]:
+    from PIL import Image
+    from torch.utils.data import DataLoader
+
+    from captioning.data.datamodule import Collate, ImageDataset
+    from captioning.data.features import FeatureCache, extract_features
+    from captioning.data.karpathy import ImageRecord
+
+    rows = []
+    n = 40 if quick else 200
+    B = 16 if quick else 32
+    L, D = (49, 512) if quick else (196, 2048)
+    with tempfile.TemporaryDirectory() as tmp:
+        rng = np.random.default_rng(0)
+        records = []
+        for i in range(n):  # COCO-like 640x480 JPEGs
+            arr = (rng.random((480, 640, 3)) * 64 + np.linspace(0, 190, 640)[None, :, None]).astype(np.uint8)
+            Image.fromarray(arr).save(os.path.join(tmp, f"{i}.jpg"), quality=90)
+            records.append(ImageRecord(i, i, f"{i}.jpg", "train", ["a"], [["a"]]))
+        sizes = (224,) if quick else (224, 256)
+        for size in sizes:
+            ds = ImageDataset(records, tmp, size)
+            loader = DataLoader(ds, batch_size=B, num_workers=workers, collate_fn=Collate(PAD, "images", ds.visual_shape))
+            with Memory(torch.device("cpu")) as mem:
+                t0 = time.perf_counter()
+                count = sum(len(b["image_ids"]) for b in loader)
+                s = time.perf_counter() - t0
+            row = {"source": f"jpeg 640x480 -> {size}px", "workers": workers, "batch": B, "images": count,
+                   "images_per_s": round(count / s, 1)}
+            row.update(mem.result)
+            rows.append(row)
+            print("  load", row, flush=True)
+        cache_dir = os.path.join(tmp, "cache")
+        extract_features(records, _StubEncoder(L, D), tmp, cache_dir, 64, batch_size=64, device="cpu", progress=False)
+        cache = FeatureCache(cache_dir)
+        ds = ImageDataset(records, tmp, 224, features=cache)
+        loader = DataLoader(ds, batch_size=B, num_workers=workers, collate_fn=Collate(PAD, "features", ds.visual_shape))
+        for epoch in ("cold", "warm"):  # warm: the cache file is in the page cache
+            with Memory(torch.device("cpu")) as mem:
+                t0 = time.perf_counter()
+                count = sum(len(b["image_ids"]) for b in loader)
+                s = time.perf_counter() - t0
+            row = {"source": f"feature cache {L}x{D} fp16 ({epoch})", "workers": workers, "batch": B, "images": count,
+                   "images_per_s": round(count / s, 1), "mb_per_s": round(count * L * D * 2 / s / 2**20, 1)}
+            row.update(mem.result)
+            rows.append(row)
+            print("  load", row, flush=True)
+    return rows
+
+
+def profile_step(device, top: int = 25) -> None:
+    """torch.profiler of one soft-attention training step at COCO sizes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    V, dim, B, L, D = 10000, 512, 32, 196, 2048
+    g = torch.Generator().manual_seed(0)
+    captions, lengths = make_captions(B, V, g)
+    features = torch.randn(B, L, D, generator=g).to(device)
+    captions, lengths = captions.to(device), lengths.to(device)
+    dec = build_decoder("soft", D, V, dim, device).train()
+    opt = torch.optim.Adam(dec.parameters(), lr=1e-4)
+    fn = train_step_fn(dec, opt, features, captions, lengths, nullcontext(), None)
+    for _ in range(3):  # Adam's state, first-touch page faults, allocator warm-up
+        fn()
+    sync(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts, record_shapes=False) as prof:
+        fn()
+        sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=top))
+
+
+# ---------------------------------------------------------------------------- report
+def table(title: str, rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[str(r.get(k, "")) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"  # noqa: E731
+    out = [f"### {title}", "", line(keys), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(c) for c in cells]
+    return "\n".join(out) + "\n"
+
+
+def machine(device) -> dict:
+    info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(device)}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), platform.processor())
+    except OSError:
+        info["cpu"] = platform.processor()
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--quick", action="store_true", help="small sizes, a smoke run (under ~60 s on CPU)")
+    p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
+    p.add_argument("--sections", default="train,decode,encode,load", help="comma-separated subset of train,decode,encode,load")
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="DataLoader workers for 'load'")
+    p.add_argument("--profile", action="store_true", help="only profile one soft training step at COCO sizes")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda but CUDA is not available")
+    if args.profile:
+        profile_step(device)
+        return 0
+    amp_modes = ["fp32"] + (["bf16"] if args.amp else [])
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    t_start = time.perf_counter()
+    result = {"machine": machine(device), "command": " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
+              "quick": args.quick}
+    print(result["machine"], flush=True)
+    peak_rows = bench_peak(device, args.quick)
+    result["peak"] = peak_rows
+    peaks = {r["dtype"]: r["gflops"] for r in peak_rows}
+    peaks.setdefault("bfloat16", peaks["float32"])
+    print("  peak", peak_rows, flush=True)
+    if "train" in sections:
+        result["train"] = bench_train(device, args.quick, peaks, amp_modes)
+    if "decode" in sections:
+        result["decode"] = bench_decode(device, args.quick, amp_modes)
+    if "encode" in sections:
+        result["encode"] = bench_encode(device, args.quick, amp_modes)
+    if "load" in sections:
+        result["load"] = bench_load(device, args.quick, args.workers)
+    result["seconds"] = round(time.perf_counter() - t_start, 1)
+    print()
+    for name in ("peak", "train", "decode", "encode", "load"):
+        if name in result:
+            print(table(name, result[name]))
+    print(f"total {result['seconds']} s")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
