@@ -179,8 +179,11 @@ def nan_loader():
 def tiny_trainer(**kw):
     import lightning as L
 
+    import tempfile
+
+    # the module's own ModelCheckpoint writes under default_root_dir: keep it out of the working tree
     return L.Trainer(accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, **kw)
+                     enable_progress_bar=False, enable_model_summary=False, default_root_dir=tempfile.mkdtemp(), **kw)
 
 
 def test_nan_loss_stops_training_naming_the_step():
