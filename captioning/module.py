@@ -46,6 +46,11 @@ class CaptioningModule(L.LightningModule):
             the authors' caption script), "argmax" or "sample".
         val_num_beams / test_num_beams / max_new_tokens / length_penalty: decoding in validation and test.
         nonfinite_loss: "error" stops at a NaN/inf loss, "skip" skips that step; both name the step.
+        channels_last: run the encoder in the channels-last memory format (faster convolutions on
+            GPUs with tensor cores, under bf16 or fp16).
+        compile_decoder: ``torch.compile`` the decoder's time step (the LSTM + attention step that
+            training and decoding repeat), with dynamic shapes. Compiling takes a while on first
+            use; see tools/benchmark.py --compile for what it gains on your machine.
         image_size: the side the images are resized to; linked to ``data.image_size`` by the CLI
             and kept in the checkpoint, so that captioning new images resizes them the same way.
         vocab: filled in from the data (or a checkpoint); not a setting.
@@ -84,6 +89,8 @@ class CaptioningModule(L.LightningModule):
         max_new_tokens: int = 30,
         length_penalty: float = 1.0,
         nonfinite_loss: str = "error",
+        channels_last: bool = False,
+        compile_decoder: bool = False,
         image_size: int = 224,
         vocab: Optional[dict] = None,
     ):
@@ -101,6 +108,8 @@ class CaptioningModule(L.LightningModule):
             self.hparams["encoder_channels"] = tuple(self.hparams["encoder_channels"])
         extra = {"channels": tuple(encoder_channels), "out_dim": encoder_dim} if encoder == "small_cnn" else {}
         self.encoder = build_encoder(encoder, pretrained, encoder_weights, grid_size, fine_tune_blocks, **extra)
+        if channels_last:
+            self.encoder = self.encoder.to(memory_format=torch.channels_last)
         self.register_buffer("baseline", torch.zeros(()))  # REINFORCE baseline b, saved in checkpoints
         self.vocab: Optional[Vocabulary] = None
         self.decoder: Optional[ShowAttendTellDecoder] = None
@@ -124,6 +133,8 @@ class CaptioningModule(L.LightningModule):
             len(vocab), self.encoder.out_dim, h.embed_dim, h.hidden_dim, h.attention_dim, h.dropout,
             h.attention, h.prev2out, h.ctx2out, vocab.pad_id,
         )
+        if h.get("compile_decoder"):
+            self.decoder.compile_step()
 
     def setup(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -174,13 +185,19 @@ class CaptioningModule(L.LightningModule):
         return torch.optim.Adam(groups, lr=h.lr, weight_decay=h.weight_decay)
 
     # ------------------------------------------------------------------ forward passes
+    def encode_images(self, images: Tensor) -> Tensor:
+        """Annotation vectors (B, L, D) of images (B, 3, S, S) in [0, 1]."""
+        if self.hparams.get("channels_last"):
+            images = images.contiguous(memory_format=torch.channels_last)
+        return self.encoder(images)
+
     def encode(self, batch: dict) -> Tensor:
         """Annotation vectors (B, L, D) from a batch's cached features or its images.
 
         A batch grouped by image (``image_index``: the image row of each caption) is encoded once
         per image, then each caption gets its image's vectors: (B_img, L, D) -> (N, L, D).
         """
-        features = batch["features"].float() if "features" in batch else self.encoder(batch["images"])
+        features = batch["features"].float() if "features" in batch else self.encode_images(batch["images"])
         if "image_index" in batch:
             features = features[batch["image_index"]]
         return features
@@ -272,7 +289,7 @@ class CaptioningModule(L.LightningModule):
     ) -> GenerationOutput:
         """Captions for images (B, 3, S, S) in [0, 1] or annotation vectors (B, L, D)."""
         if features is None:
-            features = self.encoder(images)
+            features = self.encode_images(images)
         v = self.vocab
         return generate(
             self.decoder, features, v.bos_id, v.eos_id, v.pad_id, num_beams,

@@ -37,6 +37,7 @@ CaptioningModule._gathered_predictions = recording
 from captioning.cli import lightning_cli
 
 args = ["--config", "configs/shapes_soft.yaml", "--data.annotations", annotations, "--data.batch_size", "8", "--data.group_captions", "false",
+        "--data.bucket_by_length", "true",
         "--data.eval_batch_size", "2", "--data.num_workers", "0", "--trainer.accelerator", "cpu",
         "--trainer.devices", str(devices), "--trainer.strategy", "ddp" if devices > 1 else "auto",
         "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1", "--trainer.logger", "false",

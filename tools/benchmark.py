@@ -3,6 +3,7 @@
     python tools/benchmark.py --device cpu --out bench.json          # full run
     python tools/benchmark.py --device cpu --quick                   # smoke run (< ~60 s on CPU)
     python tools/benchmark.py --device cuda --amp --out bench.json   # adds bf16 autocast rows
+    python tools/benchmark.py --device cpu --sections train --compile  # adds torch.compile rows
     python tools/benchmark.py --device cpu --profile                 # torch.profiler of one soft step
 
 Sections (each a list of rows in the JSON, and a table on stdout):
@@ -166,7 +167,7 @@ def train_step_fn(dec, opt, features, captions, lengths, amp, baseline):
     return step
 
 
-def bench_train(device, quick: bool, peaks: dict, amp_modes: list) -> list[dict]:
+def bench_train(device, quick: bool, peaks: dict, amp_modes: list, compile_step: bool = False) -> list[dict]:
     rows = []
     V, dim, B, Lside = (2000, 256, 8, 7) if quick else (10000, 512, 32, 14)
     L = Lside * Lside
@@ -176,25 +177,29 @@ def bench_train(device, quick: bool, peaks: dict, amp_modes: list) -> list[dict]
     for D in ((512,) if quick else (2048, 512)):
         features = torch.randn(B, L, D, generator=g).to(device)
         flops = 3 * needed_forward_flops(lengths.cpu(), L, D, dim, dim, dim, V)
-        for attention in ("soft", "hard"):
-            for amp_name in amp_modes:
-                dec = build_decoder(attention, D, V, dim, device).train()
-                opt = torch.optim.Adam(dec.parameters(), lr=1e-4)
-                amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
-                fn = train_step_fn(dec, opt, features, captions, lengths, amp, torch.zeros((), device=device))
-                with Memory(device) as mem:
-                    # two warm-up steps: the first allocates Adam's state, the second still page-faults on CPU
-                    s = timed(fn, device, warmup=2 if device.type == "cpu" else 3,
-                              iters=2 if device.type == "cpu" else 20, min_time=0.0 if quick else 3.0)
-                peak = peaks["bfloat16" if amp_name == "bf16" else "float32"]
-                row = {"attention": attention, "precision": amp_name, "B": B, "L": L, "D": D, "dim": dim, "V": V,
-                       "mean_tokens": round(lengths.float().mean().item(), 2), "ms_per_step": round(s * 1e3, 2),
-                       "images_per_s": round(B / s, 1), "needed_gflop": round(flops / 1e9, 2),
-                       "achieved_gflops": round(flops / s / 1e9, 1), "peak_share": round(flops / s / 1e9 / peak, 4)}
-                row.update(mem.result)
-                rows.append(row)
-                print("  train", row, flush=True)
-                del dec, opt
+        variants = [(attention, amp_name, False) for attention in ("soft", "hard") for amp_name in amp_modes]
+        if compile_step:  # the decoder step under torch.compile (model.compile_decoder), soft attention
+            variants += [("soft", amp_name, True) for amp_name in amp_modes]
+        for attention, amp_name, compiled in variants:
+            dec = build_decoder(attention, D, V, dim, device).train()
+            if compiled:
+                dec.compile_step()
+            opt = torch.optim.Adam(dec.parameters(), lr=1e-4)
+            amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
+            fn = train_step_fn(dec, opt, features, captions, lengths, amp, torch.zeros((), device=device))
+            with Memory(device) as mem:
+                # two warm-up steps: the first allocates Adam's state, the second still page-faults on CPU
+                s = timed(fn, device, warmup=2 if device.type == "cpu" else 3,
+                          iters=2 if device.type == "cpu" else 20, min_time=0.0 if quick else 3.0)
+            peak = peaks["bfloat16" if amp_name == "bf16" else "float32"]
+            row = {"attention": attention, "precision": amp_name, "compiled": compiled, "B": B, "L": L, "D": D, "dim": dim, "V": V,
+                   "mean_tokens": round(lengths.float().mean().item(), 2), "ms_per_step": round(s * 1e3, 2),
+                   "images_per_s": round(B / s, 1), "needed_gflop": round(flops / 1e9, 2),
+                   "achieved_gflops": round(flops / s / 1e9, 1), "peak_share": round(flops / s / 1e9 / peak, 4)}
+            row.update(mem.result)
+            rows.append(row)
+            print("  train", row, flush=True)
+            del dec, opt
     return rows
 
 
@@ -381,6 +386,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes, a smoke run (under ~60 s on CPU)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
+    p.add_argument("--compile", action="store_true", help="also training rows with the decoder step under torch.compile")
     p.add_argument("--sections", default="train,decode,encode,load", help="comma-separated subset of train,decode,encode,load")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="DataLoader workers for 'load'")
     p.add_argument("--profile", action="store_true", help="only profile one soft training step at COCO sizes")
@@ -403,7 +409,7 @@ def main(argv=None) -> int:
     peaks.setdefault("bfloat16", peaks["float32"])
     print("  peak", peak_rows, flush=True)
     if "train" in sections:
-        result["train"] = bench_train(device, args.quick, peaks, amp_modes)
+        result["train"] = bench_train(device, args.quick, peaks, amp_modes, args.compile)
     if "decode" in sections:
         result["decode"] = bench_decode(device, args.quick, amp_modes)
     if "encode" in sections:

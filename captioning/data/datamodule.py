@@ -86,6 +86,12 @@ class CaptionPairDataset(ImageDataset):
         self.record_index = np.repeat(np.arange(len(counts)), counts)
         self.caption_index = np.concatenate([np.arange(n) for n in counts]) if counts else np.zeros(0, int)
 
+    def caption_lengths(self) -> np.ndarray:
+        """Words of each pair's caption (as encoded: at most max_length), for length bucketing."""
+        cap = self.max_length or np.iinfo(np.int64).max
+        return np.array([min(len(self.records[r].tokens[c]), cap) for r, c in zip(self.record_index, self.caption_index)],
+                        dtype=np.int64)
+
     def __len__(self) -> int:
         return len(self.record_index)
 
@@ -176,6 +182,9 @@ class CaptionDataModule(L.LightningDataModule):
         group_captions: train on images with all their captions at once (batch_size then counts
             images): each image is encoded once per epoch instead of once per caption. Every
             (image, caption) pair is still trained on once per epoch.
+        bucket_by_length: batch training captions of similar length together (as the authors'
+            code does), so that fewer padded steps are computed; caption pairs only (not with
+            group_captions). Batches are still drawn at random, and resume exactly.
     """
 
     def __init__(
@@ -195,6 +204,7 @@ class CaptionDataModule(L.LightningDataModule):
         on_bad_image: Literal["error", "skip"] = "error",
         group_captions: bool = False,
         split_file: Optional[str] = None,
+        bucket_by_length: bool = False,
     ):
         super().__init__()
         for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
@@ -203,6 +213,8 @@ class CaptionDataModule(L.LightningDataModule):
                                    ("max_vocab_size", max_vocab_size, 0)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise ConfigError(f"data.{name}: expected an integer >= {least}, got {value!r}")
+        if bucket_by_length and group_captions:
+            raise ConfigError("data.bucket_by_length works on caption pairs: set data.group_captions false to use it")
         if on_bad_image not in ("error", "skip"):
             raise ConfigError(f"data.on_bad_image: expected 'error' or 'skip', got {on_bad_image!r}")
         if isinstance(annotations, (list, tuple)):
@@ -221,7 +233,7 @@ class CaptionDataModule(L.LightningDataModule):
         self.image_size, self.max_length = image_size, max_length
         self.min_word_freq, self.max_vocab_size = min_word_freq, max_vocab_size
         self.merge_restval, self.on_bad_image = merge_restval, on_bad_image
-        self.group_captions = group_captions
+        self.group_captions, self.bucket_by_length = group_captions, bucket_by_length
         self.vocab: Optional[Vocabulary] = None
         self.skipped_samples = 0  # samples dropped for unreadable images (on_bad_image="skip")
         self._bad_files: set[str] = set()
@@ -276,11 +288,14 @@ class CaptionDataModule(L.LightningDataModule):
         collate = Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, self.on_bad_image, captions=train)
         kwargs = dict(num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
                       pin_memory=self.pin_memory, collate_fn=collate)
-        distributed = self.trainer is not None and self.trainer.world_size > 1
-        if train and not distributed:  # shuffled per epoch from the run's seed; resumable mid-epoch
-            return ResumableLoader(dataset, batch_size, seed=torch.initial_seed() % 2**31, **kwargs)
-        # Under DDP Lightning puts in its DistributedSampler (which a mid-epoch resume restarts).
-        return DataLoader(dataset, batch_size=batch_size, shuffle=train, **kwargs)
+        if train:  # shuffled (or bucketed) per epoch from the run's seed, split over DDP ranks; resumable mid-epoch
+            trainer = self.trainer
+            world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+            lengths = dataset.caption_lengths() if self.bucket_by_length else None
+            return ResumableLoader(dataset, batch_size, seed=torch.initial_seed() % 2**31, lengths=lengths,
+                                   num_replicas=world, rank=rank, **kwargs)
+        # Evaluation: under DDP Lightning puts in its DistributedSampler.
+        return DataLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
 
     def train_dataloader(self) -> DataLoader:
         if self.vocab is None:

@@ -1,42 +1,87 @@
-"""A training loader that can resume in the middle of an epoch.
+"""A training loader that can resume in the middle of an epoch, on one process or under DDP.
 
 Lightning saves the state of a loader that has ``state_dict`` / ``load_state_dict`` in every
 checkpoint, and hands it back when a run resumes. :class:`ResumableLoader` keeps the epoch and the
-number of batches it has handed out; the order of an epoch is a permutation drawn from
-``seed + epoch``, so a resumed run sees exactly the batches the interrupted run had still to see.
+number of batches it has handed out; the order of an epoch is drawn from ``seed + epoch``, so a
+resumed run sees exactly the batches the interrupted run had still to see.
+
+The epoch's order is a list of batches. Shuffled: a random permutation cut into batches. Bucketed
+by length (``lengths`` given): captions of similar length are batched together, as the authors'
+code does, so that a batch wastes few padded steps: a random permutation is cut into chunks of
+``bucket_batches`` batches, each chunk is sorted by caption length and cut into batches, and the
+full batches of the epoch are shuffled (a last, partial batch stays last). Under DDP each rank
+takes every ``num_replicas``-th batch; the epoch is first padded (with its first items) to a whole
+number of full batches per rank, as DistributedSampler pads, so that every rank steps the same
+number of times.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
 
 
-class EpochShuffleSampler(Sampler[int]):
-    """A fresh permutation each epoch, drawn from ``seed + epoch``; can start ``skip`` items in."""
+class EpochShuffleSampler(DistributedSampler):
+    """Indices of one epoch, batch after batch, from ``seed + epoch``; can start ``skip`` items in.
 
-    def __init__(self, size: int, seed: int = 0):
-        self.size, self.seed, self.epoch, self.skip = size, seed, 0, 0
+    A DistributedSampler (so that Lightning leaves it in place under DDP) that yields this rank's
+    share. ``batch_size`` must be the loader's: the indices come in whole batches.
+    """
+
+    def __init__(self, size: int, seed: int = 0, batch_size: int = 1, lengths: Optional[Sequence[int]] = None,
+                 num_replicas: int = 1, rank: int = 0, bucket_batches: int = 50):
+        super().__init__(range(size), num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        self.size, self.batch_size = size, batch_size
+        self.lengths = None if lengths is None else torch.as_tensor(lengths)
+        self.bucket_batches = bucket_batches
+        self.skip = 0
 
     def set_epoch(self, epoch: int) -> None:  # called by Lightning at the start of each epoch
         self.epoch = epoch
 
+    def batches(self) -> list[list[int]]:
+        """This rank's batches of the current epoch (the same on every call)."""
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.size, generator=g)
+        bs = self.batch_size
+        if self.lengths is not None:
+            chunk = bs * self.bucket_batches
+            pieces = []
+            for start in range(0, self.size, chunk):
+                part = order[start : start + chunk]
+                # sort by length; the permutation's order breaks ties (stable sort)
+                pieces.append(part[torch.sort(self.lengths[part], stable=True).indices])
+            order = torch.cat(pieces) if pieces else order
+        if self.num_replicas > 1:
+            # A whole number of whole batches per rank: pad with the epoch's first items.
+            total = -(-self.size // (bs * self.num_replicas)) * self.num_replicas * bs
+            if total > self.size > 0:
+                order = torch.cat([order, order.repeat(-(-total // self.size))[: total - self.size]])
+        batches = list(order.split(bs))
+        if self.lengths is not None:  # shuffle the batches; a last, partial one stays last
+            full = [b for b in batches if len(b) == bs]
+            batches = [full[i] for i in torch.randperm(len(full), generator=g).tolist()] + batches[len(full):]
+        batches = batches[self.rank :: self.num_replicas]
+        return [b.tolist() for b in batches]
+
     def __len__(self) -> int:
-        return self.size - self.skip
+        return sum(len(b) for b in self.batches()) - self.skip
 
     def __iter__(self) -> Iterator[int]:
-        g = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(self.size, generator=g).tolist()
+        order = [i for batch in self.batches() for i in batch]
         skip, self.skip = self.skip, 0  # a resumed epoch skips once
         return iter(order[skip:])
 
 
 class ResumableLoader(DataLoader):
-    """A shuffling DataLoader whose position within an epoch is saved in checkpoints."""
+    """A shuffling (or length-bucketing) DataLoader whose position within an epoch is saved in checkpoints."""
 
-    def __init__(self, dataset, batch_size: int, seed: int = 0, **kwargs):
-        super().__init__(dataset, batch_size=batch_size, sampler=EpochShuffleSampler(len(dataset), seed), **kwargs)
+    def __init__(self, dataset, batch_size: int, seed: int = 0, lengths: Optional[Sequence[int]] = None,
+                 num_replicas: int = 1, rank: int = 0, **kwargs):
+        sampler = EpochShuffleSampler(len(dataset), seed, batch_size, lengths, num_replicas, rank)
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
         self._served = 0  # batches handed out in the current epoch
 
     def __iter__(self):

@@ -42,13 +42,16 @@ class AdditiveAttention(nn.Module):
         """W_a a_i + b for every location, once per batch: (B, L, D) -> (B, L, A)."""
         return self.feature_proj(features)
 
-    def forward(self, projected: Tensor, hidden_proj: Tensor) -> Tensor:
+    def forward(self, projected: Tensor, hidden_proj: Tensor, beams: int = 1) -> Tensor:
         """Attention weights alpha_t (Eq. 5).
 
-        projected: (B, L, A) from :meth:`project`; hidden_proj: (B, A) = W_h h_{t-1}.
-        Returns alpha: (B, L), rows summing to one.
+        projected: (B, L, A) from :meth:`project`; hidden_proj: (B * beams, A) = W_h h_{t-1}, where
+        rows k * beams ... (k + 1) * beams - 1 belong to image k. Returns alpha: (B * beams, L),
+        rows summing to one.
         """
-        e = self.score(torch.tanh(projected + hidden_proj.unsqueeze(1))).squeeze(-1)  # (B, L, A) -> (B, L)
+        B, L, A = projected.shape
+        hidden = hidden_proj.view(B, beams, 1, A)
+        e = self.score(torch.tanh(projected.unsqueeze(1) + hidden)).view(B * beams, L)  # (B, K, L, A) -> (B*K, L)
         return torch.softmax(e, dim=-1)
 
 
@@ -63,15 +66,19 @@ class Glimpse:
     entropy: Optional[Tensor] = None  # (B,): H[alpha_t]
 
 
-def expected_context(alpha: Tensor, features: Tensor) -> Tensor:
-    """sum_i alpha_ti a_i (Eq. 13): (B, L), (B, L, D) -> (B, D)."""
-    return torch.bmm(alpha.unsqueeze(1), features).squeeze(1)
+def expected_context(alpha: Tensor, features: Tensor, beams: int = 1) -> Tensor:
+    """sum_i alpha_ti a_i (Eq. 13): (B * beams, L), (B, L, D) -> (B * beams, D).
+
+    The ``beams`` rows of an image share its features: one (beams, L) x (L, D) product per image.
+    """
+    B, L, D = features.shape
+    return torch.bmm(alpha.view(B, beams, L), features).view(B * beams, D)
 
 
-def location_context(location: Tensor, features: Tensor) -> Tensor:
-    """a_{s_t}: the annotation vector at each row's location, (B,), (B, L, D) -> (B, D)."""
-    index = location.view(-1, 1, 1).expand(-1, 1, features.size(-1))  # (B, 1, D)
-    return features.gather(1, index).squeeze(1)
+def location_context(location: Tensor, features: Tensor, beams: int = 1) -> Tensor:
+    """a_{s_t}: the annotation vector at each row's location, (B * beams,), (B, L, D) -> (B * beams, D)."""
+    image = torch.arange(location.size(0), device=location.device) // beams
+    return features[image, location]
 
 
 def glimpse(
@@ -81,6 +88,7 @@ def glimpse(
     use_expected: Optional[Tensor] = None,
     generator: Optional[torch.Generator] = None,
     location: Optional[Tensor] = None,
+    beams: int = 1,
 ) -> Glimpse:
     """Turn alpha_t into a context vector.
 
@@ -88,13 +96,14 @@ def glimpse(
     mode, rows where ``use_expected`` (B,) is true take the expected context instead of a
     sample: the paper's variance reduction (Section 4.1), whose draw the caller makes. A given
     ``location`` (B,) replaces the sample (to score a chosen location sequence exactly).
+    With ``beams`` > 1, alpha has ``beams`` rows per image of ``features`` (beam search).
     """
     if mode == "expected":
         location = alpha.argmax(dim=-1)
-        return Glimpse(expected_context(alpha, features), alpha, location)
+        return Glimpse(expected_context(alpha, features, beams), alpha, location)
     if mode == "argmax":
         location = alpha.argmax(dim=-1)
-        return Glimpse(location_context(location, features), alpha, location)
+        return Glimpse(location_context(location, features, beams), alpha, location)
     if mode != "sample":
         raise ValueError(f"unknown attention mode {mode!r}; expected one of {CONTEXT_MODES}")
     if location is None:
@@ -102,8 +111,8 @@ def glimpse(
     log_alpha = torch.log(alpha.clamp_min(1e-12))
     log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)  # log p(s_t | a), (B,)
     entropy = -(alpha * log_alpha).sum(-1)  # H[alpha_t], (B,)
-    context = location_context(location, features)
+    context = location_context(location, features, beams)
     if use_expected is not None:
-        context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features), context)
+        context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
         log_prob = log_prob.masked_fill(use_expected, 0.0)
     return Glimpse(context, alpha, location, log_prob, entropy)

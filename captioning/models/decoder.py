@@ -50,12 +50,26 @@ class DecoderState:
 
     h: Tensor  # (N, H)
     c: Tensor  # (N, H)
-    features: Tensor  # (N, L, D)
-    projected: Tensor  # (N, L, A): W_a a, computed once
+    features: Tensor  # (N / beams, L, D)
+    projected: Tensor  # (N / beams, L, A): W_a a, computed once
+    beams: int = 1  # rows per image: rows k * beams ... (k + 1) * beams - 1 share image k's features
 
     def select(self, index: Tensor) -> "DecoderState":
-        """Rows ``index`` (a slice, or (N',) indices to reorder beams) of every tensor."""
+        """Rows ``index`` (a slice, or (N',) indices) of every tensor; one row per image only."""
+        if self.beams != 1:
+            raise ValueError("select() needs one row per image; beams share their image's features")
         return DecoderState(self.h[index], self.c[index], self.features[index], self.projected[index])
+
+    def with_recurrent(self, h: Tensor, c: Tensor) -> "DecoderState":
+        """The same images (features) with a new recurrent state."""
+        return DecoderState(h, c, self.features, self.projected, self.beams)
+
+    def expand_beams(self, beams: int) -> "DecoderState":
+        """Each image's state copied to ``beams`` rows; the features stay one copy per image."""
+        if self.beams != 1:
+            raise ValueError("expand_beams() of a state that already has beams")
+        return DecoderState(self.h.repeat_interleave(beams, 0), self.c.repeat_interleave(beams, 0),
+                            self.features, self.projected, beams)
 
 
 class ShowAttendTellDecoder(nn.Module):
@@ -98,6 +112,13 @@ class ShowAttendTellDecoder(nn.Module):
         self.out_logits = nn.Linear(embed_dim, vocab_size)  # L_o
         self.dropout = nn.Dropout(dropout)
 
+    def compile_step(self) -> None:
+        """``torch.compile`` the time step (attention + gate + LSTM), which every pass repeats.
+
+        Shapes are marked dynamic: the number of running captions shrinks from step to step.
+        """
+        self._recur = torch.compile(self._recur, dynamic=True)
+
     # ------------------------------------------------------------------ building blocks
     def initial_state(self, features: Tensor) -> DecoderState:
         """h_0, c_0 from the mean annotation vector; W_a a once. features: (B, L, D)."""
@@ -117,12 +138,12 @@ class ShowAttendTellDecoder(nn.Module):
         Returns h_t, c_t, z_t (gated context, (N, D)), the glimpse and beta_t (N,).
         """
         A = self.attention_dim
-        hp = self.hidden_proj(state.h)  # (N, H) -> (N, A + 1 + 4H)
-        alpha = self.attention(state.projected, hp[:, :A])  # (N, L)
-        g = glimpse(alpha, state.features, mode, use_expected, location=location)
-        beta = torch.sigmoid(hp[:, A])  # (N,): the gating scalar
+        h_att, h_beta, h_gates = self.hidden_proj(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
+        alpha = self.attention(state.projected, h_att, state.beams)  # (N, L)
+        g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams)
+        beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
         z = beta.unsqueeze(1) * g.context  # (N, D)
-        gates = x_gates + hp[:, A + 1 :] + self.context_gates(z)  # (N, 4H)
+        gates = x_gates + h_gates + self.context_gates(z)  # (N, 4H)
         i, f, gg, o = gates.chunk(4, dim=-1)
         c = torch.sigmoid(f) * state.c + torch.sigmoid(i) * torch.tanh(gg)
         h = torch.sigmoid(o) * torch.tanh(c)
@@ -176,47 +197,53 @@ class ShowAttendTellDecoder(nn.Module):
         forced = None if locations is None else locations[order]
 
         embedded = self.embedding(captions[:, :-1])  # (B, T, M), all steps at once
-        x_gates = self.embed_gates(embedded)  # (B, T, 4H)
+        x_steps = self.embed_gates(embedded).unbind(1)  # T x (B, 4H): one backward op, not one per step
         state = self.initial_state(features)
 
-        H, D = self.hidden_dim, features.size(-1)
-        hs = features.new_zeros(B, T, H)
-        zs = features.new_zeros(B, T, D)
-        alphas = features.new_zeros(B, T, L)
-        betas = features.new_zeros(B, T)
-        locations = captions.new_zeros(B, T)
+        # Each step's outputs for its n_t running rows are kept as they come and put in place once
+        # after the loop (writing them into (B, T, .) tensors step by step would, in the backward
+        # pass, copy the whole tensor's gradient once per step).
         sampling = mode == "sample"
-        log_probs = features.new_zeros(B, T) if sampling else None
-        entropies = features.new_zeros(B, T) if sampling else None
+        per_step = []
         for t, n in enumerate(active):
             if n == 0:
                 break
             if n < state.h.size(0):
                 state = state.select(slice(0, n))
             h, c, z, g, beta = self._recur(
-                x_gates[:n, t], state, mode,
+                x_steps[t][:n], state, mode,
                 None if use_expected is None else use_expected[:n],
                 None if forced is None else forced[:n, t],
             )
-            state = DecoderState(h, c, state.features, state.projected)
-            hs[:n, t], zs[:n, t], alphas[:n, t], betas[:n, t], locations[:n, t] = h, z, g.alpha, beta, g.location
-            if sampling:
-                log_probs[:n, t], entropies[:n, t] = g.log_prob, g.entropy
+            state = state.with_recurrent(h, c)
+            per_step.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if sampling else ()))
+        packed = [torch.cat(column) for column in zip(*per_step)]  # step-major rows: (N, .) each
 
-        # Back to the caller's order, then the output layer once over the real steps.
-        unsort = order.argsort()
-        hs, zs, alphas, betas, locations = hs[unsort], zs[unsort], alphas[unsort], betas[unsort], locations[unsort]
-        embedded = embedded[unsort]
-        mask = torch.arange(T, device=steps.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
-        logits = self.deep_output(embedded[mask], hs[mask], zs[mask])  # (N, V)
+        # Where each packed row belongs: (sorted row i, step t) -> the caller's row order[i], step t.
+        device = steps.device
+        counts = [n for n in active if n > 0]
+        step_of = torch.repeat_interleave(torch.arange(len(counts), device=device), torch.tensor(counts, device=device))
+        row_of = torch.cat([torch.arange(n, device=device) for n in counts])  # sorted row
+        flat = order[row_of] * T + step_of  # (N,): index into the caller's (B, T) grid
+        in_mask_order = flat.argsort()  # mask.nonzero() is row-major over the caller's (B, T)
+        mask = torch.arange(T, device=device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+
+        def grid(values: Tensor) -> Tensor:  # (N, ...) packed -> (B, T, ...), zero at padded steps
+            out = values.new_zeros((B * T,) + values.shape[1:])
+            return out.index_copy(0, flat, values).view((B, T) + values.shape[1:])
+
+        # The output layer once, over the real steps, in mask.nonzero() order.
+        pick = in_mask_order
+        sorted_flat = (row_of * T + step_of)[pick]  # the same rows in the (sorted) embedded grid
+        logits = self.deep_output(embedded.reshape(B * T, -1)[sorted_flat], packed[0][pick], packed[1][pick])  # (N, V)
         return DecoderOutput(
             logits=logits,
             mask=mask,
-            alphas=alphas,
-            betas=betas,
-            locations=locations,
-            location_log_probs=log_probs[unsort] if sampling else None,
-            entropies=entropies[unsort] if sampling else None,
+            alphas=grid(packed[2]),
+            betas=grid(packed[3]),
+            locations=grid(packed[4]),
+            location_log_probs=grid(packed[5]) if sampling else None,
+            entropies=grid(packed[6]) if sampling else None,
         )
 
     # ------------------------------------------------------------------ generation
@@ -225,4 +252,4 @@ class ShowAttendTellDecoder(nn.Module):
         embedded = self.embedding(tokens)  # (N, M)
         h, c, z, g, _ = self._recur(self.embed_gates(embedded), state, self._mode(mode))
         logits = self.deep_output(embedded, h, z)
-        return F.log_softmax(logits.float(), dim=-1), DecoderState(h, c, state.features, state.projected), g
+        return F.log_softmax(logits.float(), dim=-1), state.with_recurrent(h, c), g

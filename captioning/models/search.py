@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
+from captioning.models.decoder import ShowAttendTellDecoder
 
 
 @dataclass
@@ -110,8 +110,9 @@ def beam_search(
     """
     B, K = features.size(0), num_beams
     device = features.device
-    state = decoder.initial_state(features)  # h_0, c_0 and W_a a once per image...
-    state = state.select(torch.arange(B, device=device).repeat_interleave(K))  # ...then copied to its K beams: (B*K, ...)
+    # h_0, c_0 and W_a a once per image; the state is copied to the K beams, the features are not:
+    # the K rows of an image attend over one copy (as a (K, L) x (L, D) product).
+    state = decoder.initial_state(features).expand_beams(K)
     beam_scores = features.new_zeros(B, K, dtype=torch.float)
     beam_scores[:, 1:] = float("-inf")  # at the start only one beam per image is alive
     tokens = torch.full((B * K,), bos_id, dtype=torch.long, device=device)
@@ -129,9 +130,8 @@ def beam_search(
         beam_scores, flat = candidates.topk(K, dim=1)  # (B, K)
         parent = (base + flat // V).view(-1)  # (B*K,) rows the new beams come from
         tokens = (flat % V).view(-1)
-        # A beam's parent is one of the same image's K beams, whose features rows are identical:
-        # only the recurrent state moves (copying the features would cost B*K*L*(D+A) per step).
-        state = DecoderState(state.h[parent], state.c[parent], state.features, state.projected)
+        # A beam's parent is one of the same image's K beams: only the recurrent state moves.
+        state = state.with_recurrent(state.h[parent], state.c[parent])
         was_finished = finished[parent]
         lengths = lengths[parent] + (~was_finished).long()
         finished = was_finished | (tokens == eos_id)
