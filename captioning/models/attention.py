@@ -51,7 +51,10 @@ class AdditiveAttention(nn.Module):
         """
         B, L, A = projected.shape
         hidden = hidden_proj.view(B, beams, 1, A)
-        e = self.score(torch.tanh(projected.unsqueeze(1) + hidden)).view(B * beams, L)  # (B, K, L, A) -> (B*K, L)
+        x = projected.unsqueeze(1) + hidden  # (B, K, L, A)
+        # Without autograd (decoding) tanh works in place: the largest tensor of a step is made once.
+        x = torch.tanh(x) if torch.is_grad_enabled() else x.tanh_()
+        e = self.score(x).view(B * beams, L)  # (B, K, L, A) -> (B*K, L)
         return torch.softmax(e, dim=-1)
 
 
