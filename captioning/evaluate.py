@@ -117,23 +117,10 @@ def _objects(record):
 
 
 def _mentions(words) -> list[tuple[int, tuple[str, str, str]]]:
-    """(index of the shape noun, (size, colour, shape)) of each full mention in ``words``.
+    """(index of the shape noun, (size, colour, shape)) of each full mention in ``words``."""
+    from captioning.data.shapes import locate_objects
 
-    The same scan as :func:`captioning.data.shapes.parse_objects` (a size word directly followed by
-    a colour word and a shape word; partial mentions do not count), keeping where each noun is.
-    """
-    from captioning.data.shapes import COLOURS, SHAPES, SIZES
-
-    tokens = [str(w).lower() for w in words]
-    found, i = [], 0
-    while i + 2 < len(tokens):
-        triple = tuple(tokens[i:i + 3])
-        if triple[0] in SIZES and triple[1] in COLOURS and triple[2] in SHAPES:
-            found.append((i + 2, triple))
-            i += 3
-        else:
-            i += 1
-    return found
+    return locate_objects(words)
 
 
 def _grid(L: int) -> tuple[int, int]:

@@ -73,6 +73,17 @@ def _unpickler_detail(err: Exception) -> str:
     return detail.split(" was not an allowed global")[0][:200]
 
 
+def require_file(path: str, error: type, what: str) -> None:
+    """Raise ``error`` (one line naming ``path``) unless ``path`` exists and is not a directory.
+
+    ``what`` names the expected kind of file, e.g. "an image file".
+    """
+    if not os.path.exists(path):
+        raise error(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise error(f"{path}: is a directory, not {what}")
+
+
 def safe_torch_load(path: PathLike, map_location: Any = "cpu") -> Any:
     """``torch.load(path, weights_only=True)``: tensors and plain containers only, never code.
 
@@ -80,10 +91,7 @@ def safe_torch_load(path: PathLike, map_location: Any = "cpu") -> Any:
     a checkpoint, is damaged, or holds objects that would run code when unpickled.
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise CheckpointError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise CheckpointError(f"{path}: is a directory, not a checkpoint file")
+    require_file(path, CheckpointError, "a checkpoint file")
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
     try:

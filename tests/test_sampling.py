@@ -53,6 +53,7 @@ def test_a_resumed_sampler_yields_the_rest_of_the_epoch():
     resumed = EpochShuffleSampler(n, seed=5, batch_size=bs, lengths=lengths_of(n), num_replicas=2, rank=1)
     resumed.set_epoch(4)
     resumed.skip = 3 * bs
+    assert len(sampler) == len(full)
     assert len(resumed) == len(full) - 3 * bs
     assert list(resumed) == full[3 * bs:]
     assert list(resumed) == full  # the skip applies once

@@ -18,6 +18,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from captioning.errors import ConfigError, ImageError
+from captioning.io import require_file
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -68,10 +69,7 @@ def load_image(path: PathLike) -> Image.Image:
     (Pillow itself only warns up to twice that).
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise ImageError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise ImageError(f"{path}: is a directory, not an image file")
+    require_file(path, ImageError, "an image file")
     if os.path.getsize(path) == 0:
         raise ImageError(f"{path}: empty file (0 bytes)")
     try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 from captioning.errors import AnnotationError, ConfigError
+from captioning.io import require_file
 from captioning.vocab import tokenize
 
 SPLITS = ("train", "val", "test", "restval")
@@ -39,10 +40,7 @@ def _is_int(x: Any) -> bool:
 
 def read_json(path: str) -> Any:
     """A JSON annotation file, with one-line AnnotationErrors for a missing, unreadable or malformed file."""
-    if not os.path.exists(path):
-        raise AnnotationError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise AnnotationError(f"{path}: is a directory, not an annotation file")
+    require_file(path, AnnotationError, "an annotation file")
     try:
         with open(path, encoding="utf-8-sig") as f:
             return json.load(f)

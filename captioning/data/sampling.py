@@ -56,7 +56,7 @@ class EpochShuffleSampler(DistributedSampler):
             order = torch.cat(pieces) if pieces else order
         if self.num_replicas > 1:
             # A whole number of whole batches per rank: pad with the epoch's first items.
-            total = -(-self.size // (bs * self.num_replicas)) * self.num_replicas * bs
+            total = self._batches_per_rank() * self.num_replicas * bs
             if total > self.size > 0:
                 order = torch.cat([order, order.repeat(-(-total // self.size))[: total - self.size]])
         batches = list(order.split(bs))
@@ -66,8 +66,14 @@ class EpochShuffleSampler(DistributedSampler):
         batches = batches[self.rank :: self.num_replicas]
         return [b.tolist() for b in batches]
 
-    def __len__(self) -> int:
-        return sum(len(b) for b in self.batches()) - self.skip
+    def _batches_per_rank(self) -> int:
+        """Under DDP: whole batches per rank after padding."""
+        return -(-self.size // (self.batch_size * self.num_replicas))
+
+    def __len__(self) -> int:  # what batches() yields, without drawing the epoch
+        if self.num_replicas == 1:
+            return self.size - self.skip
+        return self._batches_per_rank() * self.batch_size - self.skip
 
     def __iter__(self) -> Iterator[int]:
         order = [i for batch in self.batches() for i in batch]

@@ -230,15 +230,22 @@ def parse_objects(caption: Union[str, Sequence[str]]) -> list[Triple]:
     A mention is a size word directly followed by a colour word and a shape word; partial
     mentions ("a red circle") are not counted. Accepts a string or a list of tokens.
     """
-    if isinstance(caption, str):
-        tokens = re.findall(r"[a-z]+", caption.lower())
-    else:
-        tokens = [t.lower() for t in caption]
+    tokens = re.findall(r"[a-z]+", caption.lower()) if isinstance(caption, str) else caption
+    return [triple for _, triple in locate_objects(tokens)]
+
+
+def locate_objects(tokens: Sequence[str]) -> list[tuple[int, Triple]]:
+    """(index of the shape word, (size, colour, shape)) of each mention in ``tokens``, in order.
+
+    The scan behind :func:`parse_objects`: a size word directly followed by a colour word and a
+    shape word (case-insensitive); partial mentions do not count.
+    """
+    tokens = [str(t).lower() for t in tokens]
     found, i = [], 0
     while i + 2 < len(tokens):
         triple = tuple(tokens[i:i + 3])
         if triple[0] in SIZES and triple[1] in COLOURS and triple[2] in SHAPES:
-            found.append(triple)
+            found.append((i + 2, triple))
             i += 3
         else:
             i += 1

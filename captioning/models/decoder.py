@@ -217,7 +217,8 @@ class ShowAttendTellDecoder(nn.Module):
             )
             state = state.with_recurrent(h, c)
             per_step.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if sampling else ()))
-        packed = [torch.cat(column) for column in zip(*per_step)]  # step-major rows: (N, .) each
+        # step-major rows, (N, .) each: h, z, alpha, beta, location (and log p(s), entropy when sampling)
+        hs, zs, alphas, betas, locations, *sampled = (torch.cat(column) for column in zip(*per_step))
 
         # Where each packed row belongs: (sorted row i, step t) -> the caller's row order[i], step t.
         device = steps.device
@@ -233,17 +234,16 @@ class ShowAttendTellDecoder(nn.Module):
             return out.index_copy(0, flat, values).view((B, T) + values.shape[1:])
 
         # The output layer once, over the real steps, in mask.nonzero() order.
-        pick = in_mask_order
-        sorted_flat = (row_of * T + step_of)[pick]  # the same rows in the (sorted) embedded grid
-        logits = self.deep_output(embedded.reshape(B * T, -1)[sorted_flat], packed[0][pick], packed[1][pick])  # (N, V)
+        sorted_flat = (row_of * T + step_of)[in_mask_order]  # the same rows in the (sorted) embedded grid
+        logits = self.deep_output(embedded.reshape(B * T, -1)[sorted_flat], hs[in_mask_order], zs[in_mask_order])  # (N, V)
         return DecoderOutput(
             logits=logits,
             mask=mask,
-            alphas=grid(packed[2]),
-            betas=grid(packed[3]),
-            locations=grid(packed[4]),
-            location_log_probs=grid(packed[5]) if sampling else None,
-            entropies=grid(packed[6]) if sampling else None,
+            alphas=grid(alphas),
+            betas=grid(betas),
+            locations=grid(locations),
+            location_log_probs=grid(sampled[0]) if sampling else None,
+            entropies=grid(sampled[1]) if sampling else None,
         )
 
     # ------------------------------------------------------------------ generation
