@@ -6,6 +6,8 @@
   soft attention, and hard attention with forced locations (and rows that take the expected context).
   The model runs in float64; caption_log_likelihood casts logits to float32, so the log-likelihood
   and the gradients are compared at float32 tolerance, the other terms at float64 tolerance.
+- The attention scores, computed through tanh(y) = 2 sigmoid(2y) - 1 (and, when decoding on the
+  CPU, a few images at a time), equal the plain tanh formula, in value and in gradient.
 - Batched generation equals one image at a time for hard attention and a larger decoder
   (tests/test_search.py covers the small soft decoder).
 """
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 from captioning.losses import caption_log_likelihood, doubly_stochastic_penalty
+from captioning.models import attention as attention_module
 from captioning.models.decoder import ShowAttendTellDecoder
 from captioning.models.search import generate
 
@@ -151,9 +154,39 @@ def test_fast_pass_is_independent_of_batch_order_and_padding():
     torch.testing.assert_close(a.alphas[perm, :-2], b.alphas, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("attention,mode,num_beams", [("hard", "argmax", 1), ("hard", "argmax", 3),
-                                                       ("hard", "expected", 3), ("soft", None, 5)])
-def test_batched_generation_equals_one_at_a_time_moderate_sizes(attention, mode, num_beams):
+def test_attention_scores_equal_the_tanh_formula_in_value_and_gradient(monkeypatch):
+    torch.manual_seed(0)
+    B, K = 7, 3
+    att = attention_module.AdditiveAttention(D, A).double()
+    features = torch.randn(B, L, D, dtype=torch.float64, requires_grad=True)
+    hidden = torch.randn(B * K, A, dtype=torch.float64, requires_grad=True)
+
+    def plain():  # Eq. 4-5 as written: softmax(w^T tanh(W_a a + W_h h + b) + b_w)
+        x = att.feature_proj(features).unsqueeze(1) + hidden.view(B, K, 1, A)
+        return torch.softmax(att.score(torch.tanh(x)).view(B * K, L), dim=-1)
+
+    weights = torch.randn(B * K, L, dtype=torch.float64)
+    ref = plain()
+    ref_grads = torch.autograd.grad((ref * weights).sum(), [features, hidden, *att.parameters()])
+    alpha = att(att.project(features), hidden, beams=K)
+    torch.testing.assert_close(alpha, ref, rtol=1e-10, atol=1e-12)
+    got_grads = torch.autograd.grad((alpha * weights).sum(), [features, hidden, *att.parameters()])
+    for g, r in zip(got_grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-8, atol=1e-12)
+    with torch.no_grad():
+        whole = att(att.project(features), hidden, beams=K)
+        monkeypatch.setattr(attention_module, "CPU_CHUNK_ELEMENTS", 2 * K * L * A + 1)  # chunks of 2 images, 1 left
+        chunked = att(att.project(features), hidden, beams=K)
+    torch.testing.assert_close(whole, ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(chunked, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention,mode,num_beams,chunk_images", [
+    ("hard", "argmax", 1, None), ("hard", "argmax", 3, None), ("hard", "expected", 3, None),
+    ("soft", None, 5, None), ("soft", None, 5, 2), ("soft", None, 1, 3)])
+def test_batched_generation_equals_one_at_a_time_moderate_sizes(attention, mode, num_beams, chunk_images, monkeypatch):
+    if chunk_images:  # the batched decoding computes its attention scores a few images at a time
+        monkeypatch.setattr(attention_module, "CPU_CHUNK_ELEMENTS", chunk_images * num_beams * L * A)
     dec = make_decoder(attention).float()
     with torch.no_grad():
         dec.out_logits.bias[EOS] += 3.0  # captions of varied lengths

@@ -14,7 +14,10 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   FLOPs the step needs (real, non-padded steps only; backward = 2x forward) and ``peak_share`` is
   needed_gflop / time / peak.
 - ``decode``: greedy and beam 3 / 5 at batch 1, 16, 64 against a loop over the same images one at
-  a time (batch 1); ``speedup`` is per image.
+  a time (batch 1); ``speedup`` is per image. ``matmul_bound`` is the speed-up per image of the
+  step's matrix products alone (batch x beams rows against beams rows): a one-image loop reads
+  every weight matrix at each step for K rows, a batch does it for B x K, so this ratio bounds
+  what batching can gain where the rest of the step costs the same per image either way.
 - ``encode``: resnet101 and vgg16 (random weights) at 224 and 256 px.
 - ``load``: DataLoader throughput from JPEG files and from a feature cache (captioning.data.features).
 
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from typing import Callable
 
 import numpy as np
 import torch
@@ -81,19 +85,25 @@ class Memory:
         return False
 
 
-def timed(fn, device, warmup: int, iters: int, min_time: float = 0.0) -> float:
-    """Seconds per call: warm up, then time ``iters`` calls (more while under ``min_time``)."""
+def timed(fn, device, warmup: int, iters: int, min_time: float = 0.0, best: bool = False) -> float:
+    """Seconds per call: warm up, then time ``iters`` calls (more while under ``min_time``).
+
+    On the CPU every call is timed on its own and the median is returned (the minimum with
+    ``best``), so that a noisy neighbour on a shared machine moves the figure less; on a GPU the
+    calls run back to back and the mean is returned (one synchronisation at the end).
+    """
     for _ in range(warmup):
         fn()
     sync(device)
-    n, t0 = 0, time.perf_counter()
-    while True:
+    times, start = [], time.perf_counter()
+    while len(times) < iters or time.perf_counter() - start < min_time:
+        t = time.perf_counter()
         fn()
-        n += 1
-        if n >= iters and time.perf_counter() - t0 >= min_time:
-            break
+        times.append(time.perf_counter() - t)  # on a GPU only the count is used (the calls are asynchronous)
     sync(device)
-    return (time.perf_counter() - t0) / n
+    if device.type == "cuda":
+        return (time.perf_counter() - start) / len(times)
+    return min(times) if best else float(np.median(times))
 
 
 def make_captions(B: int, V: int, generator: torch.Generator, lo: int = 9, hi: int = 24, mean: float = 13.0, sd: float = 3.0):
@@ -135,7 +145,7 @@ def bench_peak(device, quick: bool) -> list[dict]:
     for dtype in dtypes:
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
-        s = timed(lambda: a @ b, device, warmup=1 if device.type == "cpu" else 3, iters=2 if device.type == "cpu" else 20)
+        s = timed(lambda: a @ b, device, warmup=1 if device.type == "cpu" else 3, iters=5 if device.type == "cpu" else 20, best=True)
         rows.append({"dtype": str(dtype).replace("torch.", ""), "n": n, "gflops": round(2 * n**3 / s / 1e9, 1),
                      "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None})
         del a, b
@@ -184,13 +194,13 @@ def bench_train(device, quick: bool, peaks: dict, amp_modes: list, compile_step:
             dec = build_decoder(attention, D, V, dim, device).train()
             if compiled:
                 dec.compile_step()
-            opt = torch.optim.Adam(dec.parameters(), lr=1e-4)
+            opt = torch.optim.Adam(dec.parameters(), lr=1e-4, fused=True)  # as CaptioningModule
             amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
             fn = train_step_fn(dec, opt, features, captions, lengths, amp, torch.zeros((), device=device))
             with Memory(device) as mem:
                 # two warm-up steps: the first allocates Adam's state, the second still page-faults on CPU
                 s = timed(fn, device, warmup=2 if device.type == "cpu" else 3,
-                          iters=2 if device.type == "cpu" else 20, min_time=0.0 if quick else 3.0)
+                          iters=2 if quick else (5 if device.type == "cpu" else 20), min_time=0.0 if quick else 3.0)
             peak = peaks["bfloat16" if amp_name == "bf16" else "float32"]
             row = {"attention": attention, "precision": amp_name, "compiled": compiled, "B": B, "L": L, "D": D, "dim": dim, "V": V,
                    "mean_tokens": round(lengths.float().mean().item(), 2), "ms_per_step": round(s * 1e3, 2),
@@ -203,6 +213,27 @@ def bench_train(device, quick: bool, peaks: dict, amp_modes: list, compile_step:
     return rows
 
 
+def step_matmuls(dec: ShowAttendTellDecoder, rows: int, device) -> Callable[[], None]:
+    """The matrix products of one decoding step for ``rows`` rows (images x beams), alone.
+
+    hidden products (attention, gate, LSTM), the LSTM's embedding and context inputs, and the deep
+    output layer: the work whose weights a one-image loop reads afresh at every step.
+    """
+    M, H, D = dec.embedding.embedding_dim, dec.hidden_dim, dec.context_gates.in_features
+    g = torch.Generator().manual_seed(2)
+    e, h, z = (torch.randn(rows, n, generator=g).to(device) for n in (M, H, D))
+    layers = [(dec.hidden_proj, h), (dec.embed_gates, e), (dec.context_gates, z), (dec.out_hidden, h), (dec.out_logits, e)]
+    if dec.out_context is not None:
+        layers.append((dec.out_context, z))
+
+    def fn():
+        with torch.no_grad():
+            for layer, x in layers:
+                layer(x)
+
+    return fn
+
+
 def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
     rows = []
     V, dim, D, Lside = (2000, 256, 512, 7) if quick else (10000, 512, 2048, 14)
@@ -212,6 +243,7 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
     dec = build_decoder("soft", D, V, dim, device).eval()
     g = torch.Generator().manual_seed(1)
     feats = torch.randn(max(batches), L, D, generator=g).to(device)
+    cpu = device.type == "cpu"
     # An untrained model hardly ever says EOS: every caption runs max_new steps, batched or not.
     for amp_name in amp_modes:
         amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
@@ -222,17 +254,24 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
                         return greedy_search(dec, x, BOS, EOS, PAD, max_new_tokens=max_new)
                     return beam_search(dec, x, BOS, EOS, PAD, num_beams=k, max_new_tokens=max_new)
 
-            loop_imgs = 4 if (quick or device.type == "cpu") else 16
-            s_one = timed(lambda: [run(feats[i : i + 1]) for i in range(loop_imgs)], device, warmup=1, iters=1) / loop_imgs
+            # the one-image loop: the median time of one image, over several images
+            images = iter(range(10**9))
+            s_one = timed(lambda: run(feats[[next(images) % feats.size(0)]]), device, warmup=1,
+                          iters=4 if quick else (8 if cpu else 32))
+            with amp:
+                mm_one = timed(step_matmuls(dec, beams, device), device, warmup=2, iters=10 if cpu else 50)
             for B in batches:
                 if amp_name == "bf16" and B != 64:
                     continue  # bf16 only where it could matter: the largest batch
                 x = feats[:B]
                 with Memory(device) as mem:
-                    s = timed(lambda: run(x), device, warmup=1, iters=1 if device.type == "cpu" else 3)
+                    s = timed(lambda: run(x), device, warmup=1, iters=1 if quick else 3)
+                with amp:
+                    mm_batch = timed(step_matmuls(dec, B * beams, device), device, warmup=1, iters=5 if cpu else 50)
                 row = {"search": "greedy" if beams == 1 else f"beam{beams}", "precision": amp_name, "batch": B,
                        "max_new_tokens": max_new, "images_per_s": round(B / s, 1), "ms_per_batch": round(s * 1e3, 1),
-                       "loop_images_per_s": round(1 / s_one, 1), "speedup_per_image": round(s_one / (s / B), 2)}
+                       "loop_images_per_s": round(1 / s_one, 1), "speedup_per_image": round(s_one / (s / B), 2),
+                       "matmul_bound": round(B * mm_one / mm_batch, 2)}
                 row.update(mem.result)
                 rows.append(row)
                 print("  decode", row, flush=True)
@@ -340,7 +379,7 @@ def profile_step(device, top: int = 25) -> None:
     features = torch.randn(B, L, D, generator=g).to(device)
     captions, lengths = captions.to(device), lengths.to(device)
     dec = build_decoder("soft", D, V, dim, device).train()
-    opt = torch.optim.Adam(dec.parameters(), lr=1e-4)
+    opt = torch.optim.Adam(dec.parameters(), lr=1e-4, fused=True)  # as CaptioningModule
     fn = train_step_fn(dec, opt, features, captions, lengths, nullcontext(), None)
     for _ in range(3):  # Adam's state, first-touch page faults, allocator warm-up
         fn()

@@ -11,6 +11,13 @@ and differ in how the context z_t is made from alpha_t (Section 4.1 and 4.2):
 
 W_a a_i does not depend on t, so :meth:`AdditiveAttention.project` computes it once per batch and
 every step reuses it.
+
+The scores are computed through the identity tanh(y) = 2 sigmoid(2y) - 1,
+
+    e_ti = (2w)^T sigmoid(2 W_a a_i + 2 W_h h_{t-1} + 2b) + (b_w - sum(w)),
+
+which is the same number (and the same gradient): on the CPU, sigmoid over the (B, L, A) tensor
+is several times faster than tanh, and this elementwise pass is the largest of a decoding step.
 """
 from __future__ import annotations
 
@@ -23,6 +30,10 @@ from torch import Tensor, nn
 #: How a hard-attention model picks the context: the expected context (soft alpha), the argmax
 #: location, or a location sampled from alpha. Soft-attention models always use "expected".
 CONTEXT_MODES = ("expected", "argmax", "sample")
+
+#: Decoding on the CPU computes the attention scores a few images at a time, about this many
+#: values of the (images, K, L, A) tensor at once (4 MB in float32).
+CPU_CHUNK_ELEMENTS = 1024 * 1024
 
 
 class AdditiveAttention(nn.Module):
@@ -50,12 +61,35 @@ class AdditiveAttention(nn.Module):
         rows summing to one.
         """
         B, L, A = projected.shape
-        hidden = hidden_proj.view(B, beams, 1, A)
-        x = projected.unsqueeze(1) + hidden  # (B, K, L, A)
-        # Without autograd (decoding) tanh works in place: the largest tensor of a step is made once.
-        x = torch.tanh(x) if torch.is_grad_enabled() else x.tanh_()
-        e = self.score(x).view(B * beams, L)  # (B, K, L, A) -> (B*K, L)
-        return torch.softmax(e, dim=-1)
+        hidden = (2 * hidden_proj).view(B, beams, 1, A)
+        w2 = 2 * self.score.weight.view(A)  # (A,)
+        shift = self.score.bias - self.score.weight.sum()  # b_w - sum(w): tanh = 2 sigmoid(2y) - 1
+        if torch.is_grad_enabled():
+            y2 = torch.add(hidden, projected.unsqueeze(1), alpha=2)  # 2y: (B, K, L, A)
+            e = torch.matmul(torch.sigmoid(y2), w2)  # (B, K, L)
+        else:
+            e = self._scores_no_grad(projected, hidden, w2)
+        return torch.softmax((e + shift).view(B * beams, L), dim=-1)
+
+    def _scores_no_grad(self, projected: Tensor, hidden: Tensor, w2: Tensor) -> Tensor:
+        """(2w)^T sigmoid(2y) without autograd: in place, and on the CPU a few images at a time.
+
+        Each chunk's (images, K, L, A) tensor stays small enough to be reused by the allocator (and
+        to stay in cache) instead of being mapped afresh from the system at every step.
+        """
+        B, L, A = projected.shape
+        beams = hidden.size(1)
+        w2 = w2.to(torch.promote_types(projected.dtype, hidden.dtype))  # bf16 under autocast
+        if projected.device.type != "cpu":
+            return torch.matmul(torch.add(hidden, projected.unsqueeze(1), alpha=2).sigmoid_(), w2)
+        chunk = max(1, CPU_CHUNK_ELEMENTS // (beams * L * A))
+        if chunk >= B:
+            return torch.matmul(torch.add(hidden, projected.unsqueeze(1), alpha=2).sigmoid_(), w2)
+        e = projected.new_empty(B, beams, L)
+        for i in range(0, B, chunk):
+            y2 = torch.add(hidden[i : i + chunk], projected[i : i + chunk].unsqueeze(1), alpha=2)
+            torch.matmul(y2.sigmoid_(), w2, out=e[i : i + chunk])
+        return e
 
 
 @dataclass

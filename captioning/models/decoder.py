@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from captioning.models.attention import CONTEXT_MODES, AdditiveAttention, Glimpse, glimpse
+from captioning.models.deferred import step_linear
 
 
 @dataclass
@@ -132,18 +133,22 @@ class ShowAttendTellDecoder(nn.Module):
         mode: str,
         use_expected: Optional[Tensor] = None,
         location: Optional[Tensor] = None,
+        layers: Optional[tuple] = None,
     ) -> tuple[Tensor, Tensor, Tensor, Glimpse, Tensor]:
         """One LSTM step with attention. x_gates: (N, 4H), the embedding's share of the gates.
 
+        ``layers``: the (hidden_proj, context_gates) products to use, by default the layers
+        themselves (a training pass gives their deferred-gradient versions, see deferred.py).
         Returns h_t, c_t, z_t (gated context, (N, D)), the glimpse and beta_t (N,).
         """
         A = self.attention_dim
-        h_att, h_beta, h_gates = self.hidden_proj(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
+        hidden_proj, context_gates = layers or (self.hidden_proj, self.context_gates)
+        h_att, h_beta, h_gates = hidden_proj(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
         alpha = self.attention(state.projected, h_att, state.beams)  # (N, L)
         g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams)
         beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
         z = beta.unsqueeze(1) * g.context  # (N, D)
-        gates = x_gates + h_gates + self.context_gates(z)  # (N, 4H)
+        gates = x_gates + h_gates + context_gates(z)  # (N, 4H)
         i, f, gg, o = gates.chunk(4, dim=-1)
         c = torch.sigmoid(f) * state.c + torch.sigmoid(i) * torch.tanh(gg)
         h = torch.sigmoid(o) * torch.tanh(c)
@@ -199,6 +204,9 @@ class ShowAttendTellDecoder(nn.Module):
         embedded = self.embedding(captions[:, :-1])  # (B, T, M), all steps at once
         x_steps = self.embed_gates(embedded).unbind(1)  # T x (B, 4H): one backward op, not one per step
         state = self.initial_state(features)
+        # The two products repeated at every step give their weights ONE gradient product each
+        # (per step, autograd would make and add a whole weight-sized gradient from a few rows).
+        layers = (step_linear(self.hidden_proj, deferred=True), step_linear(self.context_gates, deferred=True))
 
         # Each step's outputs for its n_t running rows are kept as they come and put in place once
         # after the loop (writing them into (B, T, .) tensors step by step would, in the backward
@@ -214,6 +222,7 @@ class ShowAttendTellDecoder(nn.Module):
                 x_steps[t][:n], state, mode,
                 None if use_expected is None else use_expected[:n],
                 None if forced is None else forced[:n, t],
+                layers,
             )
             state = state.with_recurrent(h, c)
             per_step.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if sampling else ()))

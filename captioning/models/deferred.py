@@ -1,0 +1,98 @@
+"""A linear layer applied at every step of a recurrent loop, with ONE weight-gradient product.
+
+At step t the decoder multiplies a few rows x_t (the captions still running) by a weight W. Plain
+autograd gives W a whole (out, in) gradient at every step and adds it to the running sum: for the
+LSTM's context weights (4H x D = 2048 x 2048) that is a 16 MB matrix made and added per step from a
+few dozen rows, most of a CPU training step. :class:`DeferredLinear` keeps, at each step's
+backward, only the rows (dL/dy_t, x_t), and when backward reaches W (after every step, since every
+step reads it) makes its gradient at once:
+
+    dL/dW = sum_t (dL/dy_t)^T x_t = [dL/dy_1; ...; dL/dy_T]^T [x_1; ...; x_T],   dL/db = sum of the rows.
+
+The numbers are those of plain autograd (up to the order of the float additions).
+
+    layer = DeferredLinear(decoder.context_gates)   # once per forward pass
+    for t in ...:
+        y = layer(x_t)                               # as decoder.context_gates(x_t)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class _Rows:
+    """The (dL/dy_t, x_t) pairs of one layer's steps, waiting for the weight's backward."""
+
+    def __init__(self):
+        self.grads: list[Tensor] = []
+        self.inputs: list[Tensor] = []
+
+
+class _Tap(torch.autograd.Function):
+    """Identity on the parameters; its backward makes their gradients from the collected rows."""
+
+    @staticmethod
+    def forward(ctx, rows: _Rows, weight: Tensor, *bias: Tensor):
+        ctx.rows = rows
+        ctx.dtypes = (weight.dtype,) + tuple(b.dtype for b in bias)
+        ctx.set_materialize_grads(False)  # the steps pass no gradient here; nothing to allocate
+        return (weight.view_as(weight),) + tuple(b.view_as(b) for b in bias)
+
+    @staticmethod
+    def backward(ctx, *unused):
+        rows = ctx.rows
+        if not rows.grads:
+            return (None,) * (1 + len(ctx.dtypes))
+        g = torch.cat(rows.grads).to(ctx.dtypes[0])  # (N, out): every step's rows
+        x = torch.cat(rows.inputs).to(ctx.dtypes[0])  # (N, in)
+        rows.grads.clear()
+        rows.inputs.clear()
+        grad_weight = g.t() @ x  # (out, in): one product for all steps
+        grad_bias = (g.sum(0).to(ctx.dtypes[1]),) if len(ctx.dtypes) > 1 else ()
+        return (None, grad_weight) + grad_bias
+
+
+class _StepLinear(torch.autograd.Function):
+    """y = x W^T + b; backward gives x its gradient and leaves the rows for :class:`_Tap`."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, rows: _Rows, weight: Tensor, *bias: Tensor):
+        device = x.device.type
+        if torch.is_autocast_enabled(device):  # compute as autocast would (bf16 on the matmul)
+            dtype = torch.get_autocast_dtype(device)
+            x, weight, bias = x.to(dtype), weight.to(dtype), tuple(b.to(dtype) for b in bias)
+        with torch.autocast(device, enabled=False):
+            y = F.linear(x, weight, bias[0] if bias else None)
+        ctx.save_for_backward(x, weight)
+        ctx.rows, ctx.has_bias = rows, bool(bias)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        ctx.rows.grads.append(grad)
+        ctx.rows.inputs.append(x)
+        return (grad @ weight, None, None) + ((None,) if ctx.has_bias else ())
+
+
+class DeferredLinear:
+    """``layer`` for the steps of one forward pass, its weight gradient made in one product."""
+
+    def __init__(self, layer: nn.Linear):
+        self.rows = _Rows()
+        params = (layer.weight,) + ((layer.bias,) if layer.bias is not None else ())
+        self.params = _Tap.apply(self.rows, *params)
+
+    @torch.compiler.disable  # inside a compiled step (model.compile_decoder) this runs eagerly
+    def __call__(self, x: Tensor) -> Tensor:
+        return _StepLinear.apply(x, self.rows, *self.params)
+
+
+def step_linear(layer: nn.Linear, deferred: bool) -> "nn.Linear | DeferredLinear":
+    """``layer`` itself, or (to train) its :class:`DeferredLinear` when it needs a gradient."""
+    if deferred and torch.is_grad_enabled() and layer.weight.requires_grad:
+        return DeferredLinear(layer)
+    return layer
+
