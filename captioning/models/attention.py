@@ -80,9 +80,7 @@ class AdditiveAttention(nn.Module):
         B, L, A = projected.shape
         beams = hidden.size(1)
         w2 = w2.to(torch.promote_types(projected.dtype, hidden.dtype))  # bf16 under autocast
-        if projected.device.type != "cpu":
-            return torch.matmul(torch.add(hidden, projected.unsqueeze(1), alpha=2).sigmoid_(), w2)
-        chunk = max(1, CPU_CHUNK_ELEMENTS // (beams * L * A))
+        chunk = max(1, CPU_CHUNK_ELEMENTS // (beams * L * A)) if projected.device.type == "cpu" else B
         if chunk >= B:
             return torch.matmul(torch.add(hidden, projected.unsqueeze(1), alpha=2).sigmoid_(), w2)
         e = projected.new_empty(B, beams, L)
