@@ -6,6 +6,7 @@
   soft attention, and hard attention with forced locations (and rows that take the expected context).
   The model runs in float64; caption_log_likelihood casts logits to float32, so the log-likelihood
   and the gradients are compared at float32 tolerance, the other terms at float64 tolerance.
+- DeferredLinear (one weight-gradient product after the loop) gives the plain layer's gradients.
 - The attention scores, computed through tanh(y) = 2 sigmoid(2y) - 1 (and, when decoding on the
   CPU, a few images at a time), equal the plain tanh formula, in value and in gradient.
 - Batched generation equals one image at a time for hard attention and a larger decoder
@@ -200,3 +201,33 @@ def test_batched_generation_equals_one_at_a_time_moderate_sizes(attention, mode,
         assert batched.locations[i, :n].tolist() == single.locations[0, :n].tolist()
         torch.testing.assert_close(batched.scores[i], single.scores[0], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(batched.attention[i, :n], single.attention[0, :n], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias,autocast", [(True, False), (False, False), (True, True)])
+def test_deferred_linear_gives_the_gradients_of_the_plain_layer(bias, autocast):
+    """A recurrent loop over shrinking rows: DeferredLinear's one weight-gradient product equals
+    autograd's per-step gradients (and under bf16 autocast, agrees at bf16 precision)."""
+    from captioning.models.deferred import DeferredLinear
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(12, 12, bias=bias)
+    x0 = torch.randn(6, 12, requires_grad=True)
+    rows = [6, 6, 4, 3, 1]
+
+    def run(product):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            h, total = x0, 0.0
+            for t, n in enumerate(rows):
+                h = torch.tanh(product(h[:n])) + 0.1 * h[:n]
+                total = total + (h.float() * (t + 1)).sum()
+        return torch.autograd.grad(total, [x0, *layer.parameters()])
+
+    plain = run(layer)
+    deferred_layer = DeferredLinear(layer)
+    deferred = run(deferred_layer)
+    for a, b in zip(deferred, plain):
+        if autocast:  # both round to bf16, at different places: compare as a whole
+            assert (a - b).norm() <= 1e-2 * b.norm()
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not deferred_layer.rows.grads  # the rows were used and released
