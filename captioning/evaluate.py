@@ -116,13 +116,6 @@ def _objects(record):
     return record_objects(record)
 
 
-def _mentions(words) -> list[tuple[int, tuple[str, str, str]]]:
-    """(index of the shape noun, (size, colour, shape)) of each full mention in ``words``."""
-    from captioning.data.shapes import locate_objects
-
-    return locate_objects(words)
-
-
 def _grid(L: int) -> tuple[int, int]:
     """(gh, gw) of L locations: a square grid when L is a square, else one row."""
     import math
@@ -161,6 +154,7 @@ def _grounding(maps: dict, by_id: dict, attention_kind: str, images_root: Option
     """
     import numpy as np
 
+    from captioning.data.shapes import locate_objects
     from captioning.metrics import grounding_scores
 
     soft, chosen = [], []
@@ -177,7 +171,7 @@ def _grounding(maps: dict, by_id: dict, attention_kind: str, images_root: Option
         for obj in rec.objects:
             triple = tuple(str(w).lower() for w in obj.get("words") or (obj["size"], obj["color"], obj["shape"]))
             unused.setdefault(triple, []).append(obj)
-        for t, triple in _mentions(words):
+        for t, triple in locate_objects(words):  # (index of the shape noun, triple)
             if t >= len(attention) or not unused.get(triple):
                 continue
             bbox = unused[triple].pop(0)["bbox"]

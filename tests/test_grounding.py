@@ -6,7 +6,8 @@ import pytest
 from PIL import Image
 
 from captioning.data.karpathy import ImageRecord
-from captioning.evaluate import _grounding, _mentions
+from captioning.data.shapes import locate_objects
+from captioning.evaluate import _grounding
 from captioning.metrics import grounding_scores
 from captioning.visualize import upsample_map
 
@@ -47,11 +48,11 @@ def _maps(noun_map):
 
 
 def test_mentions_are_full_triples_with_the_noun_position():
-    assert _mentions(CAPTION) == [(3, ("small", "red", "circle")), (12, ("small", "red", "circle")),
+    assert locate_objects(CAPTION) == [(3, ("small", "red", "circle")), (12, ("small", "red", "circle")),
                                   (17, ("large", "blue", "square")), (22, ("small", "red", "circle")),
                                   (27, ("small", "green", "cross"))]
-    assert _mentions("a red circle".split()) == []
-    assert _mentions(["Small", "RED", "circle"]) == [(2, ("small", "red", "circle"))]
+    assert locate_objects("a red circle".split()) == []
+    assert locate_objects(["Small", "RED", "circle"]) == [(2, ("small", "red", "circle"))]
 
 
 def test_uniform_maps_score_the_box_area_fraction_by_hand():

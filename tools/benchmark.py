@@ -28,6 +28,7 @@ needs less than an earlier one shows 0 growth).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -255,8 +256,8 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
                     return beam_search(dec, x, BOS, EOS, PAD, num_beams=k, max_new_tokens=max_new)
 
             # the one-image loop: the median time of one image, over several images
-            images = iter(range(10**9))
-            s_one = timed(lambda: run(feats[[next(images) % feats.size(0)]]), device, warmup=1,
+            images = itertools.cycle(range(feats.size(0)))
+            s_one = timed(lambda: run(feats[[next(images)]]), device, warmup=1,
                           iters=4 if quick else (8 if cpu else 32))
             with amp:
                 mm_one = timed(step_matmuls(dec, beams, device), device, warmup=2, iters=10 if cpu else 50)

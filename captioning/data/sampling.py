@@ -38,9 +38,6 @@ class EpochShuffleSampler(DistributedSampler):
         self.bucket_batches = bucket_batches
         self.skip = 0
 
-    def set_epoch(self, epoch: int) -> None:  # called by Lightning at the start of each epoch
-        self.epoch = epoch
-
     def batches(self) -> list[list[int]]:
         """This rank's batches of the current epoch (the same on every call)."""
         g = torch.Generator().manual_seed(self.seed + self.epoch)

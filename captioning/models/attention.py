@@ -81,8 +81,6 @@ class AdditiveAttention(nn.Module):
         beams = hidden.size(1)
         w2 = w2.to(torch.promote_types(projected.dtype, hidden.dtype))  # bf16 under autocast
         chunk = max(1, CPU_CHUNK_ELEMENTS // (beams * L * A)) if projected.device.type == "cpu" else B
-        if chunk >= B:
-            return torch.matmul(torch.add(hidden, projected.unsqueeze(1), alpha=2).sigmoid_(), w2)
         e = projected.new_empty(B, beams, L)
         for i in range(0, B, chunk):
             y2 = torch.add(hidden[i : i + chunk], projected[i : i + chunk].unsqueeze(1), alpha=2)

@@ -206,7 +206,7 @@ class ShowAttendTellDecoder(nn.Module):
         state = self.initial_state(features)
         # The two products repeated at every step give their weights ONE gradient product each
         # (per step, autograd would make and add a whole weight-sized gradient from a few rows).
-        layers = (step_linear(self.hidden_proj, deferred=True), step_linear(self.context_gates, deferred=True))
+        layers = (step_linear(self.hidden_proj), step_linear(self.context_gates))
 
         # Each step's outputs for its n_t running rows are kept as they come and put in place once
         # after the loop (writing them into (B, T, .) tensors step by step would, in the backward

@@ -90,9 +90,9 @@ class DeferredLinear:
         return _StepLinear.apply(x, self.rows, *self.params)
 
 
-def step_linear(layer: nn.Linear, deferred: bool) -> "nn.Linear | DeferredLinear":
-    """``layer`` itself, or (to train) its :class:`DeferredLinear` when it needs a gradient."""
-    if deferred and torch.is_grad_enabled() and layer.weight.requires_grad:
+def step_linear(layer: nn.Linear) -> "nn.Linear | DeferredLinear":
+    """Its :class:`DeferredLinear` when ``layer`` will get a gradient, else ``layer`` itself."""
+    if torch.is_grad_enabled() and layer.weight.requires_grad:
         return DeferredLinear(layer)
     return layer
 
