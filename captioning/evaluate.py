@@ -41,6 +41,7 @@ def evaluate(
     from captioning.checkpoint import load_module
     from captioning.data.datamodule import CaptionDataModule
     from captioning.io import atomic_write_json
+    from captioning.data.shapes import parse_objects
     from captioning.metrics import CocoScorer, object_f1
 
     if module is None:
@@ -86,7 +87,7 @@ def evaluate(
             notes.setdefault("SPICE", "not computed (pass --spice; it needs Java and a Stanford CoreNLP download)")
         truth = {i: _objects(by_id[i]) for i in predictions if by_id[i].objects}
         if truth:
-            scores["object_f1"] = object_f1({i: predictions[i] for i in truth}, truth)
+            scores["object_f1"] = object_f1({i: parse_objects(predictions[i]) for i in truth}, truth)
         if grounding:
             scores["grounding"] = _grounding(maps, by_id, module.hparams.attention, root)
 

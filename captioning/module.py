@@ -334,7 +334,7 @@ class CaptioningModule(L.LightningModule):
         self._decode_step(batch, self.hparams.test_num_beams)
 
     def _score(self, split: str, metrics: tuple) -> dict[str, float]:
-        from captioning.data.shapes import record_objects
+        from captioning.data.shapes import parse_objects, record_objects
         from captioning.metrics import CocoScorer, object_f1
 
         predictions = self._gathered_predictions()
@@ -347,7 +347,7 @@ class CaptioningModule(L.LightningModule):
         scores = {k: v for k, v in self._scorer(references, predictions).items() if isinstance(v, float)}
         truth = {r.image_id: record_objects(r) for r in dm.records(split) if r.objects and r.image_id in predictions}
         if truth:
-            scores["object_f1"] = object_f1({i: predictions[i] for i in truth}, truth)["f1"]
+            scores["object_f1"] = object_f1({i: parse_objects(predictions[i]) for i in truth}, truth)["f1"]
         return scores
 
     def on_validation_epoch_end(self) -> None:

@@ -25,6 +25,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from captioning.attention_maps import as_array, grid_shape, upsample_map
+
 Cell = Union[Sequence[int], int]  # (row, col), or a row-major location index
 
 # Anchor colours sampled at equal steps from matplotlib's maps (viridis, inferno, magma) and the
@@ -46,41 +48,14 @@ TEXT = (25, 25, 25)
 
 
 # ---------------------------------------------------------------------- maps and colours
-def _as_array(x) -> np.ndarray:
-    if hasattr(x, "detach"):  # a torch tensor
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
-
-
 def _as_maps(maps, n: int) -> np.ndarray:
-    """(T, gh, gw) array of ``n`` maps; (T, L) with square L is reshaped to a square grid."""
-    maps = _as_array(maps)
-    if maps.ndim == 2 and maps.shape[0] == n and math.isqrt(maps.shape[1]) ** 2 == maps.shape[1]:
-        side = math.isqrt(maps.shape[1])
-        maps = maps.reshape(n, side, side)
+    """(T, gh, gw) array of ``n`` maps; (T, L) is reshaped to the grid of L locations (grid_shape)."""
+    maps = as_array(maps)
+    if maps.ndim == 2 and maps.shape[0] == n:
+        maps = maps.reshape(n, *grid_shape(maps.shape[1]))
     if maps.ndim != 3 or maps.shape[0] != n:
         raise ValueError(f"expected {n} attention maps of shape (gh, gw), one per word, got shape {maps.shape}")
     return maps
-
-
-def upsample_map(grid, size: tuple[int, int]) -> np.ndarray:
-    """Stretch a (gh, gw) attention map smoothly (bicubic) over a whole (W, H) image -> (H, W).
-
-    Pixel centres are mapped as by ``align_corners=False``, so cell (r, c) lands on rows
-    r*H/gh .. (r+1)*H/gh and columns c*W/gw .. (c+1)*W/gw. Bicubic overshoot is clipped at 0.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    grid = _as_array(grid)
-    if grid.ndim != 2 or grid.size == 0:
-        raise ValueError(f"attention map must be 2-D (gh, gw), got shape {grid.shape}")
-    if not np.isfinite(grid).all():
-        raise ValueError("attention map holds NaN or infinite values")
-    width, height = int(size[0]), int(size[1])
-    t = torch.from_numpy(grid)[None, None]  # (1, 1, gh, gw)
-    up = F.interpolate(t, size=(height, width), mode="bicubic", align_corners=False)[0, 0]  # (H, W)
-    return up.clamp_min_(0).numpy()
 
 
 def _normalise(m: np.ndarray) -> np.ndarray:
@@ -137,7 +112,7 @@ def overlay(image: Image.Image, grid_map, alpha: float = 0.6, cmap: str = "infer
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     image = image.convert("RGB")
-    grid = _as_array(grid_map)
+    grid = as_array(grid_map)
     size = image.size  # (W, H)
     m = _normalise(upsample_map(grid, size))  # (H, W) in [0, 1]
     box = None

@@ -5,7 +5,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from captioning import metrics
+from captioning.data.shapes import parse_objects
+from captioning.metrics import coco as metrics
 from captioning.metrics import CocoScorer, grounding_scores, object_f1
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap's tokenizer needs Java")
@@ -113,17 +114,17 @@ def test_object_f1_counts_multiset_matches():
         3: "a red circle",  # partial mentions do not count
         4: "ignored: an image without objects",
     }
-    got = object_f1(predictions, objects)
+    got = object_f1({i: parse_objects(c) for i, c in predictions.items()}, objects)
     assert got["true_positives"] == 2 and got["predicted"] == 4 and got["actual"] == 4
     assert got["precision"] == pytest.approx(0.5) and got["recall"] == pytest.approx(0.5)
     assert got["f1"] == pytest.approx(0.5)
 
-    perfect = object_f1({1: "a large green cross and a small red circle"}, {1: objects[1]})
+    perfect = object_f1({1: parse_objects("a large green cross and a small red circle")}, {1: objects[1]})
     assert (perfect["precision"], perfect["recall"], perfect["f1"]) == (1.0, 1.0, 1.0)
-    silent = object_f1({1: "nothing here"}, {1: objects[1]})
+    silent = object_f1({1: parse_objects("nothing here")}, {1: objects[1]})
     assert (silent["precision"], silent["recall"], silent["f1"]) == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="no prediction.*3"):
-        object_f1({1: "x"}, {1: objects[1], 3: objects[3]})
+        object_f1({1: []}, {1: objects[1], 3: objects[3]})
 
 
 # --------------------------------------------------------------------------- grounding

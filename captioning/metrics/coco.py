@@ -1,23 +1,14 @@
-"""Caption metrics: coco-caption scores, object F1 and attention grounding.
+"""coco-caption scores through the COCO caption evaluation code (PyPI ``pycocoevalcap``).
 
-* :class:`CocoScorer` wraps the COCO caption evaluation code (PyPI ``pycocoevalcap``): both sides
-  are tokenised by its PTBTokenizer (Java), then scored with BLEU-1..4, METEOR (Java), ROUGE-L,
-  CIDEr (in fact CIDEr-D) and, when asked and available, SPICE. These are the numbers of the
-  paper's Table 1 (there shown x100).
-* :func:`object_f1` checks the (size, colour, shape) objects a caption names against the truth of
-  the synthetic shapes dataset.
-* :func:`grounding_scores` measures whether attention falls on the object a word names: attention
-  correctness (Liu et al., AAAI 2017) and the pointing game (Zhang et al., ECCV 2016), with a
-  uniform and a centre-prior map as baselines.
+Both sides are tokenised by its PTBTokenizer (Java), then scored with BLEU-1..4, METEOR (Java),
+ROUGE-L, CIDEr (in fact CIDEr-D) and, when asked and available, SPICE. These are the numbers of the
+paper's Table 1 (there shown x100).
 """
 from __future__ import annotations
 
 import os
 import threading
-from collections import Counter
-from typing import Hashable, Iterable, Mapping, Optional, Sequence
-
-import numpy as np
+from typing import Hashable, Mapping, Optional, Sequence
 
 METRICS = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
 
@@ -195,102 +186,3 @@ def spice_unavailable_reason() -> Optional[str]:
         return (f"SPICE unavailable: needs Stanford CoreNLP ({g.JAR}.jar, which pycocoevalcap downloads "
                 f"from nlp.stanford.edu on first use) at {jar}")
     return None
-
-
-# ---------------------------------------------------------------------- object F1
-def object_f1(predictions: Mapping[Hashable, str], objects: Mapping[Hashable, Iterable[Sequence[str]]]) -> dict:
-    """Micro-averaged precision, recall and F1 of the (size, colour, shape) objects captions name.
-
-    For every image id of ``objects`` (its ground-truth triples) the mentions in the predicted
-    caption (``captioning.data.shapes.parse_objects``) are matched as multisets: two "small red
-    circle" mentions match at most as many small red circles as the image has. Counts are summed
-    over images before dividing (micro average); a ratio with a zero denominator is 0.
-    Predictions for ids that are not in ``objects`` are ignored.
-
-    Returns {"precision", "recall", "f1", "true_positives", "predicted", "actual"}.
-    """
-    from captioning.data.shapes import parse_objects
-
-    missing = [i for i in objects if i not in predictions]
-    if missing:
-        raise ValueError(f"object_f1: no prediction for {len(missing)} id(s): {_show(missing)}")
-    tp = predicted = actual = 0
-    for i, truth in objects.items():
-        said = Counter(parse_objects(predictions[i]))
-        true = Counter(tuple(str(w).lower() for w in t) for t in truth)
-        tp += sum((said & true).values())
-        predicted += sum(said.values())
-        actual += sum(true.values())
-    precision = tp / predicted if predicted else 0.0
-    recall = tp / actual if actual else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1,
-            "true_positives": tp, "predicted": predicted, "actual": actual}
-
-
-# ---------------------------------------------------------------------- grounding
-def _box_mask(bbox: Sequence[float], width: int, height: int) -> np.ndarray:
-    """(H, W) bool: pixels whose centre lies in ``bbox`` = [x0, y0, x1, y1] (exclusive ends)."""
-    x0, y0, x1, y1 = bbox
-    xs, ys = np.arange(width) + 0.5, np.arange(height) + 0.5
-    return ((ys >= y0) & (ys < y1))[:, None] & ((xs >= x0) & (xs < x1))[None, :]
-
-
-def _center_prior(width: int, height: int) -> np.ndarray:
-    """(H, W) isotropic Gaussian centred in the image, sigma = a quarter of each side, sum 1."""
-    xs = (np.arange(width) + 0.5 - width / 2) / (width / 4)
-    ys = (np.arange(height) + 0.5 - height / 2) / (height / 4)
-    g = np.exp(-0.5 * ys[:, None] ** 2) * np.exp(-0.5 * xs[None, :] ** 2)
-    return g / g.sum()
-
-
-def grounding_scores(items: Iterable[tuple]) -> dict:
-    """Attention correctness and pointing game of attention maps against object boxes.
-
-    Each item is ``(grid_map, image_size, bbox)``: a non-negative (gh, gw) attention map over the
-    whole image, the original image's (W, H) and the box [x0, y0, x1, y1] (pixels, exclusive
-    ends; a pixel is inside when its centre is) of the object the attended word names.
-
-    The map is upsampled to (H, W) with :func:`captioning.visualize.upsample_map` (as the overlays
-    are drawn) and normalised to sum 1 (an all-zero map counts as uniform). Then
-
-    * attention correctness (Liu et al. 2017) = the map's mass inside the box;
-    * pointing game (Zhang et al. 2016) = 1 if the map's maximum pixel (first in row-major order)
-      lies in the box, else 0.
-
-    Baselines, scored on the same boxes:
-
-    * "uniform": a constant map. Its correctness is the box's share of the image; its maximum is
-      every pixel, so its pointing score is defined as the chance that a pixel drawn at random
-      hits the box, also the box's share of the image.
-    * "center_prior": an isotropic Gaussian at the image centre with sigma = W/4 across and H/4
-      down; it points at the image centre (a hit if the centre point lies in the box).
-
-    Returns {"attention_correctness", "pointing_game", "count", "uniform": {...}, "center_prior":
-    {...}} with means over the items (None when there are none).
-    """
-    from captioning.visualize import upsample_map
-
-    rows = []  # (correctness, pointing) for: attention, uniform, centre prior
-    for grid, (width, height), bbox in items:
-        width, height = int(width), int(height)
-        m = upsample_map(grid, (width, height))  # (H, W)
-        total = m.sum()
-        m = m / total if total > 0 else np.full_like(m, 1.0 / m.size)
-        inside = _box_mask(bbox, width, height)  # (H, W)
-        share = inside.mean()
-        prior = _center_prior(width, height)
-        x0, y0, x1, y1 = bbox
-        centre_hit = float(x0 <= width / 2 < x1 and y0 <= height / 2 < y1)
-        rows.append((m[inside].sum(), float(inside.flat[m.argmax()]),
-                     share, share,
-                     prior[inside].sum(), centre_hit))
-
-    def mean(column: int) -> Optional[float]:
-        return float(np.mean([r[column] for r in rows])) if rows else None
-
-    return {
-        "attention_correctness": mean(0), "pointing_game": mean(1), "count": len(rows),
-        "uniform": {"attention_correctness": mean(2), "pointing_game": mean(3)},
-        "center_prior": {"attention_correctness": mean(4), "pointing_game": mean(5)},
-    }

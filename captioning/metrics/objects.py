@@ -1,0 +1,33 @@
+"""Object F1: the (size, colour, shape) objects a caption names against the image's objects."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Hashable, Iterable, Mapping, Sequence
+
+def object_f1(mentions: Mapping[Hashable, Iterable[Sequence[str]]], objects: Mapping[Hashable, Iterable[Sequence[str]]]) -> dict:
+    """Micro-averaged precision, recall and F1 of the (size, colour, shape) objects captions name.
+
+    For every image id of ``objects`` (its ground-truth triples) the triples a predicted caption
+    names (``mentions``, e.g. from ``captioning.data.shapes.parse_objects``) are matched as multisets: two "small red
+    circle" mentions match at most as many small red circles as the image has. Counts are summed
+    over images before dividing (micro average); a ratio with a zero denominator is 0.
+    Mentions of ids that are not in ``objects`` are ignored.
+
+    Returns {"precision", "recall", "f1", "true_positives", "predicted", "actual"}.
+    """
+    missing = [i for i in objects if i not in mentions]
+    if missing:
+        shown = ", ".join(map(repr, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        raise ValueError(f"object_f1: no prediction for {len(missing)} id(s): {shown}")
+    tp = predicted = actual = 0
+    for i, truth in objects.items():
+        said = Counter(tuple(str(w).lower() for w in t) for t in mentions[i])
+        true = Counter(tuple(str(w).lower() for w in t) for t in truth)
+        tp += sum((said & true).values())
+        predicted += sum(said.values())
+        actual += sum(true.values())
+    precision = tp / predicted if predicted else 0.0
+    recall = tp / actual if actual else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1,
+            "true_positives": tp, "predicted": predicted, "actual": actual}
