@@ -7,20 +7,21 @@
     captioner.render("photo.jpg", out, "photo.gif")
 
 Generation arguments carry the names of Hugging Face's ``generate``: num_beams, max_new_tokens,
-do_sample, temperature, top_k, length_penalty.
+do_sample, temperature, top_k, length_penalty, num_return_sequences (and attention_mode).
 """
 from __future__ import annotations
 
-import math
 import os
-from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-import numpy as np
 import torch
 from PIL import Image
 
+from captioning.attention_maps import grid_shape
+from captioning.common import default_device
 from captioning.data.images import load_image, to_tensor
+from captioning.models.search import GenerationConfig
+from captioning.models.show_attend_tell import ShowAttendTell
 
 ImageInput = Union[str, os.PathLike, Image.Image, torch.Tensor]
 
@@ -40,69 +41,86 @@ def as_pil(image: ImageInput) -> Image.Image:
 
 
 class Captioner:
-    """A trained captioner with its preprocessing, ready to caption images."""
+    """A trained captioner with its preprocessing, ready to caption images.
 
-    def __init__(self, module, device: Optional[Union[str, torch.device]] = None):
-        self.device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.module = module.eval().to(self.device)
-        self.vocab = module.vocab
-        self.image_size = int(module.hparams.get("image_size", 224))
-        self.attention_kind = module.hparams.attention
+    ``generation``: the default settings of :meth:`__call__` (Hugging Face's default of one beam,
+    the model's caption length); each call may override any of them by name.
+    """
+
+    def __init__(self, model: ShowAttendTell, image_size: int, generation: Optional[GenerationConfig] = None,
+                 description: Optional[dict] = None, device: Optional[Union[str, torch.device]] = None):
+        self.device = default_device(device)
+        self.model = model.eval().to(self.device)
+        self.vocab = model.vocab
+        self.image_size = int(image_size)
+        self.attention_kind = model.attention_kind
+        self.generation = generation or GenerationConfig()
+        self.description = dict(description or {})
+
+    @classmethod
+    def from_module(cls, module, device: Optional[Union[str, torch.device]] = None,
+                    training_data: Optional[str] = None) -> "Captioner":
+        """The captioner of a trained CaptioningModule (e.g. the one a fit returned)."""
+        generation = module.test_generation.replace(num_beams=1, num_return_sequences=1)
+        description = {"encoder": module.encoder_config.name, "training_data": training_data}
+        return cls(module.model, module.image_size, generation, description, device)
 
     @classmethod
     def from_checkpoint(cls, path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None) -> "Captioner":
         from captioning.checkpoint import load_module
 
-        return cls(load_module(path), device)
+        module = load_module(path)
+        return cls.from_module(module, device, training_data=getattr(module, "training_data", None))
+
+    def describe(self) -> dict:
+        """What the model is: attention kind, encoder, vocabulary size, image size (for people and pages)."""
+        return {"attention": self.attention_kind, "encoder": self.description.get("encoder"),
+                "vocab_size": len(self.vocab), "image_size": self.image_size,
+                "training_data": self.description.get("training_data"), "test_scores": self.description.get("test_scores")}
 
     @torch.no_grad()
     def __call__(
         self,
         images: Union[ImageInput, Sequence[ImageInput]],
-        num_beams: int = 3,
-        max_new_tokens: Optional[int] = None,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int = 0,
-        length_penalty: Optional[float] = None,
-        attention_mode: Optional[str] = None,
         return_attention: bool = False,
         batch_size: int = 16,
         generator: Optional[torch.Generator] = None,
+        **generation,
     ) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time.
 
-        Returns one dict per image: {"generated_text", "score", "tokens"} and, with
-        ``return_attention``, "attention": (T, gh, gw) float array (one map per token, EOS
-        included) and "locations": the (row, col) cell each token looked at (the chosen cell of
-        a hard model; the map's maximum for a soft one). attention_mode ("expected", "argmax",
-        "sample") applies to hard-attention models.
+        ``generation``: any field of :class:`~captioning.models.search.GenerationConfig`
+        (num_beams, max_new_tokens, length_penalty, do_sample, temperature, top_k,
+        attention_mode, num_return_sequences), over :attr:`generation`.
+
+        Returns one dict per image: {"generated_text", "score", "tokens"}; with
+        ``num_return_sequences`` > 1 also "beams": [{"generated_text", "score"}, ...] best first;
+        with ``return_attention`` also "attention": (T, gh, gw) float array (one map per token, EOS
+        included) and "locations": the (row, col) cell each token looked at (the chosen cell of a
+        hard model; the map's maximum for a soft one).
         """
+        config = self.generation.replace(**generation)
         single = not isinstance(images, (list, tuple))
         pils = [as_pil(im) for im in ([images] if single else images)]
         results = []
         for start in range(0, len(pils), batch_size):
             chunk = pils[start : start + batch_size]
             batch = torch.stack([to_tensor(im, self.image_size) for im in chunk]).to(self.device)
-            out = self.module.generate(
-                images=batch, num_beams=num_beams, max_new_tokens=max_new_tokens, attention_mode=attention_mode,
-                do_sample=do_sample, temperature=temperature, top_k=top_k, length_penalty=length_penalty,
-                generator=generator,
-            )
+            out = self.model.generate(images=batch, config=config, generator=generator)
             for i in range(len(chunk)):
                 n = int(out.lengths[i])
                 ids = out.sequences[i, :n].tolist()
-                words = self.vocab.decode(ids)
                 item: dict[str, Any] = {
-                    "generated_text": " ".join(words),
+                    "generated_text": self.vocab.decode_text(ids),
                     "score": float(out.scores[i]),
                     "tokens": [self.vocab.itos[t] for t in ids],
                 }
+                if out.beam_sequences is not None:
+                    item["beams"] = [{"generated_text": self.vocab.decode_text(seq), "score": float(score)}
+                                     for seq, score in zip(out.beam_sequences[i].tolist(), out.beam_scores[i].tolist())]
                 if return_attention:
-                    L = out.attention.size(-1)
-                    side = math.isqrt(L)
-                    grid = (side, side) if side * side == L else (1, L)
-                    item["attention"] = out.attention[i, :n].reshape(n, *grid).cpu().numpy()
+                    grid = grid_shape(out.alphas.size(-1))
+                    item["attention"] = out.alphas[i, :n].reshape(n, *grid).cpu().numpy()
                     item["locations"] = [divmod(int(l), grid[1]) for l in out.locations[i, :n].tolist()]
                 results.append(item)
         return results

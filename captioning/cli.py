@@ -7,78 +7,17 @@ User errors end in one line on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from captioning.errors import CaptioningError
+from captioning.cli_options import generation_args, generation_overrides, report_skipped
 
-LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+#: the LightningCLI subcommands (captioning/trainer_cli.py)
+TRAINING_COMMANDS = ("fit", "validate", "test")
 
-
-def lightning_cli(args: Sequence[str], run: bool = True):
-    """LightningCLI over CaptioningModule and CaptionDataModule (``data.image_size`` feeds ``model.image_size``)."""
-    from lightning.pytorch.cli import LightningCLI
-
-    from captioning.data.datamodule import CaptionDataModule
-    from captioning.module import CaptioningModule
-
-    class CaptioningCLI(LightningCLI):
-        def add_arguments_to_parser(self, parser):
-            parser.link_arguments("data.image_size", "model.image_size")
-
-    argv, sys.argv = sys.argv, sys.argv[:1] + list(args)  # as if typed: LightningCLI reads sys.argv
-    try:
-        return CaptioningCLI(CaptioningModule, CaptionDataModule, run=run, save_config_kwargs={"overwrite": True})
-    finally:
-        sys.argv = argv
-
-
-def expand_images(items: Sequence[str]) -> list[str]:
-    """Image paths from files, folders (their images, sorted) and glob patterns, in the order given."""
-    paths = []
-    for item in items:
-        if os.path.isdir(item):
-            paths += sorted(str(p) for p in Path(item).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        elif any(ch in item for ch in "*?[") and not os.path.exists(item):
-            paths += sorted(glob.glob(item))
-        else:
-            paths.append(item)
-    return paths
-
-
-def load_images(paths: Sequence[str]) -> tuple[list, list]:
-    """(path, PIL image) for the readable images; (path, reason) for the others."""
-    from captioning.data.images import load_image
-
-    good, bad = [], []
-    for p in paths:
-        try:
-            good.append((p, load_image(p)))
-        except CaptioningError as err:
-            bad.append((p, str(err)))
-    return good, bad
-
-
-def report_skipped(bad: list) -> None:
-    for _, reason in bad:
-        print(f"skipped: {reason}", file=sys.stderr)
-    if bad:
-        print(f"{len(bad)} image(s) skipped", file=sys.stderr)
-
-
-def generation_args(p: argparse.ArgumentParser, beams: int = 3) -> None:
-    p.add_argument("--checkpoint", required=True, help="a checkpoint written by `captioning fit`")
-    p.add_argument("--num-beams", type=int, default=beams, help="beams per image (1: greedy)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="longest caption (default: the model's)")
-    p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")
-    p.add_argument("--attention-mode", choices=("expected", "argmax", "sample"), default=None,
-                   help="how a hard-attention model picks contexts (default: the model's, normally expected)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
 
 
 def cmd_make_shapes(args) -> int:
@@ -91,13 +30,11 @@ def cmd_make_shapes(args) -> int:
 
 def cmd_caption(args) -> int:
     from captioning.api import Captioner
+    from captioning.data.images import expand_image_paths, load_images
 
     captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
-    good, bad = load_images(expand_images(args.images))
-    results = captioner(
-        [im for _, im in good], num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-        length_penalty=args.length_penalty, attention_mode=args.attention_mode,
-    ) if good else []
+    good, bad = load_images(expand_image_paths(args.images))
+    results = captioner([im for _, im in good], **generation_overrides(args)) if good else []
     rows = [{"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -110,19 +47,17 @@ def cmd_caption(args) -> int:
 
 def cmd_attend(args) -> int:
     from captioning.api import Captioner
+    from captioning.data.images import expand_image_paths, load_images
 
     captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
-    paths = expand_images(args.images)
+    paths = expand_image_paths(args.images)
     good, bad = load_images(paths)
     out = Path(args.out)
     single_file = len(paths) == 1 and out.suffix.lower() in (".gif", ".png")
     formats = ("gif", "png") if args.format == "both" else (args.format,)
     if single_file:
         formats = (out.suffix.lower()[1:],)
-    results = captioner(
-        [im for _, im in good], num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-        length_penalty=args.length_penalty, attention_mode=args.attention_mode, return_attention=True,
-    ) if good else []
+    results = captioner([im for _, im in good], return_attention=True, **generation_overrides(args)) if good else []
     for (path, image), result in zip(good, results):
         for fmt in formats:
             target = out if single_file else out / f"{Path(path).stem}.{fmt}"
@@ -134,13 +69,15 @@ def cmd_attend(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from captioning.checkpoint import load_module
     from captioning.evaluate import evaluate
 
+    module = load_module(args.checkpoint)
     report = evaluate(
-        args.checkpoint, args.annotations, images_root=args.images_root, split=args.split, num_beams=args.num_beams,
-        max_new_tokens=args.max_new_tokens, length_penalty=args.length_penalty, attention_mode=args.attention_mode,
+        module, args.annotations, images_root=args.images_root, split=args.split,
+        generation=module.test_generation.replace(**generation_overrides(args)),
         batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, spice=args.spice,
-        grounding=args.grounding, metrics_path=args.out, results_path=args.results,
+        grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=args.checkpoint,
     )
     print(json.dumps(report["scores"], indent=2))
     for p in report.get("skipped", []):
@@ -164,15 +101,17 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_extract_features(args) -> int:
-    from captioning.data.features import extract_from_config, parse_shard
+    from captioning.extract import extract_from_config, parse_shard
 
-    annotations = None
+    overrides = []
     if args.annotations:
-        annotations = args.annotations[0] if len(args.annotations) == 1 else args.annotations
-    report = extract_from_config(
-        args.config, args.out, batch_size=args.batch_size, num_workers=args.num_workers, shard=parse_shard(args.shard),
-        annotations=annotations, images_root=args.images_root, split_file=args.split_file, device=args.device,
-    )
+        overrides += ["--data.annotations", args.annotations[0] if len(args.annotations) == 1 else json.dumps(args.annotations)]
+    if args.images_root:
+        overrides += ["--data.images_root", args.images_root]
+    if args.split_file:
+        overrides += ["--data.split_file", args.split_file]
+    report = extract_from_config(args.config, args.out, batch_size=args.batch_size, num_workers=args.num_workers,
+                                 shard=parse_shard(args.shard), overrides=overrides, device=args.device)
     for message in report["unreadable"]:
         print(f"unreadable: {message}", file=sys.stderr)
     print(f"{report['part']}: {report['done']} of {report['rows']} images done ({report['extracted']} this run)")
@@ -238,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-file", default=None, help="for COCO caption files: Karpathy's dataset_coco.json")
     p.add_argument("--min-word-freq", type=int, default=5, help="rarer training words become <unk>")
     p.add_argument("--max-vocab-size", type=int, default=None)
-    p.add_argument("--out", default=None, help="write the vocabulary JSON here")
+    p.add_argument("--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)")
     p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
     p.set_defaults(func=cmd_prepare)
 
@@ -259,8 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] in LIGHTNING_COMMANDS:
-            lightning_cli(argv)
+        if argv and argv[0] == "predict":
+            raise CaptioningError("`captioning predict` is not a command: caption images or folders with "
+                                  "`captioning caption IMAGES --checkpoint CKPT`, a whole split with `captioning evaluate`")
+        if argv and argv[0] in TRAINING_COMMANDS:
+            from captioning.trainer_cli import run_lightning_cli
+
+            run_lightning_cli(argv)
             return 0
         parser = build_parser()
         args = parser.parse_args(argv)

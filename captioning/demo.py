@@ -11,8 +11,6 @@ Everything lands in one folder (default outputs/demo):
 """
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -34,10 +32,10 @@ def config_path(name: str) -> Path:
 def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int] = None, examples: int = 4) -> dict:
     from captioning.api import Captioner
     from captioning.checkpoint import load_module
-    from captioning.cli import lightning_cli
     from captioning.data.shapes import generate
     from captioning.evaluate import evaluate
-    from captioning.io import atomic_write_json
+    from captioning.files import atomic_write_json
+    from captioning.trainer_cli import run_lightning_cli
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -57,20 +55,21 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     ]
     if max_epochs is not None:
         args += ["--trainer.max_epochs", str(max_epochs)]
-    cli = lightning_cli(args)
+    cli = run_lightning_cli(args)
     best = cli.trainer.checkpoint_callback.best_model_path or cli.trainer.checkpoint_callback.last_model_path
     train_seconds = time.perf_counter() - t0
 
     print(f"[3/4] evaluating {best} on the test split (beam search, 3 beams)")
     module = load_module(best)
-    report = evaluate(best, str(annotations), split="test", num_beams=3, module=module,
-                      metrics_path=str(out_dir / "metrics.json"), results_path=str(out_dir / "results.json"))
+    report = evaluate(module, str(annotations), split="test", generation=module.test_generation.replace(num_beams=3),
+                      metrics_path=str(out_dir / "metrics.json"), results_path=str(out_dir / "results.json"),
+                      checkpoint=best)
 
     print("[4/4] captioning example images and writing attention GIFs")
     from captioning.data.karpathy import load_karpathy
 
     test = [r for r in load_karpathy(str(annotations)) if r.split == "test"][:examples]
-    captioner = Captioner(module, device="cpu")
+    captioner = Captioner.from_module(module, device="cpu", training_data=str(annotations))
     paths = [str(out_dir / "data" / r.path) for r in test]
     results = captioner(paths, num_beams=3, return_attention=True)
     (out_dir / "attention").mkdir(exist_ok=True)
@@ -89,7 +88,7 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     s = report["scores"]
     print()
     print(f"test split: BLEU-4 {s.get('BLEU-4', float('nan')):.3f}  CIDEr {s.get('CIDEr', float('nan')):.3f}  "
-          f"METEOR {s.get('METEOR', float('nan')):.3f}  object F1 {s.get('object_f1', {}).get('f1', float('nan')):.3f}")
+          f"METEOR {s.get('METEOR', float('nan')):.3f}  object F1 {s.get('object_f1', float('nan')):.3f}")
     for c in captions:
         print(f"  {c['image']}: {c['generated_text']}")
     print(f"\nbest checkpoint: {best}")

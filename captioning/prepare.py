@@ -50,11 +50,11 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
             split_file: Optional[str] = None, max_vocab_size: Optional[int] = None, check: bool = True,
             progress: bool = True) -> int:
     """Run the checks and print the report; returns the exit status (0 fine, 1 problems)."""
-    from captioning.data.formats import detect_format, load_records
+    from captioning.data.formats import default_images_root, detect_format, load_records
     from captioning.vocab import Vocabulary
 
     first = annotations if isinstance(annotations, str) else annotations[0]
-    images_root = images_root or os.path.dirname(os.path.abspath(first))
+    images_root = images_root or default_images_root(annotations)
     records = load_records(annotations, split_file)  # AnnotationError: printed by the CLI, exit 1
     print(f"{first}: {detect_format(first)} format, {len(records)} images, images under {images_root}")
     per_split = Counter(r.split for r in records)
@@ -86,9 +86,8 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         total = sum(words.values())
         print(f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of {len(words)} distinct training words; "
               f"{unk / max(total, 1):.2%} of training words become <unk>")
-        if out:
-            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-            vocab.save(out)
+        if out and not problems:  # a vocabulary of a dataset with problems is not written
+            vocab.save(out)  # (parent folders are created)
             print(f"wrote {out}")
     length_report([len(t) for r in records for t in r.tokens])
     for p in problems:

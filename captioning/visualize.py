@@ -226,7 +226,7 @@ def save_gif(image: Image.Image, words: Sequence[str], maps, path: Union[str, os
 
     Returns the path. ``kwargs`` go to :func:`render_frames` (min_side, max_side).
     """
-    from captioning.io import atomic_write_bytes
+    from captioning.files import atomic_write_bytes
 
     frames = render_frames(image, words, maps, hard_cells=hard_cells, alpha=alpha, style=style, cmap=cmap, **kwargs)
     # an octree palette per frame: Pillow's default median cut leaves visible blotches in smooth heat maps
@@ -238,7 +238,7 @@ def save_gif(image: Image.Image, words: Sequence[str], maps, path: Union[str, os
 
 
 # ---------------------------------------------------------------------- grid
-def grid_shape(n: int, cols: int) -> tuple[int, int]:
+def panel_layout(n: int, cols: int) -> tuple[int, int]:
     """(rows, columns) of a grid of ``n`` panels at most ``cols`` wide."""
     cols = max(1, min(cols, n))
     return math.ceil(n / cols), cols
@@ -263,7 +263,7 @@ def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
     pw, ph = shown.size
     font = _font(int(np.clip(pw / 12, 12, 20)))
     gap, title = 8, _line_height(font) + 6
-    rows, cols = grid_shape(len(words), cols)
+    rows, cols = panel_layout(len(words), cols)
     canvas = Image.new("RGB", (cols * (pw + gap) + gap, rows * (title + ph + gap) + gap), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
     for t, word in enumerate(words):
@@ -282,7 +282,7 @@ def save_grid(image: Image.Image, words: Sequence[str], maps, path: Union[str, o
               hard_cells: Optional[Sequence[Cell]] = None, alpha: float = 0.6, style: str = "heatmap",
               cmap: str = "inferno", panel_size: int = 192) -> Path:
     """Write :func:`render_grid` as a PNG (atomic write). Returns the path."""
-    from captioning.io import atomic_write_bytes
+    from captioning.files import atomic_write_bytes
 
     grid = render_grid(image, words, maps, cols=cols, hard_cells=hard_cells, alpha=alpha, style=style,
                        cmap=cmap, panel_size=panel_size)

@@ -16,7 +16,7 @@ from typing import Iterable, Optional, Sequence, Union
 from nltk.tokenize import RegexpTokenizer
 
 from captioning.errors import ConfigError
-from captioning.io import atomic_write_json
+from captioning.files import atomic_write_json
 
 # Words and numbers (any script), keeping inner apostrophes and hyphens ("man's", "t-shirt");
 # punctuation-only tokens are dropped, as in the Karpathy splits' own "tokens".

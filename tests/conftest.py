@@ -26,17 +26,17 @@ def fit_args(annotations, root_dir, config="shapes_soft.yaml", steps=2, extra=()
         "--trainer.max_epochs", "1", "--trainer.limit_train_batches", str(steps),
         "--trainer.limit_val_batches", "1", "--trainer.accelerator", "cpu",
         "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
-        "--model.max_new_tokens", "12", *extra,
+        "--model.val_generation.max_new_tokens", "12", "--model.test_generation.max_new_tokens", "12", *extra,
     ]
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
     """A soft-attention checkpoint after a few training steps on the tiny shapes data."""
-    from captioning.cli import lightning_cli
+    from captioning.trainer_cli import run_lightning_cli
 
     root = tmp_path_factory.mktemp("fit")
-    cli = lightning_cli(fit_args(tiny_shapes, root, steps=3))
+    cli = run_lightning_cli(fit_args(tiny_shapes, root, steps=3))
     path = Path(cli.trainer.checkpoint_callback.last_model_path)
     assert path.is_file()
     return path

@@ -51,7 +51,7 @@ def test_glob_and_format_both_write_gif_and_grid_png(tiny_checkpoint, image_dir,
     for target, caption in captions.items():
         if not target.endswith(".png"):
             continue
-        rows, cols = V.grid_shape(len(caption.split()), 5)
+        rows, cols = V.panel_layout(len(caption.split()), 5)
         with Image.open(target) as png:
             assert png.size == (cols * (pw + 8) + 8, rows * (title + pw + 8) + 8)
 

@@ -38,12 +38,12 @@ def test_evaluate_skips_and_names_bad_images_and_scores_the_rest(damaged_shapes,
 
 
 def test_training_skips_a_corrupted_image_and_counts_it(damaged_shapes, tmp_path, caplog):
-    from captioning.cli import lightning_cli
+    from captioning.trainer_cli import run_lightning_cli
 
     annotations, _, _, bad_train = damaged_shapes
     with caplog.at_level(logging.WARNING, logger="captioning.data.datamodule"):
-        cli = lightning_cli(fit_args(annotations, tmp_path, steps=5, extra=[
-            "--data.on_bad_image", "skip", "--trainer.limit_val_batches", "0", "--model.max_new_tokens", "4"]))
+        cli = run_lightning_cli(fit_args(annotations, tmp_path, steps=5, extra=[
+            "--data.on_bad_image", "skip", "--trainer.limit_val_batches", "0", "--model.val_generation.max_new_tokens", "4", "--model.test_generation.max_new_tokens", "4"]))
     assert cli.trainer.global_step >= 1
     dm = cli.datamodule
     named = [name for name in bad_train if name in caplog.text]

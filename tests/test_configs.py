@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from captioning.checkpoint import load_module
-from captioning.cli import lightning_cli
+from captioning.trainer_cli import run_lightning_cli
 from conftest import ROOT, fit_args
 
 CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
@@ -18,13 +18,14 @@ def test_configs_exist():
 
 @pytest.mark.parametrize("config", SHAPES_CONFIGS)
 def test_config_fits_one_step_and_checkpoints(config, tiny_shapes, tmp_path):
-    cli = lightning_cli(fit_args(tiny_shapes, tmp_path, config=config, steps=2))
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config=config, steps=2))
     assert cli.trainer.global_step == 2
     last = Path(cli.trainer.checkpoint_callback.last_model_path)
     assert last.is_file() and str(last).startswith(str(tmp_path))
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["vocabulary"]["itos"][:4] == ["<pad>", "<start>", "<end>", "<unk>"]
-    assert ckpt["hyper_parameters"]["attention"] == cli.model.hparams.attention
+    assert ckpt["hyper_parameters"]["decoder"] == cli.model.hparams.decoder
+    assert ckpt["hyper_parameters"]["decoder"]["attention_kind"] == config.split("_")[1].split(".")[0]
     module = load_module(last)
     for (k, a), b in zip(cli.model.state_dict().items(), module.state_dict().values()):
         assert torch.equal(a.cpu(), b), k
@@ -33,8 +34,11 @@ def test_config_fits_one_step_and_checkpoints(config, tiny_shapes, tmp_path):
 
 def test_print_config(capsys, tiny_shapes):
     with pytest.raises(SystemExit) as exit_info:
-        lightning_cli(["fit", "--config", str(ROOT / "configs" / "shapes_soft.yaml"), "--data.annotations",
+        run_lightning_cli(["fit", "--config", str(ROOT / "configs" / "shapes_soft.yaml"), "--data.annotations",
                        str(tiny_shapes), "--print_config"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert "attention: soft" in out and "image_size: 64" in out
+    assert "image_size: 64" in out
+    for group in ("encoder:", "decoder:", "objective:", "optimizer:", "val_generation:", "test_generation:"):
+        assert f"\n  {group}" in out, group  # the component groups, under model:
+    assert "attention_kind: soft" in out and "class_path: captioning.objectives" in out

@@ -93,7 +93,6 @@ def test_eval_loaders_give_one_sample_per_image(tiny_karpathy):
     assert [b["image_ids"].tolist() for b in val] == [[104], [105]]
     assert all(b["images"].shape == (1, 3, 16, 16) and "captions" not in b for b in val)
     assert [b["image_ids"].tolist() for b in dm.test_dataloader()] == [[106]]
-    assert [b["image_ids"].tolist() for b in dm.predict_dataloader()] == [[106]]
 
 
 def test_given_vocabulary_is_kept(tiny_karpathy):
@@ -184,3 +183,14 @@ def test_empty_split_is_an_annotation_error(tmp_path):
     dm = tiny_dm(tmp_path / "ann.json", min_word_freq=1)
     with pytest.raises(AnnotationError, match=r"ann.json: no images in split 'val'"):
         dm.val_dataloader()
+
+
+def test_a_prepared_vocabulary_file_is_used(tiny_karpathy, tmp_path):
+    vocab = Vocabulary(list(Vocabulary.SPECIALS) + ["zebra", "red"])
+    vocab.save(tmp_path / "vocab.json")
+    dm = CaptionDataModule(str(tiny_karpathy), image_size=8, vocabulary=str(tmp_path / "vocab.json"))
+    dm.setup("fit")
+    assert dm.vocab == vocab  # not the one the training captions would give
+    built = CaptionDataModule(str(tiny_karpathy), image_size=8, min_word_freq=1)
+    built.setup("fit")
+    assert built.vocab != vocab

@@ -212,19 +212,23 @@ def test_real_dataset_configs_exist():
 @pytest.mark.parametrize("config", REAL_CONFIGS)
 def test_real_dataset_config_fits_one_step(config, tmp_path_factory):
     """Each config parses, builds its module and datamodule on tiny JPEG data and takes a fit step."""
-    from captioning.cli import lightning_cli
+    from captioning.trainer_cli import run_lightning_cli
     from conftest import fit_args
 
     root = tmp_path_factory.mktemp(config.split(".")[0])
     ann = make_karpathy(root, n_train=6, n_val=2, n_test=2)
-    cli = lightning_cli(fit_args(ann, root / "run", config=config, steps=1, extra=[
-        "--model.pretrained", "false", "--model.grid_size", "2", "--data.image_size", "64", "--data.min_word_freq", "1",
-        "--data.images_root", str(root), "--data.pin_memory", "false", "--model.max_new_tokens", "4",
+    cli = run_lightning_cli(fit_args(ann, root / "run", config=config, steps=1, extra=[
+        "--model.encoder.pretrained", "false", "--model.encoder.grid_size", "2", "--data.image_size", "64", "--data.min_word_freq", "1",
+        "--data.images_root", str(root), "--data.pin_memory", "false", "--model.val_generation.max_new_tokens", "4", "--model.test_generation.max_new_tokens", "4",
         "--data.eval_batch_size", "2", "--trainer.devices", "1", "--trainer.max_steps", "1",
     ]))
     h = cli.model.hparams
     assert cli.trainer.global_step == 1
-    assert (h.encoder, h.lr, h.dropout, h.doubly_stochastic, h.attention) == ("resnet101", 2e-4, 0.5, 1.0, config.split("_")[1].split(".")[0])
-    if h.attention == "hard":
-        assert (h.lambda_r, h.lambda_e, h.semi_sampling_p) == (0.1, 0.002, 0.5)
+    kind = config.split("_")[1].split(".")[0]
+    assert (h.encoder["name"], h.optimizer["lr"], h.decoder["dropout"], h.decoder["attention_kind"]) == ("resnet101", 2e-4, 0.5, kind)
+    objective = h.objective["init_args"]
+    assert objective["doubly_stochastic"] == 1.0
+    assert h.objective["class_path"].endswith("HardAttentionReinforce" if kind == "hard" else "CrossEntropy")
+    if kind == "hard":
+        assert (objective["lambda_r"], objective["lambda_e"], objective["semi_sampling_p"]) == (0.1, 0.002, 0.5)
     assert cli.datamodule.min_word_freq == 1 and cli.datamodule.batch_size == 8

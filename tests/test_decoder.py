@@ -1,10 +1,12 @@
 """The decoder's teacher-forced pass: shapes, masking, and agreement with a plain step-by-step loop."""
 import torch
 
-from captioning.losses import caption_log_likelihood, doubly_stochastic_penalty
-from captioning.models.decoder import ShowAttendTellDecoder
+from captioning.vocab import Vocabulary
 
-PAD, BOS, EOS = 0, 1, 2
+from captioning.objectives.cross_entropy import caption_log_likelihood, doubly_stochastic_penalty
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+
+PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 
 
 def make_batch(B=4, L=6, D=10, V=15, seed=0):
@@ -22,7 +24,7 @@ def make_batch(B=4, L=6, D=10, V=15, seed=0):
 
 def make_decoder(D=10, V=15, attention="soft", dropout=0.0):
     torch.manual_seed(0)
-    return ShowAttendTellDecoder(V, D, embed_dim=8, hidden_dim=12, attention_dim=9, dropout=dropout, attention=attention)
+    return ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=12, attention_dim=9, dropout=dropout, attention_kind=attention))
 
 
 def test_shapes_and_masking():

@@ -1,4 +1,4 @@
-"""The fast paths agree with plain references at moderate sizes (issue 6); no timing asserts.
+"""The fast paths agree with plain references at moderate sizes; no timing asserts.
 
 - The teacher-forced pass (sorted batch, shrinking active rows, fused hidden products, output
   layer once over real steps) gives the same losses and gradients as a plain loop that runs one
@@ -15,20 +15,22 @@
 import pytest
 import torch
 
-from captioning.losses import caption_log_likelihood, doubly_stochastic_penalty
-from captioning.models import attention as attention_module
-from captioning.models.decoder import ShowAttendTellDecoder
-from captioning.models.search import generate
+from captioning.vocab import Vocabulary
 
-PAD, BOS, EOS = 0, 1, 2
+from captioning.objectives.cross_entropy import caption_log_likelihood, doubly_stochastic_penalty
+from captioning.models import attention as attention_module
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.search import GenerationConfig, generate
+
+PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L, H, M, A = 50, 32, 49, 64, 48, 40
 LENGTHS = [9, 3, 14, 2, 6, 11]  # tokens incl. BOS and EOS, unsorted, one caption of a single step
 
 
 def make_decoder(attention: str) -> ShowAttendTellDecoder:
     torch.manual_seed(0)
-    return ShowAttendTellDecoder(V, D, embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0,
-                                 attention=attention).double().eval()
+    return ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0,
+                                 attention_kind=attention)).double().eval()
 
 
 def make_batch(seed: int = 0):
@@ -56,11 +58,11 @@ def reference(dec, features, captions, lengths, locations=None, use_expected=Non
     for b in range(features.size(0)):
         a = features[b]  # (L, D)
         h, c = torch.tanh(dec.init_state(a.mean(0))).chunk(2)
-        proj = dec.attention.feature_proj(a)  # (L, A)
+        proj = dec.f_att.feature_proj(a)  # (L, A)
         ll, coverage, log_ps, ents = 0.0, torch.zeros(L, dtype=a.dtype), [], []
         for t in range(int(lengths[b]) - 1):
-            hp = dec.hidden_proj(h)
-            e = dec.attention.score(torch.tanh(proj + hp[:A])).squeeze(-1)  # (L,)
+            hp = dec.from_hidden(h)
+            e = dec.f_att.score(torch.tanh(proj + hp[:A])).squeeze(-1)  # (L,)
             alpha = torch.softmax(e, -1)
             coverage = coverage + alpha
             if hard and not bool(use_expected[b]):
@@ -192,15 +194,15 @@ def test_batched_generation_equals_one_at_a_time_moderate_sizes(attention, mode,
     with torch.no_grad():
         dec.out_logits.bias[EOS] += 3.0  # captions of varied lengths
     features = torch.randn(7, L, D, generator=torch.Generator().manual_seed(3))
-    batched = generate(dec, features, BOS, EOS, PAD, num_beams=num_beams, max_new_tokens=12, mode=mode)
+    batched = generate(dec, features, GenerationConfig(num_beams=num_beams, max_new_tokens=12, attention_mode=mode or "expected"))
     for i in range(features.size(0)):
-        single = generate(dec, features[i : i + 1], BOS, EOS, PAD, num_beams=num_beams, max_new_tokens=12, mode=mode)
+        single = generate(dec, features[i : i + 1], GenerationConfig(num_beams=num_beams, max_new_tokens=12, attention_mode=mode or "expected"))
         n = int(single.lengths[0])
         assert int(batched.lengths[i]) == n
         assert batched.sequences[i, :n].tolist() == single.sequences[0, :n].tolist()
         assert batched.locations[i, :n].tolist() == single.locations[0, :n].tolist()
         torch.testing.assert_close(batched.scores[i], single.scores[0], rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(batched.attention[i, :n], single.attention[0, :n], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(batched.alphas[i, :n], single.alphas[0, :n], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("bias,autocast", [(True, False), (False, False), (True, True)])

@@ -6,12 +6,14 @@ import pytest
 import torch
 import yaml
 
-from captioning.cli import lightning_cli, main
+from captioning.cli import main
+from captioning.trainer_cli import run_lightning_cli
 from captioning.data.datamodule import CaptionDataModule
-from captioning.data.features import FeatureCache, extract_features, parse_shard
+from captioning.data.features import FeatureCache
+from captioning.extract import extract_features, parse_shard
 from captioning.data.formats import load_records
 from captioning.errors import ConfigError, ImageError
-from captioning.models.encoders import build_encoder
+from captioning.models.encoders import EncoderConfig, build_encoder
 from test_datasets import make_karpathy
 
 SIZE = 32
@@ -25,7 +27,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def encoder():
     torch.manual_seed(0)
-    return build_encoder("resnet50", pretrained=False, grid_size=2).eval()
+    return build_encoder(EncoderConfig("resnet50", pretrained=False, grid_size=2)).eval()
 
 
 def extract(data, encoder, out, **kw):
@@ -82,7 +84,7 @@ def test_interrupted_extraction_resumes_and_never_reads_half_written_rows(data, 
 
 
 def test_resume_refuses_another_encoder_grid(data, full_cache):
-    other = build_encoder("resnet50", pretrained=False, grid_size=3).eval()
+    other = build_encoder(EncoderConfig("resnet50", pretrained=False, grid_size=3)).eval()
     with pytest.raises(ConfigError, match="another encoder grid"):
         extract(data, other, full_cache)
 
@@ -106,10 +108,10 @@ def test_datamodule_reads_features(data, full_cache, workers):
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert "images" not in batch and batch["features"].shape == (4, 4, 2048) and batch["features"].dtype == torch.float16
-    for group in (True,):
-        dm2 = CaptionDataModule(str(data), features=str(full_cache), batch_size=2, min_word_freq=1, group_captions=group)
-        b = next(iter(dm2.train_dataloader()))
-        assert b["features"].shape == (2, 4, 2048) and b["captions"].size(0) == 6
+    grouped = CaptionDataModule(str(data), features=str(full_cache), batch_size=2, min_word_freq=1, group_captions=True)
+    b = next(iter(grouped.train_dataloader()))  # 2 images with all 3 captions each: features once per image
+    assert b["features"].shape == (2, 4, 2048) and b["captions"].size(0) == 6
+    assert b["image_index"].tolist() == [0, 0, 0, 1, 1, 1]
     test = list(dm.test_dataloader())
     assert sum(len(b["image_ids"]) for b in test) == 3 and test[0]["features"].shape[1:] == (4, 2048)
 
@@ -134,7 +136,7 @@ def test_cache_memory_is_lazy(full_cache):
 
 def write_config(path: Path, data: Path) -> Path:
     cfg = yaml.safe_load((Path(__file__).parent.parent / "configs" / "flickr8k_soft.yaml").read_text())
-    cfg["model"].update(encoder="resnet50", pretrained=False, grid_size=2)
+    cfg["model"]["encoder"].update(name="resnet50", pretrained=False, grid_size=2)
     cfg["data"].update(annotations=str(data), images_root=str(data.parent), image_size=SIZE, pin_memory=False)
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -147,12 +149,12 @@ def test_cli_extract_then_train_from_features(data, tmp_path, capsys):
                  "--num-workers", "0"]) == 0
     assert "16 of 16 images done" in capsys.readouterr().out
     assert json.loads((out / "part-000-of-001.index.json").read_text())["meta"]["encoder"] == "resnet50"
-    cli = lightning_cli([
+    cli = run_lightning_cli([
         "fit", "--config", str(config), "--data.features", str(out), "--data.batch_size", "4",
         "--data.num_workers", "0", "--data.min_word_freq", "1", "--trainer.default_root_dir", str(tmp_path / "run"),
         "--trainer.max_epochs", "1", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
         "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "32",
-        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--model.max_new_tokens", "5",
+        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--model.val_generation.max_new_tokens", "5", "--model.test_generation.max_new_tokens", "5",
     ])
     assert cli.trainer.global_step == 2
     assert main(["extract-features", "--config", str(tmp_path / "none.yaml"), "--out", str(out)]) == 1

@@ -4,13 +4,12 @@ Whatever comes in, the only exceptions that come out are the project's own (one-
 """
 import io
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image, features
 
 from captioning.data.images import load_image
-from captioning.errors import CaptioningError, ImageError
+from captioning.errors import ImageError
 from captioning.vocab import Vocabulary, tokenize
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -71,14 +70,12 @@ VOCAB = Vocabulary.build([["a", "red", "circle", "café", "über"]], min_freq=1)
 
 @settings(max_examples=150, deadline=None)
 @given(text=st.text(max_size=80), ids=st.lists(st.integers(-5, 40), max_size=20), cut=st.none() | st.integers(0, 10))
-def test_random_text_never_raises_a_foreign_error(text, ids, cut):
-    try:
-        tokens = tokenize(text)
-        assert all(isinstance(t, str) and t and t == t.lower() or not t.isupper() for t in tokens)
-        encoded = VOCAB.encode(tokens, cut)
-        assert encoded[0] == VOCAB.bos_id and encoded[-1] == VOCAB.eos_id
-        assert len(encoded) == 2 + (len(tokens) if cut is None else min(cut, len(tokens)))
-        assert all(w in VOCAB.itos for w in VOCAB.decode(encoded))
-        assert isinstance(VOCAB.decode_text(ids), str)
-    except CaptioningError:
-        pass
+def test_random_text_tokenizes_encodes_and_decodes(text, ids, cut):
+    tokens = tokenize(text)
+    assert all(isinstance(t, str) and t and t == t.lower() for t in tokens)  # non-empty, lower-cased words
+    encoded = VOCAB.encode(tokens, cut)
+    assert encoded[0] == VOCAB.bos_id and encoded[-1] == VOCAB.eos_id
+    assert len(encoded) == 2 + (len(tokens) if cut is None else min(cut, len(tokens)))
+    known = [t if t in VOCAB else VOCAB.UNK for t in (tokens if cut is None else tokens[:cut])]
+    assert VOCAB.decode(encoded) == known  # what was encoded comes back, unknown words as <unk>
+    assert isinstance(VOCAB.decode_text(ids), str)  # any ids, even out of range, decode to text

@@ -7,44 +7,44 @@ import pytest
 import torch
 
 from captioning.checkpoint import load_module
-from captioning.cli import lightning_cli
-from captioning.losses import caption_log_likelihood
-from captioning.models.decoder import ShowAttendTellDecoder
-from captioning.module import CaptioningModule
+from captioning.trainer_cli import run_lightning_cli
+from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.encoders import EncoderConfig, build_encoder
+from captioning.models.search import GenerationConfig
 from conftest import fit_args
 
 
 @pytest.mark.parametrize("config", ["shapes_soft.yaml", "shapes_hard.yaml"])
 def test_bf16_and_channels_last_fit_and_checkpoint(config, tiny_shapes, tmp_path):
-    extra = ["--trainer.precision", "bf16-mixed", "--model.channels_last", "true"]
-    cli = lightning_cli(fit_args(tiny_shapes, tmp_path, config=config, steps=3, extra=extra))
+    extra = ["--trainer.precision", "bf16-mixed", "--model.encoder.channels_last", "true"]
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config=config, steps=3, extra=extra))
     assert cli.trainer.global_step == 3
     loss = cli.trainer.callback_metrics["train/loss"]
     assert math.isfinite(float(loss))
     module = load_module(Path(cli.trainer.checkpoint_callback.last_model_path))
-    assert module.hparams.channels_last
-    out = module.generate(images=torch.rand(2, 3, 64, 64), num_beams=2)
+    assert module.encoder_config.channels_last and module.model.encoder.channels_last
+    out = module.model.generate(images=torch.rand(2, 3, 64, 64), config=GenerationConfig(num_beams=2))
     assert out.sequences.shape[0] == 2
 
 
 def test_channels_last_encoder_computes_the_same_features():
     torch.manual_seed(0)
-    plain = CaptioningModule(encoder="small_cnn", image_size=64).eval()
-    fast = CaptioningModule(encoder="small_cnn", image_size=64, channels_last=True).eval()
+    plain = build_encoder(EncoderConfig("small_cnn")).eval()
+    fast = build_encoder(EncoderConfig("small_cnn", channels_last=True)).eval()
     fast.load_state_dict(plain.state_dict())
     images = torch.rand(3, 3, 64, 64)
     with torch.no_grad():
-        torch.testing.assert_close(fast.encode_images(images), plain.encode_images(images), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(fast(images), plain(images), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow
 def test_compiled_decoder_step_gives_the_same_loss_and_gradients():
     torch.manual_seed(0)
     B, T, L, D, V = 6, 7, 16, 24, 30
-    plain = ShowAttendTellDecoder(V, D, 16, 32, 16, dropout=0.0)
-    compiled = ShowAttendTellDecoder(V, D, 16, 32, 16, dropout=0.0)
+    plain = ShowAttendTellDecoder(V, D, DecoderConfig(16, 32, 16, dropout=0.0))
+    compiled = ShowAttendTellDecoder(V, D, DecoderConfig(16, 32, 16, dropout=0.0, compile_step=True))
     compiled.load_state_dict(plain.state_dict())
-    compiled.compile_step()
     features = torch.randn(B, L, D)
     lengths = torch.tensor([8, 7, 5, 8, 3, 6])
     captions = torch.randint(3, V, (B, T + 1))

@@ -1,4 +1,4 @@
-"""Attention grounding through evaluate._grounding: which word names which object, and the scores."""
+"""Attention grounding of the shapes data (shapes.grounding): which word names which object, and the scores."""
 import shutil
 
 import numpy as np
@@ -6,10 +6,14 @@ import pytest
 from PIL import Image
 
 from captioning.data.karpathy import ImageRecord
-from captioning.data.shapes import locate_objects
-from captioning.evaluate import _grounding
+from captioning.data.shapes import grounding, locate_objects
 from captioning.metrics import grounding_scores
 from captioning.visualize import upsample_map
+
+def soft_maps(alignments):
+    """The alignments of a soft-attention model: no chosen locations."""
+    return {i: (words, alphas, None) for i, (words, alphas, _) in alignments.items()}
+
 
 W, H, G = 80, 40, 4  # a non-square original image; a 4 x 4 attention grid (cells 20 wide, 10 high)
 OBJECTS = [  # two small red circles (a duplicate triple) and a large blue square
@@ -57,7 +61,7 @@ def test_mentions_are_full_triples_with_the_noun_position():
 
 def test_uniform_maps_score_the_box_area_fraction_by_hand():
     attention, locations = _maps(lambda t: np.full((G, G), 1.0 / (G * G)))
-    got = _grounding({7: (CAPTION, attention, locations)}, {7: _record()}, "soft")
+    got = grounding({7: _record()}, soft_maps({7: (CAPTION, attention, locations)}))
     # A: 400 / 3200 of the image and holds the top-left pixel (a flat map's argmax); B: 400 / 3200; C: 800 / 3200
     shares, hits = [0.125, 0.125, 0.25], [1.0, 0.0, 0.0]
     assert got["count"] == 3 and "chosen_cell" not in got
@@ -81,7 +85,7 @@ def _mass(grid, bbox):
 
 def test_one_hot_maps_in_and_out_of_the_named_boxes():
     attention, locations = _maps(lambda t: _one_hot(*CHOSEN[t]))
-    got = _grounding({7: (CAPTION, attention, locations)}, {7: _record()}, "soft")
+    got = grounding({7: _record()}, soft_maps({7: (CAPTION, attention, locations)}))
     expected = [_mass(_one_hot(*CHOSEN[t]), NOUNS[t]) for t in sorted(NOUNS)]
     assert expected[0] > 0.5 and expected[1] > 0.5 and expected[2] < 0.05
     assert got["count"] == 3
@@ -91,7 +95,7 @@ def test_one_hot_maps_in_and_out_of_the_named_boxes():
 
 def test_hard_models_also_score_the_chosen_cell():
     attention, locations = _maps(lambda t: np.full((G, G), 1.0 / (G * G)))
-    got = _grounding({7: (CAPTION, attention, locations)}, {7: _record()}, "hard")
+    got = grounding({7: _record()}, {7: (CAPTION, attention, locations)})
     assert got["attention_correctness"] == pytest.approx(1 / 6) and got["pointing_game"] == pytest.approx(1 / 3)
     chosen = got["chosen_cell"]
     assert chosen == grounding_scores([(_one_hot(*CHOSEN[t]), (W, H), NOUNS[t]) for t in sorted(NOUNS)])
@@ -105,12 +109,12 @@ def test_objects_are_matched_per_image_and_sizes_read_from_files(tmp_path):
     attention, locations = _maps(lambda t: np.full((G, G), 1.0 / (G * G)))
     records = {7: _record(width=None, height=None), 8: _record(objects=[]), 9: _record(objects=OBJECTS[2:])}
     maps = {i: (CAPTION, attention, locations) for i in records}
-    got = _grounding(maps, records, "soft", images_root=str(tmp_path))
+    got = grounding(records, soft_maps(maps), images_root=str(tmp_path))
     # image 7 as before (size from the file); image 8 has no objects; image 9 only the square (C)
     assert got["count"] == 4
     assert got["attention_correctness"] == pytest.approx((0.125 + 0.125 + 0.25 + 0.25) / 4)
     # nothing to score: None means, count 0
-    empty = _grounding({8: (CAPTION, attention, locations)}, {8: _record(objects=[])}, "hard")
+    empty = grounding({8: _record(objects=[])}, {8: (CAPTION, attention, locations)})
     assert empty["count"] == 0 and empty["attention_correctness"] is None and empty["chosen_cell"]["count"] == 0
 
 
@@ -118,8 +122,11 @@ def test_objects_are_matched_per_image_and_sizes_read_from_files(tmp_path):
 def test_evaluate_reports_grounding(tiny_checkpoint, tiny_shapes):
     from captioning.evaluate import evaluate
 
-    report = evaluate(str(tiny_checkpoint), str(tiny_shapes), split="test", num_beams=1, grounding=True,
-                      device="cpu", progress=False)
+    from captioning.checkpoint import load_module
+    from captioning.models.search import GenerationConfig
+
+    report = evaluate(load_module(tiny_checkpoint), str(tiny_shapes), split="test", generation=GenerationConfig(max_new_tokens=12),
+                      grounding=True, device="cpu", progress=False)
     g = report["scores"]["grounding"]
     assert {"attention_correctness", "pointing_game", "count", "uniform", "center_prior"} <= set(g)
     assert "chosen_cell" not in g  # a soft-attention checkpoint

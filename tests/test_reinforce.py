@@ -3,16 +3,19 @@ import itertools
 
 import torch
 
-from captioning.losses import caption_log_likelihood, reinforce_loss, update_baseline
-from captioning.models.decoder import ShowAttendTellDecoder
+from captioning.vocab import Vocabulary
 
-PAD, BOS, EOS = 0, 1, 2
+from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.objectives.reinforce import reinforce_loss, update_baseline
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+
+PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 7, 5, 3
 
 
 def tiny_problem():
     torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, embed_dim=4, hidden_dim=6, attention_dim=4, dropout=0.0, attention="hard")
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=4, hidden_dim=6, attention_dim=4, dropout=0.0, attention_kind="hard"))
     features = torch.randn(1, L, D) * 2
     captions = torch.tensor([[BOS, 4, EOS]])  # two decoding steps: 3^2 = 9 location sequences
     lengths = torch.tensor([3])

@@ -6,7 +6,7 @@ optimizer, the loop counters (global step, epoch, batch within the epoch), every
 (the best-by-CIDEr bookkeeping) and the state of a loader with state_dict/load_state_dict. The
 training loader is such a loader (captioning/data/sampling.py: the epoch's order comes from the
 seed and the epoch, and it skips the batches already served), and the module reseeds its random
-draws from the run's seed and the global step, so the resumed run ends with the same weights.
+draws from the run's seed, the global step and the rank, so the resumed run ends with the same weights.
 """
 import os
 import signal
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.io import safe_torch_load
+from captioning.files import safe_torch_load
 from conftest import fit_args
 
 pytestmark = pytest.mark.slow
@@ -29,10 +29,13 @@ TOTAL = STEPS_PER_EPOCH * EPOCHS
 
 def args(annotations, root, extra=()):
     """Hard attention (a REINFORCE baseline to keep), no dropout, last.ckpt after every step."""
-    return fit_args(annotations, root, steps=STEPS_PER_EPOCH, extra=[
+    return fit_args(annotations, root, config="shapes_hard.yaml", steps=STEPS_PER_EPOCH, extra=[
         "--trainer.max_epochs", str(EPOCHS), "--trainer.deterministic", "true",
         "--trainer.check_val_every_n_epoch", "1",
-        "--model.attention", "hard", "--model.dropout", "0.0", "--model.max_new_tokens", "6",
+        "--model.decoder.dropout", "0.0", "--model.val_generation.max_new_tokens", "6", "--model.test_generation.max_new_tokens", "6",
+        # two ModelCheckpoints replace the default one: the best by CIDEr, and last.ckpt after every step
+        "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor", "val/CIDEr", "--trainer.callbacks.mode", "max",
+        "--trainer.callbacks.filename", "best-{epoch}-{step}",
         "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
         "--trainer.callbacks.save_last", "true", "--trainer.callbacks.save_top_k", "0", *extra,
     ])
@@ -96,13 +99,13 @@ def test_resumed_run_ends_at_the_same_step_and_epoch(runs):
 def test_baseline_and_optimizer_survive_the_kill(runs, tiny_shapes, tmp_path):
     """Resuming restores the REINFORCE baseline and Adam's moments exactly (max_steps already reached:
     the resumed trainer restores the checkpoint and trains no further)."""
-    from captioning.cli import lightning_cli
+    from captioning.trainer_cli import run_lightning_cli
 
     _, at_kill, _ = runs
     path = tmp_path / "at_kill.ckpt"
     torch.save(at_kill, path)
-    assert at_kill["state_dict"]["baseline"].item() != 0.0  # REINFORCE has moved it
-    cli = lightning_cli(args(tiny_shapes, tmp_path, ["--trainer.max_steps", str(at_kill["global_step"]),
+    assert at_kill["state_dict"]["objective.baseline"].item() != 0.0  # REINFORCE has moved it
+    cli = run_lightning_cli(args(tiny_shapes, tmp_path, ["--trainer.max_steps", str(at_kill["global_step"]),
                                                      "--ckpt_path", str(path)]))
     state = cli.model.state_dict()
     for k, v in at_kill["state_dict"].items():

@@ -1,7 +1,6 @@
 """Nobody let in, nothing lost: checkpoints that would run code, checkpoints that do not fit,
 interrupted writes, non-finite losses and unknown settings."""
 import errno
-import json
 import os
 import subprocess
 import sys
@@ -11,7 +10,9 @@ import torch
 
 from captioning.checkpoint import load_module
 from captioning.errors import CaptioningError, CheckpointError
-from captioning.io import atomic_torch_save, atomic_write_json, safe_torch_load
+from captioning.files import atomic_write_json, safe_torch_load
+from captioning.models.decoder import DecoderConfig
+from captioning.models.encoders import EncoderConfig
 from captioning.module import CaptioningModule
 from captioning.vocab import Vocabulary
 
@@ -83,17 +84,25 @@ def test_checkpoint_of_another_vocabulary_or_architecture(tmp_path, tiny_checkpo
         c["vocabulary"]["itos"] = c["vocabulary"]["itos"] + ["zebra", "giraffe"]
 
     def wider(c):
-        c["hyper_parameters"]["hidden_dim"] = c["hyper_parameters"]["hidden_dim"] * 2
+        c["hyper_parameters"]["decoder"]["hidden_dim"] *= 2
 
     def future_setting(c):
         c["hyper_parameters"]["quantum_attention"] = True
+
+    def future_decoder_setting(c):
+        c["hyper_parameters"]["decoder"]["quantum_attention"] = True
+
+    def unknown_objective(c):
+        c["hyper_parameters"]["objective"]["class_path"] = "os.system"
 
     def bad_vocab(c):
         c["vocabulary"] = {"itos": ["a", "b"]}
 
     for change in (more_words, wider):
         assert "weights do not fit" in checkpoint_error(mutated(tmp_path, tiny_checkpoint, change))
-    assert "do not fit this version" in checkpoint_error(mutated(tmp_path, tiny_checkpoint, future_setting))
+    for change in (future_setting, future_decoder_setting):
+        assert "do not fit this version" in checkpoint_error(mutated(tmp_path, tiny_checkpoint, change))
+    assert "unknown objective 'os.system'" in checkpoint_error(mutated(tmp_path, tiny_checkpoint, unknown_objective))
     with pytest.raises(CaptioningError):
         load_module(mutated(tmp_path, tiny_checkpoint, bad_vocab))
     assert "no 'vocabulary'" in checkpoint_error(mutated(tmp_path, tiny_checkpoint, lambda c: c.pop("vocabulary")))
@@ -114,7 +123,7 @@ def no_temporaries(folder):
 def test_disk_full_leaves_previous_files_intact(tmp_path, monkeypatch, where):
     ckpt, meta, vocab_path = tmp_path / "m.ckpt", tmp_path / "m.json", tmp_path / "vocab.json"
     vocab = Vocabulary.build([["a", "dog"]], min_freq=1)
-    atomic_torch_save({"w": torch.ones(3)}, ckpt)
+    torch.save({"w": torch.ones(3)}, ckpt)
     atomic_write_json(meta, {"v": 1})
     vocab.save(vocab_path)
     before = {p: p.read_bytes() for p in (ckpt, meta, vocab_path)}
@@ -142,8 +151,7 @@ def test_disk_full_leaves_previous_files_intact(tmp_path, monkeypatch, where):
                 return self.f.__exit__(*exc)
 
         monkeypatch.setattr(os, "fdopen", lambda fd, mode="r", *a, **k: FullDisk(real_fdopen(fd, mode, *a, **k)))
-    for write in (lambda: atomic_torch_save({"w": torch.zeros(3)}, ckpt),
-                  lambda: atomic_write_json(meta, {"v": 2}),
+    for write in (lambda: atomic_write_json(meta, {"v": 2}),
                   lambda: Vocabulary.build([["a", "cat"]], min_freq=1).save(vocab_path)):
         with pytest.raises(OSError) as info:
             write()
@@ -158,8 +166,10 @@ def test_disk_full_leaves_previous_files_intact(tmp_path, monkeypatch, where):
 def small_module(nonfinite_loss):
     torch.manual_seed(0)
     vocab = Vocabulary.build([["a", "red", "circle"]], min_freq=1)
-    return CaptioningModule(encoder_channels=(4, 8, 8), encoder_dim=8, embed_dim=8, hidden_dim=8, attention_dim=8,
-                            dropout=0.0, image_size=16, nonfinite_loss=nonfinite_loss, vocab=vocab.to_dict())
+    module = CaptioningModule(EncoderConfig(channels=(4, 8, 8), dim=8), DecoderConfig(8, 8, 8, dropout=0.0),
+                              image_size=16, nonfinite_loss=nonfinite_loss)
+    module.set_vocab(vocab)
+    return module
 
 
 def nan_batches(n=3):
@@ -215,8 +225,8 @@ def test_unknown_config_key_is_a_clear_error(tiny_shapes, tmp_path):
                            "--trainer.default_root_dir", tmp_path, "--model.nonexistent", "1")
     assert code != 0 and "nonexistent" in err and "Traceback" not in err
     code, _, err = run_cli("fit", "--config", "configs/shapes_soft.yaml", "--data.annotations", tiny_shapes,
-                           "--trainer.default_root_dir", tmp_path, "--model.attention", "telepathic")
-    assert code != 0 and "attention" in err and "Traceback" not in err
+                           "--trainer.default_root_dir", tmp_path, "--model.decoder.attention_kind", "telepathic")
+    assert code != 0 and "attention_kind" in err and "Traceback" not in err
 
 
 def test_nan_loss_skip_leaves_batchnorm_statistics_unchanged():

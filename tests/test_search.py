@@ -2,18 +2,20 @@
 import pytest
 import torch
 
-from captioning.losses import caption_log_likelihood
-from captioning.models.decoder import ShowAttendTellDecoder
-from captioning.models.search import beam_search, generate, greedy_search
+from captioning.vocab import Vocabulary
 
-PAD, BOS, EOS = 0, 1, 2
+from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.search import GenerationConfig, beam_search, generate, greedy_search
+
+PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 12, 10, 6
 
 
 @pytest.fixture
 def decoder():
     torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0).eval()
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0)).eval()
     with torch.no_grad():
         dec.out_logits.bias[EOS] += 2.5  # captions of varied lengths, most ending well before the limit
     return dec
@@ -25,31 +27,31 @@ def features():
 
 
 def test_one_beam_equals_greedy(decoder, features):
-    g = greedy_search(decoder, features, BOS, EOS, PAD, max_new_tokens=15)
-    b = beam_search(decoder, features, BOS, EOS, PAD, num_beams=1, max_new_tokens=15)
+    g = greedy_search(decoder, features, GenerationConfig(max_new_tokens=15))
+    b = beam_search(decoder, features, GenerationConfig(num_beams=1, max_new_tokens=15))
     assert torch.equal(g.sequences, b.sequences)
     assert torch.equal(g.lengths, b.lengths)
     torch.testing.assert_close(g.scores, b.scores)
-    torch.testing.assert_close(g.attention, b.attention)
+    torch.testing.assert_close(g.alphas, b.alphas)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3, 5])
 def test_batched_equals_one_at_a_time(decoder, features, num_beams):
-    batched = generate(decoder, features, BOS, EOS, PAD, num_beams=num_beams, max_new_tokens=15)
+    batched = generate(decoder, features, GenerationConfig(num_beams=num_beams, max_new_tokens=15))
     for i in range(features.size(0)):
-        single = generate(decoder, features[i : i + 1], BOS, EOS, PAD, num_beams=num_beams, max_new_tokens=15)
+        single = generate(decoder, features[i : i + 1], GenerationConfig(num_beams=num_beams, max_new_tokens=15))
         n = int(single.lengths[0])
         assert int(batched.lengths[i]) == n
         assert batched.sequences[i, :n].tolist() == single.sequences[0, :n].tolist()
         torch.testing.assert_close(batched.scores[i], single.scores[0], rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(batched.attention[i, :n], single.attention[0, :n], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(batched.alphas[i, :n], single.alphas[0, :n], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_finished_captions_stop(decoder, features, num_beams):
-    out = generate(decoder, features, BOS, EOS, PAD, num_beams=num_beams, max_new_tokens=15)
+    out = generate(decoder, features, GenerationConfig(num_beams=num_beams, max_new_tokens=15))
     assert (out.lengths < 15).any(), "the test needs captions that end early"
-    for seq, n, att in zip(out.sequences, out.lengths.tolist(), out.attention):
+    for seq, n, att in zip(out.sequences, out.lengths.tolist(), out.alphas):
         if n < 15 or seq[n - 1] == EOS:
             assert seq[n - 1] == EOS and EOS not in seq[: n - 1].tolist()
         assert (seq[n:] == PAD).all(), "nothing follows EOS but padding"
@@ -58,7 +60,7 @@ def test_finished_captions_stop(decoder, features, num_beams):
 
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_score_is_the_normalised_log_likelihood_of_the_returned_caption(decoder, features, num_beams):
-    out = generate(decoder, features, BOS, EOS, PAD, num_beams=num_beams, max_new_tokens=15, length_penalty=1.0)
+    out = generate(decoder, features, GenerationConfig(num_beams=num_beams, max_new_tokens=15, length_penalty=1.0))
     T = out.sequences.size(1)
     captions = torch.cat([torch.full((features.size(0), 1), BOS), out.sequences], 1)
     forced = decoder(features, captions, out.lengths + 1)
@@ -70,28 +72,49 @@ def test_score_is_the_normalised_log_likelihood_of_the_returned_caption(decoder,
 def test_beam_search_finds_likelier_captions_than_greedy(decoder, features):
     with torch.no_grad():
         decoder.out_logits.bias[EOS] -= 10.0  # no caption ends: all have max_new_tokens tokens
-    g = generate(decoder, features, BOS, EOS, PAD, num_beams=1, max_new_tokens=6, length_penalty=0.0)
-    b = generate(decoder, features, BOS, EOS, PAD, num_beams=5, max_new_tokens=6, length_penalty=0.0)
+    g = generate(decoder, features, GenerationConfig(num_beams=1, max_new_tokens=6, length_penalty=0.0))
+    b = generate(decoder, features, GenerationConfig(num_beams=5, max_new_tokens=6, length_penalty=0.0))
     assert (b.scores >= g.scores - 1e-5).all() and (b.scores > g.scores + 1e-4).any()
 
 
 def test_sampling_is_seeded_and_respects_top_k(decoder, features):
     kw = dict(num_beams=1, max_new_tokens=10, do_sample=True, temperature=1.0)
-    a = generate(decoder, features, BOS, EOS, PAD, generator=torch.Generator().manual_seed(3), **kw)
-    b = generate(decoder, features, BOS, EOS, PAD, generator=torch.Generator().manual_seed(3), **kw)
+    a = generate(decoder, features, GenerationConfig(**kw), generator=torch.Generator().manual_seed(3))
+    b = generate(decoder, features, GenerationConfig(**kw), generator=torch.Generator().manual_seed(3))
     assert torch.equal(a.sequences, b.sequences)
-    top1 = generate(decoder, features, BOS, EOS, PAD, generator=torch.Generator().manual_seed(4), top_k=1, **kw)
-    greedy = generate(decoder, features, BOS, EOS, PAD, num_beams=1, max_new_tokens=10)
+    top1 = generate(decoder, features, GenerationConfig(top_k=1, **kw), generator=torch.Generator().manual_seed(4))
+    greedy = generate(decoder, features, GenerationConfig(num_beams=1, max_new_tokens=10))
     assert torch.equal(top1.sequences, greedy.sequences)
 
 
 def test_hard_attention_modes_decode(features):
     torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention="hard").eval()
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")).eval()
     for mode in ("expected", "argmax", "sample"):
-        out = generate(dec, features, BOS, EOS, PAD, num_beams=3, max_new_tokens=8, mode=mode)
+        out = generate(dec, features, GenerationConfig(num_beams=3, max_new_tokens=8, attention_mode=mode))
         assert out.sequences.shape[0] == 5 and ((out.locations >= 0) & (out.locations < L)).all()
-    am = generate(dec, features, BOS, EOS, PAD, num_beams=1, max_new_tokens=8, mode="argmax")
+    am = generate(dec, features, GenerationConfig(num_beams=1, max_new_tokens=8, attention_mode="argmax"))
     n = am.lengths
     for i in range(5):
-        assert torch.equal(am.locations[i, : n[i]], am.attention[i, : n[i]].argmax(-1))
+        assert torch.equal(am.locations[i, : n[i]], am.alphas[i, : n[i]].argmax(-1))
+
+
+def test_sampled_locations_follow_alpha_and_the_seed(features):
+    """Hard attention's "sample" mode reads a location drawn from alpha: seeded, not always the
+    argmax, and never a location alpha gives no weight."""
+    torch.manual_seed(0)
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")).eval()
+    config = GenerationConfig(num_beams=1, max_new_tokens=8, attention_mode="sample")
+    many = features.repeat(8, 1, 1)  # 40 rows: enough draws to see more than the argmax
+
+    def run(seed):
+        torch.manual_seed(seed)
+        return generate(dec, many, config)
+
+    a, b, c = run(5), run(5), run(6)
+    assert torch.equal(a.locations, b.locations) and torch.equal(a.sequences, b.sequences)
+    assert not torch.equal(a.locations, c.locations)
+    first = a.alphas[:, 0]  # (rows, L): step 0 of every row, before any caption ended
+    chosen = first.gather(1, a.locations[:, :1]).squeeze(1)
+    assert (chosen > 0).all()
+    assert (a.locations[:, 0] != first.argmax(-1)).any()

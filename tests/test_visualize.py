@@ -86,7 +86,7 @@ def test_grid_has_one_panel_per_word(tmp_path, n, cols):
     row_runs = ink[:, left]
     n_rows = _runs(row_runs)
     last_row_y = np.flatnonzero(row_runs)[-1] - 5
-    assert n_cols == min(n, cols) and (n_rows, n_cols) == V.grid_shape(n, cols)
+    assert n_cols == min(n, cols) and (n_rows, n_cols) == V.panel_layout(n, cols)
     assert (n_rows - 1) * n_cols + _runs(ink[last_row_y]) == n
 
     path = V.save_grid(image, words, maps, tmp_path / "grid.png", cols=cols, panel_size=80)

@@ -1,4 +1,4 @@
-"""Throughput and memory benchmark of the Show, Attend and Tell code at COCO sizes (issue 6).
+"""Throughput and memory benchmark of the Show, Attend and Tell code at COCO sizes.
 
     python tools/benchmark.py --device cpu --out bench.json          # full run
     python tools/benchmark.py --device cpu --quick                   # smoke run (< ~60 s on CPU)
@@ -41,15 +41,17 @@ from typing import Callable
 
 import numpy as np
 import torch
+
+from captioning.vocab import Vocabulary
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from captioning.losses import caption_log_likelihood, doubly_stochastic_penalty, reinforce_loss  # noqa: E402
-from captioning.models.decoder import ShowAttendTellDecoder  # noqa: E402
-from captioning.models.search import beam_search, greedy_search  # noqa: E402
+from captioning.objectives import CrossEntropy, HardAttentionReinforce  # noqa: E402
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder  # noqa: E402
+from captioning.models.search import GenerationConfig, beam_search, greedy_search  # noqa: E402
 
-PAD, BOS, EOS = 0, 1, 2
+PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -155,25 +157,22 @@ def bench_peak(device, quick: bool) -> list[dict]:
 
 def build_decoder(attention: str, D: int, V: int, dim: int, device) -> ShowAttendTellDecoder:
     torch.manual_seed(0)
-    return ShowAttendTellDecoder(V, D, embed_dim=dim, hidden_dim=dim, attention_dim=dim, dropout=0.5,
-                                 attention=attention).to(device)
+    return ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=dim, hidden_dim=dim, attention_dim=dim, dropout=0.5,
+                                 attention_kind=attention)).to(device)
 
 
-def train_step_fn(dec, opt, features, captions, lengths, amp, baseline):
-    """Forward (with the paper's losses) + backward + Adam step, as CaptioningModule does it."""
-    hard = dec.attention_kind == "hard"
+def train_step_fn(dec, opt, features, captions, lengths, amp):
+    """Forward with the paper's objective (the module's objective classes) + backward + Adam step."""
+    objective = (HardAttentionReinforce if dec.attention_kind == "hard" else CrossEntropy)(doubly_stochastic=1.0).to(features.device)
+    batch = {"captions": captions, "lengths": lengths}
 
     def step():
         opt.zero_grad(set_to_none=True)
         with amp:
-            out = dec(features, captions, lengths, mode="sample" if hard else None,
-                      use_expected=(torch.rand(len(lengths), device=features.device) < 0.5) if hard else None)
-        ll = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)
-        loss = -ll.mean() + doubly_stochastic_penalty(out.alphas.float(), out.mask).mean()
-        if hard:
-            loss = loss + reinforce_loss(ll, out.location_log_probs.float(), out.entropies.float(), out.mask, baseline).loss
-        loss.backward()
+            out = objective(dec, features, batch)  # the decoder stands in for the model: objectives call model(...)
+        out.loss.backward()
         opt.step()
+        objective.commit(out)
 
     return step
 
@@ -197,7 +196,7 @@ def bench_train(device, quick: bool, peaks: dict, amp_modes: list, compile_step:
                 dec.compile_step()
             opt = torch.optim.Adam(dec.parameters(), lr=1e-4, fused=True)  # as CaptioningModule
             amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
-            fn = train_step_fn(dec, opt, features, captions, lengths, amp, torch.zeros((), device=device))
+            fn = train_step_fn(dec, opt, features, captions, lengths, amp)
             with Memory(device) as mem:
                 # two warm-up steps: the first allocates Adam's state, the second still page-faults on CPU
                 s = timed(fn, device, warmup=2 if device.type == "cpu" else 3,
@@ -223,7 +222,7 @@ def step_matmuls(dec: ShowAttendTellDecoder, rows: int, device) -> Callable[[], 
     M, H, D = dec.embedding.embedding_dim, dec.hidden_dim, dec.context_gates.in_features
     g = torch.Generator().manual_seed(2)
     e, h, z = (torch.randn(rows, n, generator=g).to(device) for n in (M, H, D))
-    layers = [(dec.hidden_proj, h), (dec.embed_gates, e), (dec.context_gates, z), (dec.out_hidden, h), (dec.out_logits, e)]
+    layers = [(dec.from_hidden, h), (dec.embed_gates, e), (dec.context_gates, z), (dec.out_hidden, h), (dec.out_logits, e)]
     if dec.out_context is not None:
         layers.append((dec.out_context, z))
 
@@ -252,8 +251,8 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
             def run(x, k=beams):
                 with amp:
                     if k == 1:
-                        return greedy_search(dec, x, BOS, EOS, PAD, max_new_tokens=max_new)
-                    return beam_search(dec, x, BOS, EOS, PAD, num_beams=k, max_new_tokens=max_new)
+                        return greedy_search(dec, x, GenerationConfig(max_new_tokens=max_new))
+                    return beam_search(dec, x, GenerationConfig(num_beams=k, max_new_tokens=max_new))
 
             # the one-image loop: the median time of one image, over several images
             images = itertools.cycle(range(feats.size(0)))
@@ -280,14 +279,14 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
 
 
 def bench_encode(device, quick: bool, amp_modes: list) -> list[dict]:
-    from captioning.models.encoders import build_encoder
+    from captioning.models.encoders import EncoderConfig, build_encoder
 
     rows = []
     names = ("resnet101",) if quick else ("resnet101", "vgg16")
     sizes = (224,) if quick else (224, 256)
     B = 2 if quick else (4 if device.type == "cpu" else 64)
     for name in names:
-        enc = build_encoder(name, pretrained=False).to(device).eval()
+        enc = build_encoder(EncoderConfig(name, pretrained=False)).to(device).eval()
         for size in sizes:
             for amp_name in amp_modes:
                 amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
@@ -324,8 +323,9 @@ def bench_load(device, quick: bool, workers: int) -> list[dict]:
     from PIL import Image
     from torch.utils.data import DataLoader
 
-    from captioning.data.datamodule import Collate, ImageDataset
-    from captioning.data.features import FeatureCache, extract_features
+    from captioning.data.datasets import Collate, ImageDataset
+    from captioning.data.features import FeatureCache
+    from captioning.extract import extract_features
     from captioning.data.karpathy import ImageRecord
 
     rows = []
@@ -381,7 +381,7 @@ def profile_step(device, top: int = 25) -> None:
     captions, lengths = captions.to(device), lengths.to(device)
     dec = build_decoder("soft", D, V, dim, device).train()
     opt = torch.optim.Adam(dec.parameters(), lr=1e-4, fused=True)  # as CaptioningModule
-    fn = train_step_fn(dec, opt, features, captions, lengths, nullcontext(), None)
+    fn = train_step_fn(dec, opt, features, captions, lengths, nullcontext())
     for _ in range(3):  # Adam's state, first-touch page faults, allocator warm-up
         fn()
     sync(device)

@@ -21,9 +21,10 @@ from PIL import Image, ImageDraw
 
 from captioning import visualize as V
 from captioning.api import Captioner
-from captioning.cli import expand_images, load_images, report_skipped
+from captioning.cli_options import generation_args, generation_overrides, report_skipped
+from captioning.data.images import expand_image_paths, load_images
 from captioning.errors import CaptioningError
-from captioning.io import atomic_write_bytes
+from captioning.files import atomic_write_bytes
 
 GAP = 8
 
@@ -107,7 +108,7 @@ def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels:
     if len(labels) != len(checkpoints):
         raise CaptioningError(f"{len(labels)} label(s) for {len(checkpoints)} checkpoint(s)")
     captioners = [Captioner.from_checkpoint(c, device) for c in checkpoints]
-    good, bad = load_images(expand_images(images))
+    good, bad = load_images(expand_image_paths(images))
     report_skipped(bad)
     pils = [im for _, im in good]
     results = [c(pils, return_attention=True, **generate_kwargs) if pils else [] for c in captioners]
@@ -138,6 +139,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
     p.add_argument("--checkpoints", nargs="+", required=True, help="two or more checkpoints (e.g. soft and hard)")
+    generation_args(p, checkpoint=False)
     p.add_argument("--labels", nargs="+", default=None, help="one name per checkpoint (default: file stems)")
     p.add_argument("--out", required=True, help="folder for <image stem>.png (and .gif)")
     p.add_argument("--gif", action="store_true", help="also write a side-by-side GIF per image")
@@ -145,16 +147,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--panel-size", type=int, default=128, help="long side of each word's panel, in pixels")
     p.add_argument("--alpha", type=float, default=0.6, help="heatmap opacity")
     p.add_argument("--style", choices=V.STYLES, default="heatmap")
-    p.add_argument("--num-beams", type=int, default=3)
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--attention-mode", choices=("expected", "argmax", "sample"), default=None)
-    p.add_argument("--device", default=None)
     args = p.parse_args(argv)
     try:
         written = compare(args.checkpoints, args.images, args.out, labels=args.labels, gif=args.gif,
                           duration_ms=args.duration_ms, panel_size=args.panel_size, alpha=args.alpha, style=args.style,
-                          device=args.device, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-                          attention_mode=args.attention_mode)
+                          device=args.device, **generation_overrides(args))
     except CaptioningError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

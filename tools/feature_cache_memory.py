@@ -29,7 +29,7 @@ def build(out: str, n: int, jpegs: int = 0) -> str:
     """A cache of n random grids (written in chunks, all rows done) and its annotation file."""
     from PIL import Image
 
-    from captioning.data.features import _open_part
+    from captioning.extract import _open_part
 
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -123,16 +123,17 @@ def train(ann: str, features: str | None, steps: int, batch: int, workers: int) 
     import torch
 
     from captioning.data.datamodule import CaptionDataModule
+    from captioning.models.encoders import EncoderConfig
     from captioning.module import CaptioningModule
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     rss0 = _status("self").get("VmRSS", 0)
     memory = PeakMemory()
     dm = CaptionDataModule(ann, features=features, batch_size=batch, num_workers=workers, min_word_freq=1, image_size=224)
-    if features:
-        model = CaptioningModule(encoder="small_cnn", encoder_dim=D, pretrained=False)  # encoder unused; decoder D = 512
-    else:
-        model = CaptioningModule(encoder="vgg16", pretrained=False)  # frozen VGG-16: the same 14x14x512 grid
+    if features:  # encoder unused; decoder D = 512
+        model = CaptioningModule(EncoderConfig("small_cnn", dim=D, pretrained=False), image_size=224)
+    else:  # frozen VGG-16: the same 14x14x512 grid
+        model = CaptioningModule(EncoderConfig("vgg16", pretrained=False), image_size=224)
     times = []
 
     class Clock(L_.Callback):

@@ -19,8 +19,8 @@ from typing import Optional, Sequence, Union
 from captioning.data.karpathy import SPLITS, ImageRecord, read_json
 from captioning.errors import AnnotationError
 from captioning.vocab import tokenize
+from captioning.common import PathLike
 
-PathLike = Union[str, "os.PathLike[str]"]
 
 
 def _coco(path: str, data: dict):

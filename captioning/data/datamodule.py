@@ -3,9 +3,9 @@
 The annotation file may be a Karpathy split JSON, raw COCO caption JSON (with an optional Karpathy
 split file) or a captions CSV / JSON-lines file next to a folder of images (see formats.py).
 
-Training yields one sample per (image, caption) pair, evaluation one sample per image. Images are
-read lazily by the datasets' ``visual`` method (the one place to swap for a feature cache);
-``setup`` only reads the annotation file, never the images.
+Training yields one sample per (image, caption) pair, evaluation one sample per image (the
+datasets and the collate function are in datasets.py); ``setup`` only reads the annotation file,
+never the images.
 
 Batches (B samples, S = image_size, T = longest caption in the batch incl. BOS and EOS):
     train:      {"images": (B, 3, S, S) float, "captions": (B, T) long [BOS w.. EOS PAD..],
@@ -22,143 +22,21 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Literal, Optional, Sequence, Union
+from typing import Literal, Optional, Union
 
 import lightning as L
-import numpy as np
 import torch
-from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader
 
+from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Collate, ImageDataset
 from captioning.data.features import FeatureCache
-from captioning.data.formats import load_records
-from captioning.data.sampling import ResumableLoader
-from captioning.data.images import load_image, to_tensor
+from captioning.data.formats import default_images_root, load_records
 from captioning.data.karpathy import ImageRecord, split_records
+from captioning.data.sampling import ResumableLoader
 from captioning.errors import AnnotationError, ConfigError, ImageError
 from captioning.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
-
-
-class ImageDataset(Dataset):
-    """One sample per image: ``{"images": (3, S, S), "image_ids": int}``, or ``{"error": message}``.
-
-    With a feature cache the sample is ``{"features": (L, D) float16, "image_ids": int}``.
-    """
-
-    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 features: Optional[FeatureCache] = None):
-        self.records, self.images_root, self.image_size = list(records), images_root, image_size
-        self.features = features
-        self.visual_key = "features" if features is not None else "images"  # the batch key of the visual input
-        # of one sample's visual input
-        self.visual_shape = tuple(features.grid_shape) if features is not None else (3, image_size, image_size)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def visual(self, record: ImageRecord) -> Tensor:
-        """The visual input of a sample: its cached grid (L, D), or its image file resized to (3, S, S)."""
-        if self.features is not None:
-            return self.features[record.image_id]
-        return to_tensor(load_image(os.path.join(self.images_root, record.path)), self.image_size)
-
-    def _sample(self, record: ImageRecord) -> dict:
-        try:
-            return {self.visual_key: self.visual(record), "image_ids": record.image_id}
-        except ImageError as err:  # reported by the collate function, in the main process
-            return {"error": str(err)}
-
-    def __getitem__(self, i: int) -> dict:
-        return self._sample(self.records[i])
-
-
-class CaptionPairDataset(ImageDataset):
-    """One sample per (image, caption) pair; adds ``"captions"``: (T,) long ids [BOS w.. EOS]."""
-
-    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None):
-        super().__init__(records, images_root, image_size, features)
-        self.vocab, self.max_length = vocab, max_length
-        counts = [len(r.tokens) for r in self.records]
-        # (record index, caption index) of every pair, as arrays: cheap to share with workers
-        self.record_index = np.repeat(np.arange(len(counts)), counts)
-        self.caption_index = np.concatenate([np.arange(n) for n in counts]) if counts else np.zeros(0, int)
-
-    def caption_lengths(self) -> np.ndarray:
-        """Words of each pair's caption (as encoded: at most max_length), for length bucketing."""
-        cap = self.max_length or np.iinfo(np.int64).max
-        return np.array([min(len(self.records[r].tokens[c]), cap) for r, c in zip(self.record_index, self.caption_index)],
-                        dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.record_index)
-
-    def __getitem__(self, i: int) -> dict:
-        record = self.records[self.record_index[i]]
-        sample = self._sample(record)
-        if "error" not in sample:
-            tokens = record.tokens[self.caption_index[i]]
-            sample["captions"] = torch.tensor(self.vocab.encode(tokens, self.max_length), dtype=torch.long)
-        return sample
-
-
-class CaptionGroupDataset(ImageDataset):
-    """One sample per image with ALL its captions: ``"captions"`` is a list of (T_j,) id tensors.
-
-    Batches of these encode each image once for its captions (the collate function adds
-    ``"image_index"``, the image row of every caption), instead of once per caption.
-    """
-
-    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None):
-        super().__init__(records, images_root, image_size, features)
-        self.vocab, self.max_length = vocab, max_length
-
-    def __getitem__(self, i: int) -> dict:
-        record = self.records[i]
-        sample = self._sample(record)
-        if "error" not in sample:
-            sample["captions"] = [torch.tensor(self.vocab.encode(t, self.max_length), dtype=torch.long) for t in record.tokens]
-        return sample
-
-
-class Collate:
-    """Stack samples into a batch, padding captions to the longest; unreadable samples are dropped.
-
-    ``visual_key`` and ``visual_shape`` name and shape one sample's visual input (see ImageDataset).
-    """
-
-    def __init__(self, pad_id: int, visual_key: str, visual_shape: tuple, on_bad_image: str = "error",
-                 captions: bool = False):
-        self.pad_id, self.visual_key, self.visual_shape = pad_id, visual_key, tuple(visual_shape)
-        self.on_bad_image, self.captions = on_bad_image, captions
-
-    def __call__(self, samples: list[dict]) -> dict:
-        bad = [s["error"] for s in samples if "error" in s]
-        if bad and self.on_bad_image == "error" and get_worker_info() is None:
-            raise ImageError(bad[0])  # in a worker, on_before_batch_transfer raises it instead
-        good = [s for s in samples if "error" not in s]
-        visual = [s[self.visual_key] for s in good]
-        batch = {
-            self.visual_key: torch.stack(visual) if good else torch.zeros(0, *self.visual_shape),  # (B, 3, S, S)
-            "image_ids": torch.tensor([s["image_ids"] for s in good], dtype=torch.long),  # (B,)
-        }
-        if self.captions:
-            grouped = bool(good) and isinstance(good[0]["captions"], list)
-            if grouped:  # every caption of every image; image_index maps caption rows to image rows
-                seqs = [c for s in good for c in s["captions"]]
-                batch["image_index"] = torch.tensor([i for i, s in enumerate(good) for _ in s["captions"]], dtype=torch.long)
-            else:
-                seqs = [s["captions"] for s in good]
-            lengths = torch.tensor([len(c) for c in seqs], dtype=torch.long)  # (N,) incl. BOS, EOS
-            captions = torch.full((len(seqs), max(lengths.tolist(), default=2)), self.pad_id, dtype=torch.long)
-            for row, c in enumerate(seqs):
-                captions[row, : len(c)] = c  # (N, T), PAD after EOS
-            batch.update(captions=captions, lengths=lengths)
-        batch["bad_images"] = bad
-        return batch
 
 
 class CaptionDataModule(L.LightningDataModule):
@@ -185,6 +63,8 @@ class CaptionDataModule(L.LightningDataModule):
         bucket_by_length: batch training captions of similar length together (as the authors'
             code does), so that fewer padded steps are computed; caption pairs only (not with
             group_captions). Batches are still drawn at random, and resume exactly.
+        vocabulary: a vocabulary JSON (``captioning prepare --out FILE``) to use instead of
+            building one from the training captions (e.g. to share one across runs).
     """
 
     def __init__(
@@ -205,6 +85,7 @@ class CaptionDataModule(L.LightningDataModule):
         group_captions: bool = False,
         split_file: Optional[str] = None,
         bucket_by_length: bool = False,
+        vocabulary: Optional[str] = None,
     ):
         super().__init__()
         for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
@@ -219,15 +100,15 @@ class CaptionDataModule(L.LightningDataModule):
             raise ConfigError(f"data.on_bad_image: expected 'error' or 'skip', got {on_bad_image!r}")
         if isinstance(annotations, (list, tuple)):
             self.annotations = [os.fspath(a) for a in annotations]
-            first = self.annotations[0] if self.annotations else ""
         else:
-            self.annotations = first = os.fspath(annotations)
+            self.annotations = os.fspath(annotations)
         if features is not None and not os.path.isdir(features):
             raise ConfigError(f"data.features={features!r}: no such feature cache folder (write one with `captioning extract-features`)")
         self.split_file = split_file
         self.features = features
         self._feature_cache: Optional[FeatureCache] = None
-        self.images_root = images_root or os.path.dirname(os.path.abspath(first))
+        self.images_root = images_root or default_images_root(self.annotations)
+        self.vocabulary = vocabulary
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers, self.pin_memory = num_workers, pin_memory
         self.image_size, self.max_length = image_size, max_length
@@ -246,17 +127,22 @@ class CaptionDataModule(L.LightningDataModule):
 
     def setup(self, stage: Optional[str] = None) -> None:
         """Read the annotation file (once) and build the vocabulary from train tokens unless one was set."""
-        if self._records is None:
-            self._records = load_records(self.annotations, self.split_file, merge_restval=self.merge_restval)
+        self.all_records()
+        if self.vocab is None and self.vocabulary is not None:
+            self.vocab = Vocabulary.load(self.vocabulary)
         if self.vocab is None:
             train = self.records("train")
             self.vocab = Vocabulary.build((t for r in train for t in r.tokens), self.min_word_freq, self.max_vocab_size)
 
-    def records(self, split: str) -> list[ImageRecord]:
-        """The images of a split; an :class:`AnnotationError` if it has none."""
+    def all_records(self) -> list[ImageRecord]:
+        """Every image of the annotation file, read once."""
         if self._records is None:
             self._records = load_records(self.annotations, self.split_file, merge_restval=self.merge_restval)
-        records = split_records(self._records, split)
+        return self._records
+
+    def records(self, split: str) -> list[ImageRecord]:
+        """The images of a split; an :class:`AnnotationError` if it has none."""
+        records = split_records(self.all_records(), split)
         if not records:
             raise AnnotationError(f"{self.annotations}: no images in split {split!r}")
         return records
@@ -264,6 +150,19 @@ class CaptionDataModule(L.LightningDataModule):
     def references(self, split: str) -> dict[int, list[str]]:
         """image_id -> raw reference captions of every image in the split."""
         return {r.image_id: list(r.captions) for r in self.records(split)}
+
+    def dataset_scores(self, split: str, predictions: dict[int, str], alignments: Optional[dict] = None) -> dict:
+        """Scores that only this dataset can give (the hook the evaluator calls after coco-caption).
+
+        For data whose images list their objects (the shapes data): object F1 and, given the
+        captions' ``alignments`` (words, alphas, locations), attention grounding. Otherwise none.
+        """
+        records = [r for r in self.records(split) if r.image_id in predictions]
+        if not any(r.objects for r in records):
+            return {}
+        from captioning.data.shapes import shapes_scores
+
+        return shapes_scores(records, predictions, alignments, self.images_root)
 
     def feature_cache(self) -> Optional[FeatureCache]:
         """The feature cache (opened once; its memmaps open lazily in each process), or None."""
@@ -315,9 +214,6 @@ class CaptionDataModule(L.LightningDataModule):
         return self._eval_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test")
-
-    def predict_dataloader(self) -> DataLoader:
         return self._eval_loader("test")
 
     def on_before_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:

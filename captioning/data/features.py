@@ -9,7 +9,7 @@ without sharding)::
 
 The index is written first (atomically); a row's done flag is set and flushed only after the row's
 data was flushed, so an interrupted extraction resumes at the rows whose flag is 0 and a half-written
-row is never read as valid. Readers merge every part of the folder. Memory does not grow with the
+row is never read as valid. This file reads caches; captioning/extract.py writes them. Readers merge every part of the folder. Memory does not grow with the
 dataset: grids stay on disk (memmaps opened lazily, once per process / DataLoader worker) and the
 index is three flat arrays (24 bytes an image).
 """
@@ -18,30 +18,14 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
-from captioning.data.karpathy import ImageRecord
 from captioning.errors import ConfigError, ImageError
+from captioning.common import PathLike
 
-PathLike = Union[str, "os.PathLike[str]"]
-
-
-def part_name(shard: int, num_shards: int) -> str:
-    return f"part-{shard:03d}-of-{num_shards:03d}"
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """"i/n" -> (i, n) with 0 <= i < n."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ConfigError(f"--shard: expected i/n (e.g. 0/4), got {text!r}") from None
-    if not 0 <= i < n:
-        raise ConfigError(f"--shard {text}: expected 0 <= i < n")
-    return i, n
 
 
 class FeatureCache:
@@ -120,121 +104,3 @@ class FeatureCache:
         if os.pread(done_fd, 1, row) != b"\x01":
             raise ImageError(f"{self.root}: features of image {image_id} are incomplete (interrupted extraction? rerun it)")
         return torch.from_numpy(np.array(data[row]))  # (L, D) float16, copied out of the memmap
-
-
-def _open_part(base: str, image_ids: list[int], grid: tuple, meta: dict) -> tuple[np.memmap, np.memmap]:
-    """Create a part's files, or reopen them to resume (the image list and grid must match)."""
-    index_path = base + ".index.json"
-    rows = len(image_ids)
-    os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
-    if os.path.exists(index_path):
-        with open(index_path) as f:
-            index = json.load(f)
-        if index["image_ids"] != image_ids or tuple(index["grid"]) != tuple(grid):
-            raise ConfigError(
-                f"{index_path}: written for other images or another encoder grid; use a new --out folder "
-                f"(or delete {os.path.basename(base)}.*)"
-            )
-        return (np.memmap(base + ".f16", dtype=np.float16, mode="r+", shape=(rows, *grid)),
-                np.memmap(base + ".done", dtype=np.uint8, mode="r+", shape=(rows,)))
-    data = np.memmap(base + ".f16", dtype=np.float16, mode="w+", shape=(rows, *grid))
-    done = np.memmap(base + ".done", dtype=np.uint8, mode="w+", shape=(rows,))
-    data.flush(), done.flush()
-    tmp = index_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"image_ids": image_ids, "grid": list(grid), "dtype": "float16", "meta": meta}, f)
-    os.replace(tmp, index_path)  # the index appears only once its files exist
-    return data, done
-
-
-@torch.inference_mode()
-def extract_features(
-    records: Sequence[ImageRecord],
-    encoder: torch.nn.Module,
-    images_root: str,
-    out_dir: PathLike,
-    image_size: int,
-    batch_size: int = 64,
-    num_workers: int = 0,
-    shard: tuple[int, int] = (0, 1),
-    device: Optional[str] = None,
-    meta: Optional[dict] = None,
-    progress: bool = True,
-    max_batches: Optional[int] = None,
-) -> dict:
-    """Run ``encoder`` over the images of this shard, resuming a previous run in ``out_dir``.
-
-    Returns ``{"part", "rows", "done", "extracted", "unreadable": [messages]}``. Unreadable images keep
-    done = 0 (training refuses them); ``max_batches`` stops early (tests of resuming).
-    """
-    from torch.utils.data import DataLoader
-    from tqdm.auto import tqdm
-
-    from captioning.data.datamodule import Collate, ImageDataset
-
-    os.makedirs(out_dir, exist_ok=True)
-    i, n = shard
-    unique = {r.image_id: r for r in records}
-    ids = sorted(unique)[i::n]
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    encoder = encoder.to(device).eval()
-    grid = tuple(encoder(torch.zeros(1, 3, image_size, image_size, device=device)).shape[1:])  # (L, D)
-    base = os.path.join(os.fspath(out_dir), part_name(i, n))
-    data, done = _open_part(base, ids, grid, dict(meta or {}, image_size=image_size))
-    row_of = {image_id: r for r, image_id in enumerate(ids)}
-    pending = [unique[k] for k, flag in zip(ids, done) if not flag]
-    dataset = ImageDataset(pending, images_root, image_size)
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, shuffle=False,
-                        collate_fn=Collate(0, "images", dataset.visual_shape, on_bad_image="skip"))
-    unreadable, extracted = [], 0
-    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    with tqdm(total=len(pending), desc=f"features {os.path.basename(base)}", unit="img", disable=not progress) as bar:
-        for b, batch in enumerate(loader):
-            if max_batches is not None and b >= max_batches:
-                break
-            unreadable += batch["bad_images"]
-            if len(batch["image_ids"]):
-                with amp:
-                    grids = encoder(batch["images"].to(device, non_blocking=True))  # (B, L, D)
-                rows = np.array([row_of[k] for k in batch["image_ids"].tolist()])
-                data[rows] = grids.float().cpu().numpy().astype(np.float16)
-                data.flush()  # the rows first...
-                done[rows] = 1
-                done.flush()  # ...then their flags
-                extracted += len(rows)
-            bar.update(len(batch["image_ids"]) + len(batch["bad_images"]))
-    return {"part": base, "rows": len(ids), "done": int(np.asarray(done).sum()), "extracted": extracted,
-            "unreadable": unreadable}
-
-
-def extract_from_config(config: PathLike, out_dir: PathLike, batch_size: int = 64, num_workers: int = 0,
-                        shard: tuple[int, int] = (0, 1), annotations: Optional[str] = None,
-                        images_root: Optional[str] = None, split_file: Optional[str] = None,
-                        device: Optional[str] = None, progress: bool = True) -> dict:
-    """``captioning extract-features``: the config's model section picks the encoder, its data section the images."""
-    import yaml
-
-    from captioning.data.formats import load_records
-    from captioning.models.encoders import build_encoder
-
-    config = os.fspath(config)
-    if not os.path.isfile(config):
-        raise ConfigError(f"{config}: no such config file")
-    with open(config) as f:
-        cfg = yaml.safe_load(f) or {}
-    model, data = cfg.get("model") or {}, cfg.get("data") or {}
-    annotations = annotations or data.get("annotations")
-    if not annotations:
-        raise ConfigError(f"{config}: no data.annotations (pass --annotations)")
-    split_file = split_file or data.get("split_file")
-    first = annotations if isinstance(annotations, str) else annotations[0]
-    images_root = images_root or data.get("images_root") or os.path.dirname(os.path.abspath(first))
-    image_size = int(data.get("image_size", 224))
-    name = model.get("encoder", "small_cnn")
-    if name == "small_cnn":
-        raise ConfigError(f"{config}: model.encoder small_cnn is trained with the decoder; caching its features makes no sense")
-    encoder = build_encoder(name, model.get("pretrained", True), model.get("encoder_weights"), model.get("grid_size"))
-    records = load_records(annotations, split_file)
-    meta = {"encoder": name, "grid_size": model.get("grid_size"), "pretrained": model.get("pretrained", True)}
-    return extract_features(records, encoder, images_root, out_dir, image_size, batch_size, num_workers, shard,
-                            device, meta, progress)

@@ -9,13 +9,12 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Union
 
 from captioning.data.karpathy import SPLITS, ImageRecord
 from captioning.errors import AnnotationError
 from captioning.vocab import tokenize
+from captioning.common import PathLike
 
-PathLike = Union[str, "os.PathLike[str]"]
 FOLDER_SUFFIXES = (".csv", ".jsonl")
 
 

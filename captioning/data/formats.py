@@ -14,9 +14,15 @@ from typing import Optional, Sequence, Union
 
 from captioning.data.karpathy import ImageRecord, load_karpathy
 from captioning.errors import AnnotationError
+from captioning.common import PathLike
 
-PathLike = Union[str, "os.PathLike[str]"]
 _COCO_KEY = re.compile(rb'"annotations"\s*:')
+
+
+def default_images_root(annotations: Union[PathLike, Sequence[PathLike]]) -> str:
+    """Where image paths are relative to unless told: the (first) annotation file's folder."""
+    first = annotations if isinstance(annotations, (str, os.PathLike)) else (list(annotations) or [""])[0]
+    return os.path.dirname(os.path.abspath(os.fspath(first)))
 
 
 def detect_format(path: PathLike) -> str:

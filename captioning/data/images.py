@@ -8,19 +8,21 @@ Truncated files are never padded silently: ``ImageFile.LOAD_TRUNCATED_IMAGES`` i
 """
 from __future__ import annotations
 
+import glob
 import os
 import re
 import warnings
-from typing import Union
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from captioning.errors import ConfigError, ImageError
-from captioning.io import require_file
+from captioning.files import require_file
+from captioning.common import PathLike
 
-PathLike = Union[str, "os.PathLike[str]"]
 
 
 def _describe_bomb(err: Exception) -> str:
@@ -106,3 +108,30 @@ def to_tensor(img: Image.Image, image_size: int) -> torch.Tensor:
     img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
     pixels = torch.from_numpy(np.array(img, dtype=np.uint8))  # (S, S, 3)
     return pixels.permute(2, 0, 1).float().div_(255.0)  # (3, S, S)
+
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+def expand_image_paths(items: Sequence[str]) -> list[str]:
+    """Image paths from files, folders (their images, sorted) and glob patterns, in the order given."""
+    paths = []
+    for item in items:
+        if os.path.isdir(item):
+            paths += sorted(str(p) for p in Path(item).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif any(ch in item for ch in "*?[") and not os.path.exists(item):
+            paths += sorted(glob.glob(item))
+        else:
+            paths.append(item)
+    return paths
+
+
+def load_images(paths: Sequence[str]) -> tuple[list, list]:
+    """(path, PIL image) for the readable images; (path, reason) for the others."""
+    good, bad = [], []
+    for p in paths:
+        try:
+            good.append((p, load_image(p)))
+        except ImageError as err:
+            bad.append((p, str(err)))
+    return good, bad

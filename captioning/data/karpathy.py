@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 from captioning.errors import AnnotationError, ConfigError
-from captioning.io import require_file
+from captioning.files import require_file
 from captioning.vocab import tokenize
 
 SPLITS = ("train", "val", "test", "restval")

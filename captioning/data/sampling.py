@@ -67,10 +67,13 @@ class EpochShuffleSampler(DistributedSampler):
         """Under DDP: whole batches per rank after padding."""
         return -(-self.size // (self.batch_size * self.num_replicas))
 
-    def __len__(self) -> int:  # what batches() yields, without drawing the epoch
+    def __len__(self) -> int:
+        """The whole epoch's share of this rank, without drawing the epoch. A resumed epoch yields
+        ``skip`` items fewer, but Lightning counts its batches from the restored progress, so the
+        length stays that of the whole epoch (or the loop would end the resumed epoch early)."""
         if self.num_replicas == 1:
-            return self.size - self.skip
-        return self._batches_per_rank() * self.batch_size - self.skip
+            return self.size
+        return self._batches_per_rank() * self.batch_size
 
     def __iter__(self) -> Iterator[int]:
         order = [i for batch in self.batches() for i in batch]

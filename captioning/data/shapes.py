@@ -18,7 +18,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -257,3 +257,79 @@ def record_objects(record) -> list[Triple]:
     objects = record["objects"] if isinstance(record, dict) else record.objects
     return [tuple(o["words"]) if "words" in o else (o["size"], o["color"], o["shape"])
             for o in objects or []]
+
+
+# --------------------------------------------------------------------------- the dataset's scores
+def shapes_scores(records: Sequence, predictions: dict, alignments: Optional[dict] = None,
+                  images_root: Optional[str] = None) -> dict:
+    """What the evaluator adds for the shapes data: object F1 and, given alignments, grounding.
+
+    ``records``: the scored images (ImageRecords with objects); ``predictions``: image_id ->
+    caption; ``alignments``: image_id -> (words, alphas (T, L), locations (T,)).
+    Returns {"object_f1", "object_precision", "object_recall"} and, with alignments, "grounding".
+    """
+    from captioning.metrics import object_f1
+
+    truth = {r.image_id: record_objects(r) for r in records if r.objects}
+    f1 = object_f1({i: parse_objects(predictions[i]) for i in truth}, truth)
+    scores = {"object_f1": f1["f1"], "object_precision": f1["precision"], "object_recall": f1["recall"]}
+    if alignments is not None:
+        scores["grounding"] = grounding({r.image_id: r for r in records}, alignments, images_root)
+    return scores
+
+
+def _image_size(rec, images_root: Optional[str]) -> Optional[tuple[int, int]]:
+    """(W, H) of the original image: from the record, else read from the file's header."""
+    if rec.width and rec.height:
+        return int(rec.width), int(rec.height)
+    if images_root is None:
+        return None
+    try:
+        with Image.open(os.path.join(images_root, rec.path)) as im:
+            return im.size
+    except OSError:
+        return None
+
+
+def grounding(records: dict, alignments: dict, images_root: Optional[str] = None) -> dict:
+    """Attention grounding over every generated word that names an object of the image.
+
+    ``records``: image_id -> ImageRecord; ``alignments``: image_id -> (words, alphas (T, L),
+    locations (T,) or None) with word t generated while attending with alphas[t] (EOS steps past the words
+    are ignored). A word names an object when it is the shape noun of a full (size, colour, shape)
+    mention that matches one of the image's objects; a mention of a triple the image holds twice
+    takes the first object of that triple not yet named in the caption, and mentions beyond the
+    image's count name nothing. Each such word is scored with the object's bbox
+    (:func:`captioning.metrics.grounding_scores`).
+
+    Returns grounding_scores' dict; for hard attention (``locations`` given) also "chosen_cell":
+    the same scores of a one-hot map at the cell each word actually attended.
+    """
+    from captioning.attention_maps import grid_shape
+    from captioning.metrics import grounding_scores
+
+    soft, chosen = [], []
+    for image_id, (words, alphas, locations) in alignments.items():
+        rec = records[image_id]
+        size = _image_size(rec, images_root) if rec.objects else None
+        if size is None:
+            continue
+        alphas = np.asarray(alphas, dtype=np.float64)
+        gh, gw = grid_shape(alphas.shape[-1])  # (T, L) -> maps of (gh, gw)
+        unused: dict = {}  # triple -> the image's objects of that triple not yet named, in order
+        for obj in rec.objects:
+            triple = tuple(str(w).lower() for w in obj.get("words") or (obj["size"], obj["color"], obj["shape"]))
+            unused.setdefault(triple, []).append(obj)
+        for t, triple in locate_objects(words):  # (index of the shape noun, triple)
+            if t >= len(alphas) or not unused.get(triple):
+                continue
+            bbox = unused[triple].pop(0)["bbox"]
+            soft.append((alphas[t].reshape(gh, gw), size, bbox))
+            if locations is not None:
+                one_hot = np.zeros(gh * gw)
+                one_hot[int(locations[t])] = 1.0
+                chosen.append((one_hot.reshape(gh, gw), size, bbox))
+    scores = grounding_scores(soft)
+    if any(a[2] is not None for a in alignments.values()):
+        scores["chosen_cell"] = grounding_scores(chosen)
+    return scores

@@ -27,9 +27,8 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-#: How a hard-attention model picks the context: the expected context (soft alpha), the argmax
-#: location, or a location sampled from alpha. Soft-attention models always use "expected".
-CONTEXT_MODES = ("expected", "argmax", "sample")
+from captioning.models import ATTENTION_MODES
+
 
 #: Decoding on the CPU computes the attention scores a few images at a time, about this many
 #: values of the (images, K, L, A) tensor at once (4 MB in float32).
@@ -41,7 +40,7 @@ class AdditiveAttention(nn.Module):
 
     The hidden-side projection W_h h_{t-1} is not done here: the decoder fuses it with its other
     matrix products of h_{t-1} into one (see :class:`~captioning.models.decoder.ShowAttendTellDecoder`),
-    and passes the result in as ``hidden_proj``.
+    and passes the result in as ``h_att``.
     """
 
     def __init__(self, feature_dim: int, attention_dim: int):
@@ -53,15 +52,15 @@ class AdditiveAttention(nn.Module):
         """W_a a_i + b for every location, once per batch: (B, L, D) -> (B, L, A)."""
         return self.feature_proj(features)
 
-    def forward(self, projected: Tensor, hidden_proj: Tensor, beams: int = 1) -> Tensor:
+    def forward(self, projected: Tensor, h_att: Tensor, beams: int = 1) -> Tensor:
         """Attention weights alpha_t (Eq. 5).
 
-        projected: (B, L, A) from :meth:`project`; hidden_proj: (B * beams, A) = W_h h_{t-1}, where
+        projected: (B, L, A) from :meth:`project`; h_att: (B * beams, A) = W_h h_{t-1}, where
         rows k * beams ... (k + 1) * beams - 1 belong to image k. Returns alpha: (B * beams, L),
         rows summing to one.
         """
         B, L, A = projected.shape
-        hidden = (2 * hidden_proj).view(B, beams, 1, A)
+        hidden = (2 * h_att).view(B, beams, 1, A)
         w2 = 2 * self.score.weight.view(A)  # (A,)
         shift = self.score.bias - self.score.weight.sum()  # b_w - sum(w): tanh = 2 sigmoid(2y) - 1
         if torch.is_grad_enabled():
@@ -138,7 +137,7 @@ def glimpse(
         location = alpha.argmax(dim=-1)
         return Glimpse(location_context(location, features, beams), alpha, location)
     if mode != "sample":
-        raise ValueError(f"unknown attention mode {mode!r}; expected one of {CONTEXT_MODES}")
+        raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES}")
     if location is None:
         location = torch.multinomial(alpha.detach().float(), 1, generator=generator).squeeze(-1)  # s_t ~ Cat(alpha_t), (B,)
     log_alpha = torch.log(alpha.clamp_min(1e-12))

@@ -5,13 +5,13 @@ vectors a (B, L, D):
 
     alpha_t = f_att(a, h_{t-1})                              Eq. 4-5 (attention.py)
     z_t     = beta_t * phi(a, alpha_t),  beta_t = sigmoid(f_beta(h_{t-1}))   Section 4.2.1: ONE scalar per step
-    i,f,o,g = W [E y_{t-1}; h_{t-1}; z_t] + b                Eq. 1
+    i,f,g,o = W [E y_{t-1}; h_{t-1}; z_t] + b                Eq. 1 (the gates, in this order in the code)
     c_t     = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)      Eq. 2-3
-    p(y_t)  = softmax(L_o(E y_{t-1} + L_h h_t + L_z z_t))    Eq. 7, the deep output layer
+    p(y_t)  = softmax(L_o(tanh(E y_{t-1} + L_h h_t + L_z z_t)))   Eq. 7, the deep output layer
 
-with h_0 = f_init,h(mean_i a_i), c_0 = f_init,c(mean_i a_i) (tanh layers). Dropout follows the
-authors' code: on the input of the initialisation layers, on h_t before the output layer and on
-the deep output.
+with h_0 = f_init,h(mean_i a_i), c_0 = f_init,c(mean_i a_i) (tanh layers). The tanh inside Eq. 7
+and the dropout follow the authors' code, not the paper's text: dropout on the input of the
+initialisation layers, on h_t before the output layer and on the deep output.
 
 Nothing per step is done that can be done once: the image-side attention projection W_a a and the
 embedding part of the LSTM input are computed for all steps before the loop; the three products of
@@ -22,14 +22,51 @@ real (non-padded) steps only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from captioning.models.attention import CONTEXT_MODES, AdditiveAttention, Glimpse, glimpse
-from captioning.models.deferred import step_linear
+from captioning.errors import ConfigError
+from captioning.models.attention import ATTENTION_MODES, AdditiveAttention, Glimpse, glimpse
+from captioning.models.deferred import deferred_linear
+from captioning.vocab import Vocabulary
+
+
+@dataclass
+class DecoderConfig:
+    """The attention LSTM decoder (sizes as in the paper's notation).
+
+    Args:
+        embed_dim: M, the word embedding.
+        hidden_dim: H, the LSTM state.
+        attention_dim: A, the attention network's hidden layer.
+        dropout: dropout probability where the authors' code puts it (0.5 in the paper's runs).
+        attention_kind: "soft" (deterministic, Eq. 13) or "hard" (stochastic, Eq. 8-12, trained with REINFORCE).
+        prev2out: add the previous word's embedding E y_{t-1} inside the deep output layer (Eq. 7).
+        ctx2out: add the context L_z z_t inside the deep output layer (Eq. 7).
+        compile_step: ``torch.compile`` the time step that training and decoding repeat (dynamic
+            shapes; compiles on first use; tools/benchmark.py --compile measures what it gains).
+    """
+
+    embed_dim: int = 512
+    hidden_dim: int = 512
+    attention_dim: int = 512
+    dropout: float = 0.5
+    attention_kind: Literal["soft", "hard"] = "soft"
+    prev2out: bool = True
+    ctx2out: bool = True
+    compile_step: bool = False
+
+    def __post_init__(self):
+        if self.attention_kind not in ("soft", "hard"):
+            raise ConfigError(f"model.decoder.attention_kind: expected 'soft' or 'hard', got {self.attention_kind!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.decoder.dropout: expected a probability in [0, 1), got {self.dropout!r}")
+        for field in ("embed_dim", "hidden_dim", "attention_dim"):
+            if getattr(self, field) < 1:
+                raise ConfigError(f"model.decoder.{field}: expected an integer >= 1, got {getattr(self, field)!r}")
 
 
 @dataclass
@@ -74,59 +111,38 @@ class DecoderState:
 
 
 class ShowAttendTellDecoder(nn.Module):
-    """Attention LSTM decoder with soft or hard attention.
+    """Attention LSTM decoder with soft or hard attention over annotation vectors of width D
+    (``feature_dim``), writing words of a vocabulary of V = ``vocab_size`` tokens."""
 
-    Args:
-        vocab_size: V. feature_dim: D of the annotation vectors. embed_dim: M. hidden_dim: H.
-        attention_dim: A. dropout: the authors' 0.5. prev2out / ctx2out: add E y_{t-1} / L_z z_t
-        inside the deep output layer (Eq. 7; both on in the paper). attention: "soft" or "hard".
-    """
-
-    def __init__(
-        self,
-        vocab_size: int,
-        feature_dim: int,
-        embed_dim: int = 512,
-        hidden_dim: int = 512,
-        attention_dim: int = 512,
-        dropout: float = 0.5,
-        attention: str = "soft",
-        prev2out: bool = True,
-        ctx2out: bool = True,
-        pad_id: int = 0,
-    ):
+    def __init__(self, vocab_size: int, feature_dim: int, config: DecoderConfig = DecoderConfig()):
         super().__init__()
-        if attention not in ("soft", "hard"):
-            raise ValueError(f"attention must be 'soft' or 'hard', got {attention!r}")
-        self.attention_kind = attention
+        embed_dim, hidden_dim, attention_dim = config.embed_dim, config.hidden_dim, config.attention_dim
+        self.config = config
+        self.attention_kind = config.attention_kind
         self.vocab_size, self.hidden_dim, self.attention_dim = vocab_size, hidden_dim, attention_dim
-        self.prev2out, self.ctx2out = prev2out, ctx2out
-        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)  # E
+        self.prev2out = config.prev2out
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=Vocabulary.pad_id)  # E
         self.init_state = nn.Linear(feature_dim, 2 * hidden_dim)  # f_init,h and f_init,c side by side
-        self.attention = AdditiveAttention(feature_dim, attention_dim)
+        self.f_att = AdditiveAttention(feature_dim, attention_dim)
         # Every product of h_{t-1} in one matrix: [W_h (A) | f_beta (1) | LSTM recurrent weights (4H)].
-        self.hidden_proj = nn.Linear(hidden_dim, attention_dim + 1 + 4 * hidden_dim)
+        self.from_hidden = nn.Linear(hidden_dim, attention_dim + 1 + 4 * hidden_dim)
         self.embed_gates = nn.Linear(embed_dim, 4 * hidden_dim, bias=False)  # LSTM input weights for E y_{t-1}
         self.context_gates = nn.Linear(feature_dim, 4 * hidden_dim, bias=False)  # LSTM input weights for z_t
         self.out_hidden = nn.Linear(hidden_dim, embed_dim)  # L_h
-        self.out_context = nn.Linear(feature_dim, embed_dim) if ctx2out else None  # L_z
+        self.out_context = nn.Linear(feature_dim, embed_dim) if config.ctx2out else None  # L_z
         self.out_logits = nn.Linear(embed_dim, vocab_size)  # L_o
-        self.dropout = nn.Dropout(dropout)
-
-    def compile_step(self) -> None:
-        """``torch.compile`` the time step (attention + gate + LSTM), which every pass repeats.
-
-        Shapes are marked dynamic: the number of running captions shrinks from step to step.
-        """
-        self._recur = torch.compile(self._recur, dynamic=True)
+        self.dropout = nn.Dropout(config.dropout)
+        if config.compile_step:
+            # Shapes are marked dynamic: the number of running captions shrinks from step to step.
+            self.recurrent_step = torch.compile(self.recurrent_step, dynamic=True)
 
     # ------------------------------------------------------------------ building blocks
     def initial_state(self, features: Tensor) -> DecoderState:
         """h_0, c_0 from the mean annotation vector; W_a a once. features: (B, L, D)."""
         h0, c0 = torch.tanh(self.init_state(self.dropout(features.mean(1)))).chunk(2, dim=-1)  # (B, D) -> 2 x (B, H)
-        return DecoderState(h0, c0, features, self.attention.project(features))
+        return DecoderState(h0, c0, features, self.f_att.project(features))
 
-    def _recur(
+    def recurrent_step(
         self,
         x_gates: Tensor,
         state: DecoderState,
@@ -137,14 +153,14 @@ class ShowAttendTellDecoder(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor, Glimpse, Tensor]:
         """One LSTM step with attention. x_gates: (N, 4H), the embedding's share of the gates.
 
-        ``layers``: the (hidden_proj, context_gates) products to use, by default the layers
+        ``layers``: the (from_hidden, context_gates) products to use, by default the layers
         themselves (a training pass gives their deferred-gradient versions, see deferred.py).
         Returns h_t, c_t, z_t (gated context, (N, D)), the glimpse and beta_t (N,).
         """
         A = self.attention_dim
-        hidden_proj, context_gates = layers or (self.hidden_proj, self.context_gates)
-        h_att, h_beta, h_gates = hidden_proj(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
-        alpha = self.attention(state.projected, h_att, state.beams)  # (N, L)
+        from_hidden, context_gates = layers or (self.from_hidden, self.context_gates)
+        h_att, h_beta, h_gates = from_hidden(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
+        alpha = self.f_att(state.projected, h_att, state.beams)  # (N, L)
         g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams)
         beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
         z = beta.unsqueeze(1) * g.context  # (N, D)
@@ -155,7 +171,7 @@ class ShowAttendTellDecoder(nn.Module):
         return h, c, z, g, beta
 
     def deep_output(self, embedded: Tensor, h: Tensor, z: Tensor) -> Tensor:
-        """Eq. 7: L_o(tanh(E y_{t-1} + L_h h_t + L_z z_t)) with dropout: (N, M), (N, H), (N, D) -> (N, V)."""
+        """Eq. 7 as in the authors' code: L_o(tanh(E y_{t-1} + L_h h_t + L_z z_t)) with dropout: (N, M), (N, H), (N, D) -> (N, V)."""
         x = self.out_hidden(self.dropout(h))
         if self.prev2out:
             x = x + embedded
@@ -167,8 +183,8 @@ class ShowAttendTellDecoder(nn.Module):
         if self.attention_kind == "soft":
             return "expected"
         mode = mode or "expected"
-        if mode not in CONTEXT_MODES:
-            raise ValueError(f"unknown attention mode {mode!r}; expected one of {CONTEXT_MODES}")
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES}")
         return mode
 
     # ------------------------------------------------------------------ teacher forcing
@@ -206,7 +222,7 @@ class ShowAttendTellDecoder(nn.Module):
         state = self.initial_state(features)
         # The two products repeated at every step give their weights ONE gradient product each
         # (per step, autograd would make and add a whole weight-sized gradient from a few rows).
-        layers = (step_linear(self.hidden_proj), step_linear(self.context_gates))
+        layers = (deferred_linear(self.from_hidden), deferred_linear(self.context_gates))
 
         # Each step's outputs for its n_t running rows are kept as they come and put in place once
         # after the loop (writing them into (B, T, .) tensors step by step would, in the backward
@@ -218,7 +234,7 @@ class ShowAttendTellDecoder(nn.Module):
                 break
             if n < state.h.size(0):
                 state = state.select(slice(0, n))
-            h, c, z, g, beta = self._recur(
+            h, c, z, g, beta = self.recurrent_step(
                 x_steps[t][:n], state, mode,
                 None if use_expected is None else use_expected[:n],
                 None if forced is None else forced[:n, t],
@@ -259,6 +275,6 @@ class ShowAttendTellDecoder(nn.Module):
     def step(self, tokens: Tensor, state: DecoderState, mode: Optional[str] = None) -> tuple[Tensor, DecoderState, Glimpse]:
         """One generation step: previous tokens (N,) -> log p(y_t) (N, V), the new state, the glimpse."""
         embedded = self.embedding(tokens)  # (N, M)
-        h, c, z, g, _ = self._recur(self.embed_gates(embedded), state, self._mode(mode))
+        h, c, z, g, _ = self.recurrent_step(self.embed_gates(embedded), state, self._mode(mode))
         logits = self.deep_output(embedded, h, z)
         return F.log_softmax(logits.float(), dim=-1), state.with_recurrent(h, c), g

@@ -90,7 +90,7 @@ class DeferredLinear:
         return _StepLinear.apply(x, self.rows, *self.params)
 
 
-def step_linear(layer: nn.Linear) -> "nn.Linear | DeferredLinear":
+def deferred_linear(layer: nn.Linear) -> "nn.Linear | DeferredLinear":
     """Its :class:`DeferredLinear` when ``layer`` will get a gradient, else ``layer`` itself."""
     if torch.is_grad_enabled() and layer.weight.requires_grad:
         return DeferredLinear(layer)

