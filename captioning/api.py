@@ -14,30 +14,38 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from PIL import Image
 
 from captioning.attention_maps import grid_shape
 from captioning.common import default_device
-from captioning.data.images import load_image, to_tensor
+from captioning.data.images import array_to_image, load_image, to_rgb, to_tensor
+from captioning.errors import ImageError
 from captioning.models.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
 
-ImageInput = Union[str, os.PathLike, Image.Image, torch.Tensor]
+ImageInput = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 
 
 def as_pil(image: ImageInput) -> Image.Image:
-    """A path (read with the project's checks), a PIL image, or a (3, H, W) tensor in [0, 1] -> RGB PIL image."""
+    """Any accepted input -> RGB PIL image, by the same rules whatever the route (data/images.py):
+    EXIF orientation, alpha over white, 16-bit and other modes scaled. A path is read with the
+    file checks; an array is (H, W[, 3|4]) uint8/uint16 or floats in [0, 1]; a tensor (3|4, H, W)
+    in [0, 1]. Values outside [0, 1] are an error, not clipped."""
     if isinstance(image, (str, os.PathLike)):
         return load_image(image)
     if isinstance(image, Image.Image):
-        return image.convert("RGB")
+        try:
+            image.load()
+        except (OSError, ValueError) as err:
+            raise ImageError(f"unreadable PIL image ({err})") from None
+        return to_rgb(image)
     if isinstance(image, torch.Tensor):
-        if image.dim() != 3 or image.size(0) != 3:
-            raise ValueError(f"an image tensor must be (3, H, W) in [0, 1], got shape {tuple(image.shape)}")
-        array = (image.detach().float().clamp(0, 1) * 255).round().byte().permute(1, 2, 0).cpu().numpy()
-        return Image.fromarray(array, "RGB")
-    raise TypeError(f"expected a path, a PIL image or a tensor, got {type(image).__name__}")
+        return array_to_image(image, "image tensor")
+    if isinstance(image, np.ndarray):
+        return array_to_image(image)
+    raise ImageError(f"expected a path, a PIL image, a numpy array or a tensor, got {type(image).__name__}")
 
 
 class Captioner:

@@ -29,9 +29,23 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
     p.add_argument("--attention-mode", choices=ATTENTION_MODES, default=None,
                    help="how a hard-attention model picks contexts (default: the model's, normally expected)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
+    p.add_argument("--max-image-pixels", type=int, default=None, metavar="N",
+                   help="refuse images of more pixels (decompression-bomb guard; default: Pillow's, about 89 million)")
 
 
 def generation_overrides(args) -> dict:
     """The GenerationConfig fields a command's arguments set (None: keep the model's)."""
     return {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
             "length_penalty": args.length_penalty, "attention_mode": args.attention_mode}
+
+
+def apply_image_limit(args) -> None:
+    """``--max-image-pixels``: the process's decompression-bomb limit."""
+    if getattr(args, "max_image_pixels", None) is not None:
+        from PIL import Image
+
+        from captioning.errors import ConfigError
+
+        if args.max_image_pixels < 1:
+            raise ConfigError(f"--max-image-pixels: expected a positive number, got {args.max_image_pixels}")
+        Image.MAX_IMAGE_PIXELS = args.max_image_pixels

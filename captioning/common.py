@@ -10,7 +10,22 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 def default_device(device: Optional[Union[str, torch.device]] = None) -> torch.device:
-    """``device`` if given, else CUDA when a GPU is visible, else the CPU."""
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``device`` if given (checked: a one-line ConfigError if it is not one, or is not here), else
+    CUDA when a GPU is visible, else the CPU."""
+    from captioning.errors import ConfigError
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"--device {device}: not a device (expected cpu, cuda or cuda:N)") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"--device {device}: no CUDA GPU is available here; use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"--device {device}: there are {count} CUDA GPU(s) (cuda:0 to cuda:{count - 1})")
+    elif device.type not in ("cpu", "mps"):
+        raise ConfigError(f"--device {device}: expected cpu or cuda")
+    return device

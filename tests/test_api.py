@@ -7,7 +7,9 @@ import torch
 from PIL import Image
 
 from captioning import visualize as V
-from captioning.api import Captioner
+from captioning.api import Captioner, as_pil
+from captioning.data.images import load_image
+from captioning.errors import ImageError
 from captioning.cli import main
 
 SETTINGS = dict(num_beams=2, max_new_tokens=8)
@@ -42,10 +44,56 @@ def test_paths_pil_images_and_tensors_give_the_same_captions(captioner, images):
     for r in by_path:
         assert set(r) == {"generated_text", "score", "tokens"}
         assert isinstance(r["score"], float) and all(isinstance(t, str) for t in r["tokens"])
-    with pytest.raises(TypeError, match="path, a PIL image or a tensor"):
+    with pytest.raises(ImageError, match="path, a PIL image, a numpy array or a tensor"):
         captioner(42)
-    with pytest.raises(ValueError, match=r"\(3, H, W\)"):
+    with pytest.raises(ImageError, match=r"\(3, H, W\)"):
         captioner(torch.zeros(1, 8, 8))
+    with pytest.raises(ImageError, match=r"must lie in \[0, 1\]"):
+        captioner(_tensor(pils[0]) * 255)  # an image in [0, 255] is an error, not a white square
+
+
+def _exif_rotated(path, tmp_path):
+    """A JPEG stored sideways with EXIF orientation 6 (display rotated 90 degrees clockwise)."""
+    from PIL import Image as PILImage
+
+    with PILImage.open(path) as im:
+        sideways = im.convert("RGB").transpose(PILImage.Transpose.ROTATE_90)
+    exif = PILImage.Exif()
+    exif[0x0112] = 6
+    out = tmp_path / "exif6.jpg"
+    sideways.save(out, exif=exif, quality=95)
+    return out
+
+
+def _variants(path, tmp_path):
+    """RGBA (half-transparent), 16-bit grey and EXIF-rotated versions of a test image, as files."""
+    with Image.open(path) as im:
+        rgb = im.convert("RGB")
+    rgba = rgb.copy()
+    rgba.putalpha(Image.new("L", rgb.size, 128))
+    rgba.save(tmp_path / "rgba.png")
+    grey16 = Image.fromarray((np.asarray(rgb.convert("L"), dtype=np.uint16) * 257))
+    grey16.save(tmp_path / "grey16.png")
+    return [tmp_path / "rgba.png", tmp_path / "grey16.png", _exif_rotated(path, tmp_path)]
+
+
+def test_every_route_gives_the_same_caption_and_score(captioner, images, tmp_path):
+    """A path, the PIL image opened from it, its pixels as an array and as a tensor: one set of
+    rules (alpha over white, 16-bit scaling, EXIF orientation), so one caption and one score."""
+    for path in _variants(images[0], tmp_path):
+        opened = Image.open(path)
+        routes = {"path": str(path), "pil": opened}
+        if "exif" not in path.name:  # an array has no EXIF: give the pixels as stored
+            pixels = np.asarray(opened)
+            routes["array"] = pixels
+            if pixels.dtype == np.uint8 and pixels.ndim == 3:
+                routes["tensor"] = torch.from_numpy(pixels).permute(2, 0, 1).float() / 255
+        results = {name: captioner(image, **SETTINGS)[0] for name, image in routes.items()}
+        reference = results["path"]
+        for name, r in results.items():
+            assert r["generated_text"] == reference["generated_text"], (path.name, name)
+            assert r["score"] == pytest.approx(reference["score"], abs=1e-5), (path.name, name)
+        assert np.array_equal(np.asarray(as_pil(opened)), np.asarray(load_image(path))), path.name
 
 
 def test_return_attention_gives_a_map_per_token(captioner, images):

@@ -19,10 +19,9 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from captioning.common import PathLike
 from captioning.errors import ConfigError, ImageError
 from captioning.files import require_file
-from captioning.common import PathLike
-
 
 
 def _describe_bomb(err: Exception) -> str:
@@ -31,7 +30,7 @@ def _describe_bomb(err: Exception) -> str:
     pixels = f"{int(match.group(1)):,} pixels" if match else "too many pixels"
     return (
         f"refused: {pixels} exceeds the limit of {Image.MAX_IMAGE_PIXELS:,} pixels "
-        "(possible decompression bomb; raise PIL.Image.MAX_IMAGE_PIXELS to allow it)"
+        "(possible decompression bomb; allow larger images with --max-image-pixels N, in Python PIL.Image.MAX_IMAGE_PIXELS)"
     )
 
 
@@ -64,6 +63,50 @@ def _to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")  # RGB (a copy), L, 1, P, CMYK, YCbCr, LAB, HSV
 
 
+def to_rgb(img: Image.Image) -> Image.Image:
+    """The rules every image goes through, from a file or not: EXIF orientation applied, then any
+    mode to RGB (alpha over white, high bit depths scaled to 8 bits). Returns a new image."""
+    try:
+        oriented = ImageOps.exif_transpose(img)
+    except Exception:  # a damaged EXIF block: keep the pixels as stored
+        oriented = img
+    return _to_rgb(oriented if oriented is not None else img)
+
+
+def array_to_image(array, what: str = "image array") -> Image.Image:
+    """An (H, W), (H, W, 3|4) array or a (3|4, H, W) tensor -> RGB image, through :func:`to_rgb`.
+
+    uint8 values are taken as they are; floating-point values must lie in [0, 1] (an image in
+    [0, 255] as floats is refused rather than clipped to white); uint16 values are 16-bit.
+    """
+    if hasattr(array, "detach"):  # a torch tensor: channels first
+        tensor = array.detach().cpu()
+        tensor = tensor.double() if tensor.is_floating_point() else tensor  # bf16 has no numpy twin
+        if tensor.dim() != 3 or tensor.size(0) not in (3, 4):
+            raise ImageError(f"an image tensor must be (3, H, W) or (4, H, W), got shape {tuple(tensor.shape)}")
+        array = tensor.permute(1, 2, 0).numpy()
+    array = np.asarray(array)
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4)) or 0 in array.shape:
+        raise ImageError(f"an {what} must be (H, W), (H, W, 3) or (H, W, 4), got shape {array.shape}")
+    if array.dtype == np.uint8:
+        pixels = array
+    elif array.dtype == np.uint16:
+        pixels = np.rint(array / 257.0).astype(np.uint8)
+    elif np.issubdtype(array.dtype, np.floating) or array.dtype == bool:
+        values = array.astype(np.float64)
+        if not np.isfinite(values).all():
+            raise ImageError(f"the {what} holds NaN or infinite values")
+        low, high = float(values.min()), float(values.max())
+        if low < 0.0 or high > 1.0:
+            raise ImageError(f"the {what}'s values must lie in [0, 1], got [{low:g}, {high:g}] "
+                             "(divide an image in [0, 255] by 255)")
+        pixels = np.rint(values * 255.0).astype(np.uint8)
+    else:
+        raise ImageError(f"the {what} has dtype {array.dtype}; expected uint8, uint16 or floats in [0, 1]")
+    mode = "L" if array.ndim == 2 else ("RGB" if array.shape[2] == 3 else "RGBA")
+    return to_rgb(Image.fromarray(np.ascontiguousarray(pixels), mode))
+
+
 def load_image(path: PathLike) -> Image.Image:
     """Read ``path`` as an RGB :class:`PIL.Image.Image` (see the module docstring).
 
@@ -79,11 +122,7 @@ def load_image(path: PathLike) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as img:
                 img.load()  # decode everything now, so that truncation is detected here
-                try:
-                    oriented = ImageOps.exif_transpose(img)
-                except Exception:  # a damaged EXIF block: keep the pixels as stored
-                    oriented = img
-                return _to_rgb(oriented)
+                return to_rgb(img)
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
         raise ImageError(f"{path}: {_describe_bomb(err)}") from None
     except UnidentifiedImageError:
