@@ -1,13 +1,16 @@
-"""Scoring without Java: the pure-Python PTB tokenizer (equal to pycocoevalcap's Java one).
+"""Scoring without Java: the pure-Python PTB tokenizer (equal to pycocoevalcap's Java one) and
+CocoScorer without Java.
 
 The comparisons with Java run pycocoevalcap's own PTBTokenizer and skip when ``java`` is not on
 PATH; the tests of the documented behaviour (expected tokens written out) run everywhere.
 """
+import math
 import random
 import shutil
 
 import pytest
 
+from captioning.metrics import CocoScorer
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
 
 needs_java = pytest.mark.skipif(
@@ -182,3 +185,56 @@ def test_tokenize_corpus_checks_input():
         tokenize_corpus({1: [None]})
     with pytest.raises(TypeError):
         ptb_tokenize(3)
+
+
+# --------------------------------------------------------------------------- CocoScorer without Java
+REFS = {
+    1: ["A man's riding a horse (brown) on the beach.", "a person rides a brown horse near the sea"],
+    2: ["Two dogs play with a red ball in the grass!", "two dogs are playing in a field, don't they?"],
+    3: ["A plate of food: broccoli and rice.", "a white plate holding rice and vegetables"],
+    4: ["A man in a t-shirt holds an e-mail printout.", "A guy wearing a \"cool\" T-shirt..."],
+}
+PREDICTIONS = {1: "A man riding a horse.", 2: "two dogs playing with a ball", 3: "a plate with rice and broccoli",
+               4: "a man's t-shirt"}
+COCO_METRICS = ("BLEU", "ROUGE_L", "CIDEr")
+
+
+def hide_java(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no 'java' anywhere
+    assert shutil.which("java") is None
+
+
+def test_without_java_scores_and_reports_meteor_and_spice(monkeypatch, tmp_path):
+    hide_java(monkeypatch, tmp_path)
+    scores = CocoScorer(metrics=("BLEU", "METEOR", "ROUGE_L", "CIDEr"), spice=True)(REFS, PREDICTIONS)
+    assert scores["METEOR"] is None
+    assert scores["METEOR_error"] == "METEOR unavailable: needs Java (no 'java' on PATH)"
+    assert scores["SPICE"] is None and "needs Java" in scores["SPICE_error"]
+    assert all(isinstance(scores[k], float) and math.isfinite(scores[k])
+               for k in ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE_L", "CIDEr"))
+    assert list(scores)[:6] == ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "METEOR_error"]
+    with pytest.raises(RuntimeError, match="needs Java"):
+        CocoScorer(metrics=COCO_METRICS, tokenizer="java")(REFS, PREDICTIONS)
+
+
+def test_unknown_tokenizer():
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        CocoScorer(tokenizer="perl")
+
+
+@needs_java
+def test_without_java_scores_equal_java_tokenised_scores(monkeypatch, tmp_path):
+    expected = CocoScorer(metrics=COCO_METRICS, tokenizer="java")(REFS, PREDICTIONS)
+    hide_java(monkeypatch, tmp_path)
+    got = CocoScorer(metrics=("BLEU", "METEOR", "ROUGE_L", "CIDEr"))(REFS, PREDICTIONS)  # tokenizer "auto"
+    assert {k: got[k] for k in expected} == pytest.approx(expected, rel=0, abs=1e-9)
+    assert got["METEOR"] is None and got["METEOR_error"] == "METEOR unavailable: needs Java (no 'java' on PATH)"
+
+
+@needs_java
+def test_python_tokenizer_with_java_present_gives_the_same_scores():
+    expected = CocoScorer(metrics=COCO_METRICS, tokenizer="java")(REFS, PREDICTIONS)
+    auto = CocoScorer(metrics=COCO_METRICS)  # Java is here: "auto" is Java
+    assert auto(REFS, PREDICTIONS) == pytest.approx(expected, rel=0, abs=1e-9)
+    python = CocoScorer(metrics=COCO_METRICS, tokenizer="python")
+    assert python(REFS, PREDICTIONS) == pytest.approx(expected, rel=0, abs=1e-9)
