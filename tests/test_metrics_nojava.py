@@ -1,16 +1,20 @@
-"""Scoring without Java: the pure-Python PTB tokenizer (equal to pycocoevalcap's Java one) and
-CocoScorer without Java.
+"""Scoring without Java: the pure-Python PTB tokenizer (equal to pycocoevalcap's Java one),
+CocoScorer without Java, and the in-process CIDEr-D (equal to pycocoevalcap's Cider).
 
 The comparisons with Java run pycocoevalcap's own PTBTokenizer and skip when ``java`` is not on
 PATH; the tests of the documented behaviour (expected tokens written out) run everywhere.
 """
+import json
 import math
 import random
 import shutil
+import time
 
+import numpy as np
 import pytest
 
 from captioning.metrics import CocoScorer
+from captioning.metrics.cider import CiderD, tokenize
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
 
 needs_java = pytest.mark.skipif(
@@ -238,3 +242,100 @@ def test_python_tokenizer_with_java_present_gives_the_same_scores():
     assert auto(REFS, PREDICTIONS) == pytest.approx(expected, rel=0, abs=1e-9)
     python = CocoScorer(metrics=COCO_METRICS, tokenizer="python")
     assert python(REFS, PREDICTIONS) == pytest.approx(expected, rel=0, abs=1e-9)
+
+
+# --------------------------------------------------------------------------- CIDEr-D
+GTS = {
+    1: ["a man riding a horse on a beach", "a person rides a brown horse near the sea", "man on horse"],
+    2: ["two dogs play with a red ball in the grass", "two dogs are playing in a field"],
+    3: ["a plate of food with broccoli and rice", "a white plate holding rice and vegetables",
+        "a plate of rice and broccoli", "food on a plate", "a meal of rice and broccoli on a white plate"],
+    4: ["a dog a dog a dog", "the the the dog"],  # repeated words
+    5: ["a man riding a horse on a beach", "a person rides a brown horse near the sea", "man on horse"],  # = 1
+    6: ["a cat sleeping on a red couch"],
+    7: ["a clock tower in a city"],
+}
+RES = {
+    1: "a man riding a horse on a beach",  # equal to a reference
+    2: "dogs",  # shorter than the references
+    3: "a plate of rice and broccoli and rice and broccoli on a white plate with food and vegetables",  # longer
+    4: "a dog a dog",
+    5: "a horse",
+    6: "",  # empty
+    7: "a zebra in a field",  # n-grams missing from the corpus
+}
+
+
+def pycocoevalcap_cider(gts: dict, res: dict) -> tuple:
+    from pycocoevalcap.cider.cider import Cider
+
+    return Cider().compute_score(gts, {k: [v] for k, v in res.items()})
+
+
+def test_cider_d_equals_pycocoevalcap():
+    mean, per_image = pycocoevalcap_cider(GTS, RES)
+    scores = CiderD([GTS[k] for k in GTS]).scores([RES[k] for k in GTS], [GTS[k] for k in GTS])
+    assert scores.dtype == np.float64 and scores.shape == (len(GTS),)
+    np.testing.assert_allclose(scores, per_image, rtol=0, atol=1e-9)
+    assert scores.mean() == pytest.approx(mean, abs=1e-9)
+    assert scores[5] == 0.0  # the empty candidate
+
+
+def test_cider_d_equals_pycocoevalcap_on_random_corpora():
+    rng = random.Random(1)
+    vocabulary = WORDS[:30]
+    for _ in range(5):
+        gts = {k: [" ".join(rng.choices(vocabulary, k=rng.randint(1, 14))) for _ in range(rng.randint(1, 6))]
+               for k in range(rng.randint(1, 40))}
+        res = {k: " ".join(rng.choices(vocabulary + ["unseen"], k=rng.randint(0, 16))) for k in gts}
+        _, per_image = pycocoevalcap_cider(gts, res)
+        scores = CiderD(list(gts.values())).scores(list(res.values()), list(gts.values()))
+        np.testing.assert_allclose(scores, per_image, rtol=0, atol=1e-9)
+
+
+def test_cider_d_prefers_a_reference_and_ignores_the_batch():
+    cider = CiderD([GTS[k] for k in GTS])
+    right, wrong = cider.scores([GTS[3][2], "a dog on a beach"], [GTS[3], GTS[3]])
+    assert right > wrong > 0
+    batch = cider.scores([RES[k] for k in GTS], [GTS[k] for k in GTS])
+    alone = [cider.scores([RES[k]], [GTS[k]])[0] for k in GTS]
+    np.testing.assert_allclose(batch, alone, rtol=0, atol=1e-12)  # df are the corpus's, not the batch's
+    assert cider.scores([], []).shape == (0,)
+    with pytest.raises(ValueError, match="at least one reference"):
+        cider.scores(["a dog"], [[]])
+    with pytest.raises(ValueError, match="candidates but"):
+        cider.scores(["a dog"], [])
+
+
+def test_cider_d_state_dict_round_trip(tmp_path):
+    import torch
+
+    cider = CiderD([GTS[k] for k in GTS])
+    candidates, references = [RES[k] for k in GTS], [GTS[k] for k in GTS]
+    expected = cider.scores(candidates, references)
+    state = cider.state_dict()
+    from_json = CiderD.from_state_dict(json.loads(json.dumps(state)))
+    np.testing.assert_array_equal(from_json.scores(candidates, references), expected)
+    torch.save({"cider": state}, tmp_path / "checkpoint.pt")
+    loaded = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["cider"]
+    np.testing.assert_array_equal(CiderD.from_state_dict(loaded).scores(candidates, references), expected)
+    with pytest.raises(ValueError, match="not a CiderD state dict"):
+        CiderD.from_state_dict({"format": "other"})
+
+
+def test_tokenize_raw_captions_for_cider_d():
+    assert tokenize(["A dog's ball.", "Two (big) dogs!"]) == ["a dog 's ball", "two -lrb- big -rrb- dogs"]
+    assert tokenize([]) == []
+
+
+def test_cider_d_is_fast():
+    rng = random.Random(0)
+    sentence = lambda: " ".join(rng.choices(WORDS, k=10))  # noqa: E731
+    cider = CiderD([[sentence() for _ in range(5)] for _ in range(2000)])
+    references = [[sentence() for _ in range(5)] for _ in range(48)]
+    candidates, sets = [sentence() for _ in range(240)], [references[i // 5] for i in range(240)]
+    cider.scores(candidates, sets)
+    start = time.perf_counter()
+    for _ in range(5):
+        cider.scores(candidates, sets)
+    assert (time.perf_counter() - start) / 5 < 0.1  # about 3 ms here; a generous bound for busy machines
