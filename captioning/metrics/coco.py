@@ -1,16 +1,24 @@
 """coco-caption scores through the COCO caption evaluation code (PyPI ``pycocoevalcap``).
 
-Both sides are tokenised by its PTBTokenizer (Java), then scored with BLEU-1..4, METEOR (Java),
-ROUGE-L, CIDEr (in fact CIDEr-D) and, when asked and available, SPICE. These are the numbers of the
-paper's Table 1 (there shown x100).
+Both sides are PTB-tokenised, then scored with BLEU-1..4, METEOR (Java), ROUGE-L, CIDEr (in fact
+CIDEr-D) and, when asked and available, SPICE (Java). These are the numbers of the paper's Table 1
+(there shown x100).
+
+pycocoevalcap's PTBTokenizer runs Stanford's tokenizer in Java; :mod:`.ptb` gives the same tokens in
+pure Python. With ``tokenizer="auto"`` (the default) :class:`CocoScorer` uses Java when ``java`` is
+on PATH and Python otherwise, so without Java BLEU, ROUGE-L and CIDEr (pure Python in pycocoevalcap)
+are the same numbers, and METEOR and SPICE are reported unavailable (``"METEOR": None,
+"METEOR_error": why``) instead of raising.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from typing import Hashable, Mapping, Optional, Sequence
 
 METRICS = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
+TOKENIZERS = ("auto", "java", "python")
 
 
 def _check_ids(references: Mapping, predictions: Mapping, what: str = "predictions") -> None:
@@ -44,19 +52,25 @@ class CocoScorer:
         spice: also compute SPICE. It needs Stanford CoreNLP 3.6.0, which pycocoevalcap downloads
             on first use; offline (or if it fails for any other reason) the result holds
             ``"SPICE": None`` and ``"SPICE_error"``: the reason, instead of raising.
+        tokenizer: "java" (pycocoevalcap's PTBTokenizer), "python" (:mod:`.ptb`, the same tokens
+            without Java) or "auto": Java when ``java`` is on PATH at the call, else Python.
+            Without Java, a requested METEOR is ``None`` with ``"METEOR_error"``, like SPICE.
 
     ``scorer(references, predictions)`` with ``references: {image_id: [str, ...]}`` and
     ``predictions: {image_id: str}`` over exactly the same ids returns floats in pycocoevalcap's
     scale (0-1; CIDEr about 0-10): keys "BLEU-1".."BLEU-4", "METEOR", "ROUGE_L", "CIDEr".
     """
 
-    def __init__(self, metrics: Sequence[str] = METRICS, spice: bool = False):
+    def __init__(self, metrics: Sequence[str] = METRICS, spice: bool = False, tokenizer: str = "auto"):
         metrics = tuple(metrics)
         unknown = [m for m in metrics if m not in METRICS + ("SPICE",)]
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; choose from {list(METRICS + ('SPICE',))}")
+        if tokenizer not in TOKENIZERS:
+            raise ValueError(f"unknown tokenizer {tokenizer!r}; choose from {list(TOKENIZERS)}")
         self.metrics = tuple(m for m in METRICS if m in metrics)  # canonical order
         self.spice = spice or "SPICE" in metrics
+        self.tokenizer = tokenizer
         self._scorers: dict = {}  # name -> pycocoevalcap scorer, made on first use
         self._lock = threading.Lock()
 
@@ -69,10 +83,14 @@ class CocoScorer:
         for i, refs in references.items():
             if isinstance(refs, str) or not refs:
                 raise ValueError(f"references[{i!r}] must be a non-empty list of captions")
+        meteor_reason = meteor_unavailable_reason() if "METEOR" in self.metrics else None
         gts, res = self._tokenize(references, predictions)
         with self._lock:
             scores: dict = {}
             for name in self.metrics:
+                if name == "METEOR" and meteor_reason is not None:
+                    scores.update({"METEOR": None, "METEOR_error": meteor_reason})
+                    continue
                 score, _ = self._scorer(name).compute_score(gts, res, **({"verbose": 0} if name == "BLEU" else {}))
                 if name == "BLEU":
                     scores.update({f"BLEU-{n + 1}": float(s) for n, s in enumerate(score)})
@@ -82,10 +100,18 @@ class CocoScorer:
                 scores.update(self._spice(gts, res))
         return scores
 
-    @staticmethod
-    def _tokenize(references: Mapping, predictions: Mapping) -> tuple[dict, dict]:
-        """PTB-tokenise both sides in one Java call. Returns ({id: [ref, ...]}, {id: [pred]})."""
-        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+    def _tokenize(self, references: Mapping, predictions: Mapping) -> tuple[dict, dict]:
+        """PTB-tokenise both sides in one call (of Java, or of :mod:`.ptb`: the same tokens).
+        Returns ({id: [ref, ...]}, {id: [pred]})."""
+        java = shutil.which("java") is not None
+        if self.tokenizer == "java" and not java:
+            raise RuntimeError("tokenizer='java' needs Java (no 'java' on PATH); use tokenizer='auto' or 'python'")
+        if self.tokenizer == "java" or (self.tokenizer == "auto" and java):
+            from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+            tokenize = PTBTokenizer().tokenize
+        else:
+            from captioning.metrics.ptb import tokenize_corpus as tokenize
 
         def clean(text) -> str:  # one line per caption: the tokenizer reads the file line by line
             if not isinstance(text, str):
@@ -95,7 +121,7 @@ class CocoScorer:
         ids = list(references)
         both = {("ref", k): [{"caption": clean(c)} for c in references[i]] for k, i in enumerate(ids)}
         both.update({("pred", k): [{"caption": clean(predictions[i])}] for k, i in enumerate(ids)})
-        tokens = PTBTokenizer().tokenize(both)
+        tokens = tokenize(both)
         gts = {i: tokens[("ref", k)] for k, i in enumerate(ids)}
         res = {i: tokens[("pred", k)] for k, i in enumerate(ids)}
         return gts, res
@@ -171,10 +197,15 @@ class _SafeMeteor:
             stream.close()
 
 
+def meteor_unavailable_reason() -> Optional[str]:
+    """None if METEOR can run here (Java is on PATH), else why not."""
+    if shutil.which("java") is None:
+        return "METEOR unavailable: needs Java (no 'java' on PATH)"
+    return None
+
+
 def spice_unavailable_reason() -> Optional[str]:
     """None if SPICE can run here, else why not (checked without touching the network)."""
-    import shutil
-
     if shutil.which("java") is None:
         return "SPICE unavailable: needs Java (no 'java' on PATH)"
     try:
