@@ -80,6 +80,9 @@ def cmd_evaluate(args) -> int:
         grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=args.checkpoint,
     )
     print(json.dumps(report["scores"], indent=2))
+    for key, note in report["notes"].items():
+        if key.endswith("_error"):  # a metric that could not be computed, and why
+            print(f"note: {note}", file=sys.stderr)
     for p in report.get("skipped", []):
         print(f"skipped: {p}", file=sys.stderr)
     return 1 if report.get("skipped") else 0

@@ -89,6 +89,9 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     print()
     print(f"test split: BLEU-4 {s.get('BLEU-4', float('nan')):.3f}  CIDEr {s.get('CIDEr', float('nan')):.3f}  "
           f"METEOR {s.get('METEOR', float('nan')):.3f}  object F1 {s.get('object_f1', float('nan')):.3f}")
+    for key, note in report["notes"].items():
+        if key.endswith("_error"):  # e.g. METEOR without Java
+            print(f"note: {note}")
     for c in captions:
         print(f"  {c['image']}: {c['generated_text']}")
     print(f"\nbest checkpoint: {best}")
