@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 
 from captioning.errors import CaptioningError
-from captioning.cli_options import generation_args, generation_overrides, report_skipped
+from captioning import __version__
+from captioning.cli_options import apply_image_limit, generation_args, generation_overrides, report_skipped
 
 #: the LightningCLI subcommands (captioning/trainer_cli.py)
 TRAINING_COMMANDS = ("fit", "validate", "test")
@@ -28,16 +30,46 @@ def cmd_make_shapes(args) -> int:
     return 0
 
 
-def cmd_caption(args) -> int:
-    from captioning.api import Captioner
+def gather_images(items: Sequence[str]) -> tuple[list, list]:
+    """(path, PIL image) of every readable image the arguments name; (item, reason) for the others,
+    an empty folder or a pattern that matches nothing included. None at all is a one-line error."""
     from captioning.data.images import expand_image_paths, load_images
 
+    paths, empty = [], []
+    for item in items:
+        found = expand_image_paths([item])
+        if not found:
+            empty.append((item, f"{item}: no images found (an empty folder, or a pattern that matches nothing)"))
+        paths += found
+    if not paths:
+        raise CaptioningError(empty[0][1] if len(empty) == 1 else f"no images found in {', '.join(i for i, _ in empty)}")
+    good, bad = load_images(paths)
+    return good, empty + bad
+
+
+def load_captioner(args):
+    """The checkpoint's Captioner and the generation settings of the command's arguments, checked
+    before any image is read; a note when a hard-attention setting meets a soft model."""
+    from captioning.api import Captioner
+    from captioning.models.search import GenerationConfig
+
+    apply_image_limit(args)
+    GenerationConfig(num_beams=args.num_beams).replace(**generation_overrides(args))  # one-line errors, early
     captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
-    good, bad = load_images(expand_image_paths(args.images))
+    if args.attention_mode not in (None, "expected") and captioner.attention_kind == "soft":
+        print(f"note: --attention-mode {args.attention_mode} applies to hard-attention models; "
+              "this one has soft attention (it reads the expected context)", file=sys.stderr)
+    return captioner
+
+
+def cmd_caption(args) -> int:
+    captioner = load_captioner(args)
+    good, bad = gather_images(args.images)
     results = captioner([im for _, im in good], **generation_overrides(args)) if good else []
     rows = [{"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        rows += [{"image": p, "error": reason} for p, reason in bad]
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
         for row in rows:
             print(f"{row['image']}\t{row['generated_text']}")
@@ -45,23 +77,58 @@ def cmd_caption(args) -> int:
     return 1 if bad else 0
 
 
-def cmd_attend(args) -> int:
-    from captioning.api import Captioner
-    from captioning.data.images import expand_image_paths, load_images
+def attend_targets(paths: Sequence[str], out: Path, fmt: Optional[str]) -> list[list[tuple[Path, str]]]:
+    """The files to write for each image: [(path, format), ...] per image.
 
-    captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
-    paths = expand_image_paths(args.images)
-    good, bad = load_images(paths)
-    out = Path(args.out)
-    single_file = len(paths) == 1 and out.suffix.lower() in (".gif", ".png")
-    formats = ("gif", "png") if args.format == "both" else (args.format,)
-    if single_file:
-        formats = (out.suffix.lower()[1:],)
+    ``out`` ending in .gif / .png is one file for one image (``fmt`` must agree); otherwise a folder,
+    where each image gets <stem>.<format>, or <stem>.<source extension>.<format> when two sources share
+    a stem (photo.jpg and photo.png), numbered if still not unique: nothing is overwritten by its sibling.
+    """
+    suffix = out.suffix.lower()
+    if suffix in (".gif", ".png"):
+        if len(paths) != 1:
+            raise CaptioningError(f"--out {out}: one file for {len(paths)} images; give a folder")
+        if fmt == "both":
+            raise CaptioningError(f"--format both writes a GIF and a PNG: give a folder, not --out {out}")
+        if fmt is not None and fmt != suffix[1:]:
+            raise CaptioningError(f"--out {out} names a {suffix} file but --format is {fmt}: make them agree")
+        return [[(out, suffix[1:])]]
+    formats = ("gif", "png") if fmt == "both" else (fmt or "gif",)
+    stems = Counter(Path(p).stem for p in paths)
+    taken: set = set()
+    targets = []
+    for p in paths:
+        base = Path(p).stem if stems[Path(p).stem] == 1 else Path(p).name
+        name, k = base, 1
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        targets.append([(out / f"{name}.{f}", f) for f in formats])
+    return targets
+
+
+def writable_folder(folder: Path) -> None:
+    """Create ``folder`` if needed; a one-line error if it cannot be made or written to."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise CaptioningError(f"{folder}: cannot write there ({err.strerror or err})") from None
+
+
+def cmd_attend(args) -> int:
+    captioner = load_captioner(args)
+    good, bad = gather_images(args.images)
+    targets = attend_targets([p for p, _ in good], Path(args.out), args.format) if good else []
+    for folder in {t.parent for files in targets for t, _ in files}:
+        writable_folder(folder)
     results = captioner([im for _, im in good], return_attention=True, **generation_overrides(args)) if good else []
-    for (path, image), result in zip(good, results):
-        for fmt in formats:
-            target = out if single_file else out / f"{Path(path).stem}.{fmt}"
-            target.parent.mkdir(parents=True, exist_ok=True)
+    for (path, image), result, files in zip(good, results, targets):
+        for target, fmt in files:
             captioner.render(image, result, target, format=fmt, duration_ms=args.duration_ms, alpha=args.alpha, style=args.style)
             print(f"{path}\t{result['generated_text']}\t-> {target}")
     report_skipped(bad)
@@ -72,6 +139,7 @@ def cmd_evaluate(args) -> int:
     from captioning.checkpoint import load_module
     from captioning.evaluate import evaluate
 
+    apply_image_limit(args)
     module = load_module(args.checkpoint)
     report = evaluate(
         module, args.annotations, images_root=args.images_root, split=args.split,
@@ -124,24 +192,28 @@ def cmd_extract_features(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="captioning",
-        description="Show, Attend and Tell image captioning. Training: `captioning fit|validate|test --config FILE` "
-                    "(LightningCLI; see `captioning fit --help`).",
+        description="Show, Attend and Tell image captioning.",
     )
+    parser.add_argument("--version", action="version", version=f"captioning {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command")
+    for name, what in (("fit", "train a model from a config (LightningCLI: `captioning fit --help`)"),
+                       ("validate", "validation scores of a checkpoint (LightningCLI)"),
+                       ("test", "test-split scores of a checkpoint (LightningCLI)")):
+        sub.add_parser(name, help=what, add_help=False)  # listed here; main() hands them to LightningCLI
 
     p = sub.add_parser("demo", help="make shapes data, train, evaluate, caption, write GIFs")
-    p.add_argument("--out", default="outputs/demo")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="outputs/demo", help="the folder for everything the demo writes")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and of training")
     p.add_argument("--max-epochs", type=int, default=None, help="override the demo's training length")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("make-shapes", help="generate the synthetic shapes dataset")
-    p.add_argument("--out", required=True)
-    p.add_argument("--train", type=int, default=4000)
-    p.add_argument("--val", type=int, default=200)
-    p.add_argument("--test", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--out", required=True, help="folder for dataset_shapes.json and images/")
+    p.add_argument("--train", type=int, default=4000, help="training images")
+    p.add_argument("--val", type=int, default=200, help="validation images")
+    p.add_argument("--test", type=int, default=300, help="test images")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--image-size", type=int, default=64, help="side of the square images, in pixels")
     p.set_defaults(func=cmd_make_shapes)
 
     p = sub.add_parser("caption", help="caption images")
@@ -154,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
     generation_args(p)
     p.add_argument("--out", required=True, help="FILE.gif / FILE.png for one image, else a folder")
-    p.add_argument("--format", choices=("gif", "png", "both"), default="gif")
+    p.add_argument("--format", choices=("gif", "png", "both"), default=None,
+                   help="GIF (a frame per word), PNG grid (a panel per word) or both (default: the --out suffix, else gif)")
     p.add_argument("--duration-ms", type=int, default=800, help="time per GIF frame")
     p.add_argument("--alpha", type=float, default=0.6, help="heatmap opacity")
     p.add_argument("--style", choices=("heatmap", "paper"), default="heatmap")

@@ -89,6 +89,10 @@ def safe_torch_load(path: PathLike, map_location: Any = "cpu") -> Any:
     require_file(path, CheckpointError, "a checkpoint file")
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or a legacy pickle
+        raise CheckpointError(f"{path}: not a checkpoint file (expected one written by `captioning fit`)")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:

@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from captioning.data.datamodule import CaptionDataModule
 from captioning.module import CaptioningModule
@@ -22,7 +22,19 @@ def default_checkpoint() -> ModelCheckpoint:
     return ModelCheckpoint(monitor="val/CIDEr", mode="max", save_last=True, filename="best-{epoch}-{step}")
 
 
+class ShortUsageParser(LightningArgumentParser):
+    """A parser whose errors take three lines (usage, a pointer to --help, the error), not a hundred."""
+
+    def print_usage(self, file=None) -> None:
+        (file or sys.stdout).write(f"usage: {self.prog.replace(' [options]', '')} [options]\n")
+
+
 class CaptioningCLI(LightningCLI):
+    def init_parser(self, **kwargs) -> LightningArgumentParser:
+        parser = super().init_parser(**kwargs)
+        parser.__class__ = ShortUsageParser  # the same parser, with the short usage line
+        return parser
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.image_size", "model.image_size")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import unicodedata
 from collections import Counter
 from typing import Iterable, Optional, Sequence, Union
@@ -21,6 +22,7 @@ from captioning.files import atomic_write_json
 # Words and numbers (any script), keeping inner apostrophes and hyphens ("man's", "t-shirt");
 # punctuation-only tokens are dropped, as in the Karpathy splits' own "tokens".
 _WORD = RegexpTokenizer(r"\w+(?:['\-]\w+)*")
+_PUNCTUATION_GAP = re.compile(r" ([,.;:!?])(?= |$)")  # a space before a punctuation token
 
 
 def tokenize(text: str) -> list[str]:
@@ -93,7 +95,9 @@ class Vocabulary:
         return words
 
     def decode_text(self, ids: Iterable[int]) -> str:
-        return " ".join(self.decode(ids))
+        """The caption as text: words joined by spaces, punctuation tokens attached to the word
+        before them ("a cross, a circle")."""
+        return _PUNCTUATION_GAP.sub(r"\1", " ".join(self.decode(ids)))
 
     def to_dict(self) -> dict:
         """JSON-able form, stored in checkpoints: ``{"itos": [...], "min_freq": n}``."""

@@ -16,6 +16,13 @@ def tiny_shapes(tmp_path_factory) -> Path:
     return generate(tmp_path_factory.mktemp("shapes"), n_train=40, n_val=8, n_test=8, seed=3, image_size=64, progress=False)
 
 
+def caption_tokens(text: str) -> list[str]:
+    """The tokens of a caption as printed: words, and punctuation attached to them ("a cross, a")."""
+    import re
+
+    return re.findall(r"[,.;:!?]|[^\s,.;:!?]+", text)
+
+
 def fit_args(annotations, root_dir, config="shapes_soft.yaml", steps=2, extra=()):
     """`captioning fit` arguments for a few fast steps of a config on tiny data."""
     return [

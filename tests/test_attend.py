@@ -7,6 +7,7 @@ from PIL import Image, ImageSequence
 
 from captioning import visualize as V
 from captioning.cli import main
+from conftest import caption_tokens
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def test_folder_writes_one_gif_per_image_with_a_frame_per_word(tiny_checkpoint, 
     for target, caption in captions.items():
         with Image.open(target) as gif:
             frames = list(ImageSequence.Iterator(gif))
-            assert len(frames) == len(caption.split()) + 1  # a frame per word, then the whole caption
+            assert len(frames) == len(caption_tokens(caption)) + 1  # a frame per word, then the whole caption
             assert all(f.info["duration"] == 250 for f in frames) and gif.info["loop"] == 0
 
 
@@ -51,7 +52,7 @@ def test_glob_and_format_both_write_gif_and_grid_png(tiny_checkpoint, image_dir,
     for target, caption in captions.items():
         if not target.endswith(".png"):
             continue
-        rows, cols = V.panel_layout(len(caption.split()), 5)
+        rows, cols = V.panel_layout(len(caption_tokens(caption)), 5)
         with Image.open(target) as png:
             assert png.size == (cols * (pw + 8) + 8, rows * (title + pw + 8) + 8)
 
@@ -86,7 +87,7 @@ def test_compare_attention_tool(tiny_checkpoint, image_dir, tmp_path, capsys):
     for line in lines:
         path, soft, again = line.split("\t")
         assert soft[len("soft: "):] == again[len("again: "):]  # the same checkpoint twice: the same caption
-        n = len(soft[len("soft: "):].split())
+        n = len(caption_tokens(soft[len("soft: "):]))
         with Image.open(out / f"{Path(path).stem}.png") as png:  # two rows of n 128 px panels
             assert png.width == 8 + max(n, 1) * (128 + 8)
         with Image.open(out / f"{Path(path).stem}.gif") as gif:

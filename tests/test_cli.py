@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from captioning.cli import main
+from conftest import caption_tokens
 
 
 def run_cli(*args):
@@ -57,7 +58,7 @@ def test_attend_writes_a_gif_with_a_frame_per_word(tiny_checkpoint, tiny_shapes,
     assert main(["attend", str(image), "--checkpoint", str(tiny_checkpoint), "--out", str(out), "--max-new-tokens", "6"]) == 0
     caption = capsys.readouterr().out.split("\t")[1]
     with Image.open(out) as gif:
-        assert gif.n_frames == len(caption.split()) + 1  # one per word, then the whole caption
+        assert gif.n_frames == len(caption_tokens(caption)) + 1  # one per word, then the whole caption
 
 
 def test_evaluate_writes_metrics_and_results(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
