@@ -381,3 +381,92 @@ def test_a_full_queue_answers_503(tiny_checkpoint, test_images, tmp_path):
         assert proc.alive()
     finally:
         proc.stop()
+
+
+# ---------------------------------------------------------------------- pieces, without a server
+class FakeVocab(list):
+    EOS = "<end>"
+
+
+class FakeCaptioner:
+    """The coming API: describe() and num_return_sequences (top beams, best first)."""
+
+    attention_kind = "hard"
+    image_size = 32
+    vocab = FakeVocab(["<pad>", "<start>", "<end>", "<unk>", "a", "cat"])
+
+    def __init__(self):
+        self.calls = []
+
+    def describe(self):
+        return {"attention": "hard", "encoder": "resnet101", "vocab_size": 6, "image_size": 32,
+                "training_data": "coco (Karpathy train)", "test_scores": {"BLEU-4": np.float32(0.25), "CIDEr": 0.9}}
+
+    def __call__(self, images, num_beams=3, max_new_tokens=None, length_penalty=None, attention_mode=None,
+                 return_attention=False, num_return_sequences=1):
+        self.calls.append(dict(n=len(images), num_beams=num_beams, attention_mode=attention_mode,
+                               num_return_sequences=num_return_sequences))
+        beams = [{"generated_text": "a cat", "score": -0.5}, {"generated_text": "a a cat", "score": -0.9}]
+        return [{"generated_text": "a cat", "score": -0.5, "tokens": ["a", "cat", "<end>"],
+                 "attention": np.full((3, 2, 2), 0.25), "locations": [(0, 1), (1, 1), (0, 0)],
+                 "beams": beams[:num_return_sequences]} for _ in images]
+
+
+def test_served_model_uses_describe_and_top_beams_when_the_api_has_them():
+    from captioning.web.service import ServedModel, Settings
+
+    fake = FakeCaptioner()
+    model = ServedModel("hard", fake)
+    assert model.returns_beams and model.hard
+    assert model.description["test_scores"] == {"BLEU-4": pytest.approx(0.25), "CIDEr": 0.9}
+    assert model.description["training_data"] == "coco (Karpathy train)" and model.description["encoder"] == "resnet101"
+    json.dumps(model.info())  # plain JSON types only
+    [result] = model.caption([Image.new("RGB", (32, 32))], Settings.parse({"num_beams": "4", "attention_mode": "argmax"}, hard=True))
+    assert fake.calls[-1] == dict(n=1, num_beams=4, attention_mode="argmax", num_return_sequences=4)
+    out = model.to_json(result)
+    assert out["beams"] == [{"generated_text": "a cat", "score": -0.5}, {"generated_text": "a a cat", "score": -0.9}]
+    assert out["locations"] == [[0, 1], [1, 1], [0, 0]] and out["attention_shape"] == [3, 2, 2] and model.grid == (2, 2)
+
+
+def test_settings_are_checked():
+    from captioning.web.service import RequestError, Settings
+
+    assert Settings.parse({}, hard=False) == Settings(3, None, None, None, None)
+    got = Settings.parse({"num_beams": " 5 ", "max_new_tokens": "20", "length_penalty": "0.7",
+                          "attention_mode": "argmax", "num_return_sequences": "2"}, hard=True)
+    assert got == Settings(5, 20, 0.7, "argmax", 2)
+    assert Settings.parse({"attention_mode": "argmax"}, hard=False).attention_mode is None
+    for fields, message in [({"num_beams": "0"}, "num_beams: must be between 1 and 10"),
+                            ({"max_new_tokens": "1.5"}, "max_new_tokens: expected an integer"),
+                            ({"length_penalty": "inf"}, "length_penalty"),
+                            ({"num_beams": "2", "num_return_sequences": "3"}, "num_return_sequences: must be between 1 and 2")]:
+        with pytest.raises(RequestError, match=message):
+            Settings.parse(fields, hard=True)
+
+
+def test_names_specs_and_the_serve_subcommand():
+    import argparse
+
+    from captioning.web import serve_command
+    from captioning.web.cli import add_serve_parser, cmd_serve
+    from captioning.web.server import _name_models, split_spec
+
+    assert split_spec("soft=runs/a.ckpt") == ("soft", "runs/a.ckpt") and split_spec("runs/a.ckpt") == (None, "runs/a.ckpt")
+
+    class M:
+        def __init__(self, attention, encoder):
+            self.description, self.name = {"attention": attention, "encoder": encoder}, None
+
+    models = [M("soft", "resnet101"), M("hard", "resnet101"), M("soft", "vgg16"), M("soft", "vgg16")]
+    _name_models(models, [None, None, None, "mine"])
+    assert [m.name for m in models] == ["soft-resnet101", "hard", "soft-vgg16", "mine"]
+    models = [M("soft", "x"), M("soft", "x")]
+    _name_models(models, [None, None])
+    assert [m.name for m in models] == ["soft-x", "soft-x-2"]
+
+    parser = argparse.ArgumentParser(prog="captioning")
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "--checkpoint", "a.ckpt", "--checkpoint", "hard=b.ckpt"])
+    assert args.func is cmd_serve and args.checkpoint == ["a.ckpt", "hard=b.ckpt"]
+    assert (args.host, args.port, args.max_upload_mb) == ("127.0.0.1", 7860, 10.0)
+    assert serve_command("runs/best.ckpt") == "captioning serve --checkpoint runs/best.ckpt"

@@ -46,11 +46,11 @@ PAGE = r"""<!doctype html>
   .word { font: inherit; padding: 2px 8px; border: 1px solid var(--line); border-radius: 14px; background: #fff; cursor: pointer; }
   .word.active { background: var(--accent); border-color: var(--accent); color: #fff; }
   .word-slider { width: 100%; margin: 4px 0 8px; }
-  .views { display: flex; gap: 12px; align-items: flex-start; }
-  .views figure { margin: 0; flex: 1 1 0; min-width: 0; max-width: 400px; }
+  .views { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
+  .views figure { margin: 0; flex: 1 1 180px; min-width: 0; max-width: 360px; }
   .views figcaption { color: var(--muted); font-size: 12px; margin-top: 2px; }
   canvas.word-map, img.gif { display: block; width: 100%; height: auto; border-radius: 6px; background: #eee; }
-  table.description { border-collapse: collapse; margin-top: 12px; font-size: 13px; width: 100%; }
+  table.description { border-collapse: collapse; font-size: 13px; flex: 1 1 240px; }
   table.description th { text-align: left; color: var(--muted); font-weight: normal; padding: 2px 10px 2px 0; white-space: nowrap; vertical-align: top; width: 1%; }
   table.description td { padding: 2px 0; word-break: break-word; }
   .status { color: var(--muted); font-size: 13px; min-height: 18px; }
@@ -210,7 +210,7 @@ function card(model) {
   const d = model.description || {};
   c.root.append(el("h2", { text: `${model.name}` }, el("span", { class: "hint", text: `  ${d.attention || ""} attention, ${d.encoder || ""}` })),
     c.status, c.error, c.caption, c.score, c.beams, c.words, c.slider,
-    el("div", { class: "views" }, el("figure", {}, c.canvas, c.mapLabel), el("figure", {}, c.gif, c.gifLabel)), c.description);
+    el("div", { class: "views" }, el("figure", {}, c.canvas, c.mapLabel), el("figure", {}, c.gif, c.gifLabel), c.description));
   c.slider.addEventListener("input", () => select(c, Number(c.slider.value)));
   $("results").append(c.root);
   state.cards[model.name] = c;

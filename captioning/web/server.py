@@ -94,7 +94,7 @@ def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFA
         import starlette  # noqa: F401
         import multipart  # noqa: F401  (python-multipart: Starlette's form parser)
     except ImportError as err:
-        raise ConfigError(f"the web demo needs its extra: pip install -e '.[web]' ({err.name} is missing)") from None
+        raise ConfigError(f"the web demo needs its extra: pip install -e '.[web]' ({err.name or err} is missing)") from None
     import torch
     from PIL import Image
 

@@ -142,8 +142,11 @@ def _training_config(checkpoint: Path) -> Optional[dict]:
     return None
 
 
-def _test_images(config: Optional[dict], limit: int = EXAMPLES) -> list[Path]:
-    """The first test-split images of the data a model was trained on (what the demo model was tested on)."""
+def _test_images(config: Optional[dict], limit: int = EXAMPLES, max_mb: float = 64) -> list[Path]:
+    """The first test-split images of the data a model was trained on (what the demo model was tested on).
+
+    Annotation files over ``max_mb`` in all are not read (COCO's would cost seconds and a GB at start).
+    """
     data = (config or {}).get("data") or {}
     annotations = data.get("annotations")
     if not annotations:
@@ -151,7 +154,10 @@ def _test_images(config: Optional[dict], limit: int = EXAMPLES) -> list[Path]:
     try:
         from captioning.data.formats import load_records
 
-        first = annotations[0] if isinstance(annotations, list) else annotations
+        files = annotations if isinstance(annotations, list) else [annotations]
+        if sum(os.path.getsize(f) for f in files) > max_mb * 1024 * 1024:
+            return []
+        first = files[0]
         root = Path(data.get("images_root") or Path(first).resolve().parent)
         records = [r for r in load_records(annotations, data.get("split_file")) if r.split == "test"]
         paths = [root / r.path for r in records[:limit]]
