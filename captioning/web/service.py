@@ -401,7 +401,7 @@ class InferenceQueue:
 
         start = time.perf_counter()
         model = batch[0].model
-        image_size = int(getattr(model.captioner, "image_size", 224))
+        image_size = int(getattr(model.captioner, "image_size", None) or model.description.get("image_size") or 224)
         ready = []
         for job in batch:
             if not job.future.set_running_or_notify_cancel():
