@@ -369,12 +369,12 @@ def test_32_concurrent_requests_are_answered_correctly_with_flat_memory(server, 
 
 
 def test_a_full_queue_answers_503(tiny_checkpoint, test_images, tmp_path):
-    """With room for 1 waiting request, a burst of 24 gets some 503s (Retry-After), never a crash."""
+    """With room for 1 waiting request, a burst of 32 gets some 503s (Retry-After), never a crash."""
     proc = ServerProcess([tiny_checkpoint], "--max-pending", 1, "--max-batch", 1, log=tmp_path / "server.log")
     try:
         data = test_images[0].read_bytes()
-        with ThreadPoolExecutor(24) as pool:
-            answers = list(pool.map(lambda i: post_image(proc.url, data, return_gif=1), range(24)))
+        with ThreadPoolExecutor(32) as pool:
+            answers = list(pool.map(lambda i: post_image(proc.url, data, return_gif=1), range(32)))
         statuses = [status for status, _ in answers]
         assert set(statuses) <= {200, 503} and 503 in statuses and 200 in statuses, statuses
         assert all("too many requests waiting" in out["error"] for status, out in answers if status == 503)
