@@ -5,11 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean browser-setup
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e ".[dev,efficientnet]"
+	$(BIN)/pip install --quiet -e ".[dev,efficientnet,web]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=15
+
+# Chromium and chromedriver from Debian for tests/test_web_browser.py (it skips, saying so, without them)
+browser-setup:
+	.ci/browser-setup
 
 clean:
 	rm -rf $(VENV) outputs lightning_logs

@@ -1,0 +1,18 @@
+"""A web page and an HTTP API to try captioning models (``pip install -e '.[web]'``).
+
+    captioning serve --checkpoint CKPT [--checkpoint NAME=CKPT2 ...] [--host 127.0.0.1] [--port 7860]
+    python -m captioning.web --checkpoint CKPT          # the same, until `serve` is wired into the CLI
+
+The page (``/``): upload, paste or pick an example image; the caption with its score and the top
+beams; beams, maximum length, length penalty and (hard attention) the attention mode; the
+attention GIF and a per-word view of the maps; each model's description. The API:
+``POST /api/caption`` (multipart field ``image``) -> JSON; see docs/WEB.md and
+:mod:`captioning.web.client` for a Python client.
+
+Modules: ``service`` (models, settings, the bounded batching queue; no HTTP), ``app`` (the
+Starlette application and the upload limit), ``page`` (the HTML), ``server`` (loading and
+uvicorn), ``cli`` (the ``serve`` subcommand), ``client`` (a standard-library client).
+"""
+from captioning.web.server import serve, serve_command
+
+__all__ = ["serve", "serve_command"]

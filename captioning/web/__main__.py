@@ -1,0 +1,26 @@
+"""``python -m captioning.web --checkpoint CKPT [--host 127.0.0.1] [--port 7860]`` (= ``captioning serve``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from captioning.errors import CaptioningError
+from captioning.web.cli import add_serve_arguments, cmd_serve
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = add_serve_arguments(argparse.ArgumentParser(
+        prog="python -m captioning.web", description="Serve models: a web page and an HTTP API (POST /api/caption)."))
+    args = parser.parse_args(argv)
+    try:
+        return cmd_serve(args)
+    except CaptioningError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

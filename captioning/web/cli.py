@@ -1,0 +1,53 @@
+"""The ``serve`` subcommand: ``captioning serve --checkpoint CKPT [--host 127.0.0.1] [--port 7860]``.
+
+``add_serve_parser(subparsers)`` adds it to the ``captioning`` command's subparsers (its handler
+is set with ``set_defaults(func=...)``, as for the other subcommands); ``python -m captioning.web``
+runs the same command on its own.
+"""
+from __future__ import annotations
+
+import argparse
+
+from captioning.web.server import DEFAULT_HOST, DEFAULT_MAX_PIXELS, DEFAULT_PORT
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--checkpoint", action="append", required=True, metavar="[NAME=]CKPT",
+                   help="a checkpoint to serve; repeat it to compare models side by side "
+                        "(e.g. --checkpoint soft=a.ckpt --checkpoint hard=b.ckpt)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 exposes the "
+                        "page and the API to every network this machine is on)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--examples", nargs="+", default=[], metavar="IMAGE|DIR",
+                   help="example images offered on the page (default: the first test images of the data the "
+                        "model was trained on, when its run's config.yaml is found)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
+    p.add_argument("--max-upload-mb", type=float, default=10.0, help="largest upload accepted (HTTP 413 above)")
+    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
+                   help="largest decoded image (width x height) accepted; larger ones are refused as possible "
+                        "decompression bombs")
+    p.add_argument("--max-batch", type=int, default=8, help="requests captioned together at most")
+    p.add_argument("--max-pending", type=int, default=64, help="requests waiting at most (HTTP 503 beyond)")
+    p.add_argument("--max-connections", type=int, default=256, help="open connections at most (HTTP 503 beyond)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    return p
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from captioning.web.server import serve
+
+    return serve(args.checkpoint, host=args.host, port=args.port, device=args.device, examples=args.examples,
+                 max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels, max_batch=args.max_batch,
+                 max_pending=args.max_pending, max_connections=args.max_connections, threads=args.threads,
+                 log_level=args.log_level)
+
+
+def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``serve`` to ``subparsers`` (the result of ``parser.add_subparsers()``) and return its parser."""
+    p = subparsers.add_parser("serve", help="a web page and an HTTP API to try models: upload an image, read its "
+                                            "captions, see where the model looked (pip install -e '.[web]')")
+    add_serve_arguments(p)
+    p.set_defaults(func=cmd_serve)
+    return p

@@ -1,0 +1,117 @@
+"""A Python client of the web API, standard library only.
+
+    from captioning.web.client import caption
+    out = caption("photo.jpg", url="http://127.0.0.1:7860", num_beams=3, return_gif=True)
+    print(out["generated_text"], out["score"])
+    out["tokens"], out["attention"]          # a (gh, gw) map per token, <end> included
+    save_gif(out, "photo.gif")
+
+From the shell: ``python -m captioning.web.client photo.jpg [--url URL] [--gif photo.gif]``.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import mimetypes
+import os
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from typing import Optional, Union
+
+DEFAULT_URL = "http://127.0.0.1:7860"
+
+
+class APIError(Exception):
+    """The server refused the request: ``status`` (HTTP) and its one-line message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"HTTP {status}: {message}")
+        self.status, self.message = status, message
+
+
+def encode_multipart(fields: dict, filename: str, data: bytes, content_type: Optional[str] = None) -> tuple[bytes, str]:
+    """(body, Content-Type header) of a multipart form with ``fields`` and the file as field ``image``."""
+    boundary = uuid.uuid4().hex
+    parts = []
+    for name, value in fields.items():
+        if value is None:
+            continue
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    ctype = content_type or mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    safe = filename.replace('"', "_").replace("\r", "_").replace("\n", "_")
+    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{safe}"\r\n'
+                 f"Content-Type: {ctype}\r\n\r\n".encode() + data + b"\r\n")
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
+def caption(image: Union[str, os.PathLike, bytes], url: str = DEFAULT_URL, model: Optional[str] = None,
+            num_beams: Optional[int] = None, max_new_tokens: Optional[int] = None,
+            length_penalty: Optional[float] = None, attention_mode: Optional[str] = None,
+            num_return_sequences: Optional[int] = None, return_gif: bool = False, return_image: bool = False,
+            filename: Optional[str] = None, timeout: float = 120.0) -> dict:
+    """POST an image (a path or its bytes) to ``url``/api/caption and return the JSON answer.
+
+    Raises :class:`APIError` when the server answers with an error status.
+    """
+    if isinstance(image, (bytes, bytearray)):
+        data, name = bytes(image), filename or "image"
+    else:
+        with open(image, "rb") as f:
+            data = f.read()
+        name = filename or os.path.basename(os.fspath(image))
+    fields = {"model": model, "num_beams": num_beams, "max_new_tokens": max_new_tokens,
+              "length_penalty": length_penalty, "attention_mode": attention_mode,
+              "num_return_sequences": num_return_sequences,
+              "return_gif": "1" if return_gif else None, "return_image": "1" if return_image else None}
+    body, content_type = encode_multipart(fields, name, data)
+    request = urllib.request.Request(url.rstrip("/") + "/api/caption", data=body, method="POST",
+                                     headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        raw = err.read()
+        try:
+            message = json.loads(raw)["error"]
+        except (ValueError, KeyError, TypeError):
+            message = raw.decode("utf-8", "replace")[:300]
+        raise APIError(err.code, message) from None
+
+
+def save_gif(result: dict, path: Union[str, os.PathLike]) -> str:
+    """Write the GIF of an answer asked with ``return_gif=True``."""
+    if not result.get("gif"):
+        raise ValueError("this answer has no GIF: ask with return_gif=True")
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(result["gif"].split(",", 1)[1]))
+    return os.fspath(path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m captioning.web.client", description="Caption images with a running server.")
+    p.add_argument("images", nargs="+")
+    p.add_argument("--url", default=DEFAULT_URL)
+    p.add_argument("--model", default=None)
+    p.add_argument("--num-beams", type=int, default=None)
+    p.add_argument("--gif", default=None, help="write the attention GIF here (one image)")
+    args = p.parse_args(argv)
+    status = 0
+    for path in args.images:
+        try:
+            out = caption(path, url=args.url, model=args.model, num_beams=args.num_beams, return_gif=bool(args.gif))
+        except (APIError, OSError) as err:
+            print(f"{path}: {err}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"{path}: {out['generated_text']}  ({out['score']:.3f})")
+        if args.gif:
+            save_gif(out, args.gif)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""The web page: one self-contained HTML file (no build step, nothing fetched from elsewhere).
+
+It talks to the server only through the public API (GET /api/models, POST /api/caption), so
+everything it shows a client script can get too. The per-word view draws each word's attention
+map over the image in the browser, the way ``captioning.visualize.overlay`` does (bicubic
+stretch of the grid over the whole image, min-max normalised, the inferno colour map at 0.6
+opacity; a hard model's chosen cell outlined over its faint soft map). Kept in a Python module
+rather than a data file so that it ships with the package without any package-data setting.
+"""
+
+PAGE = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Show, Attend and Tell: try a model</title>
+<style>
+  :root { --ink: #1d1d1f; --muted: #6b6b70; --line: #dedee3; --accent: #d63c00; --bg: #f6f6f8; }
+  * { box-sizing: border-box; }
+  body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color: var(--ink); background: var(--bg); }
+  header { padding: 14px 24px; background: #fff; border-bottom: 1px solid var(--line); }
+  header h1 { margin: 0; font-size: 20px; }
+  header p { margin: 2px 0 0; color: var(--muted); }
+  main { display: grid; grid-template-columns: 300px 1fr; gap: 20px; padding: 20px 24px; align-items: start; }
+  aside, .card { background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 16px; }
+  aside h2, .card h2 { margin: 0 0 10px; font-size: 16px; }
+  #drop { display: block; border: 2px dashed var(--line); border-radius: 8px; padding: 14px; text-align: center; cursor: pointer; color: var(--muted); }
+  #drop.over { border-color: var(--accent); color: var(--accent); }
+  #drop img { max-width: 100%; max-height: 180px; display: block; margin: 0 auto 8px; }
+  #file-input { display: none; }
+  .examples { display: flex; flex-wrap: wrap; gap: 6px; margin: 8px 0 14px; }
+  .examples img { width: 56px; height: 56px; object-fit: cover; border-radius: 6px; border: 2px solid transparent; cursor: pointer; image-rendering: auto; }
+  .examples img:hover { border-color: var(--accent); }
+  label.field { display: grid; grid-template-columns: 1fr 120px; align-items: center; gap: 8px; margin: 6px 0; }
+  label.field input, label.field select { width: 100%; padding: 4px 6px; font: inherit; }
+  .models label { display: block; margin: 4px 0; }
+  button#run { width: 100%; margin-top: 12px; padding: 8px; font: inherit; font-weight: 600; color: #fff; background: var(--ink); border: 0; border-radius: 6px; cursor: pointer; }
+  button#run:disabled { opacity: .5; cursor: default; }
+  .hint { color: var(--muted); font-size: 13px; }
+  #results { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 20px; }
+  .caption-text { font-size: 22px; font-weight: 600; margin: 4px 0 2px; }
+  .score { color: var(--muted); font-size: 13px; }
+  .beams { margin: 8px 0; padding-left: 22px; color: var(--muted); font-size: 14px; }
+  .beams li span { font-variant-numeric: tabular-nums; margin-left: 6px; }
+  .words { display: flex; flex-wrap: wrap; gap: 4px; margin: 12px 0 6px; }
+  .word { font: inherit; padding: 2px 8px; border: 1px solid var(--line); border-radius: 14px; background: #fff; cursor: pointer; }
+  .word.active { background: var(--accent); border-color: var(--accent); color: #fff; }
+  .word-slider { width: 100%; margin: 4px 0 8px; }
+  .views { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
+  .views figure { margin: 0; flex: 1 1 180px; min-width: 0; max-width: 360px; }
+  .views figcaption { color: var(--muted); font-size: 12px; margin-top: 2px; }
+  canvas.word-map, img.gif { display: block; width: 100%; height: auto; border-radius: 6px; background: #eee; }
+  table.description { border-collapse: collapse; font-size: 13px; flex: 1 1 240px; }
+  table.description th { text-align: left; color: var(--muted); font-weight: normal; padding: 2px 10px 2px 0; white-space: nowrap; vertical-align: top; width: 1%; }
+  table.description td { padding: 2px 0; word-break: break-word; }
+  .status { color: var(--muted); font-size: 13px; min-height: 18px; }
+  .error { color: #b00020; background: #fdecee; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
+  .hidden { display: none !important; }
+  @media (max-width: 800px) { main { grid-template-columns: 1fr; } }
+</style>
+</head>
+<body>
+<header>
+  <h1>Show, Attend and Tell</h1>
+  <p>Upload, paste (Ctrl+V) or pick an image; read its captions; click or slide over the words to see where the model looked.</p>
+</header>
+<main>
+  <aside>
+    <h2>Image</h2>
+    <label id="drop" for="file-input">
+      <img id="preview" class="hidden" alt="the image">
+      <span id="drop-text">Drop an image here or click to choose one</span>
+    </label>
+    <input id="file-input" type="file" accept="image/*">
+    <div id="examples-block" class="hidden">
+      <div class="hint">Examples</div>
+      <div class="examples" id="examples"></div>
+    </div>
+    <h2>Generation</h2>
+    <label class="field">beams <input id="num-beams" type="number" min="1" max="10" value="3"></label>
+    <label class="field">maximum length <input id="max-new-tokens" type="number" min="1" max="100" placeholder="model's"></label>
+    <label class="field">length penalty <input id="length-penalty" type="number" min="-5" max="5" step="0.1" placeholder="model's"></label>
+    <label class="field hidden" id="mode-field">attention mode (hard models)
+      <select id="attention-mode">
+        <option value="">model's</option><option>expected</option><option>argmax</option><option>sample</option>
+      </select>
+    </label>
+    <div id="models-block" class="models hidden"><h2>Models</h2><div id="model-list"></div></div>
+    <button id="run" disabled>Caption</button>
+    <div id="global-error" class="error hidden"></div>
+  </aside>
+  <div id="results"></div>
+</main>
+<script>
+"use strict";
+const INFERNO = ["#000004", "#1b0c42", "#4b0c6b", "#781c6d", "#a52c60", "#cf4446", "#ed6925", "#fb9a06", "#f7d03c", "#fcffa4"]
+  .map(h => [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)));
+const ALPHA = 0.6;
+const state = { models: [], blob: null, name: null, cards: {} };
+const $ = id => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v; else if (k === "text") node.textContent = v; else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c);
+  return node;
+}
+
+// ---------------------------------------------------------------- attention maps, as visualize.overlay draws them
+function cubicWeights(t) {  // PyTorch's bicubic (A = -0.75)
+  const A = -0.75;
+  const c1 = x => ((A + 2) * x - (A + 3)) * x * x + 1;
+  const c2 = x => ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+  return [c2(t + 1), c1(t), c1(1 - t), c2(2 - t)];
+}
+function upsample(grid, W, H) {  // (gh, gw) -> Float64Array(H * W), align_corners=False, clipped at 0
+  const gh = grid.length, gw = grid[0].length;
+  const tmp = new Float64Array(gh * W), out = new Float64Array(H * W);
+  for (let x = 0; x < W; x++) {
+    const real = gw / W * (x + 0.5) - 0.5, i0 = Math.floor(real), w = cubicWeights(real - i0);
+    for (let r = 0; r < gh; r++) {
+      let v = 0;
+      for (let k = 0; k < 4; k++) v += w[k] * grid[r][Math.min(Math.max(i0 - 1 + k, 0), gw - 1)];
+      tmp[r * W + x] = v;
+    }
+  }
+  for (let y = 0; y < H; y++) {
+    const real = gh / H * (y + 0.5) - 0.5, i0 = Math.floor(real), w = cubicWeights(real - i0);
+    for (let x = 0; x < W; x++) {
+      let v = 0;
+      for (let k = 0; k < 4; k++) v += w[k] * tmp[Math.min(Math.max(i0 - 1 + k, 0), gh - 1) * W + x];
+      out[y * W + x] = Math.max(v, 0);
+    }
+  }
+  return out;
+}
+function colour(v) {
+  const pos = Math.min(Math.max(v, 0), 1) * (INFERNO.length - 1), i = Math.min(Math.floor(pos), INFERNO.length - 2), t = pos - i;
+  return [0, 1, 2].map(k => INFERNO[i][k] * (1 - t) + INFERNO[i + 1][k] * t);
+}
+function cellBox(cell, gh, gw, W, H) {
+  const [r, c] = cell;
+  return [Math.round(c * W / gw), Math.round(r * H / gh), Math.round((c + 1) * W / gw), Math.round((r + 1) * H / gh)];
+}
+function drawMap(canvas, image, grid, cell) {
+  const W = canvas.width, H = canvas.height, ctx = canvas.getContext("2d");
+  ctx.imageSmoothingEnabled = true; ctx.imageSmoothingQuality = "high";
+  ctx.drawImage(image, 0, 0, W, H);
+  if (!grid) return;
+  const gh = grid.length, gw = grid[0].length;
+  let m = upsample(grid, W, H), lo = Infinity, hi = -Infinity;
+  for (const v of m) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  const flat = hi - lo <= 1e-12 * Math.max(Math.abs(hi), 1);
+  for (let i = 0; i < m.length; i++) m[i] = flat ? 1 : (m[i] - lo) / (hi - lo);
+  let box = null;
+  if (cell) {
+    box = cellBox(cell, gh, gw, W, H);
+    for (let y = 0; y < H; y++) for (let x = 0; x < W; x++) {
+      const inside = x >= box[0] && x < box[2] && y >= box[1] && y < box[3];
+      m[y * W + x] = 0.3 * m[y * W + x] + (inside ? 0.7 : 0);
+    }
+  }
+  const pixels = ctx.getImageData(0, 0, W, H), d = pixels.data;
+  for (let i = 0; i < m.length; i++) {
+    const c = colour(m[i]);
+    for (let k = 0; k < 3; k++) d[4 * i + k] = Math.round((1 - ALPHA) * d[4 * i + k] + ALPHA * c[k]);
+  }
+  ctx.putImageData(pixels, 0, 0);
+  if (box) {
+    const width = Math.max(1, Math.round(Math.min(W, H) / 100));
+    ctx.lineWidth = width + 1; ctx.strokeStyle = "#000";
+    ctx.strokeRect(box[0] + (width + 1) / 2, box[1] + (width + 1) / 2, box[2] - box[0] - width - 1, box[3] - box[1] - width - 1);
+    ctx.lineWidth = width; ctx.strokeStyle = "#fff";
+    ctx.strokeRect(box[0] + 1 + width / 2, box[1] + 1 + width / 2, box[2] - box[0] - width - 2, box[3] - box[1] - width - 2);
+  }
+}
+
+// ---------------------------------------------------------------- model cards
+function fmt(value) {
+  if (value === null || value === undefined || value === "") return "unknown";
+  if (typeof value === "number") return Number.isInteger(value) ? value.toLocaleString("en") : value.toFixed(3);
+  if (Array.isArray(value)) return value.map(fmt).join(", ");
+  if (typeof value === "object") return Object.entries(value).map(([k, v]) => `${k} ${fmt(v)}`).join(", ");
+  return String(value);
+}
+function describe(model) {
+  const d = model.description || {}, rows = [
+    ["attention", d.attention], ["encoder", d.encoder], ["vocabulary", d.vocab_size], ["image size", d.image_size],
+    ["attention grid", model.grid ? model.grid.join(" x ") : null], ["training data", d.training_data],
+    ["test scores", d.test_scores || "not recorded in the checkpoint"], ["parameters", d.parameters], ["checkpoint", d.checkpoint]];
+  const table = el("table", { class: "description" });
+  for (const [k, v] of rows) if (!(k === "attention grid" && v === null)) table.append(el("tr", {}, el("th", { text: k }), el("td", { text: fmt(v) })));
+  return table;
+}
+function card(model) {
+  if (state.cards[model.name]) return state.cards[model.name];
+  const c = {
+    root: el("section", { class: "card", "data-model": model.name }),
+    status: el("div", { class: "status" }), error: el("div", { class: "error hidden" }),
+    caption: el("p", { class: "caption-text" }), score: el("div", { class: "score" }),
+    beams: el("ol", { class: "beams" }), words: el("div", { class: "words" }),
+    slider: el("input", { class: "word-slider hidden", type: "range", min: "0", max: "0", value: "0", "aria-label": "word" }),
+    canvas: el("canvas", { class: "word-map hidden", width: "1", height: "1" }),
+    mapLabel: el("figcaption"), gif: el("img", { class: "gif hidden", alt: "attention GIF" }),
+    gifLabel: el("figcaption", { class: "hidden", text: "the attention GIF: a frame per word" }),
+    description: describe(model), result: null, image: null,
+  };
+  const d = model.description || {};
+  c.root.append(el("h2", { text: `${model.name}` }, el("span", { class: "hint", text: `  ${d.attention || ""} attention, ${d.encoder || ""}` })),
+    c.status, c.error, c.caption, c.score, c.beams, c.words, c.slider,
+    el("div", { class: "views" }, el("figure", {}, c.canvas, c.mapLabel), el("figure", {}, c.gif, c.gifLabel), c.description));
+  c.slider.addEventListener("input", () => select(c, Number(c.slider.value)));
+  $("results").append(c.root);
+  state.cards[model.name] = c;
+  return c;
+}
+function words(result) {
+  const tokens = result.tokens.slice();
+  if (tokens.length && tokens[tokens.length - 1] === "<end>") tokens.pop();
+  return tokens;
+}
+function select(c, i) {
+  const r = c.result;
+  if (!r || !c.image) return;
+  const list = words(r);
+  if (!list.length) return;
+  i = Math.min(Math.max(i, 0), list.length - 1);
+  c.slider.value = String(i);
+  c.words.querySelectorAll(".word").forEach((b, j) => b.classList.toggle("active", j === i));
+  const hard = r.attention_kind === "hard";
+  drawMap(c.canvas, c.image, r.attention[i], hard ? r.locations[i] : null);
+  c.canvas.dataset.word = String(i);
+  c.mapLabel.textContent = `"${list[i]}"` + (hard ? `: chosen cell (row ${r.locations[i][0]}, column ${r.locations[i][1]})` : "");
+}
+async function show(c, result, seconds) {
+  c.result = result;
+  c.error.classList.add("hidden");
+  c.caption.textContent = result.generated_text || "(empty caption)";
+  c.score.textContent = `score ${result.score.toFixed(3)} (log-probability, length-normalised)`;
+  c.beams.replaceChildren(...(result.beams.length > 1 ? result.beams : []).map(b =>
+    el("li", {}, b.generated_text, el("span", { text: b.score.toFixed(3) }))));
+  const list = words(result);
+  c.words.replaceChildren(...list.map((w, i) => {
+    const b = el("button", { class: "word", type: "button", text: w, "data-index": String(i) });
+    b.addEventListener("click", () => select(c, i));
+    b.addEventListener("mouseenter", () => select(c, i));
+    return b;
+  }));
+  c.slider.max = String(Math.max(list.length - 1, 0));
+  c.slider.classList.toggle("hidden", list.length < 2);
+  if (result.gif) { c.gif.src = result.gif; c.gif.classList.remove("hidden"); c.gifLabel.classList.remove("hidden"); }
+  const image = new Image();
+  image.src = result.image;
+  await image.decode();
+  c.image = image;
+  const w = image.naturalWidth, h = image.naturalHeight;
+  const scale = Math.min(Math.max(1, 256 / Math.min(w, h)), 400 / Math.max(w, h));
+  c.canvas.width = Math.max(1, Math.round(w * scale)); c.canvas.height = Math.max(1, Math.round(h * scale));
+  c.canvas.classList.remove("hidden");
+  select(c, 0);
+  const t = result.timing_ms || {};
+  c.status.textContent = `answered in ${seconds.toFixed(2)} s (model ${Math.round(t.caption || 0)} ms` +
+    (t.batch > 1 ? ` in a batch of ${t.batch}` : "") + `, GIF ${Math.round(t.render || 0)} ms, waited ${Math.round(t.queue || 0)} ms)` +
+    `; image ${result.image_size.join(" x ")}`;
+  if (state.models.length > 1) {  // the grid is known once a model has answered
+    const m = state.models.find(x => x.name === result.model);
+    if (m && !m.grid) { m.grid = result.attention_shape.slice(1); const t2 = describe(m); c.description.replaceWith(t2); c.description = t2; }
+  }
+}
+
+// ---------------------------------------------------------------- requests
+function selectedModels() {
+  if (state.models.length < 2) return state.models;
+  return state.models.filter(m => $("model-" + m.name) && $("model-" + m.name).checked);
+}
+async function run() {
+  if (!state.blob) return;
+  $("global-error").classList.add("hidden");
+  const chosen = selectedModels();
+  for (const name of Object.keys(state.cards)) state.cards[name].root.classList.toggle("hidden", !chosen.some(m => m.name === name));
+  $("run").disabled = true;
+  await Promise.all(chosen.map(async model => {
+    const c = card(model);
+    c.root.classList.remove("hidden");
+    c.status.textContent = "captioning…";
+    const form = new FormData();
+    form.append("image", state.blob, state.name || "image");
+    form.append("model", model.name);
+    form.append("num_beams", $("num-beams").value);
+    for (const [field, id] of [["max_new_tokens", "max-new-tokens"], ["length_penalty", "length-penalty"], ["attention_mode", "attention-mode"]])
+      if ($(id).value !== "") form.append(field, $(id).value);
+    form.append("return_gif", "1");
+    form.append("return_image", "1");
+    const start = performance.now();
+    try {
+      const response = await fetch("/api/caption", { method: "POST", body: form });
+      const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
+      if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+      await show(c, body, (performance.now() - start) / 1000);
+    } catch (err) {
+      c.status.textContent = "";
+      c.error.textContent = err.message;
+      c.error.classList.remove("hidden");
+    }
+  }));
+  $("run").disabled = false;
+}
+function setImage(blob, name) {
+  if (!blob) return;
+  state.blob = blob; state.name = name;
+  const preview = $("preview");
+  if (preview.src.startsWith("blob:")) URL.revokeObjectURL(preview.src);
+  preview.src = URL.createObjectURL(blob);
+  preview.classList.remove("hidden");
+  $("drop-text").textContent = `${name || "pasted image"}: drop or click for another`;
+  run();
+}
+
+async function init() {
+  try {
+    const info = await (await fetch("/api/models")).json();
+    state.models = info.models;
+    for (const m of state.models) card(m);
+    if (state.models.some(m => m.attention_modes.length)) $("mode-field").classList.remove("hidden");
+    const first = state.models[0].defaults || {};
+    for (const [id, value] of [["max-new-tokens", first.max_new_tokens], ["length-penalty", first.length_penalty]])
+      if (value !== null && value !== undefined) { $(id).placeholder = String(value); $(id).title = `empty: the model's default (${value})`; }
+    if (state.models.length > 1) {
+      $("models-block").classList.remove("hidden");
+      for (const m of state.models)
+        $("model-list").append(el("label", {}, el("input", { type: "checkbox", id: "model-" + m.name, checked: "" }), ` ${m.name}`));
+    }
+    if (info.examples.length) {
+      $("examples-block").classList.remove("hidden");
+      for (const ex of info.examples) {
+        const img = el("img", { src: ex.url, alt: ex.name, title: ex.name, class: "example" });
+        img.addEventListener("click", async () => setImage(await (await fetch(ex.url)).blob(), ex.name));
+        $("examples").append(img);
+      }
+    }
+  } catch (err) {
+    $("global-error").textContent = `could not reach the server: ${err.message}`;
+    $("global-error").classList.remove("hidden");
+  }
+  $("run").disabled = false;
+  document.body.dataset.ready = "1";
+}
+
+$("file-input").addEventListener("change", e => { const f = e.target.files[0]; if (f) setImage(f, f.name); });
+$("run").addEventListener("click", run);
+for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode"]) $(id).addEventListener("change", run);
+const drop = $("drop");
+drop.addEventListener("dragover", e => { e.preventDefault(); drop.classList.add("over"); });
+drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+drop.addEventListener("drop", e => { e.preventDefault(); drop.classList.remove("over"); const f = e.dataTransfer.files[0]; if (f) setImage(f, f.name); });
+document.addEventListener("paste", e => {
+  for (const item of e.clipboardData.items) if (item.kind === "file" && item.type.startsWith("image/")) { setImage(item.getAsFile(), "pasted image"); break; }
+});
+init();
+</script>
+</body>
+</html>
+"""

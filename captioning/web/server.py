@@ -1,0 +1,119 @@
+"""Loading the checkpoints to serve and running the web server (uvicorn)."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from captioning.errors import ConfigError
+from captioning.web.service import ServedModel
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 7860
+DEFAULT_MAX_PIXELS = 50_000_000  # a decoded image is at most 150 MB as RGB
+
+
+def split_spec(spec: str) -> tuple[Optional[str], str]:
+    """``NAME=PATH`` -> (NAME, PATH); a plain path (or one that exists as given) -> (None, PATH)."""
+    match = re.fullmatch(r"([\w.\-]+)=(.+)", spec)
+    if match and not os.path.exists(spec):
+        return match.group(1), match.group(2)
+    return None, spec
+
+
+def _name_models(models: list[ServedModel], labels: list[Optional[str]]) -> None:
+    """Unnamed models are called by their attention kind ("soft", "hard"), then kind-encoder, then -2, -3..."""
+    given = {label for label in labels if label}
+    taken: set[str] = set(given)
+    kinds = [f"{m.description.get('attention') or 'model'}" for m in models]
+    full = [f"{k}-{m.description.get('encoder') or 'model'}" for k, m in zip(kinds, models)]
+    for model, label, kind, long in zip(models, labels, kinds, full):
+        if label:
+            model.name = label
+            continue
+        name = kind if kinds.count(kind) == 1 and kind not in given else long
+        base, n = name, 2
+        while name in taken:
+            name, n = f"{base}-{n}", n + 1
+        taken.add(name)
+        model.name = name
+
+
+def load_models(checkpoints: Sequence[str], device: str = "cpu", examples: Sequence[str] = ()) -> list[ServedModel]:
+    """The models of ``NAME=PATH`` / ``PATH`` specs, named, warmed up (one caption each)."""
+    from PIL import Image
+
+    from captioning.web.service import Settings
+
+    if not checkpoints:
+        raise ConfigError("no checkpoint to serve: pass --checkpoint PATH (several for a comparison)")
+    example_paths = _expand_examples(examples)
+    models, labels = [], []
+    for spec in checkpoints:
+        label, path = split_spec(spec)
+        models.append(ServedModel.load(label, path, device=device, examples=example_paths))
+        labels.append(label)
+    _name_models(models, labels)
+    blank = Image.new("RGB", (64, 64), (127, 127, 127))
+    for model in models:  # the first beam search allocates what later ones reuse; it also tells the grid
+        model.caption([blank], Settings())
+    return models
+
+
+def _expand_examples(items: Sequence[str]) -> list[Path]:
+    """Image files, and the images of folders (sorted), in the order given."""
+    suffixes = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+    paths: list[Path] = []
+    for item in items:
+        item = Path(item)
+        paths += sorted(p for p in item.iterdir() if p.suffix.lower() in suffixes) if item.is_dir() else [item]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ConfigError(f"--examples: no such image file: {missing[0]}")
+    return paths
+
+
+def serve_command(checkpoint, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
+    """The command line that serves ``checkpoint`` (for the demo to print at its end)."""
+    command = f"captioning serve --checkpoint {checkpoint}"
+    if host != DEFAULT_HOST:
+        command += f" --host {host}"
+    if port != DEFAULT_PORT:
+        command += f" --port {port}"
+    return command
+
+
+def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "cpu",
+          examples: Sequence[str] = (), max_upload_mb: float = 10.0, max_pixels: int = DEFAULT_MAX_PIXELS,
+          max_batch: int = 8, max_pending: int = 64, max_connections: int = 256, threads: Optional[int] = None,
+          log_level: str = "info") -> int:
+    """Load the checkpoints and serve the page and the API until interrupted."""
+    try:
+        import uvicorn
+        import starlette  # noqa: F401
+        import multipart  # noqa: F401  (python-multipart: Starlette's form parser)
+    except ImportError as err:
+        raise ConfigError(f"the web demo needs its extra: pip install -e '.[web]' ({err.name or err} is missing)") from None
+    import torch
+    from PIL import Image
+
+    from captioning.web.app import MB, create_app
+
+    if max_pixels < 1 or max_upload_mb <= 0:
+        raise ConfigError("--max-pixels and --max-upload-mb must be positive")
+    Image.MAX_IMAGE_PIXELS = int(max_pixels)  # load_image refuses anything larger (decompression bombs)
+    if threads:
+        torch.set_num_threads(threads)
+    models = load_models(checkpoints, device=device, examples=examples)
+    app = create_app(models, max_upload_bytes=int(max_upload_mb * MB), max_batch=max_batch, max_pending=max_pending)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"serving {', '.join(m.name for m in models)} on http://{shown}:{port}  "
+          f"(the page at /, the API at POST /api/caption; Ctrl+C stops)", flush=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: --host {host} makes the page and the API reachable by anyone who can reach this machine "
+              "on that address (no login, no TLS): they can send images and read the model's description",
+              file=sys.stderr, flush=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, limit_concurrency=max_connections,
+                timeout_graceful_shutdown=5)
+    return 0

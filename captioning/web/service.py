@@ -1,0 +1,468 @@
+"""The models behind the web page and the HTTP API, and the one queue every request goes through.
+
+Nothing here knows about HTTP: :class:`ServedModel` wraps a :class:`~captioning.api.Captioner`
+(its description, its example images, a request's generation settings checked and turned into
+arguments, a result turned into JSON) and :class:`InferenceQueue` runs all the work of all the
+models on one worker thread:
+
+* **bounded**: at most ``max_pending`` requests wait; one more is refused with :class:`Busy`
+  (HTTP 503) instead of piling up. Memory stays flat under load because a waiting request holds
+  only its upload, in a temporary file on disk; images are decoded by the worker, one batch at a
+  time, and shrunk at once to what is needed (the model's S x S input and a display copy).
+* **batched**: the worker takes the oldest request and every other waiting request for the same
+  model with the same settings (up to ``max_batch``) and captions them in one call, so that
+  simultaneous requests share the beam search's matrix products. GIFs and display images are
+  made on a second thread, so the model goes on with the next batch meanwhile.
+"""
+from __future__ import annotations
+
+import base64
+import collections
+import inspect
+import io
+import math
+import os
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from PIL import Image
+
+from captioning.errors import CaptioningError
+
+ATTENTION_MODES = ("expected", "argmax", "sample")
+MAX_BEAMS = 10
+MAX_TOKENS = 100
+DISPLAY_SIDE = 400  # the longest side of the image kept for the GIF and the page (the GIF's frames: 400 x 300 for 4:3)
+EXAMPLES = 8  # example images offered on the page at most
+
+
+class RequestError(CaptioningError):
+    """A request the server cannot answer: its HTTP status and a one-line message."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+class Busy(RequestError):
+    """Too many requests are waiting: come back later (HTTP 503)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, 503)
+
+
+# ---------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class Settings:
+    """A request's generation settings; ``None`` means the model's own default."""
+
+    num_beams: int = 3
+    max_new_tokens: Optional[int] = None
+    length_penalty: Optional[float] = None
+    attention_mode: Optional[str] = None
+    num_return_sequences: Optional[int] = None  # top beams to list (default: all of them, at most 5)
+
+    @classmethod
+    def parse(cls, fields: dict, hard: bool) -> "Settings":
+        """Settings from form fields (strings); a :class:`RequestError` names the first bad one.
+
+        ``attention_mode`` only means something to a hard-attention model and is ignored otherwise.
+        """
+
+        def number(name, kind, low, high):
+            raw = fields.get(name)
+            if raw is None or str(raw).strip() == "":
+                return None
+            try:
+                value = kind(str(raw).strip())
+            except ValueError:
+                raise RequestError(f"{name}: expected {'an integer' if kind is int else 'a number'}, got {str(raw)[:40]!r}") from None
+            if not (low <= value <= high) or (kind is float and not math.isfinite(value)):
+                raise RequestError(f"{name}: must be between {low} and {high}, got {value}")
+            return value
+
+        beams = number("num_beams", int, 1, MAX_BEAMS)
+        beams = 3 if beams is None else beams
+        mode = str(fields.get("attention_mode") or "").strip() or None
+        if mode is not None and mode not in ATTENTION_MODES:
+            raise RequestError(f"attention_mode: expected one of {', '.join(ATTENTION_MODES)}, got {mode[:40]!r}")
+        return cls(
+            num_beams=beams,
+            max_new_tokens=number("max_new_tokens", int, 1, MAX_TOKENS),
+            length_penalty=number("length_penalty", float, -5.0, 5.0),
+            attention_mode=mode if hard else None,
+            num_return_sequences=number("num_return_sequences", int, 1, beams),
+        )
+
+    def as_dict(self) -> dict:
+        return {"num_beams": self.num_beams, "max_new_tokens": self.max_new_tokens,
+                "length_penalty": self.length_penalty, "attention_mode": self.attention_mode,
+                "num_return_sequences": self.num_return_sequences}
+
+
+def truthy(value) -> bool:
+    return str(value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# ---------------------------------------------------------------------- a served model
+def _jsonable(value):
+    """Plain JSON types (numpy and torch scalars to floats, tuples to lists), recursively."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, bool, int)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "item"):
+        return _jsonable(value.item())
+    return str(value)
+
+
+def _training_config(checkpoint: Path) -> Optional[dict]:
+    """The ``config.yaml`` LightningCLI wrote beside the run's checkpoints, if one is found."""
+    import yaml
+
+    for folder in list(checkpoint.resolve().parents)[:3]:
+        path = folder / "config.yaml"
+        if path.is_file():
+            try:
+                with open(path) as f:
+                    config = yaml.safe_load(f)
+            except (OSError, yaml.YAMLError):
+                return None
+            return config if isinstance(config, dict) else None
+    return None
+
+
+def _test_images(config: Optional[dict], limit: int = EXAMPLES, max_mb: float = 64) -> list[Path]:
+    """The first test-split images of the data a model was trained on (what the demo model was tested on).
+
+    Annotation files over ``max_mb`` in all are not read (COCO's would cost seconds and a GB at start).
+    """
+    data = (config or {}).get("data") or {}
+    annotations = data.get("annotations")
+    if not annotations:
+        return []
+    try:
+        from captioning.data.formats import load_records
+
+        files = annotations if isinstance(annotations, list) else [annotations]
+        if sum(os.path.getsize(f) for f in files) > max_mb * 1024 * 1024:
+            return []
+        first = files[0]
+        root = Path(data.get("images_root") or Path(first).resolve().parent)
+        records = [r for r in load_records(annotations, data.get("split_file")) if r.split == "test"]
+        paths = [root / r.path for r in records[:limit]]
+        return [p for p in paths if p.is_file()]
+    except Exception:  # noqa: BLE001 - examples are a convenience: a moved dataset just has none
+        return []
+
+
+class ServedModel:
+    """One checkpoint behind the page: the captioner, its description and example images."""
+
+    def __init__(self, name: str, captioner, checkpoint: Optional[Path] = None, examples: Sequence[Path] = ()):
+        self.name = name
+        self.captioner = captioner
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.hard = getattr(captioner, "attention_kind", "soft") == "hard"
+        config = _training_config(self.checkpoint) if self.checkpoint is not None else None
+        self.examples = list(examples) or _test_images(config)
+        self.description = self._describe(config)
+        params = inspect.signature(captioner.__call__).parameters
+        self.returns_beams = "num_return_sequences" in params
+        self.grid: Optional[tuple[int, int]] = None
+
+    @classmethod
+    def load(cls, name: Optional[str], checkpoint, device: str = "cpu", examples: Sequence[Path] = ()) -> "ServedModel":
+        from captioning.api import Captioner
+
+        captioner = Captioner.from_checkpoint(checkpoint, device=device)
+        return cls(name or "", captioner, Path(checkpoint), examples)
+
+    def _describe(self, config: Optional[dict]) -> dict:
+        """attention, encoder, vocab_size, image_size, training_data, test_scores (+ checkpoint, parameters).
+
+        ``Captioner.describe()`` when the API has it; otherwise read from the module's hyperparameters
+        and the run's config.yaml.
+        """
+        info: dict[str, Any] = {}
+        describe = getattr(self.captioner, "describe", None)
+        if callable(describe):
+            try:
+                info = dict(describe() or {})
+            except Exception:  # noqa: BLE001 - a description must never stop the server
+                info = {}
+        module = getattr(self.captioner, "module", None)
+        hparams = dict(getattr(module, "hparams", None) or {})
+        info.setdefault("attention", getattr(self.captioner, "attention_kind", hparams.get("attention")))
+        info.setdefault("encoder", hparams.get("encoder"))
+        info.setdefault("vocab_size", len(self.captioner.vocab))
+        info.setdefault("image_size", hparams.get("image_size", getattr(self.captioner, "image_size", None)))
+        if "training_data" not in info:
+            annotations = ((config or {}).get("data") or {}).get("annotations")
+            info["training_data"] = annotations
+        info.setdefault("test_scores", None)
+        if module is not None and hasattr(module, "parameters"):
+            info.setdefault("parameters", int(sum(p.numel() for p in module.parameters())))
+        if self.checkpoint is not None:
+            info.setdefault("checkpoint", self.checkpoint.name)
+        return _jsonable(info)
+
+    def defaults(self) -> dict:
+        hparams = dict(getattr(getattr(self.captioner, "module", None), "hparams", None) or {})
+        return _jsonable({
+            "num_beams": 3,
+            "max_new_tokens": hparams.get("max_new_tokens"),
+            "length_penalty": hparams.get("length_penalty"),
+            "attention_mode": hparams.get("inference_attention") if self.hard else None,
+        })
+
+    def info(self) -> dict:
+        """What GET /api/models tells about this model."""
+        return {"name": self.name, "description": self.description, "defaults": self.defaults(),
+                "grid": list(self.grid) if self.grid else None, "returns_beams": self.returns_beams,
+                "attention_modes": list(ATTENTION_MODES) if self.hard else []}
+
+    # ------------------------------------------------------------------ work
+    def caption(self, images: list[Image.Image], settings: Settings) -> list[dict]:
+        """Raw results of the captioner (numpy attention), one per image, with "beams" always present."""
+        kwargs: dict[str, Any] = dict(num_beams=settings.num_beams, max_new_tokens=settings.max_new_tokens,
+                                      length_penalty=settings.length_penalty, return_attention=True)
+        if self.hard:
+            kwargs["attention_mode"] = settings.attention_mode
+        if self.returns_beams:
+            kwargs["num_return_sequences"] = settings.num_return_sequences or min(settings.num_beams, 5)
+        results = self.captioner(images, **kwargs)
+        for result in results:
+            if not result.get("beams"):  # an API without num_return_sequences: the best beam only
+                result["beams"] = [{"generated_text": result["generated_text"], "score": result["score"]}]
+            if self.grid is None and result.get("attention") is not None:
+                self.grid = tuple(int(n) for n in np.shape(result["attention"])[1:])
+        return results
+
+    def gif(self, image: Image.Image, result: dict, folder: str) -> bytes:
+        """The attention GIF (a frame per word, then the whole caption) of one result."""
+        fd, path = tempfile.mkstemp(suffix=".gif", dir=folder)
+        os.close(fd)
+        try:
+            self.captioner.render(image, result, path, format="gif")
+            with open(path, "rb") as f:
+                return f.read()
+        finally:
+            os.unlink(path)
+
+    def to_json(self, result: dict) -> dict:
+        """A result in the API's JSON: text, score, tokens, per-token maps (4 decimals), cells, beams."""
+        attention = np.asarray(result["attention"], dtype=np.float64)
+        return {
+            "model": self.name,
+            "generated_text": result["generated_text"],
+            "score": _jsonable(float(result["score"])),
+            "tokens": list(result["tokens"]),
+            "attention": np.round(attention, 4).tolist(),
+            "attention_shape": list(attention.shape),
+            "locations": [[int(r), int(c)] for r, c in result["locations"]],
+            "attention_kind": "hard" if self.hard else "soft",
+            "beams": [{"generated_text": b["generated_text"], "score": _jsonable(float(b["score"]))}
+                      for b in result["beams"]],
+        }
+
+
+# ---------------------------------------------------------------------- images
+def data_uri(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def encode_display(image: Image.Image) -> str:
+    """The image as the model read it (oriented, RGB), for the page to draw the maps on: PNG when small, else JPEG."""
+    buffer = io.BytesIO()
+    if image.width * image.height <= 256 * 256:
+        image.save(buffer, "PNG")
+        return data_uri(buffer.getvalue(), "image/png")
+    image.save(buffer, "JPEG", quality=90)
+    return data_uri(buffer.getvalue(), "image/jpeg")
+
+
+def prepare(path: str, image_size: int) -> tuple[Image.Image, Image.Image, tuple[int, int]]:
+    """Read an upload safely and shrink it at once: (model input S x S, display copy, original (W, H)).
+
+    The model input is resized exactly as ``captioning.data.images.to_tensor`` resizes, so the
+    caption is the one the original image gets.
+    """
+    from captioning.data.images import load_image
+
+    image = load_image(path)  # bomb guard, EXIF orientation, any mode -> RGB; ImageError otherwise
+    size = image.size
+    model_input = image.resize((image_size, image_size), Image.Resampling.BILINEAR)
+    display = image
+    if max(size) > DISPLAY_SIDE:
+        display = image.copy()
+        display.thumbnail((DISPLAY_SIDE, DISPLAY_SIDE), Image.Resampling.LANCZOS)
+    del image
+    return model_input, display, size
+
+
+# ---------------------------------------------------------------------- the queue
+@dataclass
+class Job:
+    model: ServedModel
+    settings: Settings
+    upload: str  # a temporary file holding the uploaded bytes
+    filename: str  # the client's name for it, for messages
+    want_gif: bool = False
+    want_image: bool = False
+    future: Future = field(default_factory=Future)
+    queued_at: float = field(default_factory=time.perf_counter)
+
+
+class InferenceQueue:
+    """One worker thread, at most ``max_pending`` waiting requests, batches of up to ``max_batch``."""
+
+    def __init__(self, max_batch: int = 8, max_pending: int = 64, workdir: Optional[str] = None):
+        if max_batch < 1 or max_pending < 1:
+            raise ValueError("max_batch and max_pending must be at least 1")
+        self.max_batch, self.max_pending = max_batch, max_pending
+        self.workdir = workdir or tempfile.gettempdir()
+        self._jobs: collections.deque[Job] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.batches = 0  # how many model calls were made (for tests and the health check)
+        self.largest_batch = 0
+        # GIFs and display images are made on a second thread, one at a time (their inputs are small)
+        self._render = ThreadPoolExecutor(1, thread_name_prefix="captioning-render")
+        self._thread = threading.Thread(target=self._run, name="captioning-inference", daemon=True)
+        self._thread.start()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._jobs)
+
+    def submit(self, job: Job) -> Future:
+        with self._cond:
+            if self._closed:
+                raise Busy("the server is shutting down")
+            if len(self._jobs) >= self.max_pending:
+                raise Busy(f"too many requests waiting ({self.max_pending}); try again in a moment")
+            self._jobs.append(job)
+            self._cond.notify()
+        return job.future
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            waiting, self._jobs = list(self._jobs), collections.deque()
+            self._cond.notify_all()
+        for job in waiting:
+            job.future.set_exception(Busy("the server is shutting down"))
+        self._thread.join(timeout=30)
+        self._render.shutdown(wait=True, cancel_futures=False)
+
+    def _take(self) -> Optional[list[Job]]:
+        """The oldest job and the waiting jobs that can share its model call."""
+        with self._cond:
+            while not self._jobs and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            first = self._jobs.popleft()
+            batch, rest = [first], collections.deque()
+            while self._jobs:
+                job = self._jobs.popleft()
+                if len(batch) < self.max_batch and job.model is first.model and job.settings == first.settings:
+                    batch.append(job)
+                else:
+                    rest.append(job)
+            self._jobs = rest
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            try:
+                self._process(batch)
+            except BaseException as err:  # noqa: BLE001 - the worker must survive anything one batch does
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(err if isinstance(err, Exception) else RuntimeError(str(err)))
+
+    def _process(self, batch: list[Job]) -> None:
+        from captioning.errors import ImageError
+
+        start = time.perf_counter()
+        model = batch[0].model
+        image_size = int(getattr(model.captioner, "image_size", None) or model.description.get("image_size") or 224)
+        ready = []
+        for job in batch:
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            try:
+                ready.append((job, *prepare(job.upload, image_size)))
+            except ImageError as err:
+                message = str(err).replace(job.upload, job.filename).replace(
+                    "raise PIL.Image.MAX_IMAGE_PIXELS to allow it", "the server's --max-pixels")
+                job.future.set_exception(RequestError(message, _image_error_status(message)))
+            except MemoryError:
+                job.future.set_exception(RequestError(f"{job.filename}: image too large to decode", 413))
+        decoded = time.perf_counter()
+        if not ready:
+            return
+        try:
+            results = model.caption([inputs for _, inputs, _, _ in ready], batch[0].settings)
+        except Exception as err:  # noqa: BLE001 - answered as a 500 with its message; the worker goes on
+            for job, *_ in ready:
+                job.future.set_exception(err)
+            return
+        captioned = time.perf_counter()
+        self.batches += 1
+        self.largest_batch = max(self.largest_batch, len(ready))
+        for (job, _, display, size), result in zip(ready, results):
+            try:
+                payload = model.to_json(result)
+                payload["settings"] = job.settings.as_dict()
+                payload["image_size"] = list(size)
+                payload["timing_ms"] = {
+                    "queue": round((start - job.queued_at) * 1000, 1),
+                    "decode": round((decoded - start) * 1000, 1),
+                    "caption": round((captioned - decoded) * 1000, 1),
+                    "render": 0.0,
+                    "batch": len(ready),
+                }
+            except Exception as err:  # noqa: BLE001
+                job.future.set_exception(err)
+                continue
+            if job.want_gif or job.want_image:  # on the render thread: the model goes on with the next batch
+                self._render.submit(self._finish, job, model, result, display, payload)
+            else:
+                job.future.set_result(payload)
+
+    def _finish(self, job: Job, model: ServedModel, result: dict, display: Image.Image, payload: dict) -> None:
+        try:
+            start = time.perf_counter()
+            if job.want_gif:
+                payload["gif"] = data_uri(model.gif(display, result, self.workdir), "image/gif")
+            if job.want_image:
+                payload["image"] = encode_display(display)
+            payload["timing_ms"]["render"] = round((time.perf_counter() - start) * 1000, 1)
+            job.future.set_result(payload)
+        except Exception as err:  # noqa: BLE001
+            job.future.set_exception(err)
+
+
+def _image_error_status(message: str) -> int:
+    """HTTP status of an unreadable upload: 415 not an image, 413 too many pixels, 400 otherwise."""
+    if "not an image" in message:
+        return 415
+    if "decompression bomb" in message or "exceeds the limit" in message:
+        return 413
+    return 400
