@@ -257,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
     p.set_defaults(func=cmd_prepare)
 
+    from captioning.web.cli import add_serve_parser
+
+    add_serve_parser(sub)  # `captioning serve`: the web page and HTTP API (the `web` extra)
+
     p = sub.add_parser("extract-features", help="run a config's frozen encoder once over all images into a feature cache")
     p.add_argument("--config", required=True, help="a training config: its model section picks the encoder")
     p.add_argument("--out", required=True, help="the cache folder (train with --data.features FOLDER)")

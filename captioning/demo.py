@@ -94,7 +94,10 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
             print(f"note: {note}")
     for c in captions:
         print(f"  {c['image']}: {c['generated_text']}")
+    from captioning.web.server import serve_command
+
     print(f"\nbest checkpoint: {best}")
+    print(f"try it in a browser: {serve_command(best)}  (needs the web extra: pip install -e '.[web]')")
     print(f"metrics:         {out_dir / 'metrics.json'}")
     print(f"captions:        {out_dir / 'captions.json'}")
     print(f"attention GIFs:  {out_dir / 'attention'}")

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
+
+from captioning.models.search import GenerationConfig
 
 pytest.importorskip("starlette", reason="the web extra is not installed: pip install -e '.[web]'")
 pytest.importorskip("uvicorn", reason="the web extra is not installed: pip install -e '.[web]'")
@@ -149,10 +152,10 @@ def test_images(tiny_shapes, tmp_path_factory) -> list[Path]:
 @pytest.fixture(scope="module")
 def hard_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
     """A hard-attention checkpoint after a few training steps on the tiny shapes data."""
-    from captioning.cli import lightning_cli
+    from captioning.trainer_cli import run_lightning_cli
     from conftest import fit_args
 
-    cli = lightning_cli(fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard"), config="shapes_hard.yaml", steps=3))
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard"), config="shapes_hard.yaml", steps=3))
     return Path(cli.trainer.checkpoint_callback.last_model_path)
 
 
@@ -394,6 +397,8 @@ class FakeCaptioner:
     attention_kind = "hard"
     image_size = 32
     vocab = FakeVocab(["<pad>", "<start>", "<end>", "<unk>", "a", "cat"])
+    model = torch.nn.Linear(2, 2)
+    generation = GenerationConfig()
 
     def __init__(self):
         self.calls = []

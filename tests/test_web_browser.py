@@ -52,13 +52,18 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def page_server(tiny_checkpoint, tiny_shapes, tmp_path_factory):
-    from captioning.cli import lightning_cli
+def page_server(tiny_shapes, tmp_path_factory):
+    from captioning.trainer_cli import run_lightning_cli
     from conftest import fit_args
 
-    hard = lightning_cli(fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard_browser"), config="shapes_hard.yaml",
-                                  steps=3)).trainer.checkpoint_callback.last_model_path
-    proc = ServerProcess([f"soft={tiny_checkpoint}", f"hard={hard}"],
+    def fit(config, steps):
+        root = tmp_path_factory.mktemp(f"fit_{config.split('.')[0]}_browser")
+        return run_lightning_cli(fit_args(tiny_shapes, root, config=config, steps=steps, extra=[
+            "--trainer.max_epochs", "3"])).trainer.checkpoint_callback.last_model_path
+
+    # trained a little longer than the shared tiny checkpoint, so that its words' maps differ visibly
+    soft, hard = fit("shapes_soft.yaml", 5), fit("shapes_hard.yaml", 3)
+    proc = ServerProcess([f"soft={soft}", f"hard={hard}"],
                          log=tmp_path_factory.mktemp("web_browser_log") / "server.log")
     yield proc
     proc.stop()

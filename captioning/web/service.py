@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import collections
-import inspect
 import io
 import math
 import os
@@ -177,8 +176,7 @@ class ServedModel:
         config = _training_config(self.checkpoint) if self.checkpoint is not None else None
         self.examples = list(examples) or _test_images(config)
         self.description = self._describe(config)
-        params = inspect.signature(captioner.__call__).parameters
-        self.returns_beams = "num_return_sequences" in params
+        self.returns_beams = True  # Captioner takes num_return_sequences
         self.grid: Optional[tuple[int, int]] = None
 
     @classmethod
@@ -189,42 +187,21 @@ class ServedModel:
         return cls(name or "", captioner, Path(checkpoint), examples)
 
     def _describe(self, config: Optional[dict]) -> dict:
-        """attention, encoder, vocab_size, image_size, training_data, test_scores (+ checkpoint, parameters).
-
-        ``Captioner.describe()`` when the API has it; otherwise read from the module's hyperparameters
-        and the run's config.yaml.
-        """
-        info: dict[str, Any] = {}
-        describe = getattr(self.captioner, "describe", None)
-        if callable(describe):
-            try:
-                info = dict(describe() or {})
-            except Exception:  # noqa: BLE001 - a description must never stop the server
-                info = {}
-        module = getattr(self.captioner, "module", None)
-        hparams = dict(getattr(module, "hparams", None) or {})
-        info.setdefault("attention", getattr(self.captioner, "attention_kind", hparams.get("attention")))
-        info.setdefault("encoder", hparams.get("encoder"))
-        info.setdefault("vocab_size", len(self.captioner.vocab))
-        info.setdefault("image_size", hparams.get("image_size", getattr(self.captioner, "image_size", None)))
-        if "training_data" not in info:
-            annotations = ((config or {}).get("data") or {}).get("annotations")
-            info["training_data"] = annotations
-        info.setdefault("test_scores", None)
-        if module is not None and hasattr(module, "parameters"):
-            info.setdefault("parameters", int(sum(p.numel() for p in module.parameters())))
+        """attention, encoder, vocab_size, image_size, training_data, test_scores (+ checkpoint, parameters):
+        ``Captioner.describe()``, the training data from the run's config.yaml when the checkpoint
+        does not name it."""
+        info: dict[str, Any] = dict(self.captioner.describe())
+        if not info.get("training_data"):
+            info["training_data"] = ((config or {}).get("data") or {}).get("annotations")
+        info["parameters"] = int(sum(p.numel() for p in self.captioner.model.parameters()))
         if self.checkpoint is not None:
-            info.setdefault("checkpoint", self.checkpoint.name)
+            info["checkpoint"] = self.checkpoint.name
         return _jsonable(info)
 
     def defaults(self) -> dict:
-        hparams = dict(getattr(getattr(self.captioner, "module", None), "hparams", None) or {})
-        return _jsonable({
-            "num_beams": 3,
-            "max_new_tokens": hparams.get("max_new_tokens"),
-            "length_penalty": hparams.get("length_penalty"),
-            "attention_mode": hparams.get("inference_attention") if self.hard else None,
-        })
+        g = self.captioner.generation
+        return _jsonable({"num_beams": 3, "max_new_tokens": g.max_new_tokens, "length_penalty": g.length_penalty,
+                          "attention_mode": g.attention_mode if self.hard else None})
 
     def info(self) -> dict:
         """What GET /api/models tells about this model."""
