@@ -55,7 +55,10 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
 
     first = annotations if isinstance(annotations, str) else annotations[0]
     images_root = images_root or default_images_root(annotations)
-    records = load_records(annotations, split_file)  # AnnotationError: printed by the CLI, exit 1
+    problems = []  # every problem of the file, each once (images or rows with one are left out)
+    records = load_records(annotations, split_file, problems=problems)  # a file-level AnnotationError: exit 1
+    for problem in problems:
+        print(f"problem: {problem}", file=sys.stderr)
     print(f"{first}: {detect_format(first)} format, {len(records)} images, images under {images_root}")
     per_split = Counter(r.split for r in records)
     caps = Counter()
@@ -63,7 +66,8 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         caps[r.split] += len(r.captions)
     for split in sorted(per_split):
         print(f"  {split:<8} {per_split[split]:>8} images {caps[split]:>9} captions")
-    problems = []
+    if problems:
+        problems = [f"{len(problems)} image(s) or row(s) of the annotation file have problems (listed above)"]
     if "train" not in per_split:
         problems.append("no training images (split 'train')")
     for split in ("val", "test"):

@@ -196,9 +196,28 @@ def test_prepare_annotation_problems(tmp_path, capsys, change, message):
         ann.write_text(json.dumps(data))
     assert main(["prepare", "--annotations", str(ann)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
     import re
     assert re.search(message, err), err
+
+
+def test_prepare_reports_five_problems_in_one_run_and_writes_nothing(tmp_path, capsys):
+    ann = make_karpathy(tmp_path)
+    data = json.loads(ann.read_text())
+    data["images"][1]["sentences"] = []  # 1. no captions
+    data["images"][2]["split"] = "training"  # 2. an unknown split
+    del data["images"][4]["filename"]  # 3. a missing field
+    data["images"][6]["imgid"] = data["images"][5]["imgid"]  # 4. listed twice
+    ann.write_text(json.dumps(data))
+    (tmp_path / "images" / "9.jpg").unlink()  # 5. a missing image file
+    vocab = tmp_path / "vocab.json"
+    assert main(["prepare", "--annotations", str(ann), "--min-word-freq", "1", "--out", str(vocab)]) == 1
+    err = capsys.readouterr().err
+    for expected in ("images[1] (images/1.jpg): no usable captions", "images[2].split: unknown split 'training'",
+                     "images[4]: missing field 'filename'", "images[6]: image listed twice (imgid 5",
+                     "9.jpg: no such file"):
+        assert err.count(expected) == 1, (expected, err)  # each problem, once
+    assert not vocab.exists()  # nothing is written when the check fails
 
 
 REAL_CONFIGS = sorted(p.name for p in (Path(__file__).parent.parent / "configs").glob("*.yaml")

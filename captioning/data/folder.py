@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from typing import Optional
 
 from captioning.data.karpathy import SPLITS, ImageRecord
 from captioning.errors import AnnotationError
@@ -42,42 +43,59 @@ def _rows(path: str):
                 yield n, row
 
 
-def load_folder(path: PathLike, merge_restval: bool = True) -> list[ImageRecord]:
-    """ImageRecords of a captions CSV / JSON-lines file; paths are relative to the images folder."""
+def _add_row(path: str, line: int, row: dict, records: dict, merge_restval: bool) -> None:
+    """Add one row's caption to its image's record (made on its first row)."""
+    image, caption, split = row.get("image"), row.get("caption"), row.get("split") or "train"
+    if not isinstance(image, str) or not image.strip():
+        raise AnnotationError(f"{path}: line {line}: missing or empty field 'image'")
+    if caption is not None and not isinstance(caption, str):
+        raise AnnotationError(f"{path}: line {line}: field 'caption' must be a string")
+    split = str(split).strip()
+    if split not in SPLITS:
+        raise AnnotationError(f"{path}: line {line}: unknown split {split!r} (expected one of {', '.join(SPLITS)})")
+    if merge_restval and split == "restval":
+        split = "train"
+    rel = os.path.normpath(image.strip())
+    rec = records.get(rel)
+    if rec is None:
+        n = len(records)
+        rec = records[rel] = ImageRecord(n, n, rel, split, [], [])
+    elif rec.split != split:
+        raise AnnotationError(f"{path}: line {line}: {rel} is in split {split!r} here but {rec.split!r} earlier")
+    words = tokenize(caption or "")
+    if words:
+        rec.captions.append(" ".join(caption.split()))
+        rec.tokens.append(words)
+
+
+def load_folder(path: PathLike, merge_restval: bool = True, problems: Optional[list] = None) -> list[ImageRecord]:
+    """ImageRecords of a captions CSV / JSON-lines file; paths are relative to the images folder.
+
+    Given a ``problems`` list, a problem of one row is appended to it and the row left out, so that
+    every problem is found in one reading; a problem of the whole file still raises."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise AnnotationError(f"{path}: no such file")
     records: dict[str, ImageRecord] = {}
     try:
         for line, row in _rows(path):
-            image, caption, split = row.get("image"), row.get("caption"), row.get("split") or "train"
-            if not isinstance(image, str) or not image.strip():
-                raise AnnotationError(f"{path}: line {line}: missing or empty field 'image'")
-            if caption is not None and not isinstance(caption, str):
-                raise AnnotationError(f"{path}: line {line}: field 'caption' must be a string")
-            split = str(split).strip()
-            if split not in SPLITS:
-                raise AnnotationError(f"{path}: line {line}: unknown split {split!r} (expected one of {', '.join(SPLITS)})")
-            if merge_restval and split == "restval":
-                split = "train"
-            rel = os.path.normpath(image.strip())
-            rec = records.get(rel)
-            if rec is None:
-                n = len(records)
-                rec = records[rel] = ImageRecord(n, n, rel, split, [], [])
-            elif rec.split != split:
-                raise AnnotationError(f"{path}: line {line}: {rel} is in split {split!r} here but {rec.split!r} earlier")
-            words = tokenize(caption or "")
-            if words:
-                rec.captions.append(" ".join(caption.split()))
-                rec.tokens.append(words)
+            try:
+                _add_row(path, line, row, records, merge_restval)
+            except AnnotationError as err:
+                if problems is None:
+                    raise
+                problems.append(str(err))
     except UnicodeDecodeError:
         raise AnnotationError(f"{path}: not UTF-8 text") from None
     except csv.Error as err:
         raise AnnotationError(f"{path}: malformed CSV ({err})") from None
     empty = [r.path for r in records.values() if not r.captions]
     if empty:
-        raise AnnotationError(f"{path}: {len(empty)} image(s) without a usable caption, e.g. {empty[:3]}")
+        message = f"{path}: {len(empty)} image(s) without a usable caption, e.g. {empty[:3]}"
+        if problems is None:
+            raise AnnotationError(message)
+        problems.append(message)
+        records = {k: r for k, r in records.items() if r.captions}
     if not records:
         raise AnnotationError(f"{path}: no rows")
     return list(records.values())

@@ -39,8 +39,11 @@ def detect_format(path: PathLike) -> str:
 
 
 def load_records(path: Union[PathLike, Sequence[PathLike]], split_file: Optional[PathLike] = None,
-                 merge_restval: bool = True) -> list[ImageRecord]:
-    """The ImageRecords of an annotation file in any supported format (see the module docstring)."""
+                 merge_restval: bool = True, problems: Optional[list] = None) -> list[ImageRecord]:
+    """The ImageRecords of an annotation file in any supported format (see the module docstring).
+
+    ``problems``: collect the problems of single images (Karpathy files) or rows (CSV / JSON lines)
+    in this list and leave those out, instead of stopping at the first (``captioning prepare``)."""
     paths = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
     if not paths:
         raise AnnotationError("no annotation file given")
@@ -57,5 +60,5 @@ def load_records(path: Union[PathLike, Sequence[PathLike]], split_file: Optional
     if kind == "folder":
         from captioning.data.folder import load_folder
 
-        return load_folder(paths[0], merge_restval)
-    return load_karpathy(paths[0], merge_restval=merge_restval)
+        return load_folder(paths[0], merge_restval, problems)
+    return load_karpathy(paths[0], merge_restval=merge_restval, problems=problems)

@@ -113,12 +113,15 @@ def _record(path: str, i: int, img: Any, merge_restval: bool) -> ImageRecord:
     return ImageRecord(imgid, image_id, rel, split, captions, tokens, objects, img.get("width"), img.get("height"))
 
 
-def load_karpathy(path: Union[str, "os.PathLike[str]"], merge_restval: bool = True) -> list[ImageRecord]:
+def load_karpathy(path: Union[str, "os.PathLike[str]"], merge_restval: bool = True,
+                  problems: Optional[list] = None) -> list[ImageRecord]:
     """Every image of a Karpathy split file, in file order; ``restval`` becomes ``train`` if ``merge_restval``.
 
     Raises :class:`AnnotationError` for a missing or malformed file, a missing or ill-typed field,
     an unknown split, an image without a usable caption, or an image listed twice (same imgid,
-    image_id or path).
+    image_id or path). Given a ``problems`` list, a problem of one image is appended to it (one
+    line each) and the image left out instead, so that every problem of the file is found in one
+    reading; a problem of the whole file still raises.
     """
     path = os.fspath(path)
     data = read_json(path)
@@ -129,13 +132,20 @@ def load_karpathy(path: Union[str, "os.PathLike[str]"], merge_restval: bool = Tr
     records: list[ImageRecord] = []
     seen: dict[tuple[str, Any], int] = {}  # (key, value) -> index of the first image with it
     for i, img in enumerate(data["images"]):
-        rec = _record(path, i, img, merge_restval)
-        for key, value in (("imgid", rec.imgid), ("image_id", rec.image_id), ("path", rec.path)):
-            if (key, value) in seen:
-                raise AnnotationError(
-                    f"{path}: images[{i}]: image listed twice ({key} {value!r} already used by images[{seen[key, value]}])"
-                )
-            seen[key, value] = i
+        try:
+            rec = _record(path, i, img, merge_restval)
+            for key, value in (("imgid", rec.imgid), ("image_id", rec.image_id), ("path", rec.path)):
+                if (key, value) in seen:
+                    raise AnnotationError(
+                        f"{path}: images[{i}]: image listed twice ({key} {value!r} already used by images[{seen[key, value]}])"
+                    )
+            for key, value in (("imgid", rec.imgid), ("image_id", rec.image_id), ("path", rec.path)):
+                seen[key, value] = i
+        except AnnotationError as err:
+            if problems is None:
+                raise
+            problems.append(str(err))
+            continue
         records.append(rec)
     return records
 
