@@ -5,6 +5,7 @@ Everything lands in one folder (default outputs/demo):
     data/                 the generated shapes dataset (dataset_shapes.json + images/)
     train/                Lightning logs, config.yaml and checkpoints (best by validation CIDEr, last)
     metrics.json          test-split coco-caption scores and object F1 (beam search, 3 beams)
+    curves.png            the training loss and validation scores against the step
     results.json          the test captions in the COCO results format
     captions.json         captions of a few test images
     attention/*.gif, *.png  where the model looked, one frame / panel per word
@@ -32,6 +33,7 @@ def config_path(name: str) -> Path:
 def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int] = None, examples: int = 4) -> dict:
     from captioning.api import Captioner
     from captioning.checkpoint import load_module
+    from captioning.curves import plot_curves
     from captioning.data.shapes import generate
     from captioning.evaluate import evaluate
     from captioning.files import atomic_write_json
@@ -58,6 +60,7 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     cli = run_lightning_cli(args)
     best = cli.trainer.checkpoint_callback.best_model_path or cli.trainer.checkpoint_callback.last_model_path
     train_seconds = time.perf_counter() - t0
+    plot_curves(cli.trainer.log_dir, out_dir / "curves.png")  # loss and validation scores against the step
 
     print(f"[3/4] evaluating {best} on the test split (beam search, 3 beams)")
     module = load_module(best)
@@ -99,6 +102,7 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     print(f"\nbest checkpoint: {best}")
     print(f"try it in a browser: {serve_command(best)}  (needs the web extra: pip install -e '.[web]')")
     print(f"metrics:         {out_dir / 'metrics.json'}")
+    print(f"curves:          {out_dir / 'curves.png'}  (and tensorboard --logdir {cli.trainer.log_dir})")
     print(f"captions:        {out_dir / 'captions.json'}")
     print(f"attention GIFs:  {out_dir / 'attention'}")
     print(f"done in {total / 60:.1f} min")

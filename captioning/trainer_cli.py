@@ -11,11 +11,12 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from captioning.data.datamodule import CaptionDataModule
 from captioning.module import CaptioningModule
+from captioning.training_output import LineProgress, RunPaths, ValidationExamples, quiet_third_party
 
 def default_checkpoint() -> ModelCheckpoint:
     """The best checkpoint by validation CIDEr, and the last one for resuming."""
@@ -40,15 +41,22 @@ class CaptioningCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        callbacks = list(config["trainer"].get("callbacks") or [])
+        trainer = config["trainer"]
+        callbacks = list(trainer.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
-            kwargs["callbacks"] = [*callbacks, default_checkpoint()]
+            callbacks.append(default_checkpoint())
+        callbacks += [RunPaths(), ValidationExamples()]
+        plain_output = not sys.stdout.isatty()  # a log file or CI: lines, not a repainting bar
+        if plain_output and trainer.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+            callbacks.append(LineProgress(every=trainer.get("log_every_n_steps") or 50))
+        kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 
 
 def run_lightning_cli(args: Sequence[str], run: bool = True) -> CaptioningCLI:
     """The CLI on ``args`` as if typed: a subcommand and its arguments, or with ``run=False`` the
     arguments alone (parse and build the model, data and trainer without running anything)."""
+    quiet_third_party()
     argv, sys.argv = sys.argv, sys.argv[:1] + list(args)  # LightningCLI reads sys.argv
     try:
         return CaptioningCLI(CaptioningModule, CaptionDataModule, run=run, save_config_kwargs={"overwrite": True})

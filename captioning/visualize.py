@@ -138,7 +138,7 @@ def overlay(image: Image.Image, grid_map, alpha: float = 0.6, cmap: str = "infer
 
 
 # ---------------------------------------------------------------------- layout helpers
-def _font(size: int) -> ImageFont.ImageFont:
+def ui_font(size: int) -> ImageFont.ImageFont:
     try:
         return ImageFont.load_default(size=size)
     except TypeError:  # Pillow < 10.1: a fixed-size bitmap font
@@ -195,7 +195,7 @@ def render_frames(image: Image.Image, words: Sequence[str], maps, hard_cells: Op
     maps, cells = _check(words, maps, hard_cells)
     shown = _display(image, min_side, max_side)
     width, height = shown.size
-    font = _font(int(np.clip(width / 14, 14, 26)))
+    font = ui_font(int(np.clip(width / 14, 14, 26)))
     pad, line_h = max(6, width // 40), _line_height(font)
     layout = _wrap(words, font, width - 2 * pad)  # the whole caption fixes the band's height
     band = pad * 2 + line_h * max(1, len(layout))
@@ -261,7 +261,7 @@ def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
     shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
                          Image.Resampling.BICUBIC)
     pw, ph = shown.size
-    font = _font(int(np.clip(pw / 12, 12, 20)))
+    font = ui_font(int(np.clip(pw / 12, 12, 20)))
     gap, title = 8, _line_height(font) + 6
     rows, cols = panel_layout(len(words), cols)
     canvas = Image.new("RGB", (cols * (pw + gap) + gap, rows * (title + ph + gap) + gap), (255, 255, 255))

@@ -51,7 +51,7 @@ def compare_grid(image: Image.Image, rows: Sequence[tuple[str, Captioner, dict]]
     shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
                          Image.Resampling.BICUBIC)
     pw, ph = shown.size
-    title_font, word_font = V._font(16), V._font(int(min(max(pw / 10, 11), 18)))
+    title_font, word_font = V.ui_font(16), V.ui_font(int(min(max(pw / 10, 11), 18)))
     title_h, word_h = V._line_height(title_font) + 4, V._line_height(word_font) + 2
     parts = [(label, captioner, *_words(captioner, result)) for label, captioner, result in rows]
     n_panels = max([len(p[2]) for p in parts] + [1])
@@ -76,7 +76,7 @@ def compare_grid(image: Image.Image, rows: Sequence[tuple[str, Captioner, dict]]
 def compare_frames(image: Image.Image, rows: Sequence[tuple[str, Captioner, dict]], alpha: float = 0.6,
                    style: str = "heatmap") -> list[Image.Image]:
     """The checkpoints' GIF frames side by side under their labels; as many frames as the longest caption + 1."""
-    title_font = V._font(18)
+    title_font = V.ui_font(18)
     title_h = V._line_height(title_font) + 2 * GAP
     columns = []
     for label, captioner, result in rows:

@@ -1,0 +1,60 @@
+"""What a training run shows a person: plain progress lines in a log file, where its files go,
+TensorBoard curves and validation examples, the demo's curves picture."""
+import numpy as np
+import pytest
+from PIL import Image
+
+from captioning.curves import plot_curves, read_scalars
+from captioning.trainer_cli import run_lightning_cli
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def logged_run(tiny_shapes, tmp_path_factory):
+    import contextlib
+    import io
+
+    root = tmp_path_factory.mktemp("logged")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # not a terminal, as when the output goes to a file
+        cli = run_lightning_cli([
+            "fit", "--config", str(ROOT / "configs" / "shapes_soft.yaml"), "--data.annotations", str(tiny_shapes),
+            "--data.batch_size", "8", "--data.num_workers", "0", "--trainer.default_root_dir", str(root),
+            "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "5", "--trainer.accelerator", "cpu",
+            "--model.val_generation.max_new_tokens", "8"])
+    return cli, out.getvalue()
+
+
+def test_progress_is_plain_lines_and_says_where_files_go(logged_run):
+    cli, text = logged_run
+    assert "\r" not in text  # nothing repaints
+    lines = text.splitlines()
+    assert any(line.startswith("checkpoints: ") and "checkpoints" in line for line in lines)
+    assert any(line.startswith("logs: ") and "tensorboard --logdir" in line for line in lines)
+    steps = [line for line in lines if line.startswith("epoch ") and " step " in line and "loss " in line]
+    assert len(steps) >= 5  # a line every 5 of the ~25 steps
+    assert sum(line.startswith("validation after step") and "CIDEr" in line for line in lines) == 2
+    assert "Tip:" not in text and "litlogger" not in text
+
+
+def test_tensorboard_gets_curves_and_validation_examples(logged_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cli, _ = logged_run
+    scalars = read_scalars(cli.trainer.log_dir)
+    assert {"train/loss", "val/CIDEr", "val/BLEU-4", "val/object_f1"} <= set(scalars)
+    assert len(scalars["val/CIDEr"][0]) == 2  # one point per validation
+    events = EventAccumulator(cli.trainer.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    assert sorted(events.Tags()["images"]) == [f"val_examples/{i}" for i in range(4)]
+    first = events.Images("val_examples/0")
+    assert len(first) == 2 and first[-1].width > first[-1].height  # a row of word panels, each validation
+
+
+def test_curves_picture_has_a_panel_per_logged_scalar(logged_run, tmp_path):
+    cli, _ = logged_run
+    picture = plot_curves(cli.trainer.log_dir, tmp_path / "curves.png")
+    with Image.open(tmp_path / "curves.png") as saved:
+        assert saved.size == picture.size == (2 * 520, 2 * 300)  # loss, CIDEr, BLEU-4, object F1
+    pixels = np.asarray(picture)
+    assert (pixels < 200).any(axis=-1).mean() > 0.01  # lines and text drawn, not a blank page
