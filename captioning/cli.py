@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from captioning.errors import CaptioningError
 from captioning import __version__
-from captioning.cli_options import apply_image_limit, generation_args, generation_overrides, report_skipped
+from captioning.cli_options import ShortErrorParser, apply_image_limit, at_least, fraction, generation_args, generation_overrides, report_skipped
 
 #: the LightningCLI subcommands (captioning/trainer_cli.py)
 TRAINING_COMMANDS = ("fit", "validate", "test")
@@ -190,12 +190,12 @@ def cmd_extract_features(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ShortErrorParser(
         prog="captioning",
         description="Show, Attend and Tell image captioning.",
     )
     parser.add_argument("--version", action="version", version=f"captioning {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="command")
+    sub = parser.add_subparsers(dest="command", metavar="command", parser_class=ShortErrorParser)
     for name, what in (("fit", "train a model from a config (LightningCLI: `captioning fit --help`)"),
                        ("validate", "validation scores of a checkpoint (LightningCLI)"),
                        ("test", "test-split scores of a checkpoint (LightningCLI)")):
@@ -204,16 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="make shapes data, train, evaluate, caption, write GIFs")
     p.add_argument("--out", default="outputs/demo", help="the folder for everything the demo writes")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and of training")
-    p.add_argument("--max-epochs", type=int, default=None, help="override the demo's training length")
+    p.add_argument("--max-epochs", type=at_least(1), default=None, help="override the demo's training length")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("make-shapes", help="generate the synthetic shapes dataset")
     p.add_argument("--out", required=True, help="folder for dataset_shapes.json and images/")
-    p.add_argument("--train", type=int, default=4000, help="training images")
-    p.add_argument("--val", type=int, default=200, help="validation images")
-    p.add_argument("--test", type=int, default=300, help="test images")
+    p.add_argument("--train", type=at_least(1), default=4000, help="training images")
+    p.add_argument("--val", type=at_least(1), default=200, help="validation images")
+    p.add_argument("--test", type=at_least(1), default=300, help="test images")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--image-size", type=int, default=64, help="side of the square images, in pixels")
+    p.add_argument("--image-size", type=at_least(16), default=64, help="side of the square images, in pixels")
     p.set_defaults(func=cmd_make_shapes)
 
     p = sub.add_parser("caption", help="caption images")
@@ -228,8 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="FILE.gif / FILE.png for one image, else a folder")
     p.add_argument("--format", choices=("gif", "png", "both"), default=None,
                    help="GIF (a frame per word), PNG grid (a panel per word) or both (default: the --out suffix, else gif)")
-    p.add_argument("--duration-ms", type=int, default=800, help="time per GIF frame")
-    p.add_argument("--alpha", type=float, default=0.6, help="heatmap opacity")
+    p.add_argument("--duration-ms", type=at_least(1), default=800, help="time per GIF frame")
+    p.add_argument("--alpha", type=fraction, default=0.6, help="heatmap opacity")
     p.add_argument("--style", choices=("heatmap", "paper"), default="heatmap")
     p.set_defaults(func=cmd_attend)
 
@@ -238,8 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--annotations", required=True, help="Karpathy-format annotation file")
     p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
     p.add_argument("--split", default="test")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--batch-size", type=at_least(1), default=32)
+    p.add_argument("--num-workers", type=at_least(0), default=0)
     p.add_argument("--spice", action="store_true", help="also try SPICE (needs Java and Stanford CoreNLP)")
     p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
     p.add_argument("--out", default=None, help="write the metrics JSON here")
@@ -251,8 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Karpathy split JSON, COCO caption JSON file(s), or a captions .csv / .jsonl")
     p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
     p.add_argument("--split-file", default=None, help="for COCO caption files: Karpathy's dataset_coco.json")
-    p.add_argument("--min-word-freq", type=int, default=5, help="rarer training words become <unk>")
-    p.add_argument("--max-vocab-size", type=int, default=None)
+    p.add_argument("--min-word-freq", type=at_least(1), default=5, help="rarer training words become <unk>")
+    p.add_argument("--max-vocab-size", type=at_least(0), default=None)
     p.add_argument("--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)")
     p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
     p.set_defaults(func=cmd_prepare)
@@ -267,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--annotations", nargs="+", default=None, help="override the config's data.annotations")
     p.add_argument("--images-root", default=None, help="override the config's data.images_root")
     p.add_argument("--split-file", default=None, help="override the config's data.split_file")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--num-workers", type=int, default=4)
+    p.add_argument("--batch-size", type=at_least(1), default=64)
+    p.add_argument("--num-workers", type=at_least(0), default=4)
     p.add_argument("--shard", default="0/1", help="i/n: this process extracts every n-th image from the i-th")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
     p.set_defaults(func=cmd_extract_features)

@@ -11,6 +11,36 @@ import sys
 from captioning.models import ATTENTION_MODES
 
 
+class ShortErrorParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (the command, the problem, where to look)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def at_least(least: float, kind: type = int):
+    """An argparse type: a number of ``kind`` that is at least ``least`` (its error names the bound)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected a number >= {least}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number in [0, 1]."""
+    value = at_least(0.0, float)(text)
+    if value > 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
+    return value
+
+
 def report_skipped(bad: list) -> None:
     for _, reason in bad:
         print(f"skipped: {reason}", file=sys.stderr)
@@ -23,13 +53,13 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
     fields) and the device of a command."""
     if checkpoint:
         p.add_argument("--checkpoint", required=True, help="a checkpoint written by `captioning fit`")
-    p.add_argument("--num-beams", type=int, default=beams, help=f"beams per image (1: greedy; default {beams})")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="longest caption (default: the model's)")
+    p.add_argument("--num-beams", type=at_least(1), default=beams, help=f"beams per image (1: greedy; default {beams})")
+    p.add_argument("--max-new-tokens", type=at_least(1), default=None, help="longest caption (default: the model's)")
     p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")
     p.add_argument("--attention-mode", choices=ATTENTION_MODES, default=None,
                    help="how a hard-attention model picks contexts (default: the model's, normally expected)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
-    p.add_argument("--max-image-pixels", type=int, default=None, metavar="N",
+    p.add_argument("--max-image-pixels", type=at_least(1), default=None, metavar="N",
                    help="refuse images of more pixels (decompression-bomb guard; default: Pillow's, about 89 million)")
 
 

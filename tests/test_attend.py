@@ -48,7 +48,7 @@ def test_glob_and_format_both_write_gif_and_grid_png(tiny_checkpoint, image_dir,
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{s}.gif" for s in stems] + [f"{s}.png" for s in stems])
     # the grid PNG: one 192 px panel per word (64 px images scaled up), five to a row
     pw = 192
-    title = V._line_height(V._font(int(pw / 12))) + 6
+    title = V._line_height(V.ui_font(int(pw / 12))) + 6
     for target, caption in captions.items():
         if not target.endswith(".png"):
             continue

@@ -10,7 +10,10 @@ from captioning.cli import main
 
 
 def one_line_error(capsys, argv, *expected):
-    code = main([str(a) for a in argv])
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit:  # argparse's errors (a value of the wrong kind or range)
+        code = exit.code
     err = capsys.readouterr().err.strip()
     assert code != 0, argv
     lines = err.splitlines()
@@ -27,10 +30,12 @@ def image(tiny_shapes):
 
 @pytest.mark.parametrize("command", ["caption", "attend", "evaluate"])
 @pytest.mark.parametrize("flags,expected", [
-    (["--num-beams", "0"], "num_beams: expected an integer >= 1, got 0"),
-    (["--num-beams", "-3"], "num_beams"),
-    (["--max-new-tokens", "-1"], "max_new_tokens: expected an integer >= 1, got -1"),
-    (["--max-new-tokens", "0"], "max_new_tokens: expected an integer >= 1, got 0"),
+    (["--num-beams", "0"], "--num-beams: expected a number >= 1, got 0"),
+    (["--num-beams", "-3"], "--num-beams"),
+    (["--num-beams", "two"], "--num-beams: expected an integer, got 'two'"),
+    (["--max-new-tokens", "-1"], "--max-new-tokens: expected a number >= 1, got -1"),
+    (["--max-new-tokens", "0"], "--max-new-tokens: expected a number >= 1, got 0"),
+    (["--length-penalty", "x"], "--length-penalty"),
     (["--device", "cuda"], "no CUDA GPU is available here"),
     (["--device", "gpu"], "not a device"),
     (["--device", "cuda:7"], "--device cuda:7"),
@@ -47,6 +52,27 @@ def test_bad_flag_values_are_one_line_errors(command, flags, expected, tiny_chec
             "attend": ["attend", image, "--out", tmp_path / "out", *common],
             "evaluate": ["evaluate", "--annotations", tiny_shapes, *common]}[command]
     one_line_error(capsys, argv, expected)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["attend", "IMG", "--checkpoint", "CKPT", "--out", "OUT", "--alpha", "2"], "--alpha: expected a number in [0, 1]"),
+    (["attend", "IMG", "--checkpoint", "CKPT", "--out", "OUT", "--duration-ms", "0"], "--duration-ms"),
+    (["attend", "IMG", "--checkpoint", "CKPT", "--out", "OUT", "--format", "jpg"], "--format: invalid choice"),
+    (["evaluate", "--checkpoint", "CKPT", "--annotations", "ANN", "--batch-size", "0"], "--batch-size"),
+    (["evaluate", "--checkpoint", "CKPT", "--annotations", "ANN", "--num-workers", "-1"], "--num-workers"),
+    (["make-shapes", "--out", "OUT", "--train", "0"], "--train"),
+    (["make-shapes", "--out", "OUT", "--image-size", "8"], "--image-size: expected a number >= 16"),
+    (["prepare", "--annotations", "ANN", "--min-word-freq", "0"], "--min-word-freq"),
+    (["prepare", "--annotations", "ANN", "--max-vocab-size", "-1"], "--max-vocab-size"),
+    (["extract-features", "--config", "C", "--out", "OUT", "--batch-size", "0"], "--batch-size"),
+    (["extract-features", "--config", "C", "--out", "OUT", "--shard", "3/3"], "--shard 3/3"),
+    (["demo", "--max-epochs", "0"], "--max-epochs"),
+    (["caption", "--checkpoint", "CKPT"], "the following arguments are required: images"),
+    (["nonsense"], "invalid choice: 'nonsense'"),
+])
+def test_other_bad_flags_are_one_line_errors(argv, expected, tiny_checkpoint, tiny_shapes, image, tmp_path, capsys):
+    names = {"IMG": image, "CKPT": tiny_checkpoint, "OUT": tmp_path / "out", "ANN": tiny_shapes, "C": tmp_path / "c.yaml"}
+    one_line_error(capsys, [names.get(a, a) for a in argv], expected)
 
 
 def test_not_a_checkpoint_says_so(image, tmp_path, capsys):

@@ -77,7 +77,7 @@ def test_safe_torch_load_bad_files(tmp_path):
     (tmp_path / "empty.ckpt").write_bytes(b"")
     assert "empty file" in one_line_error(tmp_path / "empty.ckpt")
     (tmp_path / "junk.ckpt").write_bytes(b"hello, this is not a checkpoint")
-    assert "not a readable checkpoint" in one_line_error(tmp_path / "junk.ckpt")
+    assert "not a checkpoint file" in one_line_error(tmp_path / "junk.ckpt")  # not even the format of one
     torch.save({"w": torch.zeros(100)}, tmp_path / "good.ckpt")
     (tmp_path / "cut.ckpt").write_bytes((tmp_path / "good.ckpt").read_bytes()[:200])
     assert "not a readable checkpoint" in one_line_error(tmp_path / "cut.ckpt")
