@@ -9,7 +9,7 @@ from PIL import Image
 from captioning import visualize as V
 from captioning.api import Captioner, as_pil
 from captioning.data.images import load_image
-from captioning.errors import ImageError
+from captioning.errors import ConfigError, ImageError
 from captioning.cli import main
 from conftest import caption_tokens
 
@@ -188,3 +188,12 @@ def test_an_empty_caption_still_renders(captioner, tmp_path):
     path = captioner.render(image, empty, tmp_path / "empty.png", format="png")
     with Image.open(path) as png:
         assert png.size == V.render_grid(image, ["x"], np.ones((1, g, g))).size
+
+
+def test_defaults_follow_hugging_face(captioner, images):
+    assert captioner.generation.num_beams == 1  # greedy unless asked
+    torch.manual_seed(0)
+    [sampled] = captioner(str(images[0]), do_sample=True, max_new_tokens=8)  # works without num_beams=1
+    assert isinstance(sampled["generated_text"], str) and sampled["tokens"]
+    with pytest.raises(ConfigError, match="do_sample works with one beam"):
+        captioner(str(images[0]), do_sample=True, num_beams=3)
