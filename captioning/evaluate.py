@@ -56,7 +56,7 @@ def evaluate(
 
     start = time.perf_counter()
     skipped = []
-    for batch in tqdm(data.eval_dataloader(split), desc=f"decoding {split}", unit="batch", disable=None if progress else True)  # None: no bar when not a terminal:
+    for batch in tqdm(data.eval_dataloader(split), desc=f"decoding {split}", unit="batch", disable=None if progress else True):
         skipped += batch.pop("bad_images")  # unreadable images, named with the reason; the rest go on
         if batch["image_ids"].numel():
             evaluator.add(model, {k: v.to(dev) for k, v in batch.items()}, generation)

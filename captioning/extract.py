@@ -102,7 +102,7 @@ def extract_features(
                         collate_fn=Collate(0, "images", dataset.visual_shape, on_bad_image="skip"))
     unreadable, extracted = [], 0
     amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    with tqdm(total=len(pending), desc=f"features {os.path.basename(base)}", unit="img", disable=None if progress else True)  # None: no bar when not a terminal as bar:
+    with tqdm(total=len(pending), desc=f"features {os.path.basename(base)}", unit="img", disable=None if progress else True) as bar:
         for b, batch in enumerate(loader):
             if max_batches is not None and b >= max_batches:
                 break

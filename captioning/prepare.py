@@ -38,7 +38,7 @@ def check_images(records, images_root: str, progress: bool = True) -> list[str]:
     from captioning.data.images import load_image
 
     problems = []
-    for r in tqdm(records, desc="checking images", unit="img", disable=None if progress else True)  # None: no bar when not a terminal:
+    for r in tqdm(records, desc="checking images", unit="img", disable=None if progress else True):
         try:
             load_image(os.path.join(images_root, r.path))
         except CaptioningError as err:

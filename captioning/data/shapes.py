@@ -202,7 +202,7 @@ def generate(out_dir: Union[str, Path], n_train: int = 4000, n_val: int = 200, n
         (out_dir / "images" / split).mkdir(parents=True, exist_ok=True)
 
     images = []
-    for imgid in tqdm(range(total), desc="shapes", unit="img", disable=None if progress else True)  # None: no bar when not a terminal:
+    for imgid in tqdm(range(total), desc="shapes", unit="img", disable=None if progress else True):
         rng = np.random.default_rng(image_seeds[imgid])
         img, objects = _make_image(rng, image_size)
         split, filename = splits[imgid], f"{imgid:06d}.png"
