@@ -4,7 +4,8 @@ Configuration is the typed arguments of the two classes (``--config``, ``--print
 ``--model.decoder.hidden_dim 256`` style overrides, a saved config.yaml per run). ``data.image_size``
 feeds ``model.image_size``. Checkpoints: unless the configuration names a ModelCheckpoint of its
 own, the run keeps the best checkpoint by validation CIDEr (``best-{epoch}-{step}.ckpt``) and
-``last.ckpt``; a ModelCheckpoint in ``trainer.callbacks`` replaces that default.
+``last.ckpt`` (at each validation, every 10 minutes of training, and when stopped by Ctrl-C or
+SIGTERM); a ModelCheckpoint in ``trainer.callbacks`` replaces that default.
 """
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from captioning.data.datamodule import CaptionDataModule
 from captioning.module import CaptioningModule
-from captioning.training_output import LineProgress, RunPaths, ValidationExamples, quiet_third_party
+from captioning.training_output import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 
 def default_checkpoint() -> ModelCheckpoint:
-    """The best checkpoint by validation CIDEr, and the last one for resuming."""
-    return ModelCheckpoint(monitor="val/CIDEr", mode="max", save_last=True, filename="best-{epoch}-{step}")
+    """The best checkpoint by validation CIDEr, and the last one for resuming (written at each
+    validation; LastCheckpoint writes the same file between them and when the run is stopped)."""
+    return ModelCheckpoint(monitor="val/CIDEr", mode="max", save_last=True, filename="best-{epoch}-{step}",
+                           enable_version_counter=False)
 
 
 class ShortUsageParser(LightningArgumentParser):
@@ -44,7 +47,7 @@ class CaptioningCLI(LightningCLI):
         trainer = config["trainer"]
         callbacks = list(trainer.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
-            callbacks.append(default_checkpoint())
+            callbacks += [default_checkpoint(), LastCheckpoint()]
         callbacks += [RunPaths(), ValidationExamples()]
         plain_output = not sys.stdout.isatty()  # a log file or CI: lines, not a repainting bar
         if plain_output and trainer.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):

@@ -147,3 +147,78 @@ class ValidationExamples(Callback):
             panels = render_grid(picture, words, alphas.reshape(len(words), *grid), hard_cells=cells,
                                  panel_size=self.panel_size)
             writer.add_image(f"val_examples/{i}", np.asarray(panels), trainer.global_step, dataformats="HWC")
+
+
+class LastCheckpoint(Callback):
+    """``last.ckpt`` beside the run's other checkpoints: every ``minutes`` of training, and when the
+    run is stopped by Ctrl-C (SIGINT) or SIGTERM, at the end of the step under way, before exiting.
+
+    Resuming from it (``--ckpt_path .../last.ckpt``) continues the unfinished epoch exactly. Under
+    DDP the signals are left to Lightning's own handling. A second Ctrl-C stops at once.
+    """
+
+    def __init__(self, minutes: float = 10.0):
+        super().__init__()
+        self.minutes = minutes
+        self._signal = None
+        self._previous: dict = {}
+        self._saved_at = time.monotonic()
+
+    def _path(self, trainer):
+        import os
+
+        folders = [c.dirpath for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
+        return os.path.join(folders[0] if folders else trainer.default_root_dir, "last.ckpt")
+
+    def _request(self, signum, frame) -> None:
+        import signal
+
+        if self._signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self._signal = signum
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        import signal
+        import threading
+
+        self._saved_at = time.monotonic()
+        if trainer.world_size > 1 or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._request)
+
+    def _restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._restore()
+
+    def _save(self, trainer) -> str:
+        import os
+
+        path = self._path(trainer)
+        tmp = path + ".tmp"
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
+        self._saved_at = time.monotonic()
+        return path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._signal is not None:
+            import signal
+
+            name = signal.Signals(self._signal).name
+            path = self._save(trainer)
+            print(f"\n{name}: stopped after step {trainer.global_step}; wrote {path}\n"
+                  f"resume with the same command and --ckpt_path {path}", flush=True)
+            raise SystemExit(128 + self._signal)
+        if self.minutes and time.monotonic() - self._saved_at >= 60 * self.minutes:
+            self._save(trainer)
