@@ -89,9 +89,13 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     report["demo_seconds"] = {"train": round(train_seconds, 1), "total": round(total, 1)}
     atomic_write_json(out_dir / "metrics.json", report)
     s = report["scores"]
+
+    def score(name):  # "n/a" for a metric that could not be computed (METEOR without Java)
+        return f"{s[name]:.3f}" if isinstance(s.get(name), float) else "n/a"
+
     print()
-    print(f"test split: BLEU-4 {s.get('BLEU-4', float('nan')):.3f}  CIDEr {s.get('CIDEr', float('nan')):.3f}  "
-          f"METEOR {s.get('METEOR', float('nan')):.3f}  object F1 {s.get('object_f1', float('nan')):.3f}")
+    print(f"test split: BLEU-4 {score('BLEU-4')}  CIDEr {score('CIDEr')}  METEOR {score('METEOR')}  "
+          f"object F1 {score('object_f1')}")
     for key, note in report["notes"].items():
         if key.endswith("_error"):  # e.g. METEOR without Java
             print(f"note: {note}")
