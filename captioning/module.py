@@ -49,6 +49,8 @@ def initial_weights(path: str, hparams: dict) -> tuple[Vocabulary, dict]:
     if not isinstance(ckpt, dict) or not all(k in ckpt for k in ("state_dict", "hyper_parameters", "vocabulary")):
         raise CheckpointError(f"model.init_from={path}: " + ("not a captioning checkpoint" if ckpt is not None else "no such file"))
     theirs, plain = ckpt["hyper_parameters"], lambda v: list(v) if isinstance(v, tuple) else v
+    if not all(isinstance(theirs.get(group), dict) for group in _ARCHITECTURE):
+        raise CheckpointError(f"model.init_from={path}: a checkpoint of an older version of this code (no encoder/decoder settings)")
     differences = [f"{group}.{key} is {theirs[group].get(key)!r} there, {hparams[group][key]!r} here"
                    for group, keys in _ARCHITECTURE.items() for key in keys
                    if plain(theirs[group].get(key)) != plain(hparams[group][key])]

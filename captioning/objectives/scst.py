@@ -28,6 +28,7 @@ two passes in train mode would draw two different masks).
 """
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Literal, Mapping, Optional, Sequence
 
@@ -42,6 +43,9 @@ from captioning.models.search import BAD_ENDINGS, GenerationConfig
 from captioning.objectives.base import Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.vocab import Vocabulary
+
+
+_PLAIN_WORD = re.compile(r"[^\W_]+(?:['\-][^\W_]+)*")  # the form of vocab.tokenize's words
 
 
 def mean_of_others(rewards: Tensor) -> Tensor:
@@ -106,6 +110,7 @@ class SCST(Objective):
         self._references: Optional[dict] = None  # image_id -> tuple of tokenised training references
         self._cider: Optional[CiderD] = None
         self._cider_state: Optional[dict] = None
+        self._word_tokens: dict = {}  # vocabulary word -> its PTB tokens (None: tokenise its captions whole)
 
     # ------------------------------------------------------------------ references and CIDEr-D
     def setup(self, datamodule) -> None:
@@ -142,18 +147,30 @@ class SCST(Objective):
             self._cider = CiderD.from_state_dict(state["cider_d"])
             self._cider_state = state
 
+    def _ptb_tokens(self, words: Sequence[str]) -> Optional[str]:
+        """The PTB tokens of a caption of vocabulary words, from each word's tokens (cached): a word of
+        letters and digits with inner apostrophes or hyphens ("dog's", "t-shirt", "cannot") is
+        tokenised alike alone or in a caption. None if a word is not of that form ("<unk>", "5.5")."""
+        parts = []
+        for word in words:
+            tokens = self._word_tokens.get(word, False)
+            if tokens is False:
+                tokens = self._word_tokens[word] = ptb_tokenize(word) if _PLAIN_WORD.fullmatch(word) else None
+            if tokens is None:
+                return None
+            if tokens:
+                parts.append(tokens)
+        return " ".join(parts)
+
     # ------------------------------------------------------------------ the loss
     def rewards(self, vocab: Vocabulary, sequences: Tensor, references: Sequence[tuple]) -> tuple[np.ndarray, list]:
         """CIDEr-D of each row of ``sequences`` (N, T) against ``references[i]``; also the rows' words."""
         rows = sequences.tolist()
         words = [vocab.decode(row) for row in rows]
-        cache: dict = {}  # the caption as the evaluation writes it -> its PTB tokens
-        texts = []
-        for row in rows:
-            text = vocab.decode_text(row)
-            if text not in cache:
-                cache[text] = ptb_tokenize(text)
-            texts.append(cache[text])
+        texts = [self._ptb_tokens(w) for w in words]
+        for i, text in enumerate(texts):
+            if text is None:  # a word the per-word shortcut does not vouch for: the whole caption, as the evaluation does
+                texts[i] = ptb_tokenize(vocab.decode_text(rows[i]))
         return self.cider.scores(texts, references), words
 
     def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
