@@ -343,3 +343,45 @@ def test_bf16_autocast_and_grouped_batches(tiny_shapes, tiny_checkpoint, tmp_pat
         "--data.group_captions", "true", "--data.batch_size", "4"]))
     assert cli.trainer.global_step == 2
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+
+
+DDP_SCRIPT = r'''
+import hashlib, json, sys
+import torch.distributed as dist
+from captioning.trainer_cli import run_lightning_cli
+
+out_dir, annotations, ckpt = sys.argv[1], sys.argv[2], sys.argv[3]
+args = ["--config", "configs/scst_shapes_soft.yaml", "--data.annotations", annotations, "--data.batch_size", "4",
+        "--data.num_workers", "0", "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1",
+        "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", out_dir + "/run",
+        "--model.init_from", ckpt, "--model.objective.init_args.max_new_tokens", "8",
+        "--model.val_generation.max_new_tokens", "8"]
+cli = run_lightning_cli(args, run=False)  # (the ddp launcher re-runs this script with sys.argv as it is then)
+cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+objective, rank = cli.model.objective, dist.get_rank()
+state = json.dumps(objective.cider.state_dict(), sort_keys=True)
+with open(f"{out_dir}/rank{rank}.json", "w") as f:
+    json.dump({"df": hashlib.sha256(state.encode()).hexdigest(), "global_step": cli.trainer.global_step,
+               "world_size": cli.trainer.world_size,
+               "reward": objective.cider.scores(["a small red circle"], [next(iter(objective._references.values()))]).tolist()}, f)
+'''
+
+
+def test_ddp_two_processes_same_document_frequencies(tiny_shapes, tiny_checkpoint, tmp_path):
+    """2 gloo processes train SCST: each rewards its own samples (no gather), with the same
+    document frequencies (computed on each rank from the same training references)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp_scst.py"
+    script.write_text(DDP_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(tiny_shapes), str(tiny_checkpoint)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["world_size"] == 2 and ranks[0]["global_step"] == 3
+    assert ranks[0]["df"] == ranks[1]["df"] and ranks[0]["reward"] == ranks[1]["reward"]

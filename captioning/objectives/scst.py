@@ -215,9 +215,9 @@ class SCST(Objective):
             "reward": reward.mean(), "baseline": baseline.mean(), "advantage": advantage.mean(),
             "advantage_std": advantage.std() if advantage.numel() > 1 else advantage.new_zeros(()),
             "greedy_cider": greedy_reward.mean(),
-            "bad_endings": torch.tensor(bad_ending_rate(greedy_words)),
-            "sample_bad_endings": torch.tensor(bad_ending_rate(sample_words)),
-            "sample_words": torch.tensor(float(np.mean([len(w) for w in sample_words]))),
+            "bad_endings": torch.tensor(bad_ending_rate(greedy_words), device=log_p.device),
+            "sample_bad_endings": torch.tensor(bad_ending_rate(sample_words), device=log_p.device),
+            "sample_words": torch.tensor(float(np.mean([len(w) for w in sample_words])), device=log_p.device),
         }
         state = {"sequences": sampled.sequences, "lengths": sampled.lengths, "locations": sampled.locations,
                  "advantage": advantage}  # the samples (row i: image i // K), for tests and tools
