@@ -26,7 +26,7 @@ def module_from_hparams(hparams: dict):
 
     h = {k: v for k, v in hparams.items() if not k.startswith("_")}
     unknown = set(h) - {"encoder", "decoder", "objective", "optimizer", "val_generation", "test_generation",
-                        "nonfinite_loss", "image_size"}
+                        "nonfinite_loss", "image_size", "init_from"}  # init_from: provenance only, not reloaded
     if unknown:
         raise TypeError(f"unknown setting(s) {', '.join(sorted(unknown))}")
     # the weights come from the checkpoint: nothing to download

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Literal, Optional
 
 import lightning as L
@@ -16,11 +17,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from captioning.errors import CaptioningError, ConfigError
+from captioning.errors import CaptioningError, CheckpointError, ConfigError
 from captioning.evaluation import Evaluator
+from captioning.files import safe_torch_load
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
-from captioning.models.search import GenerationConfig
+from captioning.models.search import GenerationConfig, bad_ending_ids
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.objectives import Objective, objective_for
 from captioning.optim import OptimizerConfig, build_optimizer
@@ -33,6 +35,31 @@ def step_seed(run_seed: int, step: int, rank: int) -> int:
     """The seed of one training step on one process: each rank draws its own dropout masks and
     hard-attention samples, and a run resumed at ``step`` draws what it would have drawn."""
     return int(np.random.SeedSequence([run_seed, step, rank]).generate_state(1, np.uint64)[0] % 2**63)
+
+
+#: what the weights' meaning depends on (dropout, pretrained, fine_tune_blocks... may change)
+_ARCHITECTURE = {"encoder": ("name", "grid_size", "channels", "dim"),
+                 "decoder": ("embed_dim", "hidden_dim", "attention_dim", "attention_kind", "prev2out", "ctx2out")}
+
+
+def initial_weights(path: str, hparams: dict) -> tuple[Vocabulary, dict]:
+    """(vocabulary, the model's weights) of the checkpoint a run starts from (``model.init_from``);
+    one line of :class:`CheckpointError` if it is not a checkpoint of ``hparams``' architecture."""
+    ckpt = safe_torch_load(path, map_location="cpu") if os.path.isfile(path) else None
+    if not isinstance(ckpt, dict) or not all(k in ckpt for k in ("state_dict", "hyper_parameters", "vocabulary")):
+        raise CheckpointError(f"model.init_from={path}: " + ("not a captioning checkpoint" if ckpt is not None else "no such file"))
+    theirs, plain = ckpt["hyper_parameters"], lambda v: list(v) if isinstance(v, tuple) else v
+    if not all(isinstance(theirs.get(group), dict) for group in _ARCHITECTURE):
+        raise CheckpointError(f"model.init_from={path}: a checkpoint of an older version of this code (no encoder/decoder settings)")
+    differences = [f"{group}.{key} is {theirs[group].get(key)!r} there, {hparams[group][key]!r} here"
+                   for group, keys in _ARCHITECTURE.items() for key in keys
+                   if plain(theirs[group].get(key)) != plain(hparams[group][key])]
+    differences += [f"image_size is {theirs['image_size']!r} there, {hparams['image_size']!r} here"] * (theirs["image_size"] != hparams["image_size"])
+    if differences:
+        raise CheckpointError(f"model.init_from={path}: another architecture ({'; '.join(differences)}); "
+                              "start from a checkpoint of this config's model, or make the config match it")
+    weights = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    return Vocabulary.from_dict(ckpt["vocabulary"]), weights
 
 
 class CaptioningModule(L.LightningModule):
@@ -49,6 +76,9 @@ class CaptioningModule(L.LightningModule):
         nonfinite_loss: "error" stops at a NaN/inf loss, "skip" skips that step; both name the step.
         image_size: the side images are resized to; linked to ``data.image_size`` by the CLI and
             kept in the checkpoint, so that new images are resized the same way.
+        init_from: a checkpoint to start from (e.g. cross-entropy weights before ``SCST``): its
+            weights and vocabulary, a fresh optimizer and loop; its architecture must be this
+            config's and its vocabulary the data's (a resumed run, ``--ckpt_path``, ignores it).
     """
 
     def __init__(
@@ -61,19 +91,21 @@ class CaptioningModule(L.LightningModule):
         test_generation: GenerationConfig = GenerationConfig(num_beams=3),
         nonfinite_loss: Literal["error", "skip"] = "error",
         image_size: int = 224,
+        init_from: Optional[str] = None,
     ):
         super().__init__()
         if nonfinite_loss not in ("error", "skip"):
             raise ConfigError(f"model.nonfinite_loss: expected 'error' or 'skip', got {nonfinite_loss!r}")
         self.encoder_config, self.decoder_config, self.optimizer_config = encoder, decoder, optimizer
         self.val_generation, self.test_generation = val_generation, test_generation
-        self.nonfinite_loss, self.image_size = nonfinite_loss, image_size
+        self.nonfinite_loss, self.image_size, self.init_from = nonfinite_loss, image_size, init_from
         self.objective = objective_for(decoder.attention_kind, objective)
         self.save_hyperparameters({  # plain values only: checkpoints load with weights_only=True
             "encoder": dataclasses.asdict(encoder), "decoder": dataclasses.asdict(decoder),
             "objective": self.objective.spec(), "optimizer": dataclasses.asdict(optimizer),
             "val_generation": dataclasses.asdict(val_generation), "test_generation": dataclasses.asdict(test_generation),
             "nonfinite_loss": nonfinite_loss, "image_size": image_size,
+            **({"init_from": str(init_from)} if init_from is not None else {}),
         })
         self.model: Optional[ShowAttendTell] = None  # built once the vocabulary is known (set_vocab)
         # Validation scores what picks the best checkpoint (no Java process beyond the tokenizer's).
@@ -87,6 +119,7 @@ class CaptioningModule(L.LightningModule):
         """Build the model for ``vocab`` (once; the vocabulary must not change afterwards)."""
         if self.model is None:
             self.model = ShowAttendTell(self.encoder_config, self.decoder_config, vocab)
+            self.model.decoder.bad_ending_ids = bad_ending_ids(vocab)  # for GenerationConfig.forbid_bad_endings
         elif vocab != self.model.vocab:
             raise ConfigError(f"the data's vocabulary ({len(vocab)} words) differs from the model's ({len(self.vocab)} words)")
 
@@ -97,18 +130,33 @@ class CaptioningModule(L.LightningModule):
             if self.model is None:
                 raise ConfigError("the model has no vocabulary: train it with a datamodule or load a checkpoint")
             return
+        if self.model is None and self.init_from is not None and not self.trainer.ckpt_path:
+            vocab, weights = initial_weights(self.init_from, self.hparams)
+            dm.setup(stage)  # the data's own vocabulary, to compare
+            if dm.vocab != vocab:
+                raise ConfigError(f"model.init_from={self.init_from}: its vocabulary ({len(vocab)} words) is not the "
+                                  f"data's ({len(dm.vocab)} words); train on the data it was trained on, with the same "
+                                  "data.min_word_freq / data.vocabulary")
+            self.set_vocab(vocab)
+            self.model.load_state_dict(weights)
         if self.model is not None:
             dm.set_vocab(self.vocab)
         dm.setup(stage)
         self.set_vocab(dm.vocab)
+        if stage == "fit" and hasattr(self.objective, "setup"):  # e.g. SCST: the training references
+            self.objective.setup(dm)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["vocabulary"] = self.vocab.to_dict()
         dm = self.trainer.datamodule
         checkpoint["training_data"] = str(getattr(dm, "annotations", "")) or None  # for the model's description
+        if hasattr(self.objective, "checkpoint_state"):  # e.g. SCST's CIDEr-D document frequencies
+            checkpoint["objective_state"] = self.objective.checkpoint_state()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.set_vocab(Vocabulary.from_dict(checkpoint["vocabulary"]))
+        if checkpoint.get("objective_state") and hasattr(self.objective, "load_checkpoint_state"):
+            self.objective.load_checkpoint_state(checkpoint["objective_state"])
 
     def configure_optimizers(self):
         return build_optimizer(self.model, self.optimizer_config, "mixed" in str(self.trainer.precision))

@@ -20,6 +20,11 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   what batching can gain where the rest of the step costs the same per image either way.
 - ``encode``: resnet101 and vgg16 (random weights) at 224 and 256 px.
 - ``load``: DataLoader throughput from JPEG files and from a feature cache (captioning.data.features).
+- ``scst``: one self-critical training step (captioning.objectives.SCST: K = 5 samples of B = 48
+  images decoded at once, the greedy captions, the teacher-forced pass over the samples, backward,
+  Adam) at the shapes demo's sizes and at COCO's, and inside it the CIDEr-D rewards of the 5 x 48
+  samples and the 48 greedy captions (``reward_ms``, PTB tokenisation included) and their share of
+  the step. The model is untrained: its captions run to ``max_new_tokens``, the worst case for both.
 
 Memory: on CUDA the peak of torch.cuda.max_memory_allocated for each row; on CPU the process's
 peak RSS (ru_maxrss) after the row and its growth during the row (a high-water mark: a row that
@@ -370,6 +375,65 @@ def bench_load(device, quick: bool, workers: int) -> list[dict]:
     return rows
 
 
+def bench_scst(device, quick: bool) -> list[dict]:
+    from captioning.models.encoders import EncoderConfig
+    from captioning.models.show_attend_tell import ShowAttendTell
+    from captioning.objectives import SCST
+
+    rows = []
+    # (name, V, embed/hidden/attention, grid L, D, images B, max_new_tokens)
+    sizes = [("shapes demo", 40, (128, 256, 128), 64, 256, 48, 30), ("COCO", 10000, (512, 512, 512), 196, 2048, 48, 16)]
+    if quick:
+        sizes = [("quick", 2000, (128, 128, 128), 49, 256, 8, 12)]
+    for name, V, (M, H, A), L, D, B, max_new in sizes:
+        vocab = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
+        torch.manual_seed(0)
+        model = ShowAttendTell(EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=D),
+                               DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.5), vocab).to(device).train()
+        objective = SCST(num_samples=5, baseline="greedy", max_new_tokens=max_new)
+        rng = np.random.default_rng(0)
+        zipf = lambda n: " ".join(f"w{min(int(i), V - 5)}" for i in rng.zipf(1.3, n))  # noqa: E731
+        n_images = 200 if quick else 20000  # the training references (COCO has 113k images; df lookups are hashed)
+        objective.set_references({i: [zipf(int(rng.integers(8, 14))) for _ in range(5)] for i in range(n_images)})
+        objective.cider  # the document frequencies, once per run
+        reward_times: list = []
+        rewards = objective.rewards
+
+        def timed_rewards(*args):
+            t = time.perf_counter()
+            out = rewards(*args)
+            reward_times.append(time.perf_counter() - t)
+            return out
+
+        objective.rewards = timed_rewards
+        features = torch.randn(B, L, D, device=device)
+        batch = {"image_ids": torch.arange(B, device=device)}
+        opt = torch.optim.Adam(model.decoder.parameters(), lr=1e-4)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            out = objective(model, features, batch)
+            out.loss.backward()
+            opt.step()
+
+        times = []
+        for i in range(1 + (1 if quick else 3)):
+            reward_times.clear()
+            sync(device)
+            t = time.perf_counter()
+            step()
+            sync(device)
+            if i:  # the first is a warm-up
+                times.append((time.perf_counter() - t, sum(reward_times)))
+        step_s, reward_s = float(np.median([t for t, _ in times])), float(np.median([r for _, r in times]))
+        row = {"sizes": name, "B": B, "K": 5, "L": L, "D": D, "dim": H, "V": V, "max_new_tokens": max_new,
+               "ms_per_step": round(step_s * 1e3, 1), "reward_ms": round(reward_s * 1e3, 1),
+               "reward_share": round(reward_s / step_s, 4)}
+        rows.append(row)
+        print("  scst", row, flush=True)
+    return rows
+
+
 def profile_step(device, top: int = 25) -> None:
     """torch.profiler of one soft-attention training step at COCO sizes."""
     from torch.profiler import ProfilerActivity, profile
@@ -427,7 +491,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
     p.add_argument("--compile", action="store_true", help="also training rows with the decoder step under torch.compile")
-    p.add_argument("--sections", default="train,decode,encode,load", help="comma-separated subset of train,decode,encode,load")
+    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="DataLoader workers for 'load'")
     p.add_argument("--profile", action="store_true", help="only profile one soft training step at COCO sizes")
     args = p.parse_args(argv)
@@ -456,9 +520,11 @@ def main(argv=None) -> int:
         result["encode"] = bench_encode(device, args.quick, amp_modes)
     if "load" in sections:
         result["load"] = bench_load(device, args.quick, args.workers)
+    if "scst" in sections:
+        result["scst"] = bench_scst(device, args.quick)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     print()
-    for name in ("peak", "train", "decode", "encode", "load"):
+    for name in ("peak", "train", "decode", "encode", "load", "scst"):
         if name in result:
             print(table(name, result[name]))
     print(f"total {result['seconds']} s")

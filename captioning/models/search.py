@@ -25,6 +25,46 @@ from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
 
+#: Words a caption should not end with ("a man riding a", "a dog with"): articles, prepositions and
+#: conjunctions, but not those that also end captions as adverbs ("up", "down", "out", "off",
+#: "over", "by", "inside", "behind", "around"). Self-critical training is known to produce such
+#: endings (a cut caption keeps most of its CIDEr); ``GenerationConfig.forbid_bad_endings`` forbids them.
+BAD_ENDINGS = frozenset("""
+    a an the
+    of in on at to for with from into onto upon near among between across against during toward towards
+    via within without under beneath beside than per
+    and or but nor because although though whereas unless whether
+""".split())
+
+
+def bad_ending_ids(vocab: Vocabulary) -> tuple[int, ...]:
+    """The ids of the vocabulary's words in :data:`BAD_ENDINGS`."""
+    return tuple(sorted(vocab.stoi[w] for w in BAD_ENDINGS if w in vocab.stoi))
+
+
+def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", device) -> Optional[Tensor]:
+    """(V,) bool: after which tokens EOS is forbidden (None unless ``config.forbid_bad_endings``).
+
+    The ids come from the decoder's ``bad_ending_ids``, which CaptioningModule.set_vocab sets (the
+    decoder itself does not know its words)."""
+    if not config.forbid_bad_endings:
+        return None
+    ids = getattr(decoder, "bad_ending_ids", None)
+    if ids is None:
+        raise ConfigError("forbid_bad_endings needs the model's vocabulary: load the model with "
+                          "captioning.checkpoint.load_module (or set decoder.bad_ending_ids = bad_ending_ids(vocab))")
+    table = torch.zeros(decoder.vocab_size, dtype=torch.bool, device=device)
+    table[list(ids)] = True
+    return table
+
+
+def _forbid_eos(logp: Tensor, previous: Tensor, table: Optional[Tensor]) -> Tensor:
+    """log p with EOS at -inf in the rows whose previous token is a bad ending."""
+    if table is None:
+        return logp
+    logp[:, EOS] = logp[:, EOS].masked_fill(table[previous], float("-inf"))
+    return logp
+
 
 @dataclass
 class GenerationConfig:
@@ -41,6 +81,9 @@ class GenerationConfig:
             context, as the authors' caption script), "argmax" (the likeliest location) or
             "sample" (a sampled location). Soft-attention models always use the expected context.
         num_return_sequences: the best beams to return for each image (at most num_beams).
+        forbid_bad_endings: never end a caption after an article, preposition or conjunction
+            (:data:`BAD_ENDINGS`; EOS gets probability 0 after them). A caption that reaches
+            max_new_tokens still stops there.
     """
 
     num_beams: int = 1
@@ -51,6 +94,7 @@ class GenerationConfig:
     top_k: int = 0
     attention_mode: Literal["expected", "argmax", "sample"] = "expected"
     num_return_sequences: int = 1
+    forbid_bad_endings: bool = False
 
     def __post_init__(self):
         for field, least in (("num_beams", 1), ("max_new_tokens", 1), ("top_k", 0), ("num_return_sequences", 1)):
@@ -113,8 +157,10 @@ def greedy_search(
     scores = features.new_zeros(B, dtype=torch.float)
     lengths = torch.zeros(B, dtype=torch.long, device=features.device)
     out_tokens, out_alpha, out_loc = [], [], []
+    ban = _ban_table(decoder, config, features.device)
     for t in range(config.max_new_tokens):
         logp, state, g = decoder.step(tokens, state, config.attention_mode)  # (B, V)
+        logp = _forbid_eos(logp, tokens, ban)
         nxt = _sample_token(logp, config.temperature, config.top_k, generator) if config.do_sample else logp.argmax(-1)
         running = ~finished
         scores += logp.gather(1, nxt.unsqueeze(1)).squeeze(1) * running
@@ -162,8 +208,10 @@ def beam_search(
     lengths = torch.zeros(B * K, dtype=torch.long, device=device)
     base = (torch.arange(B, device=device) * K).unsqueeze(1)  # (B, 1): first row of each image
     history = []  # per step: (parent rows (B*K,), tokens (B*K,), alpha (B*K, L), location (B*K,))
+    ban = _ban_table(decoder, config, device)
     for t in range(config.max_new_tokens):
         logp, state, g = decoder.step(tokens, state, config.attention_mode)  # (B*K, V)
+        logp = _forbid_eos(logp, tokens, ban)
         V = logp.size(-1)
         # A finished beam may only continue with PAD, at no cost.
         logp = logp.masked_fill(finished.unsqueeze(1), float("-inf"))

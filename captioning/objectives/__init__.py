@@ -2,6 +2,7 @@
 
 * :class:`CrossEntropy`: soft attention (NLL + doubly stochastic attention).
 * :class:`HardAttentionReinforce`: hard attention (NLL through sampled locations + REINFORCE).
+* :class:`SCST`: self-critical sequence training (CIDEr-D rewards), soft or hard, after cross-entropy.
 
 Configs name one as ``model.objective`` (``class_path`` + ``init_args``); without one the decoder's
 attention kind picks its paper objective. A new objective is a new file here, added to OBJECTIVES.
@@ -14,9 +15,10 @@ from captioning.errors import ConfigError
 from captioning.objectives.base import Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import CrossEntropy
 from captioning.objectives.reinforce import HardAttentionReinforce
+from captioning.objectives.scst import SCST
 
 #: the objectives a config or checkpoint may name (nothing else is imported from a checkpoint)
-OBJECTIVES = {cls.__name__: cls for cls in (CrossEntropy, HardAttentionReinforce)}
+OBJECTIVES = {cls.__name__: cls for cls in (CrossEntropy, HardAttentionReinforce, SCST)}
 
 
 def objective_for(attention_kind: str, objective: Optional[Objective] = None) -> Objective:
@@ -39,5 +41,5 @@ def objective_from_spec(spec: dict) -> Objective:
     return OBJECTIVES[name](**(spec.get("init_args") or {}))
 
 
-__all__ = ["Objective", "ObjectiveOutput", "CrossEntropy", "HardAttentionReinforce", "OBJECTIVES",
+__all__ = ["Objective", "ObjectiveOutput", "CrossEntropy", "HardAttentionReinforce", "SCST", "OBJECTIVES",
            "objective_for", "objective_from_spec"]
