@@ -58,16 +58,21 @@ if trainer.is_global_zero:
 '''
 
 
-def run(tmp: Path, annotations: Path, devices: int, ckpt: str) -> dict:
+def run_script(tmp: Path, name: str, source: str, *args) -> None:
+    """Write ``source`` to tmp/name and run it in a fresh process (Lightning's DDP launcher re-runs it per rank)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    script = tmp / "run_ddp.py"
-    script.write_text(SCRIPT)
+    script = tmp / name
+    script.write_text(source)
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     for var in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    proc = subprocess.run([sys.executable, str(script), str(tmp), str(annotations), str(devices), ckpt],
+    proc = subprocess.run([sys.executable, str(script), str(tmp), *map(str, args)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def run(tmp: Path, annotations: Path, devices: int, ckpt: str) -> dict:
+    run_script(tmp, "run_ddp.py", SCRIPT, annotations, devices, ckpt)
     result = json.loads((tmp / "result.json").read_text())
     result.update(json.loads((tmp / "predictions.json").read_text()))
     return result
@@ -146,15 +151,7 @@ if rank == 0:
 
 
 def run_randomness(tmp: Path, annotations: Path, resume: str = "none") -> list:
-    tmp.mkdir(parents=True, exist_ok=True)
-    script = tmp / "run_ddp_random.py"
-    script.write_text(RANDOMNESS_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    for var in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(var, None)
-    proc = subprocess.run([sys.executable, str(script), str(tmp), str(annotations), resume],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_script(tmp, "run_ddp_random.py", RANDOMNESS_SCRIPT, annotations, resume)
     return [json.loads((tmp / f"records-{r}.json").read_text()) for r in (0, 1)]
 
 
