@@ -29,7 +29,7 @@ pytest.importorskip("starlette", reason="the web extra is not installed: pip ins
 pytest.importorskip("uvicorn", reason="the web extra is not installed: pip install -e '.[web]'")
 pytest.importorskip("multipart", reason="the web extra is not installed: pip install -e '.[web]'")
 
-from captioning.web.client import APIError, caption, encode_multipart  # noqa: E402
+from captioning.web.client import APIError, caption, encode_multipart, wait_for_server  # noqa: E402
 
 MAX_UPLOAD_MB = 1
 MAX_PIXELS = 4_000_000
@@ -56,19 +56,10 @@ class ServerProcess:
         for spec in checkpoints:
             args += ["--checkpoint", str(spec)]
         self.proc = subprocess.Popen(args + [str(a) for a in extra], stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if get_json(self.url, "/healthz", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the server did not answer within {timeout:.0f} s:\n{self.log()}")
-            time.sleep(0.3)
+        problem = wait_for_server(self.url, self.proc, timeout)
+        if problem:
+            self.stop()
+            raise RuntimeError(f"the server {problem}:\n{self.log()}")
 
     def log(self) -> str:
         self._log.flush()

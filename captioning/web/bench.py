@@ -25,12 +25,11 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
-from captioning.web.client import caption
+from captioning.web.client import caption, wait_for_server
 
 
 def synthetic_jpeg(width: int = 640, height: int = 480) -> bytes:
@@ -74,19 +73,10 @@ def start_server(checkpoints: list[str], extra: list[str], timeout: float = 300.
     for c in checkpoints:
         args += ["--checkpoint", c]
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}; see {log.name}")
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2):
-                return proc, url
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.terminate()
-            raise SystemExit(f"the server did not start within {timeout:.0f} s; see {log.name}")
-        time.sleep(0.3)
+    problem = wait_for_server(url, proc, timeout)
+    if problem:
+        raise SystemExit(f"the server {problem}; see {log.name}")
+    return proc, url
 
 
 def _summary(seconds: list[float]) -> dict:

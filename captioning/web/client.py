@@ -32,6 +32,27 @@ class APIError(Exception):
         self.status, self.message = status, message
 
 
+def wait_for_server(url: str, proc, timeout: float) -> "str | None":
+    """Poll ``url``/healthz until the server ``proc`` (a Popen) answers: None once it does, else
+    why not ("exited with N" or "did not answer within T s", the process then terminated)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            return f"exited with {proc.returncode}"
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/healthz", timeout=2) as answer:
+                if answer.status == 200:
+                    return None
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.terminate()
+            return f"did not answer within {timeout:.0f} s"
+        time.sleep(0.3)
+
+
 def encode_multipart(fields: dict, filename: str, data: bytes, content_type: Optional[str] = None) -> tuple[bytes, str]:
     """(body, Content-Type header) of a multipart form with ``fields`` and the file as field ``image``."""
     boundary = uuid.uuid4().hex
