@@ -67,6 +67,10 @@ def test_bad_flag_values_are_one_line_errors(command, flags, expected, tiny_chec
     (["extract-features", "--config", "C", "--out", "OUT", "--batch-size", "0"], "--batch-size"),
     (["extract-features", "--config", "C", "--out", "OUT", "--shard", "3/3"], "--shard 3/3"),
     (["demo", "--max-epochs", "0"], "--max-epochs"),
+    (["serve", "--checkpoint", "CKPT", "--port", "-5"], "--port: expected a number >= 1"),
+    (["serve", "--checkpoint", "CKPT", "--port", "99999"], "--port: expected a port from 1 to 65535"),
+    (["serve", "--checkpoint", "CKPT", "--max-batch", "0"], "--max-batch"),
+    (["serve", "--checkpoint", "CKPT", "--max-upload-mb", "0"], "--max-upload-mb"),
     (["caption", "--checkpoint", "CKPT"], "the following arguments are required: images"),
     (["nonsense"], "invalid choice: 'nonsense'"),
 ])

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import argparse
 
+from captioning.cli_options import at_least
 from captioning.web.server import DEFAULT_HOST, DEFAULT_MAX_PIXELS, DEFAULT_PORT
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535."""
+    value = at_least(1)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, got {text}")
+    return value
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -18,19 +27,19 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--host", default=DEFAULT_HOST,
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 exposes the "
                         "page and the API to every network this machine is on)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
     p.add_argument("--examples", nargs="+", default=[], metavar="IMAGE|DIR",
                    help="example images offered on the page (default: the first test images of the data the "
                         "model was trained on, when its run's config.yaml is found)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
-    p.add_argument("--max-upload-mb", type=float, default=10.0, help="largest upload accepted (HTTP 413 above)")
-    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
+    p.add_argument("--max-upload-mb", type=at_least(0.001, float), default=10.0, help="largest upload accepted (HTTP 413 above)")
+    p.add_argument("--max-pixels", type=at_least(1), default=DEFAULT_MAX_PIXELS,
                    help="largest decoded image (width x height) accepted; larger ones are refused as possible "
                         "decompression bombs")
-    p.add_argument("--max-batch", type=int, default=8, help="requests captioned together at most")
-    p.add_argument("--max-pending", type=int, default=64, help="requests waiting at most (HTTP 503 beyond)")
-    p.add_argument("--max-connections", type=int, default=256, help="open connections at most (HTTP 503 beyond)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
+    p.add_argument("--max-batch", type=at_least(1), default=8, help="requests captioned together at most")
+    p.add_argument("--max-pending", type=at_least(1), default=64, help="requests waiting at most (HTTP 503 beyond)")
+    p.add_argument("--max-connections", type=at_least(1), default=256, help="open connections at most (HTTP 503 beyond)")
+    p.add_argument("--threads", type=at_least(1), default=None, help="torch threads (default: torch's, one per core)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
 
