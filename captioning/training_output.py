@@ -211,6 +211,14 @@ class LastCheckpoint(Callback):
         self._saved_at = time.monotonic()
         return path
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        import signal
+
+        # Lightning installs its own SIGTERM handler when its loop starts: keep ours in front.
+        if self._previous and signal.getsignal(signal.SIGTERM) != self._request:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, self._request)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._signal is not None:
             import signal
