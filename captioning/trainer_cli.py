@@ -5,7 +5,8 @@ Configuration is the typed arguments of the two classes (``--config``, ``--print
 feeds ``model.image_size``. Checkpoints: unless the configuration names a ModelCheckpoint of its
 own, the run keeps the best checkpoint by validation CIDEr (``best-{epoch}-{step}.ckpt``) and
 ``last.ckpt`` (at each validation, every 10 minutes of training, and when stopped by Ctrl-C or
-SIGTERM); a ModelCheckpoint in ``trainer.callbacks`` replaces that default.
+SIGTERM); a ModelCheckpoint in ``trainer.callbacks`` replaces that default, and
+``--trainer.enable_checkpointing false`` writes none.
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ class CaptioningCLI(LightningCLI):
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config["trainer"]
         callbacks = list(trainer.get("callbacks") or [])
-        if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
+        checkpointing = trainer.get("enable_checkpointing") is not False
+        if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             callbacks += [default_checkpoint(), LastCheckpoint()]
         callbacks += [RunPaths(), ValidationExamples()]
         plain_output = not sys.stdout.isatty()  # a log file or CI: lines, not a repainting bar

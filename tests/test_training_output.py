@@ -58,3 +58,14 @@ def test_curves_picture_has_a_panel_per_logged_scalar(logged_run, tmp_path):
         assert saved.size == picture.size == (2 * 520, 2 * 300)  # loss, CIDEr, BLEU-4, object F1
     pixels = np.asarray(picture)
     assert (pixels < 200).any(axis=-1).mean() > 0.01  # lines and text drawn, not a blank page
+
+
+def test_enable_checkpointing_false_trains_and_writes_no_checkpoint(tiny_shapes, tmp_path):
+    """The default ModelCheckpoint is not added when checkpointing is switched off (Lightning refuses
+    a ModelCheckpoint with enable_checkpointing=False)."""
+    from conftest import fit_args
+
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=2, extra=["--trainer.enable_checkpointing", "false"]))
+    assert cli.trainer.global_step > 0
+    assert cli.trainer.checkpoint_callback is None
+    assert not list(tmp_path.rglob("*.ckpt"))
