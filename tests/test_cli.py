@@ -94,3 +94,18 @@ def test_evaluate_bad_annotation_files(tiny_checkpoint, tmp_path):
     fieldless.write_text(json.dumps({"images": [{"filename": "a.jpg", "split": "test"}]}))
     code, _, err = run_cli("evaluate", "--checkpoint", tiny_checkpoint, "--annotations", fieldless)
     assert code != 0 and "fieldless.json" in err and "sentences" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["caption", "attend", "evaluate"])
+def test_forbid_bad_endings_flag_reaches_the_generation_settings(command):
+    from captioning.cli import build_parser
+    from captioning.cli_options import generation_overrides
+    from captioning.models.search import GenerationConfig
+
+    required = {"caption": ["x.png"], "attend": ["x.png", "--out", "o"], "evaluate": ["--annotations", "a.json"]}[command]
+    parser = build_parser()
+    plain = parser.parse_args([command, "--checkpoint", "c.ckpt", *required])
+    flagged = parser.parse_args([command, "--checkpoint", "c.ckpt", "--forbid-bad-endings", *required])
+    model_default = GenerationConfig(forbid_bad_endings=True)
+    assert model_default.replace(**generation_overrides(plain)).forbid_bad_endings is True  # absent: the model's
+    assert GenerationConfig().replace(**generation_overrides(flagged)).forbid_bad_endings is True
