@@ -150,8 +150,10 @@ class ValidationExamples(Callback):
 
 
 class LastCheckpoint(Callback):
-    """``last.ckpt`` beside the run's other checkpoints: every ``minutes`` of training, and when the
-    run is stopped by Ctrl-C (SIGINT) or SIGTERM, at the end of the step under way, before exiting.
+    """``last.ckpt`` beside the run's other checkpoints: after every validation, every ``minutes`` of
+    training, and when the run is stopped by Ctrl-C (SIGINT) or SIGTERM, at the end of the step under
+    way, before exiting. (ModelCheckpoint's ``save_last`` rewrites it only when it also saves a best
+    checkpoint, so between improvements it would lag behind the run.)
 
     Resuming from it (``--ckpt_path .../last.ckpt``) continues the unfinished epoch exactly. Under
     DDP the signals are left to Lightning's own handling. A second Ctrl-C stops at once.
@@ -210,6 +212,10 @@ class LastCheckpoint(Callback):
             os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
         self._saved_at = time.monotonic()
         return path
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self._save(trainer)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         import signal

@@ -220,6 +220,29 @@ def test_prepare_reports_five_problems_in_one_run_and_writes_nothing(tmp_path, c
     assert not vocab.exists()  # nothing is written when the check fails
 
 
+def test_prepare_reports_every_problem_of_coco_caption_files(tmp_path, capsys, coco):
+    train, val, split = coco
+    data = json.loads(train.read_text())
+    data["annotations"][0] = {"id": 1, "caption": "no image id"}  # 1. a malformed annotation
+    for ann in data["annotations"]:
+        if ann.get("image_id") == 2:
+            ann["caption"] = "  ."  # 2. an image without a usable caption
+    other = json.loads(val.read_text())  # 3. image 7 also in the val file
+    data["images"].append(other["images"][0])
+    data["annotations"] += [a for a in other["annotations"] if a["image_id"] == 7]
+    train.write_text(json.dumps(data))
+    vocab = tmp_path / "vocab.json"
+    code = main(["prepare", "--annotations", str(train), str(val), "--split-file", str(split),
+                 "--min-word-freq", "1", "--out", str(vocab)])
+    err = capsys.readouterr().err
+    assert code == 1
+    for expected in ("annotations[0]: expected an object with 'image_id' and 'caption'",
+                     "image 2 (train2014/COCO_train2014_000000000002.jpg): no usable captions", "image 7 is also in"):
+        assert err.count(expected) == 1, (expected, err)  # each problem, once, in one run
+    assert "in no caption file" not in err  # image 2 is reported for its own problem, not as missing
+    assert not vocab.exists()
+
+
 REAL_CONFIGS = sorted(p.name for p in (Path(__file__).parent.parent / "configs").glob("*.yaml")
                       if p.name.split("_")[0] in ("flickr8k", "flickr30k", "coco"))
 

@@ -259,9 +259,10 @@ def test_fit_from_a_cross_entropy_checkpoint_and_resume(tiny_shapes, tiny_checkp
     objective = cli.model.objective
     candidates, refs = ["a small red circle"], [list(objective._references.values())[0]]
     expected = objective.cider.scores(candidates, refs)
+    assert ckpt["global_step"] == 2  # last.ckpt is the run's end (written after each validation)
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path / "b", config="scst_shapes_soft.yaml", steps=3, extra=[
-        "--model.init_from", str(tmp_path / "missing.ckpt"), "--ckpt_path", str(last)]))
-    assert cli.trainer.global_step == 3
+        "--model.init_from", str(tmp_path / "missing.ckpt"), "--ckpt_path", str(last), "--trainer.max_epochs", "2"]))
+    assert cli.trainer.global_step == 5  # epoch 0's 2 steps, then epoch 1's 3
     np.testing.assert_array_equal(cli.model.objective.cider.scores(candidates, refs), expected)
     assert cli.model.objective.cider.num_images == 40
 

@@ -69,3 +69,14 @@ def test_enable_checkpointing_false_trains_and_writes_no_checkpoint(tiny_shapes,
     assert cli.trainer.global_step > 0
     assert cli.trainer.checkpoint_callback is None
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_last_checkpoint_is_the_run_s_last_step(logged_run):
+    """last.ckpt is rewritten after every validation, not only when a best checkpoint is saved."""
+    import torch
+
+    cli, _ = logged_run
+    folder = cli.trainer.checkpoint_callback.dirpath
+    last = torch.load(f"{folder}/last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == cli.trainer.global_step
+    assert last["epoch"] == cli.trainer.current_epoch - 1 or last["epoch"] == cli.trainer.current_epoch

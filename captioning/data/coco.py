@@ -23,21 +23,34 @@ from captioning.common import PathLike
 
 
 
-def _coco(path: str, data: dict):
-    """A pycocotools COCO object over already-parsed data (its own loader would read the file again)."""
+def _report(message: str, problems: Optional[list]) -> None:
+    """A problem of one image or entry: raised, or (given a ``problems`` list) noted and left out."""
+    if problems is None:
+        raise AnnotationError(message)
+    problems.append(message)
+
+
+def _coco(path: str, data: dict, problems: Optional[list] = None):
+    """A pycocotools COCO object over already-parsed data (its own loader would read the file again).
+    Malformed entries are errors, or with a ``problems`` list noted there and left out."""
     from pycocotools.coco import COCO
 
     for key in ("images", "annotations"):
         if not isinstance(data.get(key), list):
             raise AnnotationError(f"{path}: missing or ill-typed top-level field {key!r} (not a COCO caption file?)")
+    annotations, images = [], []
     for i, ann in enumerate(data["annotations"]):
         if not isinstance(ann, dict) or not {"image_id", "caption"} <= ann.keys():
-            raise AnnotationError(f"{path}: annotations[{i}]: expected an object with 'image_id' and 'caption'")
+            _report(f"{path}: annotations[{i}]: expected an object with 'image_id' and 'caption'", problems)
+        else:
+            annotations.append(ann)
     for i, img in enumerate(data["images"]):
         if not isinstance(img, dict) or not {"id", "file_name"} <= img.keys():
-            raise AnnotationError(f"{path}: images[{i}]: expected an object with 'id' and 'file_name'")
+            _report(f"{path}: images[{i}]: expected an object with 'id' and 'file_name'", problems)
+        else:
+            images.append(img)
     coco = COCO()
-    coco.dataset = data
+    coco.dataset = {**data, "annotations": annotations, "images": images}
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         coco.createIndex()
     return coco
@@ -82,25 +95,31 @@ def _split_from_name(path: str) -> str:
 
 
 def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: Optional[PathLike] = None,
-              merge_restval: bool = True, data: Optional[dict] = None) -> list[ImageRecord]:
+              merge_restval: bool = True, data: Optional[dict] = None,
+              problems: Optional[list] = None) -> list[ImageRecord]:
     """Every captioned image of the COCO caption files, ordered by cocoid.
 
     Raises :class:`AnnotationError` for a missing or malformed file, an image listed in two files,
-    an image without a usable caption, or split-file cocoids that no caption file has.
+    an image without a usable caption, or split-file cocoids that no caption file has. Given a
+    ``problems`` list, the problems of single images and entries are noted there (each once) and
+    those left out, instead of stopping at the first (``captioning prepare``).
     """
     files = [os.fspath(captions_files)] if isinstance(captions_files, (str, os.PathLike)) else [os.fspath(f) for f in captions_files]
     splits = read_split_file(split_file, merge_restval) if split_file else None
     records: dict[int, ImageRecord] = {}
     where: dict[int, str] = {}
+    seen: set[int] = set()  # every cocoid of the caption files, usable or not
     for path in files:
-        coco = _coco(path, data if data is not None and len(files) == 1 else read_json(path))
+        coco = _coco(path, data if data is not None and len(files) == 1 else read_json(path), problems)
         folder, default_split = _folder(path), None if splits else _split_from_name(path)
         for cocoid, img in coco.imgs.items():
             cocoid = int(cocoid)
             if splits is not None and cocoid not in splits:
                 continue
+            seen.add(cocoid)
             if cocoid in records:
-                raise AnnotationError(f"{path}: image {cocoid} is also in {where[cocoid]}")
+                _report(f"{path}: image {cocoid} is also in {where[cocoid]}", problems)
+                continue
             captions, tokens = [], []
             for ann in coco.imgToAnns.get(cocoid, []):
                 raw = ann["caption"] if isinstance(ann["caption"], str) else ""
@@ -110,16 +129,18 @@ def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: O
                     tokens.append(words)
             rel = os.path.normpath(os.path.join(folder, img["file_name"]))
             if not captions:
-                raise AnnotationError(f"{path}: image {cocoid} ({rel}): no usable captions")
+                _report(f"{path}: image {cocoid} ({rel}): no usable captions", problems)
+                continue
             split = splits[cocoid] if splits is not None else default_split
             records[cocoid] = ImageRecord(0, cocoid, rel, split, captions, tokens, [], img.get("width"), img.get("height"))
             where[cocoid] = path
     if splits is not None:
-        lost = sorted(set(splits) - set(records))
+        lost = sorted(set(splits) - seen)  # (an image left out for a problem of its own is reported already)
         if lost:
-            raise AnnotationError(
+            _report(
                 f"{split_file}: {len(lost)} cocoid(s) are in no caption file (e.g. {lost[:5]}); "
-                f"pass every caption file the split uses (captions_train2014.json and captions_val2014.json)"
+                f"pass every caption file the split uses (captions_train2014.json and captions_val2014.json)",
+                problems,
             )
     out = [records[k] for k in sorted(records)]
     for i, r in enumerate(out):

@@ -42,7 +42,7 @@ def load_records(path: Union[PathLike, Sequence[PathLike]], split_file: Optional
                  merge_restval: bool = True, problems: Optional[list] = None) -> list[ImageRecord]:
     """The ImageRecords of an annotation file in any supported format (see the module docstring).
 
-    ``problems``: collect the problems of single images (Karpathy files) or rows (CSV / JSON lines)
+    ``problems``: collect the problems of single images (Karpathy and COCO files) or rows (CSV / JSON lines)
     in this list and leave those out, instead of stopping at the first (``captioning prepare``)."""
     paths = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
     if not paths:
@@ -54,7 +54,7 @@ def load_records(path: Union[PathLike, Sequence[PathLike]], split_file: Optional
     if kind == "coco":
         from captioning.data.coco import load_coco
 
-        return load_coco(paths, split_file, merge_restval)
+        return load_coco(paths, split_file, merge_restval, problems=problems)
     if split_file:
         raise AnnotationError(f"{paths[0]}: a split file only applies to COCO caption files (this is {kind} format)")
     if kind == "folder":
