@@ -27,6 +27,20 @@ def default_checkpoint() -> ModelCheckpoint:
                            enable_version_counter=False)
 
 
+def latest_last_checkpoint(root: str) -> str:
+    """The most recently written ``last.ckpt`` under ``root`` (any version folder), or a one-line error."""
+    import glob
+    import os
+
+    from captioning.errors import ConfigError
+
+    found = [p for p in glob.glob(os.path.join(glob.escape(root), "**", "last.ckpt"), recursive=True) if os.path.isfile(p)]
+    if not found:
+        raise ConfigError(f"--ckpt_path last: no last.ckpt under {os.path.abspath(root)} (trainer.default_root_dir); "
+                          "give the checkpoint's path")
+    return max(found, key=os.path.getmtime)
+
+
 class ShortUsageParser(LightningArgumentParser):
     """A parser whose errors take three lines (usage, a pointer to --help, the error), not a hundred."""
 
@@ -42,6 +56,15 @@ class CaptioningCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.image_size", "model.image_size")
+
+    def before_fit(self) -> None:
+        """``--ckpt_path last``: the newest last.ckpt under the run's root folder. (Lightning looks only
+        in the new run's own checkpoint folder, and with the default logger every run gets a new
+        ``version_N``, so it would never find the previous run's.)"""
+        config = self.config_init[self.subcommand]
+        if config.get("ckpt_path") == "last":
+            config["ckpt_path"] = latest_last_checkpoint(self.trainer.default_root_dir)
+            print(f"resuming from {config['ckpt_path']}", flush=True)
 
     def instantiate_trainer(self, **kwargs):
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init

@@ -1,5 +1,7 @@
 """What a training run shows a person: plain progress lines in a log file, where its files go,
 TensorBoard curves and validation examples, the demo's curves picture."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -80,3 +82,19 @@ def test_last_checkpoint_is_the_run_s_last_step(logged_run):
     last = torch.load(f"{folder}/last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == cli.trainer.global_step
     assert last["epoch"] == cli.trainer.current_epoch - 1 or last["epoch"] == cli.trainer.current_epoch
+
+
+def test_ckpt_path_last_finds_the_previous_version_folder(tiny_shapes, tmp_path, capsys):
+    from captioning.cli import main
+    from conftest import fit_args
+
+    logged = ["--trainer.logger", "true"]  # TensorBoard: each run its own version_N folder
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=2, extra=logged))
+    first = Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    assert first.is_file() and "version_0" in str(first)
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=2, extra=[*logged, "--ckpt_path", "last", "--trainer.max_epochs", "2"]))
+    assert f"resuming from {first}" in capsys.readouterr().out
+    assert cli.trainer.global_step == 4  # two steps restored, two more trained
+    assert main(fit_args(tiny_shapes, tmp_path / "empty", steps=2, extra=["--ckpt_path", "last"])) != 0
+    err = capsys.readouterr().err.strip()
+    assert "--ckpt_path last: no last.ckpt under" in err and len(err.splitlines()) == 1
