@@ -207,7 +207,7 @@ class LastCheckpoint(Callback):
 
         path = self._path(trainer)
         tmp = path + ".tmp"
-        trainer.save_checkpoint(tmp)
+        trainer.save_checkpoint(tmp, weights_only=False)  # (a full checkpoint; saying so keeps Lightning quiet)
         if trainer.is_global_zero:
             os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
         self._saved_at = time.monotonic()
