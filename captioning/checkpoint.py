@@ -1,8 +1,10 @@
-"""Loading a trained captioner from its checkpoint, safely and with clear errors.
+"""Loading a trained captioner from its checkpoint or model folder, safely and with clear errors.
 
 A checkpoint describes itself: the module's hyperparameters and the vocabulary are inside, so
 nothing else is needed to rebuild the model. It is read with ``torch.load(weights_only=True)``:
-a file that would run code when unpickled is refused.
+a file that would run code when unpickled is refused. A model folder (``captioning export``:
+model.safetensors, config.json, vocab.json; see model_folder.py) is read into the same
+dictionary, so :func:`load_module` -- the loader of every command -- takes either.
 """
 from __future__ import annotations
 
@@ -39,28 +41,44 @@ def module_from_hparams(hparams: dict):
     )
 
 
-def load_module(path: str, device: Optional[str] = None):
-    """Rebuild a :class:`~captioning.module.CaptioningModule` in eval mode from a checkpoint file."""
-    from captioning.vocab import Vocabulary
-
+def read_checkpoint(path: str) -> dict:
+    """A checkpoint file's dictionary, or a model folder's in the same form (model_folder.read_folder):
+    {"state_dict", "hyper_parameters", "vocabulary", "training_data", ...}. Nothing that runs code is read."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        from captioning.model_folder import read_folder
+
+        return read_folder(path)
     ckpt = safe_torch_load(path, map_location="cpu")
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{path}: not a captioning checkpoint (expected a dictionary)")
     for key in ("state_dict", "hyper_parameters", "vocabulary"):
         if key not in ckpt:
             raise CheckpointError(f"{path}: not a captioning checkpoint (no {key!r} inside)")
+    return ckpt
+
+
+def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = None):
+    """Rebuild a :class:`~captioning.module.CaptioningModule` in eval mode from a checkpoint file
+    or a model folder (``ckpt``: its :func:`read_checkpoint` dictionary, if already read)."""
+    from captioning.vocab import Vocabulary
+
+    path = os.fspath(path)
+    ckpt = read_checkpoint(path) if ckpt is None else ckpt
+    files = ckpt.get("_files") or {}  # a model folder: errors name its config.json / model.safetensors
     try:
         module = module_from_hparams(ckpt["hyper_parameters"])
         module.set_vocab(Vocabulary.from_dict(ckpt["vocabulary"]))
     except (TypeError, KeyError, CaptioningError) as err:
-        raise CheckpointError(f"{path}: hyperparameters do not fit this version of the model ({err})") from None
+        raise CheckpointError(f"{files.get('config', path)}: hyperparameters do not fit this version of the model ({err})") from None
     try:
         module.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:
         detail = " ".join(str(err).split())[:200]
-        raise CheckpointError(f"{path}: weights do not fit the architecture and vocabulary it describes ({detail})") from None
+        what = "config.json" if files else "the architecture and vocabulary it describes"
+        raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({detail})") from None
     module.training_data = ckpt.get("training_data")
+    module.card = ckpt.get("card")
     module.eval()
     if device is not None:
         module.to(torch.device(device))
