@@ -41,10 +41,29 @@ def module_from_hparams(hparams: dict):
     )
 
 
+def state_mismatch(expected: dict, given: dict) -> Optional[str]:
+    """The first difference between the tensors a model needs and those given, in a few words; None if they fit."""
+    missing, unexpected = [k for k in expected if k not in given], [k for k in given if k not in expected]
+    for key, tensor in expected.items():
+        if key in given and hasattr(given[key], "shape") and tuple(given[key].shape) != tuple(tensor.shape):
+            return (f"{key} is {list(given[key].shape)} in the file, the model needs {list(tensor.shape)}; "
+                    f"{sum(1 for k in expected if k in given and tuple(given[k].shape) != tuple(expected[k].shape))} tensor(s) differ")
+    if missing:
+        return f"{len(missing)} tensor(s) missing, e.g. {missing[0]}"
+    if unexpected:
+        return f"{len(unexpected)} unexpected tensor(s), e.g. {unexpected[0]}"
+    return None
+
+
 def read_checkpoint(path: str) -> dict:
-    """A checkpoint file's dictionary, or a model folder's in the same form (model_folder.read_folder):
+    """A checkpoint file's dictionary, or a model folder's (a path, or a Hub id ``owner/name``) in the
+    same form (model_folder.read_folder):
     {"state_dict", "hyper_parameters", "vocabulary", "training_data", ...}. Nothing that runs code is read."""
+    from captioning.model_files import looks_like_hub_id, resolve_folder
+
     path = os.fspath(path)
+    if looks_like_hub_id(path):  # owner/name: a model of the Hugging Face Hub (its cache when offline)
+        path = resolve_folder(path)
     if os.path.isdir(path):
         from captioning.model_folder import read_folder
 
@@ -71,11 +90,14 @@ def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = 
         module.set_vocab(Vocabulary.from_dict(ckpt["vocabulary"]))
     except (TypeError, KeyError, CaptioningError) as err:
         raise CheckpointError(f"{files.get('config', path)}: hyperparameters do not fit this version of the model ({err})") from None
+    what = "config.json" if files else "the architecture and vocabulary it describes"
+    mismatch = state_mismatch(module.state_dict(), ckpt["state_dict"])
+    if mismatch:
+        raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({mismatch})")
     try:
         module.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:
         detail = " ".join(str(err).split())[:200]
-        what = "config.json" if files else "the architecture and vocabulary it describes"
         raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({detail})") from None
     module.training_data = ckpt.get("training_data")
     module.card = ckpt.get("card")

@@ -123,11 +123,16 @@ def read_vocab(folder: str, vocab_size: int):
         raise CheckpointError(f"{os.path.join(os.fspath(folder), VOCAB_FILE)}: {str(err).removeprefix('vocabulary: ')}") from None
 
 
+#: file name endings that make ``a/b.ckpt`` a path, never a Hub id
+_FILE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".onnx", ".json")
+
+
 def looks_like_hub_id(name: str) -> bool:
     """``owner/name`` that is not a path here: a Hugging Face Hub repository id."""
     parts = name.split("/")
     return (len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and os.sep == "/"
-            and not os.path.exists(name) and not any(p in (".", "..") for p in parts))
+            and not os.path.exists(name) and not any(p in (".", "..") for p in parts)
+            and not name.lower().endswith(_FILE_SUFFIXES))
 
 
 def resolve_folder(name_or_path: str, revision: Optional[str] = None, local_files_only: Optional[bool] = None,
@@ -152,7 +157,8 @@ def resolve_folder(name_or_path: str, revision: Optional[str] = None, local_file
 
     offline = bool(constants.HF_HUB_OFFLINE) if local_files_only is None else bool(local_files_only)
     try:
-        return huggingface_hub.snapshot_download(name, revision=revision, cache_dir=cache_dir, local_files_only=offline)
+        return huggingface_hub.snapshot_download(name, revision=revision, cache_dir=cache_dir, local_files_only=offline,
+                                                 library_name="captioning")
     except LocalEntryNotFoundError:
         where = cache_dir or constants.HF_HUB_CACHE
         if offline:

@@ -23,7 +23,7 @@ import numpy as np
 from captioning.attention_maps import grid_shape
 from captioning.data.images import array_to_image, load_image, to_array, to_rgb
 from captioning.errors import CheckpointError, ConfigError, ImageError
-from captioning.model_files import ENCODER_ONNX, read_config, read_vocab
+from captioning.model_files import ENCODER_ONNX, read_config, read_vocab, resolve_folder
 from captioning.models.generation import GenerationConfig, bad_ending_ids
 from captioning.vocab import Vocabulary
 
@@ -67,12 +67,16 @@ def _session(path: str, num_threads: Optional[int]):
 class OnnxCaptioner:
     """The captioner of an ONNX model folder (see the module docstring).
 
+    ``folder``: an ONNX model folder, or a Hugging Face Hub id ``owner/name`` of one (fetched into
+    huggingface_hub's cache; ``local_files_only`` as for ``Captioner.from_pretrained``).
     ``generation``: the defaults of :meth:`__call__` (the folder's, one beam); ``num_threads``:
     onnxruntime's threads per graph (default: its own choice, the machine's cores).
     """
 
-    def __init__(self, folder: Union[str, os.PathLike], num_threads: Optional[int] = None):
-        self.folder = folder = os.fspath(folder)
+    def __init__(self, folder: Union[str, os.PathLike], num_threads: Optional[int] = None,
+                 local_files_only: Optional[bool] = None):
+        folder = resolve_folder(os.fspath(folder), local_files_only=local_files_only)  # a path, or a Hub id owner/name
+        self.folder = folder
         self.config = config = read_config(folder, "onnx")
         model = config["model"]
         self.vocab = read_vocab(folder, int(model["vocab_size"]))
