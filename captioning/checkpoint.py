@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from captioning.errors import CaptioningError, CheckpointError
-from captioning.files import safe_torch_load
+from captioning.model_folder import read_checkpoint  # noqa: F401 (a checkpoint file, a model folder or a Hub id)
 
 
 def module_from_hparams(hparams: dict):
@@ -53,28 +53,6 @@ def state_mismatch(expected: dict, given: dict) -> Optional[str]:
     if unexpected:
         return f"{len(unexpected)} unexpected tensor(s), e.g. {unexpected[0]}"
     return None
-
-
-def read_checkpoint(path: str) -> dict:
-    """A checkpoint file's dictionary, or a model folder's (a path, or a Hub id ``owner/name``) in the
-    same form (model_folder.read_folder):
-    {"state_dict", "hyper_parameters", "vocabulary", "training_data", ...}. Nothing that runs code is read."""
-    from captioning.model_files import looks_like_hub_id, resolve_folder
-
-    path = os.fspath(path)
-    if looks_like_hub_id(path):  # owner/name: a model of the Hugging Face Hub (its cache when offline)
-        path = resolve_folder(path)
-    if os.path.isdir(path):
-        from captioning.model_folder import read_folder
-
-        return read_folder(path)
-    ckpt = safe_torch_load(path, map_location="cpu")
-    if not isinstance(ckpt, dict):
-        raise CheckpointError(f"{path}: not a captioning checkpoint (expected a dictionary)")
-    for key in ("state_dict", "hyper_parameters", "vocabulary"):
-        if key not in ckpt:
-            raise CheckpointError(f"{path}: not a captioning checkpoint (no {key!r} inside)")
-    return ckpt
 
 
 def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = None):

@@ -169,30 +169,17 @@ def cmd_evaluate(args) -> int:
 def cmd_export(args) -> int:
     import os
 
+    from captioning.export import export
     from captioning.model_folder import folder_summary
 
-    if os.path.isdir(args.out) and any(not p.startswith(".") for p in os.listdir(args.out)) and not args.overwrite:
-        raise CaptioningError(f"--out {args.out}: the folder exists and is not empty (pass --overwrite to write into it)")
     if os.path.isfile(args.out):
         raise CaptioningError(f"--out {args.out}: a file, not a folder")
-    if args.format == "onnx":
-        from captioning.checkpoint import load_module, read_checkpoint
-        from captioning.model_folder import checkpoint_card, read_metrics
-        from captioning.onnx_export import export_onnx
-
-        ckpt = read_checkpoint(args.checkpoint)
-        module = load_module(args.checkpoint, ckpt=ckpt)
-        card = ckpt.get("card") if isinstance(ckpt.get("card"), dict) else checkpoint_card(ckpt)
-        report = read_metrics(args.metrics)
-        if report:
-            card = dict(card, **checkpoint_card({}, report))
-        folder = export_onnx(module, args.out, card, opset=args.opset)
-    else:
-        from captioning.model_folder import export_checkpoint
-
-        folder = export_checkpoint(args.checkpoint, args.out, metrics=args.metrics)
+    if os.path.isdir(args.out) and any(not p.startswith(".") for p in os.listdir(args.out)) and not args.overwrite:
+        raise CaptioningError(f"--out {args.out}: the folder exists and is not empty (pass --overwrite to write into it)")
+    folder = export(args.checkpoint, args.out, format=args.format, metrics=args.metrics, opset=args.opset)
     files = folder_summary(folder)
     source = os.path.getsize(args.checkpoint) if os.path.isfile(args.checkpoint) else None
+
     def size(n: int) -> str:
         return f"{n / 1e6:.2f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 

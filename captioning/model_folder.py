@@ -3,8 +3,9 @@
 ``captioning export --checkpoint CKPT --out DIR`` writes (model_files.py describes the layout)
 model.safetensors (the weights only: no optimizer state, no training loop), config.json, vocab.json
 and a README.md model card. :func:`read_folder` gives back what a checkpoint holds (plain
-hyperparameters, vocabulary, weights), so that ``checkpoint.load_module`` -- the one loader of
-every command -- takes a checkpoint file or a folder alike. Nothing is unpickled: safetensors holds
+hyperparameters, vocabulary, weights), and :func:`read_checkpoint` reads a checkpoint file, a
+folder or a Hub id into that dictionary, so that ``checkpoint.load_module`` -- the one loader of
+every command -- takes any of them. Nothing is unpickled: safetensors holds
 a JSON header and raw tensor bytes, and the rest is JSON.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from captioning import __version__
 from captioning.attention_maps import grid_shape
 from captioning.errors import CheckpointError
-from captioning.files import atomic_write_json, atomic_write_text
+from captioning.files import atomic_write_json, atomic_write_text, safe_torch_load
 from captioning.model_files import (CARD_FILE, CONFIG_FILE, FORMAT, FORMAT_VERSION, VOCAB_FILE, WEIGHTS_FILE,
                                     read_config, read_vocab)
 
@@ -171,19 +172,6 @@ def read_metrics(path: Optional[str]) -> Optional[dict]:
     return report
 
 
-def export_checkpoint(checkpoint: str, out: str, metrics: Optional[str] = None) -> Path:
-    """``captioning export``: the model folder of a checkpoint (a file, or a folder re-exported)."""
-    from captioning.checkpoint import load_module, read_checkpoint
-
-    ckpt = read_checkpoint(checkpoint)
-    module = load_module(checkpoint, ckpt=ckpt)
-    card = ckpt.get("card") if isinstance(ckpt.get("card"), dict) else checkpoint_card(ckpt)
-    report = read_metrics(metrics)
-    if report:
-        card = dict(card, **checkpoint_card({}, report))
-    return save_folder(out, module.model, dict(module.hparams), card)
-
-
 def hparams_from_config(config: dict) -> dict:
     """The checkpoint-style hyperparameters of a config.json (training settings: as recorded, else defaults)."""
     training = config.get("training") or {}
@@ -225,6 +213,26 @@ def read_folder(folder: str) -> dict:
     }
 
 
+def read_checkpoint(path: str) -> dict:
+    """A checkpoint file's dictionary, or a model folder's (a path, or a Hub id ``owner/name``) in the
+    same form (model_folder.read_folder):
+    {"state_dict", "hyper_parameters", "vocabulary", "training_data", ...}. Nothing that runs code is read."""
+    from captioning.model_files import looks_like_hub_id, resolve_folder
+
+    path = os.fspath(path)
+    if looks_like_hub_id(path):  # owner/name: a model of the Hugging Face Hub (its cache when offline)
+        path = resolve_folder(path)
+    if os.path.isdir(path):
+        return read_folder(path)
+    ckpt = safe_torch_load(path, map_location="cpu")
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path}: not a captioning checkpoint (expected a dictionary)")
+    for key in ("state_dict", "hyper_parameters", "vocabulary"):
+        if key not in ckpt:
+            raise CheckpointError(f"{path}: not a captioning checkpoint (no {key!r} inside)")
+    return ckpt
+
+
 def push_to_hub(folder: str, repo_id: str, private: Optional[bool] = None, token: Optional[str] = None,
                 commit_message: str = "Upload a Show, Attend and Tell captioner") -> str:
     """Upload a model folder to the Hugging Face Hub as model repository ``repo_id`` (created if
@@ -243,5 +251,5 @@ def folder_summary(folder: str) -> dict:
     return {p.name: p.stat().st_size for p in sorted(Path(folder).iterdir()) if p.is_file() and not p.name.startswith(".")}
 
 
-__all__ = ["save_folder", "read_folder", "export_checkpoint", "push_to_hub", "model_config", "model_card",
+__all__ = ["save_folder", "read_folder", "read_checkpoint", "push_to_hub", "model_config", "model_card",
            "checkpoint_card", "hparams_from_config", "folder_summary"]

@@ -44,9 +44,10 @@ _ARCHITECTURE = {"encoder": ("name", "grid_size", "channels", "dim"),
 def initial_weights(path: str, hparams: dict) -> tuple[Vocabulary, dict]:
     """(vocabulary, the model's weights) of the checkpoint or model folder a run starts from (``model.init_from``);
     one line of :class:`CheckpointError` if it is not a checkpoint of ``hparams``' architecture."""
-    from captioning.checkpoint import read_checkpoint
+    from captioning.model_files import looks_like_hub_id
+    from captioning.model_folder import read_checkpoint
 
-    if not os.path.exists(path):
+    if not os.path.exists(path) and not looks_like_hub_id(path):
         raise CheckpointError(f"model.init_from={path}: no such file")
     try:
         ckpt = read_checkpoint(path)  # a checkpoint file or a model folder (captioning export)

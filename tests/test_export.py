@@ -18,8 +18,6 @@ from captioning.cli import main
 from captioning.errors import CheckpointError
 from conftest import ROOT, fit_args
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("safetensors")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +36,7 @@ def soft_folder(tiny_checkpoint, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def soft_onnx(tiny_checkpoint, tmp_path_factory) -> Path:
+    pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
     out = tmp_path_factory.mktemp("export") / "soft_onnx"
     assert main(["export", "--format", "onnx", "--checkpoint", str(tiny_checkpoint), "--out", str(out)]) == 0
     return out
@@ -178,6 +177,7 @@ def test_onnx_captions_as_pytorch_greedy_and_beam_3(tiny_checkpoint, soft_onnx, 
 
 
 def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images, tmp_path):
+    pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
     from captioning.onnx_captioner import OnnxCaptioner
 
     out = tmp_path / "hard_onnx"
