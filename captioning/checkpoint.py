@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from captioning.errors import CaptioningError, CheckpointError
-from captioning.model_folder import read_checkpoint  # noqa: F401 (a checkpoint file, a model folder or a Hub id)
+from captioning.model_folder import checkpoint_card, read_checkpoint
 
 
 def module_from_hparams(hparams: dict):
@@ -78,7 +78,7 @@ def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = 
         detail = " ".join(str(err).split())[:200]
         raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({detail})") from None
     module.training_data = ckpt.get("training_data")
-    module.card = ckpt.get("card")
+    module.card = ckpt["card"] if isinstance(ckpt.get("card"), dict) else checkpoint_card(ckpt)  # for model cards
     module.eval()
     if device is not None:
         module.to(torch.device(device))

@@ -13,19 +13,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from captioning.checkpoint import load_module, read_checkpoint
-from captioning.model_folder import checkpoint_card, read_metrics, save_folder
+from captioning.checkpoint import load_module
+from captioning.model_folder import metrics_card, read_metrics, save_folder
 
 
 def export(checkpoint: str, out: str, format: str = "safetensors", metrics: Optional[str] = None,
            opset: Optional[int] = None) -> Path:
     """Write the model folder of ``checkpoint`` in ``format`` ("safetensors" or "onnx"). Returns the folder."""
-    ckpt = read_checkpoint(checkpoint)
-    module = load_module(checkpoint, ckpt=ckpt)
-    card = ckpt.get("card") if isinstance(ckpt.get("card"), dict) else checkpoint_card(ckpt)
-    report = read_metrics(metrics)
-    if report:
-        card = dict(card, **checkpoint_card({}, report))
+    report = read_metrics(metrics)  # a bad report stops the export before the model is read
+    module = load_module(checkpoint)
+    card = dict(module.card, **metrics_card(report)) if report else module.card
     if format == "onnx":
         from captioning.onnx_export import OPSET, export_onnx
 

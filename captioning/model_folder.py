@@ -76,20 +76,23 @@ def model_config(model, hparams: dict, card: Optional[dict] = None) -> dict:
     })
 
 
-def checkpoint_card(ckpt: dict, metrics: Optional[dict] = None) -> dict:
-    """What a model card can say of a checkpoint: its training data, steps, best validation score
-    (Lightning's ModelCheckpoint state) and, from an ``evaluate`` report, its test scores."""
+def checkpoint_card(ckpt: dict) -> dict:
+    """What a model card can say of a checkpoint: its training data, steps and best validation score
+    (Lightning's ModelCheckpoint state)."""
     card: dict[str, Any] = {"training_data": ckpt.get("training_data"), "global_step": ckpt.get("global_step"),
                             "epoch": ckpt.get("epoch")}
     for key, state in (ckpt.get("callbacks") or {}).items():
         if str(key).startswith("ModelCheckpoint") and isinstance(state, dict) and state.get("best_model_score") is not None:
             card["validation"] = {"monitor": state.get("monitor"), "best": _plain(state["best_model_score"])}
             break
-    if metrics:
-        card["test_scores"] = {k: v for k, v in (metrics.get("scores") or {}).items() if isinstance(v, (int, float))}
-        card["test_split"] = {k: metrics.get(k) for k in ("annotations", "split", "num_images")}
-        card["test_generation"] = metrics.get("generation")
     return _plain(card)
+
+
+def metrics_card(report: dict) -> dict:
+    """The test scores of an ``evaluate`` report, for the model card."""
+    return _plain({"test_scores": {k: v for k, v in (report.get("scores") or {}).items() if isinstance(v, (int, float))},
+                   "test_split": {k: report.get(k) for k in ("annotations", "split", "num_images")},
+                   "test_generation": report.get("generation")})
 
 
 def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> str:
@@ -252,4 +255,4 @@ def folder_summary(folder: str) -> dict:
 
 
 __all__ = ["save_folder", "read_folder", "read_checkpoint", "push_to_hub", "model_config", "model_card",
-           "checkpoint_card", "hparams_from_config", "folder_summary"]
+           "checkpoint_card", "metrics_card", "hparams_from_config", "folder_summary"]

@@ -79,8 +79,11 @@ def test_export_writes_weights_only_and_a_self_describing_folder(tiny_checkpoint
     assert "soft attention" in card and str(ckpt["training_data"]) in card
 
 
-def test_from_pretrained_captions_and_scores_as_the_checkpoint(tiny_checkpoint, soft_folder, images):
+def test_from_pretrained_captions_and_scores_as_the_checkpoint(tiny_checkpoint, soft_folder, images, tmp_path):
     a, b = Captioner.from_checkpoint(tiny_checkpoint, "cpu"), Captioner.from_pretrained(soft_folder, "cpu")
+    a.save_pretrained(tmp_path / "saved")  # the API writes the folder the command writes
+    assert json.loads((tmp_path / "saved" / "config.json").read_text()) == json.loads((soft_folder / "config.json").read_text())
+    assert (tmp_path / "saved" / "model.safetensors").read_bytes() == (soft_folder / "model.safetensors").read_bytes()
     for beams in (1, 3):
         ra, rb = a(images, num_beams=beams, return_attention=True), b(images, num_beams=beams, return_attention=True)
         assert [r["generated_text"] for r in ra] == [r["generated_text"] for r in rb]
@@ -174,6 +177,8 @@ def test_onnx_captions_as_pytorch_greedy_and_beam_3(tiny_checkpoint, soft_onnx, 
             np.testing.assert_allclose(x["attention"], y["attention"], atol=1e-4)
             if beams > 1:
                 assert [r["generated_text"] for r in x["beams"]] == [r["generated_text"] for r in y["beams"]]
+    settings = dict(num_beams=3, forbid_bad_endings=True, length_penalty=0.5, max_new_tokens=9)
+    assert same_results(a(images, **settings), b(images, **settings)) >= 0.99
 
 
 def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images, tmp_path):
