@@ -69,11 +69,14 @@ def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = 
     except (TypeError, KeyError, CaptioningError) as err:
         raise CheckpointError(f"{files.get('config', path)}: hyperparameters do not fit this version of the model ({err})") from None
     what = "config.json" if files else "the architecture and vocabulary it describes"
-    mismatch = state_mismatch(module.state_dict(), ckpt["state_dict"])
+    expected = module.state_dict()
+    if files:  # a folder holds the model's weights only, not the objective's running state (e.g. a baseline)
+        expected = {k: v for k, v in expected.items() if k.startswith("model.")}
+    mismatch = state_mismatch(expected, ckpt["state_dict"])
     if mismatch:
         raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({mismatch})")
     try:
-        module.load_state_dict(ckpt["state_dict"])
+        module.load_state_dict(ckpt["state_dict"], strict=not files)
     except RuntimeError as err:
         detail = " ".join(str(err).split())[:200]
         raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({detail})") from None

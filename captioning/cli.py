@@ -61,7 +61,7 @@ def load_captioner(args):
         if args.device not in (None, "cpu"):
             print(f"note: --device {args.device} is ignored with --onnx (onnxruntime runs on the CPU)", file=sys.stderr)
         captioner = OnnxCaptioner(args.onnx)
-        captioner._mode(captioner.generation.replace(**generation_overrides(args)))  # e.g. sampling: before any image
+        captioner.check_generation(captioner.generation.replace(**generation_overrides(args)))  # e.g. sampling: before any image
     else:
         from captioning.api import Captioner
 

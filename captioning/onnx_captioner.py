@@ -139,10 +139,12 @@ class OnnxCaptioner:
         return tuple(self.steps[mode].run(None, {"tokens": tokens.astype(np.int64, copy=False), "h": h, "c": c,
                                                  "features": features, "projected": projected}))
 
-    def _mode(self, config: GenerationConfig) -> str:
+    def check_generation(self, config: GenerationConfig) -> str:
         if config.do_sample or config.attention_mode == "sample":
             raise ConfigError("the ONNX captioner decodes greedily or with beam search: sampling (do_sample, "
                               "attention_mode sample) needs the PyTorch model")
+        """The step graph ``config`` needs ("expected" or "argmax"); a one-line ConfigError for what
+        this captioner cannot do (sampling, a mode the folder has no graph for)."""
         mode = "expected" if self.attention_kind == "soft" else config.attention_mode
         if mode not in self.steps:
             raise ConfigError(f"attention_mode {mode}: this ONNX folder has no step graph for it (it has {', '.join(self.steps)})")
@@ -241,7 +243,7 @@ class OnnxCaptioner:
     def generate(self, images: np.ndarray, config: Optional[GenerationConfig] = None) -> dict:
         """Decode a batch of preprocessed images (B, 3, S, S): numpy arrays as GenerationOutput's fields."""
         config = config or self.generation
-        mode = self._mode(config)
+        mode = self.check_generation(config)
         encoded = self.encode(images)
         return self.greedy(encoded, config, mode) if config.num_beams == 1 else self.beam_search(encoded, config, mode)
 
@@ -254,7 +256,7 @@ class OnnxCaptioner:
         """Caption one image or a list of them, ``batch_size`` at a time; as :meth:`captioning.api.Captioner.__call__`
         (the same generation names and result keys)."""
         config = self.generation.replace(**generation)
-        self._mode(config)
+        self.check_generation(config)
         single = not isinstance(images, (list, tuple))
         pils = [as_rgb(im) for im in ([images] if single else images)]
         results = []

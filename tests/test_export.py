@@ -197,6 +197,11 @@ def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images
             assert [x["locations"] for x in ra] == [y["locations"] for y in rb]
     with pytest.raises(Exception, match="sampling"):
         b(images[:1], attention_mode="sample")
+    # its safetensors folder (without REINFORCE's running baseline, training state) loads as well
+    assert main(["export", "--checkpoint", str(hard_checkpoint), "--out", str(tmp_path / "hard")]) == 0
+    folder = Captioner.from_pretrained(tmp_path / "hard")
+    for mode in ("expected", "argmax"):
+        assert folder(images, num_beams=3, attention_mode=mode) == a(images, num_beams=3, attention_mode=mode)
 
 
 BLOCK_TORCH = '''
