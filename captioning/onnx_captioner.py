@@ -48,7 +48,11 @@ def as_rgb(image) -> "Image.Image":  # noqa: F821
 
 
 def _session(path: str, num_threads: Optional[int]):
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ConfigError("captioning with ONNX graphs needs onnxruntime: pip install 'captioning[onnx]' "
+                          "(or pip install onnxruntime)") from None
 
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such file")

@@ -140,8 +140,13 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: l
 def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) -> Path:
     """Write the ONNX folder of a CaptioningModule: encoder.onnx, decoder_step*.onnx, config.json,
     vocab.json, README.md. Returns the folder."""
+    from captioning.errors import ConfigError
     from captioning.model_folder import model_card, model_config
 
+    try:
+        import onnx  # noqa: F401  (torch.onnx writes the graphs through it)
+    except ImportError:
+        raise ConfigError("export --format onnx needs the onnx package: pip install 'captioning[onnx]'") from None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = copy.deepcopy(module.model).cpu().float().eval()
