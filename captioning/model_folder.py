@@ -90,7 +90,13 @@ def checkpoint_card(ckpt: dict) -> dict:
 
 def metrics_card(report: dict) -> dict:
     """The test scores of an ``evaluate`` report, for the model card."""
-    return _plain({"test_scores": {k: v for k, v in (report.get("scores") or {}).items() if isinstance(v, (int, float))},
+    scores = {}
+    for key, value in (report.get("scores") or {}).items():  # numbers, and one level of groups (grounding.*)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            scores[key] = value
+        elif isinstance(value, dict):
+            scores.update({f"{key}.{k}": v for k, v in value.items() if isinstance(v, float)})
+    return _plain({"test_scores": scores,
                    "test_split": {k: report.get(k) for k in ("annotations", "split", "num_images")},
                    "test_generation": report.get("generation")})
 
