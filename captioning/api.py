@@ -1,7 +1,7 @@
-"""The Python API: load a checkpoint, caption images, get attention maps, render them.
+"""The Python API: load a checkpoint or model folder, caption images, get attention maps, render them.
 
     from captioning.api import Captioner
-    captioner = Captioner.from_checkpoint("best.ckpt")
+    captioner = Captioner.from_checkpoint("best.ckpt")   # or .from_pretrained("model_folder" or "owner/name")
     [out] = captioner("photo.jpg", num_beams=3, return_attention=True)
     out["generated_text"], out["score"], out["attention"].shape   # (T, gh, gw)
     captioner.render("photo.jpg", out, "photo.gif")
@@ -56,7 +56,8 @@ class Captioner:
     """
 
     def __init__(self, model: ShowAttendTell, image_size: int, generation: Optional[GenerationConfig] = None,
-                 description: Optional[dict] = None, device: Optional[Union[str, torch.device]] = None):
+                 description: Optional[dict] = None, device: Optional[Union[str, torch.device]] = None,
+                 hparams: Optional[dict] = None):
         self.device = default_device(device)
         self.model = model.eval().to(self.device)
         self.vocab = model.vocab
@@ -64,21 +65,67 @@ class Captioner:
         self.attention_kind = model.attention_kind
         self.generation = generation or GenerationConfig()
         self.description = dict(description or {})
+        self.hparams = dict(hparams) if hparams is not None else None  # the checkpoint's, for save_pretrained
 
     @classmethod
     def from_module(cls, module, device: Optional[Union[str, torch.device]] = None,
                     training_data: Optional[str] = None) -> "Captioner":
         """The captioner of a trained CaptioningModule (e.g. the one a fit returned)."""
         generation = module.test_generation.replace(num_beams=1, num_return_sequences=1)
-        description = {"encoder": module.encoder_config.name, "training_data": training_data}
-        return cls(module.model, module.image_size, generation, description, device)
+        card = getattr(module, "card", None) or {}
+        description = {"encoder": module.encoder_config.name, "training_data": training_data or card.get("training_data"),
+                       "test_scores": card.get("test_scores"), "card": card}
+        return cls(module.model, module.image_size, generation, description, device, hparams=dict(module.hparams))
 
     @classmethod
     def from_checkpoint(cls, path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None) -> "Captioner":
+        """The captioner of a checkpoint file (``captioning fit``'s) or of a model folder (``captioning export``'s)."""
         from captioning.checkpoint import load_module
 
         module = load_module(path)
         return cls.from_module(module, device, training_data=getattr(module, "training_data", None))
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None,
+                        revision: Optional[str] = None, local_files_only: Optional[bool] = None,
+                        cache_dir: Optional[str] = None) -> "Captioner":
+        """The captioner of a model folder (``captioning export``'s) or of a Hugging Face Hub model ``owner/name``.
+
+        Only JSON and safetensors are read: nothing is unpickled. A Hub id is fetched into (or found
+        in) huggingface_hub's cache; ``local_files_only`` (default: true when ``HF_HUB_OFFLINE`` is
+        set) uses the cache only, and a model not there is a one-line error.
+        """
+        from captioning.checkpoint import load_module
+        from captioning.model_files import resolve_folder
+        from captioning.model_folder import read_folder
+
+        folder = resolve_folder(name_or_path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir)
+        module = load_module(folder, ckpt=read_folder(folder))
+        return cls.from_module(module, device, training_data=getattr(module, "training_data", None))
+
+    def save_pretrained(self, folder: Union[str, os.PathLike]) -> str:
+        """Write this model as a model folder (model.safetensors, config.json, vocab.json, README.md)."""
+        from captioning.model_folder import save_folder
+
+        if self.hparams is None:
+            raise ValueError("save_pretrained needs the model's settings: make the Captioner with from_checkpoint, "
+                             "from_pretrained or from_module")
+        hparams = dict(self.hparams, image_size=self.image_size)
+        return str(save_folder(folder, self.model, hparams, self.description.get("card") or
+                               {"training_data": self.description.get("training_data")}))
+
+    def push_to_hub(self, repo_id: str, private: Optional[bool] = None, token: Optional[str] = None,
+                    commit_message: str = "Upload a Show, Attend and Tell captioner") -> str:
+        """Upload this model to the Hugging Face Hub as ``repo_id`` (``owner/name``, created if needed):
+        the folder :meth:`save_pretrained` writes. Log in first (``hf auth login``) or pass ``token``.
+        Returns the repository's URL; load it anywhere with ``Captioner.from_pretrained(repo_id)``."""
+        import tempfile
+
+        from captioning.model_folder import push_to_hub
+
+        with tempfile.TemporaryDirectory() as tmp:
+            self.save_pretrained(tmp)
+            return push_to_hub(tmp, repo_id, private=private, token=token, commit_message=commit_message)
 
     def describe(self) -> dict:
         """What the model is: attention kind, encoder, vocabulary size, image size (for people and pages)."""

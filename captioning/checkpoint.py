@@ -1,8 +1,10 @@
-"""Loading a trained captioner from its checkpoint, safely and with clear errors.
+"""Loading a trained captioner from its checkpoint or model folder, safely and with clear errors.
 
 A checkpoint describes itself: the module's hyperparameters and the vocabulary are inside, so
 nothing else is needed to rebuild the model. It is read with ``torch.load(weights_only=True)``:
-a file that would run code when unpickled is refused.
+a file that would run code when unpickled is refused. A model folder (``captioning export``:
+model.safetensors, config.json, vocab.json; see model_folder.py) is read into the same
+dictionary, so :func:`load_module` -- the loader of every command -- takes either.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Optional
 import torch
 
 from captioning.errors import CaptioningError, CheckpointError
-from captioning.files import safe_torch_load
+from captioning.model_folder import checkpoint_card, read_checkpoint
 
 
 def module_from_hparams(hparams: dict):
@@ -39,28 +41,47 @@ def module_from_hparams(hparams: dict):
     )
 
 
-def load_module(path: str, device: Optional[str] = None):
-    """Rebuild a :class:`~captioning.module.CaptioningModule` in eval mode from a checkpoint file."""
+def state_mismatch(expected: dict, given: dict) -> Optional[str]:
+    """The first difference between the tensors a model needs and those given, in a few words; None if they fit."""
+    missing, unexpected = [k for k in expected if k not in given], [k for k in given if k not in expected]
+    for key, tensor in expected.items():
+        if key in given and hasattr(given[key], "shape") and tuple(given[key].shape) != tuple(tensor.shape):
+            return (f"{key} is {list(given[key].shape)} in the file, the model needs {list(tensor.shape)}; "
+                    f"{sum(1 for k in expected if k in given and tuple(given[k].shape) != tuple(expected[k].shape))} tensor(s) differ")
+    if missing:
+        return f"{len(missing)} tensor(s) missing, e.g. {missing[0]}"
+    if unexpected:
+        return f"{len(unexpected)} unexpected tensor(s), e.g. {unexpected[0]}"
+    return None
+
+
+def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = None):
+    """Rebuild a :class:`~captioning.module.CaptioningModule` in eval mode from a checkpoint file
+    or a model folder (``ckpt``: its :func:`read_checkpoint` dictionary, if already read)."""
     from captioning.vocab import Vocabulary
 
     path = os.fspath(path)
-    ckpt = safe_torch_load(path, map_location="cpu")
-    if not isinstance(ckpt, dict):
-        raise CheckpointError(f"{path}: not a captioning checkpoint (expected a dictionary)")
-    for key in ("state_dict", "hyper_parameters", "vocabulary"):
-        if key not in ckpt:
-            raise CheckpointError(f"{path}: not a captioning checkpoint (no {key!r} inside)")
+    ckpt = read_checkpoint(path) if ckpt is None else ckpt
+    files = ckpt.get("_files") or {}  # a model folder: errors name its config.json / model.safetensors
     try:
         module = module_from_hparams(ckpt["hyper_parameters"])
         module.set_vocab(Vocabulary.from_dict(ckpt["vocabulary"]))
     except (TypeError, KeyError, CaptioningError) as err:
-        raise CheckpointError(f"{path}: hyperparameters do not fit this version of the model ({err})") from None
+        raise CheckpointError(f"{files.get('config', path)}: hyperparameters do not fit this version of the model ({err})") from None
+    what = "config.json" if files else "the architecture and vocabulary it describes"
+    expected = module.state_dict()
+    if files:  # a folder holds the model's weights only, not the objective's running state (e.g. a baseline)
+        expected = {k: v for k, v in expected.items() if k.startswith("model.")}
+    mismatch = state_mismatch(expected, ckpt["state_dict"])
+    if mismatch:
+        raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({mismatch})")
     try:
-        module.load_state_dict(ckpt["state_dict"])
+        module.load_state_dict(ckpt["state_dict"], strict=not files)
     except RuntimeError as err:
         detail = " ".join(str(err).split())[:200]
-        raise CheckpointError(f"{path}: weights do not fit the architecture and vocabulary it describes ({detail})") from None
+        raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({detail})") from None
     module.training_data = ckpt.get("training_data")
+    module.card = ckpt["card"] if isinstance(ckpt.get("card"), dict) else checkpoint_card(ckpt)  # for model cards
     module.eval()
     if device is not None:
         module.to(torch.device(device))

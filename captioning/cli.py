@@ -48,14 +48,24 @@ def gather_images(items: Sequence[str]) -> tuple[list, list]:
 
 
 def load_captioner(args):
-    """The checkpoint's Captioner and the generation settings of the command's arguments, checked
-    before any image is read; a note when a hard-attention setting meets a soft model."""
-    from captioning.api import Captioner
-    from captioning.models.search import GenerationConfig
+    """The checkpoint's Captioner (or, with --onnx, the ONNX folder's OnnxCaptioner: no torch is
+    imported then) and the generation settings of the command's arguments, checked before any image
+    is read; a note when a hard-attention setting meets a soft model."""
+    from captioning.models.generation import GenerationConfig
 
     apply_image_limit(args)
     GenerationConfig(num_beams=args.num_beams).replace(**generation_overrides(args))  # one-line errors, early
-    captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
+    if getattr(args, "onnx", None):
+        from captioning.onnx_captioner import OnnxCaptioner
+
+        if args.device not in (None, "cpu"):
+            print(f"note: --device {args.device} is ignored with --onnx (onnxruntime runs on the CPU)", file=sys.stderr)
+        captioner = OnnxCaptioner(args.onnx)
+        captioner.check_generation(captioner.generation.replace(**generation_overrides(args)))  # e.g. sampling: before any image
+    else:
+        from captioning.api import Captioner
+
+        captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
     if args.attention_mode not in (None, "expected") and captioner.attention_kind == "soft":
         print(f"note: --attention-mode {args.attention_mode} applies to hard-attention models; "
               "this one has soft attention (it reads the expected context)", file=sys.stderr)
@@ -156,6 +166,29 @@ def cmd_evaluate(args) -> int:
     return 1 if report.get("skipped") else 0
 
 
+def cmd_export(args) -> int:
+    import os
+
+    from captioning.export import export
+    from captioning.model_folder import folder_summary
+
+    if os.path.isfile(args.out):
+        raise CaptioningError(f"--out {args.out}: a file, not a folder")
+    if os.path.isdir(args.out) and any(not p.startswith(".") for p in os.listdir(args.out)) and not args.overwrite:
+        raise CaptioningError(f"--out {args.out}: the folder exists and is not empty (pass --overwrite to write into it)")
+    folder = export(args.checkpoint, args.out, format=args.format, metrics=args.metrics, opset=args.opset)
+    files = folder_summary(folder)
+    source = os.path.getsize(args.checkpoint) if os.path.isfile(args.checkpoint) else None
+
+    def size(n: int) -> str:
+        return f"{n / 1e6:.2f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+    for name, n in files.items():
+        print(f"{folder / name}\t{size(n)}")
+    print(f"wrote {folder}: {size(sum(files.values()))}" + (f" (the checkpoint: {size(source)})" if source else ""))
+    return 0
+
+
 def cmd_demo(args) -> int:
     from captioning.demo import run_demo
 
@@ -218,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("caption", help="caption images")
     p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
-    generation_args(p)
+    generation_args(p, onnx=True)
     p.add_argument("--json", action="store_true", help='print [{"image", "generated_text", "score"}, ...]')
     p.set_defaults(func=cmd_caption)
 
@@ -256,6 +289,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)")
     p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
     p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("export", help="write a model folder to share (safetensors + config.json + vocab.json + "
+                                      "model card), or ONNX graphs that caption without PyTorch")
+    p.add_argument("--checkpoint", required=True, help="a checkpoint written by `captioning fit` (or a model folder)")
+    p.add_argument("--out", required=True, help="the model folder to write")
+    p.add_argument("--format", choices=("safetensors", "onnx"), default="safetensors",
+                   help="safetensors: weights for Captioner.from_pretrained / --checkpoint; onnx: encoder.onnx and "
+                        "decoder_step*.onnx for `caption --onnx` and OnnxCaptioner (default: safetensors)")
+    p.add_argument("--metrics", default=None, help="a report of `captioning evaluate --out`: its test scores go in the model card")
+    p.add_argument("--opset", type=at_least(13), default=17, help="ONNX opset (with --format onnx)")
+    p.add_argument("--overwrite", action="store_true", help="write into a folder that is not empty")
+    p.set_defaults(func=cmd_export)
 
     from captioning.web.cli import add_serve_parser
 

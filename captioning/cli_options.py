@@ -48,11 +48,20 @@ def report_skipped(bad: list) -> None:
         print(f"{len(bad)} image(s) skipped", file=sys.stderr)
 
 
-def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool = True) -> None:
-    """The checkpoint (unless ``checkpoint`` is false), the decoding settings (GenerationConfig's
-    fields) and the device of a command."""
-    if checkpoint:
-        p.add_argument("--checkpoint", required=True, help="a checkpoint written by `captioning fit`")
+#: what --checkpoint takes, in every command's help
+CHECKPOINT_HELP = "a checkpoint written by `captioning fit`, or a model folder written by `captioning export`"
+
+
+def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool = True, onnx: bool = False) -> None:
+    """The checkpoint (unless ``checkpoint`` is false; with ``onnx``, or an ONNX folder instead),
+    the decoding settings (GenerationConfig's fields) and the device of a command."""
+    if checkpoint and onnx:
+        model = p.add_mutually_exclusive_group(required=True)
+        model.add_argument("--checkpoint", help=CHECKPOINT_HELP)
+        model.add_argument("--onnx", metavar="FOLDER",
+                           help="an ONNX folder written by `captioning export --format onnx`: runs with onnxruntime, without PyTorch")
+    elif checkpoint:
+        p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     p.add_argument("--num-beams", type=at_least(1), default=beams, help=f"beams per image (1: greedy; default {beams})")
     p.add_argument("--max-new-tokens", type=at_least(1), default=None, help="longest caption (default: the model's)")
     p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")

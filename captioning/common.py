@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device is made: the ONNX route runs without it
+    import torch
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -12,6 +13,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 def default_device(device: Optional[Union[str, torch.device]] = None) -> torch.device:
     """``device`` if given (checked: a one-line ConfigError if it is not one, or is not here), else
     CUDA when a GPU is visible, else the CPU."""
+    import torch
+
     from captioning.errors import ConfigError
 
     if device is None:

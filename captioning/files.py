@@ -13,8 +13,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
 from captioning.errors import CheckpointError
 from captioning.common import PathLike
 
@@ -85,6 +83,8 @@ def safe_torch_load(path: PathLike, map_location: Any = "cpu") -> Any:
     Raises :class:`CheckpointError` (one line naming the file) when the file is missing, is not
     a checkpoint, is damaged, or holds objects that would run code when unpickled.
     """
+    import torch
+
     path = os.fspath(path)
     require_file(path, CheckpointError, "a checkpoint file")
     if os.path.getsize(path) == 0:

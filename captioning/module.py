@@ -19,7 +19,6 @@ from torch import Tensor
 
 from captioning.errors import CaptioningError, CheckpointError, ConfigError
 from captioning.evaluation import Evaluator
-from captioning.files import safe_torch_load
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
 from captioning.models.search import GenerationConfig, bad_ending_ids
@@ -43,11 +42,17 @@ _ARCHITECTURE = {"encoder": ("name", "grid_size", "channels", "dim"),
 
 
 def initial_weights(path: str, hparams: dict) -> tuple[Vocabulary, dict]:
-    """(vocabulary, the model's weights) of the checkpoint a run starts from (``model.init_from``);
+    """(vocabulary, the model's weights) of the checkpoint or model folder a run starts from (``model.init_from``);
     one line of :class:`CheckpointError` if it is not a checkpoint of ``hparams``' architecture."""
-    ckpt = safe_torch_load(path, map_location="cpu") if os.path.isfile(path) else None
-    if not isinstance(ckpt, dict) or not all(k in ckpt for k in ("state_dict", "hyper_parameters", "vocabulary")):
-        raise CheckpointError(f"model.init_from={path}: " + ("not a captioning checkpoint" if ckpt is not None else "no such file"))
+    from captioning.model_files import looks_like_hub_id
+    from captioning.model_folder import read_checkpoint
+
+    if not os.path.exists(path) and not looks_like_hub_id(path):
+        raise CheckpointError(f"model.init_from={path}: no such file")
+    try:
+        ckpt = read_checkpoint(path)  # a checkpoint file or a model folder (captioning export)
+    except CheckpointError as err:
+        raise CheckpointError(f"model.init_from={path}: not a captioning checkpoint ({err})") from None
     theirs, plain = ckpt["hyper_parameters"], lambda v: list(v) if isinstance(v, tuple) else v
     if not all(isinstance(theirs.get(group), dict) for group in _ARCHITECTURE):
         raise CheckpointError(f"model.init_from={path}: a checkpoint of an older version of this code (no encoder/decoder settings)")

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from captioning.common import PathLike
@@ -134,8 +133,9 @@ def load_image(path: PathLike) -> Image.Image:
         raise ImageError(f"{path}: unreadable image, damaged or truncated ({detail})") from None
 
 
-def to_tensor(img: Image.Image, image_size: int) -> torch.Tensor:
-    """RGB image -> FloatTensor (3, S, S) in [0, 1], S = ``image_size``.
+def to_array(img: Image.Image, image_size: int) -> np.ndarray:
+    """RGB image -> float32 array (3, S, S) in [0, 1], S = ``image_size``: the one resize of every
+    route (PyTorch and ONNX alike; no torch needed here).
 
     A plain bilinear resize (antialiased when shrinking) with no crop, so an attention grid maps
     back onto the whole original image by stretching. Normalisation is the encoder's job.
@@ -145,8 +145,15 @@ def to_tensor(img: Image.Image, image_size: int) -> torch.Tensor:
     if img.mode != "RGB":
         img = _to_rgb(img)
     img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
-    pixels = torch.from_numpy(np.array(img, dtype=np.uint8))  # (S, S, 3)
-    return pixels.permute(2, 0, 1).float().div_(255.0)  # (3, S, S)
+    pixels = np.array(img, dtype=np.uint8)  # (S, S, 3)
+    return np.ascontiguousarray(pixels.transpose(2, 0, 1)).astype(np.float32) / np.float32(255.0)  # (3, S, S)
+
+
+def to_tensor(img: Image.Image, image_size: int) -> "torch.Tensor":
+    """RGB image -> FloatTensor (3, S, S) in [0, 1], S = ``image_size`` (see :func:`to_array`)."""
+    import torch
+
+    return torch.from_numpy(to_array(img, image_size))
 
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}

@@ -11,35 +11,18 @@ Face's generation; with one beam, beam search is greedy decoding.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from captioning.errors import ConfigError
-from captioning.models.attention import ATTENTION_MODES
 from captioning.models.decoder import ShowAttendTellDecoder
+from captioning.models.generation import BAD_ENDINGS, GenerationConfig, bad_ending_ids  # noqa: F401 (their home is torch-free)
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
-
-#: Words a caption should not end with ("a man riding a", "a dog with"): articles, prepositions and
-#: conjunctions, but not those that also end captions as adverbs ("up", "down", "out", "off",
-#: "over", "by", "inside", "behind", "around"). Self-critical training is known to produce such
-#: endings (a cut caption keeps most of its CIDEr); ``GenerationConfig.forbid_bad_endings`` forbids them.
-BAD_ENDINGS = frozenset("""
-    a an the
-    of in on at to for with from into onto upon near among between across against during toward towards
-    via within without under beneath beside than per
-    and or but nor because although though whereas unless whether
-""".split())
-
-
-def bad_ending_ids(vocab: Vocabulary) -> tuple[int, ...]:
-    """The ids of the vocabulary's words in :data:`BAD_ENDINGS`."""
-    return tuple(sorted(vocab.stoi[w] for w in BAD_ENDINGS if w in vocab.stoi))
 
 
 def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", device) -> Optional[Tensor]:
@@ -64,55 +47,6 @@ def _forbid_eos(logp: Tensor, previous: Tensor, table: Optional[Tensor]) -> Tens
         return logp
     logp[:, EOS] = logp[:, EOS].masked_fill(table[previous], float("-inf"))
     return logp
-
-
-@dataclass
-class GenerationConfig:
-    """How captions are generated, with the names of Hugging Face's ``generate``.
-
-    Args:
-        num_beams: beams per image (1: greedy decoding).
-        max_new_tokens: the longest caption, in tokens (EOS included).
-        length_penalty: beam scores are the summed log-probabilities divided by length ** this.
-        do_sample: draw each word from the model's distribution instead of taking the best (one beam only).
-        temperature: divides the log-probabilities before sampling.
-        top_k: sample among the k likeliest words only (0: all).
-        attention_mode: how a hard-attention model picks its context: "expected" (the expected
-            context, as the authors' caption script), "argmax" (the likeliest location) or
-            "sample" (a sampled location). Soft-attention models always use the expected context.
-        num_return_sequences: the best beams to return for each image (at most num_beams).
-        forbid_bad_endings: never end a caption after an article, preposition or conjunction
-            (:data:`BAD_ENDINGS`; EOS gets probability 0 after them). A caption that reaches
-            max_new_tokens still stops there.
-    """
-
-    num_beams: int = 1
-    max_new_tokens: int = 30
-    length_penalty: float = 1.0
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    attention_mode: Literal["expected", "argmax", "sample"] = "expected"
-    num_return_sequences: int = 1
-    forbid_bad_endings: bool = False
-
-    def __post_init__(self):
-        for field, least in (("num_beams", 1), ("max_new_tokens", 1), ("top_k", 0), ("num_return_sequences", 1)):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(f"{field}: expected an integer >= {least}, got {value!r}")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature: expected a number > 0, got {self.temperature!r}")
-        if self.attention_mode not in ATTENTION_MODES:
-            raise ConfigError(f"attention_mode: expected one of {', '.join(ATTENTION_MODES)}, got {self.attention_mode!r}")
-        if self.do_sample and self.num_beams > 1:
-            raise ConfigError("do_sample works with one beam: set num_beams 1 to sample, or do_sample false for beam search")
-        if self.num_return_sequences > self.num_beams:
-            raise ConfigError(f"num_return_sequences ({self.num_return_sequences}) cannot exceed num_beams ({self.num_beams})")
-
-    def replace(self, **changes) -> "GenerationConfig":
-        """A copy with the given fields changed; fields given as None keep their value."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 @dataclass

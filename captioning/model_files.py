@@ -1,0 +1,175 @@
+"""The model folder: the files a shared model is made of, read with checks and without PyTorch.
+
+A model folder (written by ``captioning export``) holds
+
+    config.json         the architecture (encoder and decoder settings, attention kind), the
+                        encoder's preprocessing (image size, normalisation, grid), the generation
+                        defaults and a format version; see :func:`read_config`
+    vocab.json          the vocabulary ({"itos": [...], "min_freq": n})
+    model.safetensors   the weights only (a safetensors file: a JSON header and raw tensors, no code)
+    README.md           the model card
+    encoder.onnx, decoder_step*.onnx   instead of the weights, in a folder of ``--format onnx``
+
+This module reads config.json and vocab.json and finds a folder by path or Hugging Face Hub id;
+it imports neither torch nor onnxruntime, so that both the PyTorch loader (model_folder.py) and
+the ONNX captioner (onnx_captioner.py) use it. Every problem is a one-line
+:class:`~captioning.errors.CheckpointError` naming the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+from captioning.errors import CheckpointError
+
+#: the name and version of the folder layout in config.json (a reader refuses newer versions)
+FORMAT = "show-attend-tell-captioning"
+FORMAT_VERSION = 1
+
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.json"
+WEIGHTS_FILE = "model.safetensors"
+CARD_FILE = "README.md"
+ENCODER_ONNX = "encoder.onnx"
+#: the decoder time step of each attention mode (soft models have "expected" only)
+STEP_ONNX = {"expected": "decoder_step.onnx", "argmax": "decoder_step_argmax.onnx"}
+
+#: what a folder must hold, by kind
+REQUIRED = {"safetensors": (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE), "onnx": (CONFIG_FILE, VOCAB_FILE, ENCODER_ONNX)}
+
+
+def read_json(path: str) -> object:
+    """A JSON file's value; one line naming the file when it is missing or malformed."""
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CheckpointError(f"{path}: is a directory, not a JSON file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg} "
+                              "(a truncated or edited file?)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
+
+
+def _need(config: dict, path: str, *keys: str):
+    value = config
+    for i, key in enumerate(keys):
+        if not isinstance(value, dict) or key not in value:
+            raise CheckpointError(f"{path}: no {'.'.join(keys[: i + 1])!r} (not a config.json written by `captioning export`)")
+        value = value[key]
+    return value
+
+
+def read_config(folder: str, kind: str = "safetensors") -> dict:
+    """config.json of a model folder, checked: its format, version and the fields loading needs.
+
+    ``kind``: "safetensors" or "onnx", the files the folder must hold besides it.
+    """
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise CheckpointError(f"{folder}: no such model folder" if not os.path.exists(folder)
+                              else f"{folder}: a file, not a model folder (a folder written by `captioning export`)")
+    path = os.path.join(folder, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: no such file (a model folder holds {', '.join(REQUIRED[kind])})")
+    config = read_json(path)
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a captioning model config (expected \"format\": \"{FORMAT}\")")
+    version = config.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"{path}: format_version {version!r}; this version of captioning reads up to "
+                              f"{FORMAT_VERSION} (upgrade captioning)")
+    for keys in (("model", "encoder"), ("model", "decoder"), ("model", "vocab_size"), ("model", "num_locations"),
+                 ("model", "feature_dim"), ("preprocessing", "image_size"), ("generation",)):
+        _need(config, path, *keys)
+    if kind == "onnx" and not isinstance(config.get("onnx"), dict):
+        raise CheckpointError(f"{path}: no 'onnx' section: this folder holds PyTorch weights, not ONNX graphs "
+                              "(load it with Captioner.from_pretrained / --checkpoint, or export it with --format onnx)")
+    for name in REQUIRED[kind][1:]:
+        file = os.path.join(folder, name)
+        if not os.path.isfile(file):
+            hint = ""
+            if name == WEIGHTS_FILE and isinstance(config.get("onnx"), dict):
+                hint = " (an ONNX folder: caption with `captioning caption --onnx FOLDER`, or OnnxCaptioner)"
+            raise CheckpointError(f"{file}: no such file{hint}")
+    return config
+
+
+def read_vocab_itos(folder: str, vocab_size: int) -> dict:
+    """vocab.json of a model folder as {"itos", "min_freq"}, checked against config.json's vocab_size."""
+    path = os.path.join(os.fspath(folder), VOCAB_FILE)
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("itos"), list):
+        raise CheckpointError(f"{path}: not a vocabulary (expected {{\"itos\": [...]}})")
+    if len(data["itos"]) != vocab_size:
+        raise CheckpointError(f"{path}: {len(data['itos'])} tokens, but config.json's model has a vocabulary of "
+                              f"{vocab_size} (the vocabulary of another model?)")
+    return data
+
+
+def read_vocab(folder: str, vocab_size: int):
+    """The :class:`~captioning.vocab.Vocabulary` of a model folder (see :func:`read_vocab_itos`)."""
+    from captioning.errors import ConfigError
+    from captioning.vocab import Vocabulary
+
+    data = read_vocab_itos(folder, vocab_size)
+    try:
+        return Vocabulary.from_dict(data)
+    except ConfigError as err:
+        raise CheckpointError(f"{os.path.join(os.fspath(folder), VOCAB_FILE)}: {str(err).removeprefix('vocabulary: ')}") from None
+
+
+#: file name endings that make ``a/b.ckpt`` a path, never a Hub id
+_FILE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".onnx", ".json")
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """``owner/name`` that is not a path here: a Hugging Face Hub repository id."""
+    parts = name.split("/")
+    return (len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and os.sep == "/"
+            and not os.path.exists(name) and not any(p in (".", "..") for p in parts)
+            and not name.lower().endswith(_FILE_SUFFIXES))
+
+
+def resolve_folder(name_or_path: str, revision: Optional[str] = None, local_files_only: Optional[bool] = None,
+                   cache_dir: Optional[str] = None) -> str:
+    """The local folder of a model: ``name_or_path`` itself if it is a folder here, else the
+    snapshot of a Hugging Face Hub repository ``owner/name`` (downloaded into, or found in,
+    huggingface_hub's cache).
+
+    ``local_files_only``: the cache only (default: true when ``HF_HUB_OFFLINE`` is set). A model
+    that is not in the cache then is a one-line error saying so.
+    """
+    name = os.fspath(name_or_path)
+    if os.path.isdir(name) or not looks_like_hub_id(name):
+        return name  # a folder, or a path whose problem read_config names
+    try:
+        import huggingface_hub
+        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+    except ImportError:
+        raise CheckpointError(f"{name}: no such folder here, and huggingface_hub (pip install huggingface_hub) is "
+                              "needed to fetch it from the Hugging Face Hub") from None
+    from huggingface_hub import constants
+
+    offline = bool(constants.HF_HUB_OFFLINE) if local_files_only is None else bool(local_files_only)
+    try:
+        return huggingface_hub.snapshot_download(name, revision=revision, cache_dir=cache_dir, local_files_only=offline,
+                                                 library_name="captioning")
+    except LocalEntryNotFoundError:
+        where = cache_dir or constants.HF_HUB_CACHE
+        if offline:
+            raise CheckpointError(f"{name}: not in the Hugging Face cache ({where}) and offline (HF_HUB_OFFLINE or "
+                                  "local_files_only): download it once with network access, or give a local folder") from None
+        raise CheckpointError(f"{name}: could not reach the Hugging Face Hub and it is not in the cache ({where}); "
+                              "check the network, or give a local folder") from None
+    except RepositoryNotFoundError:
+        raise CheckpointError(f"{name}: no such folder here and no such model on the Hugging Face Hub "
+                              "(or it is private: log in with `hf auth login`)") from None
+    except RevisionNotFoundError:
+        raise CheckpointError(f"{name}: no revision {revision!r} on the Hugging Face Hub") from None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{name}: could not fetch from the Hugging Face Hub ({' '.join(str(err).split())[:150]})") from None

@@ -1,0 +1,175 @@
+"""``captioning export --format onnx``: the encoder and the decoder's time step as ONNX graphs.
+
+Two graphs make a captioner (onnx_captioner.py runs them with onnxruntime and numpy only):
+
+    encoder.onnx        images (B, 3, S, S) in [0, 1] -> features a (B, L, D), projected W_a a + b
+                        (B, L, A), h_0 and c_0 (B, H): everything that depends only on the image,
+                        once per image (normalisation included)
+    decoder_step.onnx   tokens y_{t-1} (N,), h_{t-1}, c_{t-1} (N, H), features (B, L, D), projected
+                        (B, L, A) -> log p(y_t) (N, V), h_t, c_t (N, H), alpha_t (N, L)
+
+N = B * K: the K beams of image k are rows k*K ... (k+1)*K - 1 and share its features (the graph
+reads K from the shapes). Batch sizes are dynamic. A hard-attention model gets a second step,
+decoder_step_argmax.onnx (the context at the likeliest location); decoder_step.onnx takes the
+expected context (the model's default mode). Sampling is not exported.
+
+The step is the decoder's own arithmetic (decoder.py's recurrent_step and deep_output, attention.py's
+sigmoid form of Eq. 4-5), written without the Python branches and chunking the PyTorch loop uses,
+so that one traced graph serves every batch size. Adaptive average pooling to a fixed grid, which
+ONNX cannot express when the grid does not divide the input, is exported as the two averaging
+matrix products it is.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from captioning.files import atomic_write_json, atomic_write_text
+from captioning.model_files import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
+
+OPSET = 17
+ENCODER_INPUTS, ENCODER_OUTPUTS = ["images"], ["features", "projected", "h0", "c0"]
+STEP_INPUTS, STEP_OUTPUTS = ["tokens", "h", "c", "features", "projected"], ["log_probs", "h_next", "c_next", "alpha"]
+
+
+def _pool_matrix(size_in: int, size_out: int) -> Tensor:
+    """(out, in): row i averages the inputs of adaptive pooling's bin i (floor(i*in/out) .. ceil((i+1)*in/out))."""
+    m = torch.zeros(size_out, size_in)
+    for i in range(size_out):
+        start, end = (i * size_in) // size_out, -((-(i + 1) * size_in) // size_out)
+        m[i, start:end] = 1.0 / (end - start)
+    return m
+
+
+class PoolAsMatmul(nn.Module):
+    """AdaptiveAvgPool2d for a known input size: (B, C, H, W) -> (B, C, oh, ow) as P_h x P_w^T."""
+
+    def __init__(self, size_in: tuple[int, int], size_out: tuple[int, int]):
+        super().__init__()
+        self.register_buffer("ph", _pool_matrix(size_in[0], size_out[0]))  # (oh, H)
+        self.register_buffer("pwt", _pool_matrix(size_in[1], size_out[1]).t().contiguous())  # (W, ow)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.matmul(torch.matmul(self.ph, x), self.pwt)  # (oh, H) @ (B, C, H, W) @ (W, ow)
+
+
+def exportable_encoder(encoder: nn.Module, image_size: int) -> nn.Module:
+    """A copy of ``encoder`` whose adaptive poolings are fixed-size matrix products (identity where
+    the grid already has the pooled size), found by running one blank image."""
+    encoder = copy.deepcopy(encoder).eval()
+    sizes: dict[str, tuple] = {}
+    hooks = [m.register_forward_hook(lambda mod, inp, out, name=name: sizes.__setitem__(name, (inp[0].shape[-2:], out.shape[-2:])))
+             for name, m in encoder.named_modules() if isinstance(m, nn.AdaptiveAvgPool2d)]
+    with torch.no_grad():
+        encoder(torch.zeros(1, 3, image_size, image_size))
+    for h in hooks:
+        h.remove()
+    for name, (size_in, size_out) in sizes.items():
+        parent, _, attr = name.rpartition(".")
+        owner = encoder.get_submodule(parent) if parent else encoder
+        replacement = nn.Identity() if tuple(size_in) == tuple(size_out) else PoolAsMatmul(tuple(size_in), tuple(size_out))
+        setattr(owner, attr, replacement)
+    return encoder
+
+
+class EncoderGraph(nn.Module):
+    """What depends only on the image: a, W_a a + b, and the initial state (decoder.initial_state)."""
+
+    def __init__(self, model, image_size: int):
+        super().__init__()
+        self.encoder = exportable_encoder(model.encoder, image_size)
+        self.init_state = model.decoder.init_state
+        self.feature_proj = model.decoder.f_att.feature_proj
+
+    def forward(self, images: Tensor):
+        features = self.encoder(images)  # (B, 3, S, S) -> (B, L, D), normalised inside
+        h0, c0 = torch.tanh(self.init_state(features.mean(1))).chunk(2, dim=-1)  # (B, D) -> 2 x (B, H)
+        return features, self.feature_proj(features), h0, c0  # projected: (B, L, A)
+
+
+class StepGraph(nn.Module):
+    """One generation step of the decoder (decoder.step) for N = B * K rows over B images."""
+
+    def __init__(self, decoder, mode: str = "expected"):
+        super().__init__()
+        self.d = decoder
+        self.mode = mode
+
+    def forward(self, tokens: Tensor, h: Tensor, c: Tensor, features: Tensor, projected: Tensor):
+        d = self.d
+        A, H = d.attention_dim, d.hidden_dim
+        B, L, D = projected.size(0), projected.size(1), features.size(2)
+        embedded = d.embedding(tokens)  # (N, M)
+        h_att, h_beta, h_gates = d.from_hidden(h).split([A, 1, 4 * H], dim=1)  # (N, A), (N, 1), (N, 4H)
+        # Eq. 4-5 as attention.py computes it: (2w)^T sigmoid(2 W_a a + 2 W_h h + 2b) + b_w - sum(w)
+        score = d.f_att.score
+        hidden = (2 * h_att).view(B, -1, 1, A)  # (B, K, 1, A)
+        y2 = torch.add(hidden, projected.unsqueeze(1), alpha=2)  # (B, K, L, A)
+        e = torch.matmul(torch.sigmoid(y2), 2 * score.weight.view(A))  # (B, K, L)
+        alpha = torch.softmax((e + (score.bias - score.weight.sum())).view(-1, L), dim=-1)  # (N, L)
+        if self.mode == "argmax":  # a_{argmax alpha}: a one-hot row picks the annotation vector exactly
+            weights = F.one_hot(alpha.argmax(dim=-1), L).to(alpha.dtype)
+        else:
+            weights = alpha
+        context = torch.bmm(weights.view(B, -1, L), features).view(-1, D)  # (B, K, L) x (B, L, D) -> (N, D)
+        z = torch.sigmoid(h_beta) * context  # beta_t z_t: (N, 1) * (N, D)
+        gates = d.embed_gates(embedded) + h_gates + d.context_gates(z)  # (N, 4H)
+        i, f, g, o = gates.chunk(4, dim=-1)
+        c_next = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h_next = torch.sigmoid(o) * torch.tanh(c_next)
+        logits = d.deep_output(embedded, h_next, z)  # (N, V)
+        return F.log_softmax(logits, dim=-1), h_next, c_next, alpha
+
+
+def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: list, axes: dict, opset: int) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
+        torch.onnx.export(module, args, str(tmp), input_names=inputs, output_names=outputs, dynamic_axes=axes,
+                          opset_version=opset, do_constant_folding=True, dynamo=False)
+    os.replace(tmp, path)
+
+
+def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) -> Path:
+    """Write the ONNX folder of a CaptioningModule: encoder.onnx, decoder_step*.onnx, config.json,
+    vocab.json, README.md. Returns the folder."""
+    from captioning.errors import ConfigError
+    from captioning.model_folder import model_card, model_config
+
+    try:
+        import onnx  # noqa: F401  (torch.onnx writes the graphs through it)
+    except ImportError:
+        raise ConfigError("export --format onnx needs the onnx package: pip install 'captioning[onnx]'") from None
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = copy.deepcopy(module.model).cpu().float().eval()
+    S = int(module.image_size)
+    config = model_config(model, dict(module.hparams), card)
+    B, K = 2, 3  # example sizes, distinct so that no size is mistaken for another
+    with torch.no_grad():
+        encoder = EncoderGraph(model, S).eval()
+        images = torch.rand(B, 3, S, S)
+        features, projected, h0, c0 = encoder(images)
+        _export(encoder, (images,), out / ENCODER_ONNX, ENCODER_INPUTS, ENCODER_OUTPUTS,
+                {"images": {0: "images"}, **{name: {0: "images"} for name in ENCODER_OUTPUTS}}, opset)
+        modes = ("expected", "argmax") if model.attention_kind == "hard" else ("expected",)
+        args = (torch.full((B * K,), 1, dtype=torch.long), h0.repeat_interleave(K, 0), c0.repeat_interleave(K, 0),
+                features, projected)
+        axes = {"tokens": {0: "rows"}, "h": {0: "rows"}, "c": {0: "rows"}, "features": {0: "images"},
+                "projected": {0: "images"}, **{name: {0: "rows"} for name in STEP_OUTPUTS}}
+        for mode in modes:
+            _export(StepGraph(model.decoder, mode).eval(), args, out / STEP_ONNX[mode], STEP_INPUTS, STEP_OUTPUTS, axes, opset)
+    config["onnx"] = {"opset": opset, "encoder": ENCODER_ONNX, "steps": {m: STEP_ONNX[m] for m in modes},
+                      "encoder_inputs": ENCODER_INPUTS, "encoder_outputs": ENCODER_OUTPUTS,
+                      "step_inputs": STEP_INPUTS, "step_outputs": STEP_OUTPUTS}
+    atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())
+    atomic_write_json(out / CONFIG_FILE, config)
+    atomic_write_text(out / CARD_FILE, model_card(config))
+    return out
