@@ -51,7 +51,7 @@ class Evaluator:
         if self.keep_alignments:
             for i, image_id in enumerate(batch["image_ids"].tolist()):
                 n = int(out.lengths[i])
-                chosen = out.locations[i, :n].cpu().numpy() if model.attention_kind == "hard" else None
+                chosen = out.locations[i, :n].cpu().numpy() if model.attention_kind == "hard" and out.locations.dim() == 2 else None
                 self.alignments[image_id] = (model.vocab.decode(out.sequences[i, :n].tolist()),
                                              out.alphas[i, :n].cpu().numpy(), chosen)
         return out

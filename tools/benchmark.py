@@ -26,6 +26,15 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   samples and the 48 greedy captions (``reward_ms``, PTB tokenisation included) and their share of
   the step. The model is untrained: its captions run to ``max_new_tokens``, the worst case for both.
 
+- ``variants``: the attention variants of configs/shapes_<variant>.yaml (issue 14; the paper's
+  soft and hard models first) at the shapes demo's sizes: the whole model (its small CNN on 64 px
+  images, B = 48 pairs, the config's decoder and objective, Adam) for one training step
+  (``train_ms_per_step``) and beam-3 decoding of 48 images (``beam3_images_per_s``, encoder
+  included). The variants are timed round-robin (``--rounds`` rounds, a few steps each, the median
+  of each variant), so that a busy machine slows them all alike: compare the rows of one run
+  (``train_ratio`` is the variant's ms/step over the paper's soft model's, in the same run).
+  ``--variant-sizes coco`` times the decoders at COCO's sizes instead (features given, no encoder).
+
 Memory: on CUDA the peak of torch.cuda.max_memory_allocated for each row; on CPU the process's
 peak RSS (ru_maxrss) after the row and its growth during the row (a high-water mark: a row that
 needs less than an earlier one shows 0 growth).
@@ -434,6 +443,91 @@ def bench_scst(device, quick: bool) -> list[dict]:
     return rows
 
 
+VARIANTS = ("soft", "hard", "dot", "general", "scaled_dot", "multihead", "luong", "local", "refiner")
+
+
+def variant_config(name: str) -> dict:
+    """(encoder, decoder, objective init_args) of configs/shapes_<name>.yaml."""
+    import yaml
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "configs", f"shapes_{name}.yaml")) as f:
+        model = yaml.safe_load(f)["model"]
+    return model["encoder"], model["decoder"], model["objective"]
+
+
+def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=VARIANTS) -> list[dict]:
+    from captioning.models.encoders import EncoderConfig
+    from captioning.models.show_attend_tell import ShowAttendTell
+    from captioning.objectives import OBJECTIVES
+
+    coco = sizes == "coco"
+    V, B = (10000, 32) if coco else (40, 48)
+    vocab = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
+    g = torch.Generator().manual_seed(0)
+    captions, lengths = make_captions(B, V, g, lo=9, hi=24, mean=13.0) if coco else make_captions(B, V, g, lo=6, hi=28, mean=15.0, sd=5.0)
+    captions, lengths = captions.to(device), lengths.to(device)
+    images = torch.rand(B, 3, 64, 64, generator=g).to(device)
+    features = torch.randn(B, 196, 2048, generator=g).to(device) if coco else None
+    steps_per_round, max_new = (1, 8) if quick else (3, 30)
+    runs = {}
+    for name in names:
+        encoder, decoder, objective = variant_config(name)
+        if coco:
+            decoder = dict(decoder, embed_dim=512, hidden_dim=512, attention_dim=512,
+                           **({"local_sigma": 1.5 * 14 / 8} if decoder.get("window") == "local" else {}))
+            if decoder.get("score") == "dot":
+                decoder["hidden_dim"] = 2048  # dot needs H = D
+        torch.manual_seed(0)
+        model = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(device)
+        decoding = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(device)
+        with torch.no_grad():  # untrained models end their captions at random: this one never does,
+            decoding.decoder.out_logits.bias[EOS] = -1e4  # so every variant decodes max_new_tokens steps
+        cls = OBJECTIVES[objective["class_path"].rsplit(".", 1)[1]]
+        obj = cls(**objective.get("init_args", {})).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        batch = {"captions": captions, "lengths": lengths}
+
+        def train(model=model, obj=obj, opt=opt):
+            model.train()
+            for _ in range(steps_per_round):
+                opt.zero_grad(set_to_none=True)
+                x = features if coco else model.encoder(images)
+                out = obj(model, x, batch)
+                out.loss.backward()
+                opt.step()
+                obj.commit(out)
+
+        def decode(model=decoding):
+            model.eval()
+            with torch.no_grad():
+                x = features if coco else model.encoder(images)
+                beam_search(model.decoder, x, GenerationConfig(num_beams=3, max_new_tokens=max_new))
+
+        runs[name] = (train, decode, decoder, sum(p.numel() for p in model.parameters()))
+        train(), decode()  # warm-up
+    times = {name: ([], []) for name in runs}
+    for _ in range(rounds):  # round-robin: a noisy neighbour slows every variant alike
+        for name, (train, decode, *_) in runs.items():
+            for fn, out in ((train, times[name][0]), (decode, times[name][1])):
+                sync(device)
+                t = time.perf_counter()
+                fn()
+                sync(device)
+                out.append(time.perf_counter() - t)
+    rows = []
+    base = None
+    for name, (train, decode, decoder, params) in runs.items():
+        train_s = float(np.median(times[name][0])) / steps_per_round
+        decode_s = float(np.median(times[name][1]))
+        base = base or train_s
+        rows.append({"variant": name, "sizes": sizes, "B": B, "params": params, "train_ms_per_step": round(train_s * 1e3, 1),
+                     "train_ratio": round(train_s / base, 3), "beam3_images_per_s": round(B / decode_s, 1),
+                     "max_new_tokens": max_new})
+        print("  variants", rows[-1], flush=True)
+    return rows
+
+
 def profile_step(device, top: int = 25) -> None:
     """torch.profiler of one soft-attention training step at COCO sizes."""
     from torch.profiler import ProfilerActivity, profile
@@ -491,7 +585,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
     p.add_argument("--compile", action="store_true", help="also training rows with the decoder step under torch.compile")
-    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst")
+    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants")
+    p.add_argument("--rounds", type=int, default=5, help="'variants': round-robin rounds (the median of each variant is kept)")
+    p.add_argument("--variant-sizes", choices=("demo", "coco"), default="demo", help="'variants': the shapes demo's sizes or COCO's")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="'variants': which configs/shapes_<name>.yaml, comma-separated")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="DataLoader workers for 'load'")
     p.add_argument("--profile", action="store_true", help="only profile one soft training step at COCO sizes")
     args = p.parse_args(argv)
@@ -522,9 +619,12 @@ def main(argv=None) -> int:
         result["load"] = bench_load(device, args.quick, args.workers)
     if "scst" in sections:
         result["scst"] = bench_scst(device, args.quick)
+    if "variants" in sections:
+        result["variants"] = bench_variants(device, args.quick, args.rounds, args.variant_sizes,
+                                            [v.strip() for v in args.variants.split(",") if v.strip()])
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     print()
-    for name in ("peak", "train", "decode", "encode", "load", "scst"):
+    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants"):
         if name in result:
             print(table(name, result[name]))
     print(f"total {result['seconds']} s")
