@@ -335,3 +335,39 @@ def test_luong_pass_is_the_same_whatever_the_grouping(group, monkeypatch):
     torch.testing.assert_close(alphas2, alphas)
     for a, b in zip(torch.autograd.grad(ll2.sum(), list(dec.parameters())), grads):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_api_gives_each_heads_maps_and_renders_them_as_panels(kind, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from captioning.api import Captioner
+    from captioning.models.encoders import EncoderConfig
+    from captioning.models.show_attend_tell import ShowAttendTell
+    from captioning.vocab import Vocabulary
+
+    torch.manual_seed(0)
+    vocab = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
+    model = ShowAttendTell(EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=D),
+                           DecoderConfig(embed_dim=6, hidden_dim=D, attention_dim=8, dropout=0.0, heads=2,
+                                         attention_kind=kind), vocab)
+    with torch.no_grad():
+        model.decoder.out_logits.bias[Vocabulary.eos_id] = -50.0  # a caption of max_new_tokens words
+    captioner = Captioner(model, image_size=32, device="cpu")
+    image = Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8))
+    [out] = captioner(image, return_attention=True, max_new_tokens=4, attention_mode="argmax" if kind == "hard" else "expected")
+    T = len(out["tokens"])
+    assert out["head_attention"].shape[:2] == (T, 2)
+    np.testing.assert_allclose(out["head_attention"].mean(1), out["attention"], rtol=1e-5, atol=1e-7)
+    if kind == "hard":
+        assert len(out["head_locations"]) == T and all(len(step) == 2 for step in out["head_locations"])
+    mean_frames = captioner.render(image, out, format="gif")
+    each_frames = captioner.render(image, out, format="gif", heads="each")
+    assert len(each_frames) == len(mean_frames) and each_frames[0].width > 2 * mean_frames[0].width - 1
+    grid = captioner.render(image, out, format="png", heads="each")
+    assert grid.height > 2 * captioner.render(image, out, format="png").height - 1
+    path = captioner.render(image, out, tmp_path / "heads.gif", heads="each")
+    assert Image.open(path).n_frames == len(each_frames)
+    with pytest.raises(ValueError, match="heads"):
+        captioner.render(image, out, format="png", heads="some")

@@ -111,7 +111,8 @@ class AdditiveAttention(nn.Module):
         w2 = 2 * self.score.weight.view(heads, a)  # (heads, a)
         shift = self.score.bias - self.score.weight.view(heads, a).sum(1)  # (heads,)
         y2 = torch.add((2 * h_att).view(B, beams, 1, A), projected.unsqueeze(1), alpha=2)  # (B, K, L, A)
-        e = (torch.sigmoid(y2).view(B, beams, L, heads, a) * w2).sum(-1) + shift  # (B, K, L, heads)
+        blocks = torch.block_diag(*w2.unsqueeze(-1))  # (A, heads): head k's w_k in rows k*a..(k+1)*a of column k
+        e = torch.matmul(torch.sigmoid(y2), blocks) + shift  # (B, K, L, heads): one product for every head
         return e.transpose(2, 3).reshape(B * beams, heads, L)
 
     def _scores_no_grad(self, projected: Tensor, hidden: Tensor, w2: Tensor) -> Tensor:
