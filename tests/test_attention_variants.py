@@ -371,3 +371,20 @@ def test_api_gives_each_heads_maps_and_renders_them_as_panels(kind, tmp_path):
     assert Image.open(path).n_frames == len(each_frames)
     with pytest.raises(ValueError, match="heads"):
         captioner.render(image, out, format="png", heads="some")
+
+
+def test_print_config_shows_the_variant_settings(capsys, tiny_shapes):
+    from captioning.trainer_cli import run_lightning_cli
+    from conftest import ROOT
+
+    for config, expected in (("shapes_soft.yaml", ("score: additive", "heads: 1", "placement: bahdanau", "window: global",
+                                                   "refiner_layers: 0")),
+                             ("shapes_luong.yaml", ("placement: luong",)), ("shapes_local.yaml", ("window: local", "local_sigma: 1.5")),
+                             ("shapes_multihead.yaml", ("heads: 4",)), ("shapes_refiner.yaml", ("refiner_layers: 1",))):
+        with pytest.raises(SystemExit) as exit_info:
+            run_lightning_cli(["fit", "--config", str(ROOT / "configs" / config), "--data.annotations", str(tiny_shapes),
+                               "--print_config"])
+        assert exit_info.value.code == 0
+        out = capsys.readouterr().out
+        for line in expected:
+            assert f"    {line}\n" in out, (config, line)

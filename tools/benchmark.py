@@ -34,6 +34,11 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   of each variant), so that a busy machine slows them all alike: compare the rows of one run
   (``train_ratio`` is the variant's ms/step over the paper's soft model's, in the same run).
   ``--variant-sizes coco`` times the decoders at COCO's sizes instead (features given, no encoder).
+- ``luong``: what Luong placement's batched teacher-forced pass gains: the decoder's training step
+  (features given, forward + backward) with the paper's Bahdanau placement, with Luong placement
+  as the decoder runs it (nn.LSTM over all steps, attention for all steps in a few batched
+  products) and with Luong placement one step at a time (the decoding step in a loop over the
+  running captions, as the Bahdanau pass must run), round-robin, at the demo's and COCO's sizes.
 
 Memory: on CUDA the peak of torch.cuda.max_memory_allocated for each row; on CPU the process's
 peak RSS (ru_maxrss) after the row and its growth during the row (a high-water mark: a row that
@@ -528,6 +533,81 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
     return rows
 
 
+def luong_stepwise_loss(dec: ShowAttendTellDecoder, features, captions, lengths):
+    """The summed caption NLL of a Luong decoder run one step at a time (running captions only)."""
+    from captioning.objectives.cross_entropy import caption_log_likelihood
+
+    T = captions.size(1) - 1
+    steps = (lengths - 1).clamp(min=0, max=T)
+    steps_sorted, order = steps.sort(descending=True)
+    features, captions = features[order], captions[order]
+    embedded = dec.embedding(captions[:, :-1])
+    state = dec.initial_state(features)
+    active = (steps_sorted.unsqueeze(0) > torch.arange(T, device=steps.device).unsqueeze(1)).sum(1).tolist()
+    logits = []
+    for t, n in enumerate(active):
+        if n == 0:
+            break
+        if n < state.h.size(0):
+            state = state.select(slice(0, n))
+        h, c, z, g, beta = dec._luong_step(embedded[:n, t], state, "expected", None, None)
+        state = state.with_recurrent(h, c)
+        logits.append(dec.deep_output(embedded[:n, t], dec.attentional_state(z, h), z))
+    mask = torch.arange(T, device=steps.device).unsqueeze(0) < steps_sorted.unsqueeze(1)
+    # step-major rows -> mask (row-major) order
+    step_of = torch.cat([torch.full((n,), t) for t, n in enumerate(active) if n])
+    row_of = torch.cat([torch.arange(n) for n in active if n])
+    flat = (row_of * T + step_of).argsort()
+    return -caption_log_likelihood(torch.cat(logits)[flat], captions[:, 1:], mask).sum()
+
+
+def bench_luong(device, quick: bool, rounds: int) -> list[dict]:
+    from captioning.objectives.cross_entropy import caption_log_likelihood
+
+    rows = []
+    sizes = [("demo", 40, 128, 256, 128, 64, 256, 48), ("COCO", 10000, 512, 512, 512, 196, 2048, 32)]
+    if quick:
+        sizes = [("quick", 40, 32, 64, 32, 16, 64, 8)]
+    for name, V, M, H, A, L, D, B in sizes:
+        g = torch.Generator().manual_seed(0)
+        captions, lengths = (make_captions(B, V, g, lo=6, hi=28, mean=15.0, sd=5.0) if name != "COCO" else make_captions(B, V, g))
+        captions, lengths = captions.to(device), lengths.to(device)
+        features = torch.randn(B, L, D, generator=g).to(device)
+        fns = {}
+        for label, placement, stepwise in (("bahdanau", "bahdanau", False), ("luong batched", "luong", False),
+                                           ("luong step by step", "luong", True)):
+            torch.manual_seed(0)
+            dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0,
+                                                            placement=placement)).to(device).train()
+
+            def fn(dec=dec, stepwise=stepwise):
+                if stepwise:
+                    loss = luong_stepwise_loss(dec, features, captions, lengths)
+                else:
+                    out = dec(features, captions, lengths)
+                    loss = -caption_log_likelihood(out.logits, captions[:, 1:], out.mask).sum()
+                loss.backward()
+                return loss.detach()
+
+            fns[label] = fn
+        losses = {label: float(fn()) for label, fn in fns.items()}  # warm-up; the two Luong passes agree
+        times = {label: [] for label in fns}
+        for _ in range(rounds):
+            for label, fn in fns.items():
+                sync(device)
+                t = time.perf_counter()
+                fn()
+                sync(device)
+                times[label].append(time.perf_counter() - t)
+        base = float(np.median(times["bahdanau"]))
+        for label in fns:
+            s_ = float(np.median(times[label]))
+            rows.append({"sizes": name, "pass": label, "B": B, "L": L, "D": D, "ms_fwd_bwd": round(s_ * 1e3, 1),
+                         "ratio_to_bahdanau": round(s_ / base, 3), "loss": round(losses[label], 4)})
+            print("  luong", rows[-1], flush=True)
+    return rows
+
+
 def profile_step(device, top: int = 25) -> None:
     """torch.profiler of one soft-attention training step at COCO sizes."""
     from torch.profiler import ProfilerActivity, profile
@@ -585,7 +665,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
     p.add_argument("--compile", action="store_true", help="also training rows with the decoder step under torch.compile")
-    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants")
+    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants,luong")
     p.add_argument("--rounds", type=int, default=5, help="'variants': round-robin rounds (the median of each variant is kept)")
     p.add_argument("--variant-sizes", choices=("demo", "coco"), default="demo", help="'variants': the shapes demo's sizes or COCO's")
     p.add_argument("--variants", default=",".join(VARIANTS), help="'variants': which configs/shapes_<name>.yaml, comma-separated")
@@ -622,9 +702,11 @@ def main(argv=None) -> int:
     if "variants" in sections:
         result["variants"] = bench_variants(device, args.quick, args.rounds, args.variant_sizes,
                                             [v.strip() for v in args.variants.split(",") if v.strip()])
+    if "luong" in sections:
+        result["luong"] = bench_luong(device, args.quick, args.rounds)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     print()
-    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants"):
+    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants", "luong"):
         if name in result:
             print(table(name, result[name]))
     print(f"total {result['seconds']} s")
