@@ -388,3 +388,43 @@ def test_print_config_shows_the_variant_settings(capsys, tiny_shapes):
         out = capsys.readouterr().out
         for line in expected:
             assert f"    {line}\n" in out, (config, line)
+
+
+def test_evaluate_scores_grounding_per_head(tiny_shapes, tmp_path):
+    from captioning.evaluate import evaluate
+    from captioning.trainer_cli import run_lightning_cli
+    from conftest import fit_args
+
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config="shapes_multihead.yaml", steps=2))
+    report = evaluate(cli.model, str(tiny_shapes), split="test", generation=GenerationConfig(num_beams=2, max_new_tokens=12),
+                      device="cpu", grounding=True, progress=False)
+    grounding = report["scores"]["grounding"]
+    per_head = grounding["per_head"]
+    assert len(per_head) == 4  # shapes_multihead.yaml: 4 heads
+    for head in per_head:  # the same words are scored, each head's maps instead of their mean
+        assert head["count"] == grounding["count"]
+        if head["count"]:  # (a model two steps old may name no object at all)
+            assert 0.0 <= head["attention_correctness"] <= 1.0 and 0.0 <= head["pointing_game"] <= 1.0
+
+
+def test_evaluator_gives_the_dataset_scores_each_heads_maps():
+    import numpy as np
+
+    from captioning.evaluation import Evaluator
+
+    evaluator = Evaluator(keep_alignments=True)
+    heads = np.random.default_rng(0).random((2, 3, L))  # (T, heads, L)
+    evaluator.alignments = {7: (["a", "b"], heads.mean(1), None)}
+    evaluator.head_alphas = {7: heads}
+    seen = []
+
+    def dataset_scores(predictions, alignments):
+        seen.append(alignments[7][1])
+        return {"grounding": {"count": 1, "first": float(alignments[7][1][0, 0])}}
+
+    evaluator._scorer = lambda refs, preds: {}  # no coco-caption metrics here
+    scores, _ = evaluator.score({7: "a b"}, {7: ["a b"]}, dataset_scores)
+    np.testing.assert_array_equal(seen[0], heads.mean(1))
+    for k in range(3):
+        np.testing.assert_array_equal(seen[1 + k], heads[:, k])
+    assert [h["first"] for h in scores["grounding"]["per_head"]] == [heads[0, k, 0] for k in range(3)]
