@@ -152,7 +152,10 @@ class Captioner:
         ``num_return_sequences`` > 1 also "beams": [{"generated_text", "score"}, ...] best first;
         with ``return_attention`` also "attention": (T, gh, gw) float array (one map per token, EOS
         included) and "locations": the (row, col) cell each token looked at (the chosen cell of a
-        hard model; the map's maximum for a soft one).
+        hard model; the map's maximum for a soft one). A multi-head model's "attention" is the mean of
+        its heads' maps, and "head_attention" (T, heads, gh, gw) holds each head's; a hard
+        multi-head model's "locations" are the mean map's maxima and "head_locations" (T, heads)
+        each head's chosen cell.
         """
         config = self.generation.replace(**generation)
         single = not isinstance(images, (list, tuple))
@@ -176,7 +179,14 @@ class Captioner:
                 if return_attention:
                     grid = grid_shape(out.alphas.size(-1))
                     item["attention"] = out.alphas[i, :n].reshape(n, *grid).cpu().numpy()
-                    item["locations"] = [divmod(int(l), grid[1]) for l in out.locations[i, :n].tolist()]
+                    if out.locations.dim() == 3:  # hard multi-head: a cell per head
+                        item["head_locations"] = [[divmod(int(l), grid[1]) for l in step] for step in out.locations[i, :n].tolist()]
+                        item["locations"] = [divmod(int(l), grid[1]) for l in out.alphas[i, :n].argmax(-1).tolist()]
+                    else:
+                        item["locations"] = [divmod(int(l), grid[1]) for l in out.locations[i, :n].tolist()]
+                    if out.head_alphas is not None:
+                        heads = out.head_alphas.size(2)
+                        item["head_attention"] = out.head_alphas[i, :n].reshape(n, heads, *grid).cpu().numpy()
                 results.append(item)
         return results
 
@@ -189,6 +199,7 @@ class Captioner:
         duration_ms: int = 800,
         alpha: float = 0.6,
         style: str = "heatmap",
+        heads: str = "mean",
         **generate_kwargs,
     ):
         """Attention overlays for one image: a GIF (frame per word + the whole caption) or a grid PNG.
@@ -196,10 +207,14 @@ class Captioner:
         Without ``result`` the image is captioned first (``generate_kwargs`` as for __call__).
         With ``path`` the file is written and its path returned; otherwise PIL images are
         returned (the GIF's frames, or the grid). Hard-attention models show the chosen cell
-        sharply over a faint soft map.
+        sharply over a faint soft map. A multi-head model shows the mean of its heads' maps
+        (``heads="mean"``) or one picture per head (``heads="each"``: the GIF's frames side by side,
+        the grids one under another).
         """
         from captioning import visualize
 
+        if heads not in ("mean", "each"):
+            raise ValueError(f"heads must be 'mean' or 'each', got {heads!r}")
         pil = as_pil(image)
         if result is None or "attention" not in result:
             result = self(pil, return_attention=True, **generate_kwargs)[0]
@@ -209,6 +224,8 @@ class Captioner:
         hard_cells = cells if self.attention_kind == "hard" else None
         if format not in ("gif", "png"):
             raise ValueError(f"format must be 'gif' or 'png', got {format!r}")
+        if heads == "each" and "head_attention" in result:
+            return self._render_heads(pil, words, result, path, format, duration_ms, alpha, style)
         if path is None:
             if format == "gif":
                 return visualize.render_frames(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
@@ -216,3 +233,21 @@ class Captioner:
         if format == "gif":
             return visualize.save_gif(pil, words, maps, path, duration_ms=duration_ms, hard_cells=hard_cells, alpha=alpha, style=style)
         return visualize.save_grid(pil, words, maps, path, hard_cells=hard_cells, alpha=alpha, style=style)
+
+    def _render_heads(self, pil, words, result, path, format, duration_ms, alpha, style):
+        """render(heads="each"): one picture per head, labelled."""
+        from captioning import visualize
+
+        maps = result["head_attention"][: len(words)]  # (T, heads, gh, gw)
+        cells = result.get("head_locations")
+        labels = [f"head {k + 1}" for k in range(maps.shape[1])]
+        per_head = []
+        for k in range(maps.shape[1]):
+            hard = [step[k] for step in cells[: len(words)]] if cells is not None else None
+            render = visualize.render_frames if format == "gif" else visualize.render_grid
+            per_head.append(render(pil, words, maps[:, k], hard_cells=hard, alpha=alpha, style=style))
+        if format == "gif":
+            frames = [visualize.labelled_stack(list(frame), labels, horizontal=True) for frame in zip(*per_head)]
+            return frames if path is None else visualize.save_frames(frames, path, duration_ms)
+        grid = visualize.labelled_stack(per_head, labels, horizontal=False)
+        return grid if path is None else visualize.save_png(grid, path)

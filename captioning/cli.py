@@ -139,7 +139,8 @@ def cmd_attend(args) -> int:
     results = captioner([im for _, im in good], return_attention=True, **generation_overrides(args)) if good else []
     for (path, image), result, files in zip(good, results, targets):
         for target, fmt in files:
-            captioner.render(image, result, target, format=fmt, duration_ms=args.duration_ms, alpha=args.alpha, style=args.style)
+            captioner.render(image, result, target, format=fmt, duration_ms=args.duration_ms, alpha=args.alpha, style=args.style,
+                            heads=args.heads)
             print(f"{path}\t{result['generated_text']}\t-> {target}")
     report_skipped(bad)
     return 1 if bad else 0
@@ -264,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration-ms", type=at_least(1), default=800, help="time per GIF frame")
     p.add_argument("--alpha", type=fraction, default=0.6, help="heatmap opacity")
     p.add_argument("--style", choices=("heatmap", "paper"), default="heatmap")
+    p.add_argument("--heads", choices=("mean", "each"), default="mean",
+                   help="multi-head models: the mean of the heads' maps, or a picture per head")
     p.set_defaults(func=cmd_attend)
 
     p = sub.add_parser("evaluate", help="coco-caption scores of a checkpoint on a split")

@@ -39,6 +39,7 @@ class Evaluator:
         self._ids: list[Tensor] = []
         self._sequences: list[Tensor] = []
         self.alignments: dict[int, Alignment] = {}
+        self.head_alphas: dict[int, object] = {}  # multi-head models: image_id -> (T, heads, L)
 
     @torch.no_grad()
     def add(self, model, batch: dict, config: GenerationConfig) -> GenerationOutput:
@@ -51,9 +52,11 @@ class Evaluator:
         if self.keep_alignments:
             for i, image_id in enumerate(batch["image_ids"].tolist()):
                 n = int(out.lengths[i])
-                chosen = out.locations[i, :n].cpu().numpy() if model.attention_kind == "hard" else None
+                chosen = out.locations[i, :n].cpu().numpy() if model.attention_kind == "hard" and out.locations.dim() == 2 else None
                 self.alignments[image_id] = (model.vocab.decode(out.sequences[i, :n].tolist()),
                                              out.alphas[i, :n].cpu().numpy(), chosen)
+                if out.head_alphas is not None:
+                    self.head_alphas[image_id] = out.head_alphas[i, :n].cpu().numpy()
         return out
 
     def predictions(self, vocab: Vocabulary, all_gather: Optional[Callable] = None) -> dict[int, str]:
@@ -91,6 +94,13 @@ class Evaluator:
         notes = {k: v for k, v in raw.items() if not isinstance(v, float)}
         if dataset_scores is not None:
             scores.update(dataset_scores(predictions, self.alignments if self.keep_alignments else None))
+            if self.keep_alignments and self.head_alphas and isinstance(scores.get("grounding"), dict):
+                # multi-head attention: "grounding" scores the mean of the heads' maps; each head's own
+                heads = next(iter(self.head_alphas.values())).shape[1]
+                scores["grounding"]["per_head"] = [
+                    dataset_scores(predictions, {i: (words, self.head_alphas[i][:, k], None)
+                                                 for i, (words, _, _) in self.alignments.items()}).get("grounding")
+                    for k in range(heads)]
         return scores, notes
 
     def close(self) -> None:

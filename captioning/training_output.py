@@ -143,7 +143,7 @@ class ValidationExamples(Callback):
             words = model.vocab.decode(out.sequences[i].tolist())
             alphas = out.alphas[i, : len(words)].cpu().numpy()
             grid = grid_shape(alphas.shape[-1])
-            cells = out.locations[i, : len(words)].tolist() if model.attention_kind == "hard" else None
+            cells = out.locations[i, : len(words)].tolist() if model.attention_kind == "hard" and out.locations.dim() == 2 else None
             panels = render_grid(picture, words, alphas.reshape(len(words), *grid), hard_cells=cells,
                                  panel_size=self.panel_size)
             writer.add_image(f"val_examples/{i}", np.asarray(panels), trainer.global_step, dataformats="HWC")

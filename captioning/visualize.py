@@ -229,6 +229,13 @@ def save_gif(image: Image.Image, words: Sequence[str], maps, path: Union[str, os
     from captioning.files import atomic_write_bytes
 
     frames = render_frames(image, words, maps, hard_cells=hard_cells, alpha=alpha, style=style, cmap=cmap, **kwargs)
+    return save_frames(frames, path, duration_ms)
+
+
+def save_frames(frames: Sequence[Image.Image], path: Union[str, os.PathLike], duration_ms: int = 800) -> Path:
+    """Write frames as a GIF that loops forever (atomic write). Returns the path."""
+    from captioning.files import atomic_write_bytes
+
     # an octree palette per frame: Pillow's default median cut leaves visible blotches in smooth heat maps
     frames = [f.quantize(256, method=Image.Quantize.FASTOCTREE) for f in frames]
     buffer = io.BytesIO()
@@ -286,7 +293,39 @@ def save_grid(image: Image.Image, words: Sequence[str], maps, path: Union[str, o
 
     grid = render_grid(image, words, maps, cols=cols, hard_cells=hard_cells, alpha=alpha, style=style,
                        cmap=cmap, panel_size=panel_size)
+    return save_png(grid, path)
+
+
+def save_png(picture: Image.Image, path: Union[str, os.PathLike]) -> Path:
+    """Write a picture as a PNG (atomic write). Returns the path."""
+    from captioning.files import atomic_write_bytes
+
+    grid = picture
     buffer = io.BytesIO()
     grid.save(buffer, format="PNG")
     atomic_write_bytes(path, buffer.getvalue())
     return Path(path)
+
+
+def labelled_stack(pictures: Sequence[Image.Image], labels: Sequence[str], horizontal: bool) -> Image.Image:
+    """Pictures side by side (``horizontal``) or one under another, each under its label
+    (multi-head attention: one picture per head)."""
+    font = ui_font(16)
+    title, gap = _line_height(font) + 8, 8
+    if horizontal:
+        width = sum(p.width for p in pictures) + gap * (len(pictures) - 1)
+        height = title + max(p.height for p in pictures)
+    else:
+        width = max(p.width for p in pictures)
+        height = sum(title + p.height for p in pictures) + gap * (len(pictures) - 1)
+    canvas = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(canvas)
+    x = y = 0
+    for picture, label in zip(pictures, labels):
+        draw.text((x + 4, y + 4), label, font=font, fill=TEXT)
+        canvas.paste(picture, (x, y + title))
+        if horizontal:
+            x += picture.width + gap
+        else:
+            y += title + picture.height + gap
+    return canvas

@@ -45,7 +45,7 @@ def untrained_and_trained(annotations, root, attention):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("attention", ["soft", "hard"])
+@pytest.mark.parametrize("attention", ["soft", "hard", "multihead", "luong", "local"])  # the last three: issue 14's variants
 def test_model_learns_on_shapes(attention, learn_data, tmp_path):
     before, after, metrics = untrained_and_trained(learn_data, tmp_path, attention)
     assert after["nll"] < 0.6 * before["nll"]  # the loss falls

@@ -26,6 +26,20 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   samples and the 48 greedy captions (``reward_ms``, PTB tokenisation included) and their share of
   the step. The model is untrained: its captions run to ``max_new_tokens``, the worst case for both.
 
+- ``variants``: the attention variants of configs/shapes_<variant>.yaml (issue 14; the paper's
+  soft and hard models first) at the shapes demo's sizes: the whole model (its small CNN on 64 px
+  images, B = 48 pairs, the config's decoder and objective, Adam) for one training step
+  (``train_ms_per_step``) and beam-3 decoding of 48 images (``beam3_images_per_s``, encoder
+  included). The variants are timed round-robin (``--rounds`` rounds, a few steps each, the median
+  of each variant), so that a busy machine slows them all alike: compare the rows of one run
+  (``train_ratio`` is the variant's ms/step over the paper's soft model's, in the same run).
+  ``--variant-sizes coco`` times the decoders at COCO's sizes instead (features given, no encoder).
+- ``luong``: what Luong placement's batched teacher-forced pass gains: the decoder's training step
+  (features given, forward + backward) with the paper's Bahdanau placement, with Luong placement
+  as the decoder runs it (nn.LSTM over all steps, attention for all steps in a few batched
+  products) and with Luong placement one step at a time (the decoding step in a loop over the
+  running captions, as the Bahdanau pass must run), round-robin, at the demo's and COCO's sizes.
+
 Memory: on CUDA the peak of torch.cuda.max_memory_allocated for each row; on CPU the process's
 peak RSS (ru_maxrss) after the row and its growth during the row (a high-water mark: a row that
 needs less than an earlier one shows 0 growth).
@@ -434,6 +448,166 @@ def bench_scst(device, quick: bool) -> list[dict]:
     return rows
 
 
+VARIANTS = ("soft", "hard", "dot", "general", "scaled_dot", "multihead", "luong", "local", "refiner")
+
+
+def variant_config(name: str) -> dict:
+    """(encoder, decoder, objective init_args) of configs/shapes_<name>.yaml."""
+    import yaml
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "configs", f"shapes_{name}.yaml")) as f:
+        model = yaml.safe_load(f)["model"]
+    return model["encoder"], model["decoder"], model["objective"]
+
+
+def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=VARIANTS) -> list[dict]:
+    from captioning.models.encoders import EncoderConfig
+    from captioning.models.show_attend_tell import ShowAttendTell
+    from captioning.objectives import OBJECTIVES
+
+    coco = sizes == "coco"
+    V, B = (10000, 32) if coco else (40, 48)
+    vocab = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
+    g = torch.Generator().manual_seed(0)
+    captions, lengths = make_captions(B, V, g, lo=9, hi=24, mean=13.0) if coco else make_captions(B, V, g, lo=6, hi=28, mean=15.0, sd=5.0)
+    captions, lengths = captions.to(device), lengths.to(device)
+    images = torch.rand(B, 3, 64, 64, generator=g).to(device)
+    features = torch.randn(B, 196, 2048, generator=g).to(device) if coco else None
+    steps_per_round, max_new = (1, 8) if quick else (3, 30)
+    runs = {}
+    for name in names:
+        encoder, decoder, objective = variant_config(name)
+        if coco:
+            decoder = dict(decoder, embed_dim=512, hidden_dim=512, attention_dim=512,
+                           **({"local_sigma": 1.5 * 14 / 8} if decoder.get("window") == "local" else {}))
+            if decoder.get("score") == "dot":
+                decoder["hidden_dim"] = 2048  # dot needs H = D
+        torch.manual_seed(0)
+        model = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(device)
+        decoding = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(device)
+        with torch.no_grad():  # untrained models end their captions at random: this one never does,
+            decoding.decoder.out_logits.bias[EOS] = -1e4  # so every variant decodes max_new_tokens steps
+        cls = OBJECTIVES[objective["class_path"].rsplit(".", 1)[1]]
+        obj = cls(**objective.get("init_args", {})).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        batch = {"captions": captions, "lengths": lengths}
+
+        def train(model=model, obj=obj, opt=opt):
+            model.train()
+            for _ in range(steps_per_round):
+                opt.zero_grad(set_to_none=True)
+                x = features if coco else model.encoder(images)
+                out = obj(model, x, batch)
+                out.loss.backward()
+                opt.step()
+                obj.commit(out)
+
+        def decode(model=decoding):
+            model.eval()
+            with torch.no_grad():
+                x = features if coco else model.encoder(images)
+                beam_search(model.decoder, x, GenerationConfig(num_beams=3, max_new_tokens=max_new))
+
+        runs[name] = (train, decode, decoder, sum(p.numel() for p in model.parameters()))
+        train(), decode()  # warm-up
+    times = {name: ([], []) for name in runs}
+    for _ in range(rounds):  # round-robin: a noisy neighbour slows every variant alike
+        for name, (train, decode, *_) in runs.items():
+            for fn, out in ((train, times[name][0]), (decode, times[name][1])):
+                sync(device)
+                t = time.perf_counter()
+                fn()
+                sync(device)
+                out.append(time.perf_counter() - t)
+    rows = []
+    base = None
+    for name, (train, decode, decoder, params) in runs.items():
+        train_s = float(np.median(times[name][0])) / steps_per_round
+        decode_s = float(np.median(times[name][1]))
+        base = base or train_s
+        rows.append({"variant": name, "sizes": sizes, "B": B, "params": params, "train_ms_per_step": round(train_s * 1e3, 1),
+                     "train_ratio": round(train_s / base, 3), "beam3_images_per_s": round(B / decode_s, 1),
+                     "max_new_tokens": max_new})
+        print("  variants", rows[-1], flush=True)
+    return rows
+
+
+def luong_stepwise_loss(dec: ShowAttendTellDecoder, features, captions, lengths):
+    """The summed caption NLL of a Luong decoder run one step at a time (running captions only)."""
+    from captioning.objectives.cross_entropy import caption_log_likelihood
+
+    T = captions.size(1) - 1
+    steps = (lengths - 1).clamp(min=0, max=T)
+    steps_sorted, order = steps.sort(descending=True)
+    features, captions = features[order], captions[order]
+    embedded = dec.embedding(captions[:, :-1])
+    state = dec.initial_state(features)
+    active = (steps_sorted.unsqueeze(0) > torch.arange(T, device=steps.device).unsqueeze(1)).sum(1).tolist()
+    logits = []
+    for t, n in enumerate(active):
+        if n == 0:
+            break
+        if n < state.h.size(0):
+            state = state.select(slice(0, n))
+        h, c, z, g, beta = dec._luong_step(embedded[:n, t], state, "expected", None, None)
+        state = state.with_recurrent(h, c)
+        logits.append(dec.deep_output(embedded[:n, t], dec.attentional_state(z, h), z))
+    mask = torch.arange(T, device=steps.device).unsqueeze(0) < steps_sorted.unsqueeze(1)
+    # step-major rows -> mask (row-major) order
+    step_of = torch.cat([torch.full((n,), t) for t, n in enumerate(active) if n])
+    row_of = torch.cat([torch.arange(n) for n in active if n])
+    flat = (row_of * T + step_of).argsort()
+    return -caption_log_likelihood(torch.cat(logits)[flat], captions[:, 1:], mask).sum()
+
+
+def bench_luong(device, quick: bool, rounds: int) -> list[dict]:
+    from captioning.objectives.cross_entropy import caption_log_likelihood
+
+    rows = []
+    sizes = [("demo", 40, 128, 256, 128, 64, 256, 48), ("COCO", 10000, 512, 512, 512, 196, 2048, 32)]
+    if quick:
+        sizes = [("quick", 40, 32, 64, 32, 16, 64, 8)]
+    for name, V, M, H, A, L, D, B in sizes:
+        g = torch.Generator().manual_seed(0)
+        captions, lengths = (make_captions(B, V, g, lo=6, hi=28, mean=15.0, sd=5.0) if name != "COCO" else make_captions(B, V, g))
+        captions, lengths = captions.to(device), lengths.to(device)
+        features = torch.randn(B, L, D, generator=g).to(device)
+        fns = {}
+        for label, placement, stepwise in (("bahdanau", "bahdanau", False), ("luong batched", "luong", False),
+                                           ("luong step by step", "luong", True)):
+            torch.manual_seed(0)
+            dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0,
+                                                            placement=placement)).to(device).train()
+
+            def fn(dec=dec, stepwise=stepwise):
+                if stepwise:
+                    loss = luong_stepwise_loss(dec, features, captions, lengths)
+                else:
+                    out = dec(features, captions, lengths)
+                    loss = -caption_log_likelihood(out.logits, captions[:, 1:], out.mask).sum()
+                loss.backward()
+                return loss.detach()
+
+            fns[label] = fn
+        losses = {label: float(fn()) for label, fn in fns.items()}  # warm-up; the two Luong passes agree
+        times = {label: [] for label in fns}
+        for _ in range(rounds):
+            for label, fn in fns.items():
+                sync(device)
+                t = time.perf_counter()
+                fn()
+                sync(device)
+                times[label].append(time.perf_counter() - t)
+        base = float(np.median(times["bahdanau"]))
+        for label in fns:
+            s_ = float(np.median(times[label]))
+            rows.append({"sizes": name, "pass": label, "B": B, "L": L, "D": D, "ms_fwd_bwd": round(s_ * 1e3, 1),
+                         "ratio_to_bahdanau": round(s_ / base, 3), "loss": round(losses[label], 4)})
+            print("  luong", rows[-1], flush=True)
+    return rows
+
+
 def profile_step(device, top: int = 25) -> None:
     """torch.profiler of one soft-attention training step at COCO sizes."""
     from torch.profiler import ProfilerActivity, profile
@@ -491,7 +665,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
     p.add_argument("--compile", action="store_true", help="also training rows with the decoder step under torch.compile")
-    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst")
+    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants,luong")
+    p.add_argument("--rounds", type=int, default=5, help="'variants': round-robin rounds (the median of each variant is kept)")
+    p.add_argument("--variant-sizes", choices=("demo", "coco"), default="demo", help="'variants': the shapes demo's sizes or COCO's")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="'variants': which configs/shapes_<name>.yaml, comma-separated")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="DataLoader workers for 'load'")
     p.add_argument("--profile", action="store_true", help="only profile one soft training step at COCO sizes")
     args = p.parse_args(argv)
@@ -522,9 +699,14 @@ def main(argv=None) -> int:
         result["load"] = bench_load(device, args.quick, args.workers)
     if "scst" in sections:
         result["scst"] = bench_scst(device, args.quick)
+    if "variants" in sections:
+        result["variants"] = bench_variants(device, args.quick, args.rounds, args.variant_sizes,
+                                            [v.strip() for v in args.variants.split(",") if v.strip()])
+    if "luong" in sections:
+        result["luong"] = bench_luong(device, args.quick, args.rounds)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     print()
-    for name in ("peak", "train", "decode", "encode", "load", "scst"):
+    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants", "luong"):
         if name in result:
             print(table(name, result[name]))
     print(f"total {result['seconds']} s")

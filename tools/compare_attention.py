@@ -8,6 +8,12 @@ row's title, then a panel per word (the word over its attention overlay; hard-at
 show the chosen cell outlined over a faint soft map). With ``--gif`` also ``DIR/<stem>.gif``: the
 checkpoints' GIFs (``captioning attend``) side by side, frame t showing word t of each; a
 caption that has ended keeps showing its last frame (the whole caption).
+
+Multi-head models (issue 14's variants) show the mean of their heads' maps; with ``--heads each``
+they get one row (GIF column) per head after the mean's. For the attention variants:
+
+    python tools/compare_attention.py --checkpoints soft.ckpt multihead.ckpt luong.ckpt local.ckpt \
+        --labels soft multihead luong local --num-beams 3 --out compare/ test_image.png
 """
 from __future__ import annotations
 
@@ -100,9 +106,24 @@ def compare_frames(image: Image.Image, rows: Sequence[tuple[str, Captioner, dict
     return out
 
 
+def with_heads(label: str, captioner: Captioner, result: dict) -> list[tuple[str, Captioner, dict]]:
+    """The row of a checkpoint, then, for a multi-head model, one row per head."""
+    rows = [(label, captioner, result)]
+    if "head_attention" not in result:
+        return rows
+    maps = result["head_attention"]  # (T, heads, gh, gw)
+    for k in range(maps.shape[1]):
+        if "head_locations" in result:
+            cells = [step[k] for step in result["head_locations"]]
+        else:
+            cells = [divmod(int(m.argmax()), m.shape[-1]) for m in maps[:, k]]
+        rows.append((f"{label} head {k + 1}", captioner, dict(result, attention=maps[:, k], locations=cells)))
+    return rows
+
+
 def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels: Optional[Sequence[str]] = None,
             gif: bool = False, duration_ms: int = 800, panel_size: int = 128, alpha: float = 0.6,
-            style: str = "heatmap", device: Optional[str] = None, **generate_kwargs) -> list[Path]:
+            style: str = "heatmap", device: Optional[str] = None, heads: str = "mean", **generate_kwargs) -> list[Path]:
     """Write the comparison PNG (and GIF) of every readable image; returns the files written."""
     labels = list(labels) if labels else [Path(c).stem for c in checkpoints]
     if len(labels) != len(checkpoints):
@@ -117,6 +138,8 @@ def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels:
     written = []
     for i, (path, image) in enumerate(good):
         rows = [(label, c, res[i]) for label, c, res in zip(labels, captioners, results)]
+        if heads == "each":
+            rows = [row for label, c, res in rows for row in with_heads(label, c, res)]
         buffer = io.BytesIO()
         compare_grid(image, rows, panel_size=panel_size, alpha=alpha, style=style).save(buffer, format="PNG")
         target = folder / f"{Path(path).stem}.png"
@@ -147,11 +170,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--panel-size", type=int, default=128, help="long side of each word's panel, in pixels")
     p.add_argument("--alpha", type=float, default=0.6, help="heatmap opacity")
     p.add_argument("--style", choices=V.STYLES, default="heatmap")
+    p.add_argument("--heads", choices=("mean", "each"), default="mean",
+                   help="multi-head models: the mean of the heads' maps, or also a row per head")
     args = p.parse_args(argv)
     try:
         written = compare(args.checkpoints, args.images, args.out, labels=args.labels, gif=args.gif,
                           duration_ms=args.duration_ms, panel_size=args.panel_size, alpha=args.alpha, style=args.style,
-                          device=args.device, **generation_overrides(args))
+                          device=args.device, heads=args.heads, **generation_overrides(args))
     except CaptioningError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -18,16 +18,35 @@ The scores are computed through the identity tanh(y) = 2 sigmoid(2y) - 1,
 
 which is the same number (and the same gradient): on the CPU, sigmoid over the (B, L, A) tensor
 is several times faster than tanh, and this elementwise pass is the largest of a decoding step.
+
+The variants researchers compare (``DecoderConfig.score``, ``heads``, ``window``) live here too:
+
+- score functions (Luong et al. 2015, Vaswani et al. 2017) for e_ti = score(h, a_i):
+  ``additive`` (the above, the paper's), ``dot`` h^T a_i, ``general`` h^T W a_i,
+  ``scaled_dot`` (W_q h)^T (W_k a_i) / sqrt(d);
+- multi-head attention: the query and key widths split into ``heads`` parts, one alpha per head
+  (alpha: (N, heads, L)); :func:`glimpse` makes one context per head, the decoder joins and
+  projects them back to D (with one head, nothing is split or projected: the single-head model);
+- local attention on the grid (Luong's local-p in two dimensions): a predicted centre
+  p_t = (gh - 1, gw - 1) * sigmoid(v_p^T tanh(W_p h)) and the alignment multiplied by the Gaussian
+  window exp(-|cell - p_t|^2 / 2 sigma^2) and renormalised, i.e. softmax(e_t - |cell - p_t|^2 / 2 sigma^2).
+
+Whatever depends on the image only (W_a a, W a, W_k a) is made once per batch by ``project``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
+from captioning.errors import ConfigError
 from captioning.models import ATTENTION_MODES
+
+#: The score functions e_ti = score(h, a_i) of ``DecoderConfig.score``.
+SCORES = ("additive", "dot", "general", "scaled_dot")
 
 
 #: Decoding on the CPU computes the attention scores a few images at a time, about this many
@@ -43,22 +62,35 @@ class AdditiveAttention(nn.Module):
     and passes the result in as ``h_att``.
     """
 
-    def __init__(self, feature_dim: int, attention_dim: int):
+    def __init__(self, feature_dim: int, attention_dim: int, heads: int = 1):
         super().__init__()
+        if attention_dim % heads:
+            raise ConfigError(f"model.decoder.heads: attention_dim ({attention_dim}) must be a multiple of heads ({heads})")
+        self.heads = heads
+        self.query_dim = attention_dim  # the width of W_h h_{t-1}
         self.feature_proj = nn.Linear(feature_dim, attention_dim)  # W_a (and b)
-        self.score = nn.Linear(attention_dim, 1)  # w
+        # w: one vector per head over its A / heads columns (one head: nn.Linear(A, 1), as always)
+        self.score = nn.Linear(attention_dim, 1) if heads == 1 else HeadScores(attention_dim, heads)
 
     def project(self, features: Tensor) -> Tensor:
         """W_a a_i + b for every location, once per batch: (B, L, D) -> (B, L, A)."""
         return self.feature_proj(features)
 
-    def forward(self, projected: Tensor, h_att: Tensor, beams: int = 1) -> Tensor:
+    def forward(self, projected: Tensor, h_att: Tensor, beams: int = 1, bias: Optional[Tensor] = None) -> Tensor:
         """Attention weights alpha_t (Eq. 5).
 
         projected: (B, L, A) from :meth:`project`; h_att: (B * beams, A) = W_h h_{t-1}, where
         rows k * beams ... (k + 1) * beams - 1 belong to image k. Returns alpha: (B * beams, L),
-        rows summing to one.
+        rows summing to one; with several heads (B * beams, heads, L). ``bias`` (B * beams, L), if
+        given, is added to the scores before the softmax (the local window's log).
         """
+        e = self.scores(projected, h_att, beams)
+        return torch.softmax(e if bias is None else add_bias(e, bias), dim=-1)
+
+    def scores(self, projected: Tensor, h_att: Tensor, beams: int = 1) -> Tensor:
+        """The scores e_t before the softmax: (B * beams, L), or (B * beams, heads, L)."""
+        if self.heads > 1:
+            return self._multihead_scores(projected, h_att, beams, self.heads)
         B, L, A = projected.shape
         hidden = (2 * h_att).view(B, beams, 1, A)
         w2 = 2 * self.score.weight.view(A)  # (A,)
@@ -68,7 +100,20 @@ class AdditiveAttention(nn.Module):
             e = torch.matmul(torch.sigmoid(y2), w2)  # (B, K, L)
         else:
             e = self._scores_no_grad(projected, hidden, w2)
-        return torch.softmax((e + shift).view(B * beams, L), dim=-1)
+        return (e + shift).view(B * beams, L)
+
+    def _multihead_scores(self, projected: Tensor, h_att: Tensor, beams: int, heads: int) -> Tensor:
+        """Head k scores with its own A / heads columns of W_a a + W_h h and its own w_k:
+        e_tki = w_k^T tanh(y_ti[k]) + b_k. Returns (B * beams, heads, L). (Used for heads > 1; with
+        heads = 1 it is the single-head formula, which the tests check.)"""
+        B, L, A = projected.shape
+        a = A // heads
+        w2 = 2 * self.score.weight.view(heads, a)  # (heads, a)
+        shift = self.score.bias - self.score.weight.view(heads, a).sum(1)  # (heads,)
+        y2 = torch.add((2 * h_att).view(B, beams, 1, A), projected.unsqueeze(1), alpha=2)  # (B, K, L, A)
+        blocks = torch.block_diag(*w2.unsqueeze(-1))  # (A, heads): head k's w_k in rows k*a..(k+1)*a of column k
+        e = torch.matmul(torch.sigmoid(y2), blocks) + shift  # (B, K, L, heads): one product for every head
+        return e.transpose(2, 3).reshape(B * beams, heads, L)
 
     def _scores_no_grad(self, projected: Tensor, hidden: Tensor, w2: Tensor) -> Tensor:
         """(2w)^T sigmoid(2y) without autograd: in place, and on the CPU a few images at a time.
@@ -87,6 +132,115 @@ class AdditiveAttention(nn.Module):
         return e
 
 
+class HeadScores(nn.Module):
+    """The additive score vectors w_k of several heads: weight (heads, A / heads), bias (heads,),
+    each initialised as nn.Linear(A / heads, 1) would be."""
+
+    def __init__(self, attention_dim: int, heads: int):
+        super().__init__()
+        a = attention_dim // heads
+        bound = 1.0 / math.sqrt(a)
+        self.weight = nn.Parameter(torch.empty(heads, a).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(heads).uniform_(-bound, bound))
+
+
+class DotAttention(nn.Module):
+    """Multiplicative scores (Luong et al. 2015; Vaswani et al. 2017), per head:
+
+    - ``dot``:        e_ti = h^T a_i                 (needs hidden_dim == feature_dim)
+    - ``general``:    e_ti = h^T (W a_i)             (W: D -> H, applied once per batch)
+    - ``scaled_dot``: e_ti = (W_q h)^T (W_k a_i + b_k) / sqrt(A / heads)   (W_q h comes from the decoder's fused product)
+
+    With several heads the query and key are split into ``heads`` equal parts and head k scores
+    with its part. ``project`` gives the keys (B, L, K) once per batch; ``query_dim`` is the width
+    of the decoder-side query (0: the query is h itself).
+    """
+
+    def __init__(self, score: str, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
+        super().__init__()
+        if score not in ("dot", "general", "scaled_dot"):
+            raise ConfigError(f"model.decoder.score: expected one of {', '.join(SCORES)}, got {score!r}")
+        if score == "dot" and hidden_dim != feature_dim:
+            raise ConfigError(f"model.decoder.score: 'dot' needs hidden_dim == the encoder's feature width "
+                              f"({hidden_dim} != {feature_dim}); use 'general' or 'scaled_dot'")
+        key_dim = attention_dim if score == "scaled_dot" else hidden_dim
+        if key_dim % heads:
+            raise ConfigError(f"model.decoder.heads: the {score} score's key width ({key_dim}) must be a multiple of heads ({heads})")
+        self.score, self.heads = score, heads
+        self.query_dim = attention_dim if score == "scaled_dot" else 0
+        self.key_proj = (None if score == "dot" else
+                         nn.Linear(feature_dim, key_dim, bias=(score == "scaled_dot")))  # W or W_k
+        self.scale = 1.0 / math.sqrt(key_dim // heads) if score == "scaled_dot" else 1.0
+
+    def project(self, features: Tensor) -> Tensor:
+        """The keys, once per batch: (B, L, D) -> (B, L, K)."""
+        return features if self.key_proj is None else self.key_proj(features)
+
+    def scores(self, keys: Tensor, query: Tensor, beams: int = 1) -> Tensor:
+        """keys (B, L, K), query (B * beams, K) -> e: (B * beams, L), or (B * beams, heads, L)."""
+        B, L, K = keys.shape
+        h = self.heads
+        q = query.view(B, beams, h, K // h).transpose(1, 2)  # (B, heads, beams, d)
+        k = keys.view(B, L, h, K // h).permute(0, 2, 3, 1)  # (B, heads, d, L)
+        e = torch.matmul(q, k).transpose(1, 2)  # (B, beams, heads, L)
+        if self.scale != 1.0:
+            e = e * self.scale
+        return e.reshape(B * beams, L) if h == 1 else e.reshape(B * beams, h, L)
+
+    def forward(self, keys: Tensor, query: Tensor, beams: int = 1, bias: Optional[Tensor] = None) -> Tensor:
+        """alpha_t: (B * beams, L) or (B * beams, heads, L); ``bias`` as in AdditiveAttention."""
+        e = self.scores(keys, query, beams)
+        return torch.softmax(e if bias is None else add_bias(e, bias), dim=-1)
+
+
+def build_attention(score: str, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1) -> nn.Module:
+    """The f_att of a score function: :class:`AdditiveAttention` or :class:`DotAttention`."""
+    if score == "additive":
+        return AdditiveAttention(feature_dim, attention_dim, heads)
+    return DotAttention(score, feature_dim, hidden_dim, attention_dim, heads)
+
+
+def add_bias(e: Tensor, bias: Tensor) -> Tensor:
+    """Scores (N, L) or (N, heads, L) plus a per-row bias (N, L) (the same for every head)."""
+    return e + (bias.unsqueeze(1) if e.dim() == 3 else bias)
+
+
+def grid_cells(gh: int, gw: int, device=None, dtype=torch.float32) -> Tensor:
+    """(L, 2): the (row, column) of every location, row-major as the encoders flatten them."""
+    rows = torch.arange(gh, device=device, dtype=dtype).repeat_interleave(gw)
+    cols = torch.arange(gw, device=device, dtype=dtype).repeat(gh)
+    return torch.stack([rows, cols], 1)
+
+
+def window_log(centre: Tensor, gh: int, gw: int, sigma: float) -> Tensor:
+    """log of the local-p window, -|cell - p|^2 / (2 sigma^2): centre (N, 2) in cells -> (N, L)."""
+    cells = grid_cells(gh, gw, centre.device, centre.dtype)  # (L, 2)
+    d2 = ((centre.unsqueeze(1) - cells) ** 2).sum(-1)  # (N, L)
+    return d2 * (-0.5 / sigma ** 2)
+
+
+def gaussian_window(centre: Tensor, gh: int, gw: int, sigma: float) -> Tensor:
+    """The 2-D Gaussian window around ``centre`` (N, 2) over the grid, normalised to sum to one: (N, L).
+
+    Local attention's alpha is the global alpha times this window, renormalised (Luong's local-p)."""
+    return torch.softmax(window_log(centre, gh, gw, sigma), dim=-1)
+
+
+class LocalCentre(nn.Module):
+    """Luong's predictive alignment in two dimensions: p_t = (gh - 1, gw - 1) * sigmoid(v_p^T tanh(W_p h)).
+
+    W_p h (width A) comes from the decoder's fused product of h; this module holds v_p (A -> 2)."""
+
+    def __init__(self, attention_dim: int):
+        super().__init__()
+        self.v_p = nn.Linear(attention_dim, 2)
+
+    def forward(self, w_p_h: Tensor, gh: int, gw: int) -> Tensor:
+        """(N, A) -> the centre (N, 2) as (row, column) in cells, in [0, gh - 1] x [0, gw - 1]."""
+        span = w_p_h.new_tensor([gh - 1, gw - 1])
+        return torch.sigmoid(self.v_p(torch.tanh(w_p_h))) * span
+
+
 @dataclass
 class Glimpse:
     """What one attention step gives the decoder."""
@@ -96,6 +250,10 @@ class Glimpse:
     location: Tensor  # (B,): the chosen location (argmax of alpha where nothing was sampled)
     log_prob: Optional[Tensor] = None  # (B,): log p(s_t | a) of a sampled location, 0 where the expected context was used
     entropy: Optional[Tensor] = None  # (B,): H[alpha_t]
+    # Several heads: context is (B, heads * D) (the heads' contexts side by side), alpha the mean
+    # over heads, head_alpha (B, heads, L); location (B,) the mean's argmax (expected mode) or
+    # (B, heads) the heads' locations (hard modes); log_prob and entropy are summed over heads.
+    head_alpha: Optional[Tensor] = None
 
 
 def expected_context(alpha: Tensor, features: Tensor, beams: int = 1) -> Tensor:
@@ -129,7 +287,13 @@ def glimpse(
     sample: the paper's variance reduction (Section 4.1), whose draw the caller makes. A given
     ``location`` (B,) replaces the sample (to score a chosen location sequence exactly).
     With ``beams`` > 1, alpha has ``beams`` rows per image of ``features`` (beam search).
+
+    alpha (B, heads, L) is multi-head attention: each head makes its own context (and, in the hard
+    modes, its own location, sampled independently; ``location`` is then (B, heads)), and the
+    contexts are returned side by side, (B, heads * D).
     """
+    if alpha.dim() == 3:
+        return _multihead_glimpse(alpha, features, mode, use_expected, generator, location, beams)
     if mode == "expected":
         location = alpha.argmax(dim=-1)
         return Glimpse(expected_context(alpha, features, beams), alpha, location)
@@ -148,3 +312,20 @@ def glimpse(
         context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
         log_prob = log_prob.masked_fill(use_expected, 0.0)
     return Glimpse(context, alpha, location, log_prob, entropy)
+
+
+def _multihead_glimpse(alpha: Tensor, features: Tensor, mode: str, use_expected: Optional[Tensor],
+                       generator: Optional[torch.Generator], location: Optional[Tensor], beams: int) -> Glimpse:
+    """:func:`glimpse` of every head at once: the heads are more rows of the same image
+    (rows image, beam, head), so each is one more "beam" over the image's features."""
+    N, K, L = alpha.shape
+    D = features.size(-1)
+    g = glimpse(alpha.reshape(N * K, L), features, mode,
+                None if use_expected is None else use_expected.repeat_interleave(K),
+                generator, None if location is None else location.reshape(N * K), beams * K)
+    mean = alpha.mean(1)
+    where = mean.argmax(dim=-1) if mode == "expected" else g.location.view(N, K)
+    return Glimpse(g.context.view(N, K * D), mean, where,
+                   None if g.log_prob is None else g.log_prob.view(N, K).sum(1),
+                   None if g.entropy is None else g.entropy.view(N, K).sum(1),
+                   head_alpha=alpha)

@@ -18,9 +18,25 @@ embedding part of the LSTM input are computed for all steps before the loop; the
 h_{t-1} (attention, gate, LSTM) are one matrix product; only the captions still running take part
 in a step (the batch is sorted by length); the output layer runs once, after the loop, over the
 real (non-padded) steps only.
+
+The attention variants (docs/ARCHITECTURE.md; the paper's model is every default):
+
+- ``score`` and ``heads``: the score function and multi-head attention (attention.py); with
+  several heads the heads' contexts are joined and projected to D, z_t = beta_t W_o [z_t^1; ...; z_t^k].
+- ``placement``: ``bahdanau`` attends from h_{t-1} before the LSTM (the paper); ``luong`` attends
+  from h_t after it (Luong et al. 2015, without input feeding): the LSTM reads E y_{t-1} only,
+  alpha_t = f_att(a, h_t), z_t = beta_t phi(a, alpha_t) with beta_t = sigmoid(f_beta(h_t)), the
+  attentional state h~_t = tanh(W_c [z_t; h_t]) takes h_t's place in the deep output. Attention no
+  longer feeds the recurrence, so the teacher-forced pass runs the LSTM over all steps in one call
+  (nn.LSTM, cuDNN/fused) and attends for all steps in one batched product.
+- ``window``: ``global`` (every location) or ``local`` (Luong's local-p on the 2-D grid: a
+  predicted centre and a Gaussian window of ``local_sigma`` cells, the alignment renormalised).
+- ``refiner_layers``: Transformer encoder layers (self-attention) over the L annotation vectors,
+  with 2-D sinusoidal position embeddings, applied once per batch before decoding.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -29,7 +45,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from captioning.errors import ConfigError
-from captioning.models.attention import ATTENTION_MODES, AdditiveAttention, Glimpse, glimpse
+from captioning.attention_maps import grid_shape
+from captioning.models.attention import ATTENTION_MODES, SCORES, Glimpse, LocalCentre, build_attention, glimpse, window_log
 from captioning.models.deferred import deferred_linear
 from captioning.vocab import Vocabulary
 
@@ -48,6 +65,16 @@ class DecoderConfig:
         ctx2out: add the context L_z z_t inside the deep output layer (Eq. 7).
         compile_step: ``torch.compile`` the time step that training and decoding repeat (dynamic
             shapes; compiles on first use; tools/benchmark.py --compile measures what it gains).
+        score: the attention score function: "additive" (the paper's, Eq. 4), "dot", "general"
+            or "scaled_dot" (see models/attention.py).
+        heads: attention heads (1: the paper's single alpha per step).
+        placement: "bahdanau" (attend from h_{t-1} before the LSTM, the paper) or "luong" (from
+            h_t after it, with the attentional state tanh(W_c [z_t; h_t]) in the deep output).
+        window: "global" attention over every location, or "local" (a predicted centre and a
+            2-D Gaussian window over the grid).
+        local_sigma: the local window's standard deviation, in grid cells.
+        refiner_layers: Transformer encoder layers over the annotation vectors before decoding (0: none).
+        refiner_heads: attention heads of those layers.
     """
 
     embed_dim: int = 512
@@ -58,15 +85,37 @@ class DecoderConfig:
     prev2out: bool = True
     ctx2out: bool = True
     compile_step: bool = False
+    score: Literal["additive", "dot", "general", "scaled_dot"] = "additive"
+    heads: int = 1
+    placement: Literal["bahdanau", "luong"] = "bahdanau"
+    window: Literal["global", "local"] = "global"
+    local_sigma: float = 1.5
+    refiner_layers: int = 0
+    refiner_heads: int = 4
 
     def __post_init__(self):
         if self.attention_kind not in ("soft", "hard"):
             raise ConfigError(f"model.decoder.attention_kind: expected 'soft' or 'hard', got {self.attention_kind!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.decoder.dropout: expected a probability in [0, 1), got {self.dropout!r}")
-        for field in ("embed_dim", "hidden_dim", "attention_dim"):
+        for field in ("embed_dim", "hidden_dim", "attention_dim", "heads", "refiner_heads"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"model.decoder.{field}: expected an integer >= 1, got {getattr(self, field)!r}")
+        for field, choices in (("score", SCORES), ("placement", ("bahdanau", "luong")), ("window", ("global", "local"))):
+            if getattr(self, field) not in choices:
+                raise ConfigError(f"model.decoder.{field}: expected one of {', '.join(choices)}, got {getattr(self, field)!r}")
+        if not self.local_sigma > 0:
+            raise ConfigError(f"model.decoder.local_sigma: expected a number > 0 (grid cells), got {self.local_sigma!r}")
+        if self.refiner_layers < 0:
+            raise ConfigError(f"model.decoder.refiner_layers: expected an integer >= 0, got {self.refiner_layers!r}")
+
+    @property
+    def variant(self) -> str:
+        """A short name of the attention variant ("additive" for the paper's model)."""
+        parts = [self.score] + ([f"{self.heads}heads"] if self.heads > 1 else []) + \
+                (["luong"] if self.placement == "luong" else []) + (["local"] if self.window == "local" else []) + \
+                ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
+        return "+".join(parts)
 
 
 @dataclass
@@ -77,9 +126,10 @@ class DecoderOutput:
     mask: Tensor  # (B, T) bool: real (non-padded) steps
     alphas: Tensor  # (B, T, L): attention weights, zero at padded steps
     betas: Tensor  # (B, T): the gate scalar beta_t
-    locations: Tensor  # (B, T): chosen (hard) or argmax (soft) location
+    locations: Tensor  # (B, T): chosen (hard) or argmax (soft) location; (B, T, heads) for hard multi-head
     location_log_probs: Optional[Tensor] = None  # (B, T): log p(s_t | a), hard attention with sampling
     entropies: Optional[Tensor] = None  # (B, T): H[alpha_t], hard attention with sampling
+    head_alphas: Optional[Tensor] = None  # (B, T, heads, L) with several heads (alphas is their mean)
 
 
 @dataclass
@@ -123,24 +173,60 @@ class ShowAttendTellDecoder(nn.Module):
         self.prev2out = config.prev2out
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=Vocabulary.pad_id)  # E
         self.init_state = nn.Linear(feature_dim, 2 * hidden_dim)  # f_init,h and f_init,c side by side
-        self.f_att = AdditiveAttention(feature_dim, attention_dim)
-        # Every product of h_{t-1} in one matrix: [W_h (A) | f_beta (1) | LSTM recurrent weights (4H)].
-        self.from_hidden = nn.Linear(hidden_dim, attention_dim + 1 + 4 * hidden_dim)
-        self.embed_gates = nn.Linear(embed_dim, 4 * hidden_dim, bias=False)  # LSTM input weights for E y_{t-1}
-        self.context_gates = nn.Linear(feature_dim, 4 * hidden_dim, bias=False)  # LSTM input weights for z_t
+        self.f_att = build_attention(config.score, feature_dim, hidden_dim, attention_dim, config.heads)
+        self.heads, self.luong, self.local = config.heads, config.placement == "luong", config.window == "local"
+        # The widths of what the decoder computes from h for attention: the query (W_h h; 0 where
+        # the query is h itself), the gate f_beta (1), W_p h of the local window's centre (A or 0).
+        self.attention_splits = [self.f_att.query_dim, 1, attention_dim if self.local else 0]
+        if not self.luong:
+            # Every product of h_{t-1} in one matrix: [W_h (A) | f_beta (1) | (W_p) | LSTM recurrent weights (4H)].
+            self.from_hidden = nn.Linear(hidden_dim, sum(self.attention_splits) + 4 * hidden_dim)
+            self.embed_gates = nn.Linear(embed_dim, 4 * hidden_dim, bias=False)  # LSTM input weights for E y_{t-1}
+            self.context_gates = nn.Linear(feature_dim, 4 * hidden_dim, bias=False)  # LSTM input weights for z_t
         self.out_hidden = nn.Linear(hidden_dim, embed_dim)  # L_h
         self.out_context = nn.Linear(feature_dim, embed_dim) if config.ctx2out else None  # L_z
         self.out_logits = nn.Linear(embed_dim, vocab_size)  # L_o
         self.dropout = nn.Dropout(config.dropout)
+        # The variants' own layers (none for the paper's model, made after its layers so that its
+        # initialisation draws the same numbers).
+        if self.luong:
+            self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True)  # reads E y_{t-1} only
+            self.from_output = nn.Linear(hidden_dim, sum(self.attention_splits))  # [W_h | f_beta | (W_p)] of h_t
+            self.combine = nn.Linear(feature_dim + hidden_dim, hidden_dim)  # W_c: h~_t = tanh(W_c [z_t; h_t])
+        self.local_centre = LocalCentre(attention_dim) if self.local else None
+        self.head_proj = nn.Linear(config.heads * feature_dim, feature_dim, bias=False) if config.heads > 1 else None  # W_o
+        self.refiner = GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout) \
+            if config.refiner_layers else None
         if config.compile_step:
             # Shapes are marked dynamic: the number of running captions shrinks from step to step.
             self.recurrent_step = torch.compile(self.recurrent_step, dynamic=True)
 
     # ------------------------------------------------------------------ building blocks
     def initial_state(self, features: Tensor) -> DecoderState:
-        """h_0, c_0 from the mean annotation vector; W_a a once. features: (B, L, D)."""
+        """h_0, c_0 from the mean annotation vector; W_a a once (and the refiner). features: (B, L, D)."""
+        if self.refiner is not None:
+            features = self.refiner(features)
         h0, c0 = torch.tanh(self.init_state(self.dropout(features.mean(1)))).chunk(2, dim=-1)  # (B, D) -> 2 x (B, H)
         return DecoderState(h0, c0, features, self.f_att.project(features))
+
+    def attend(self, state: DecoderState, from_h: Tensor, h: Tensor, mode: str, use_expected: Optional[Tensor] = None,
+               location: Optional[Tensor] = None, beams: Optional[int] = None) -> tuple[Glimpse, Tensor, Tensor]:
+        """alpha_t, the glimpse and the gated context z_t from the attention share of the products of h.
+
+        from_h: (N, query + 1 + local) = [W_h h | f_beta(h) | W_p h]; h: (N, H), the query of the
+        dot and general scores. ``beams``: rows per image of ``state.features`` (default state.beams).
+        Returns the glimpse, beta (N,) and z (N, D)."""
+        beams = state.beams if beams is None else beams
+        q, h_beta, w_p_h = from_h.split(self.attention_splits, dim=1)
+        bias = None
+        if self.local:
+            gh, gw = grid_shape(state.features.size(1))
+            bias = window_log(self.local_centre(w_p_h, gh, gw), gh, gw, self.config.local_sigma)  # (N, L)
+        alpha = self.f_att(state.projected, q if self.f_att.query_dim else h, beams, bias=bias)  # (N, L) or (N, heads, L)
+        g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=beams)
+        context = g.context if self.head_proj is None else self.head_proj(g.context)  # (N, D)
+        beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
+        return g, beta, beta.unsqueeze(1) * context
 
     def recurrent_step(
         self,
@@ -157,18 +243,41 @@ class ShowAttendTellDecoder(nn.Module):
         themselves (a training pass gives their deferred-gradient versions, see deferred.py).
         Returns h_t, c_t, z_t (gated context, (N, D)), the glimpse and beta_t (N,).
         """
+        if self.luong:
+            return self._luong_step(x_gates, state, mode, use_expected, location)
         A = self.attention_dim
         from_hidden, context_gates = layers or (self.from_hidden, self.context_gates)
-        h_att, h_beta, h_gates = from_hidden(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
-        alpha = self.f_att(state.projected, h_att, state.beams)  # (N, L)
-        g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams)
-        beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
-        z = beta.unsqueeze(1) * g.context  # (N, D)
+        if self.attention_splits == [A, 1, 0] and self.heads == 1:  # the paper's model, as it always ran
+            h_att, h_beta, h_gates = from_hidden(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
+            alpha = self.f_att(state.projected, h_att, state.beams)  # (N, L)
+            g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams)
+            beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
+            z = beta.unsqueeze(1) * g.context  # (N, D)
+        else:
+            from_h, h_gates = from_hidden(state.h).split([sum(self.attention_splits), 4 * self.hidden_dim], dim=1)
+            g, beta, z = self.attend(state, from_h, state.h, mode, use_expected, location)
         gates = x_gates + h_gates + context_gates(z)  # (N, 4H)
         i, f, gg, o = gates.chunk(4, dim=-1)
         c = torch.sigmoid(f) * state.c + torch.sigmoid(i) * torch.tanh(gg)
         h = torch.sigmoid(o) * torch.tanh(c)
         return h, c, z, g, beta
+
+    def _luong_step(self, x: Tensor, state: DecoderState, mode: str, use_expected: Optional[Tensor],
+                    location: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Glimpse, Tensor]:
+        """Luong placement, one step: the LSTM on E y_{t-1} (x: (N, M)), then attention from h_t.
+        Returns h~_t (the attentional state, in h_t's place), c_t... as recurrent_step, and the new h_t
+        is kept in the state by :meth:`step` (see there)."""
+        lstm = self.lstm
+        gates = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0) + F.linear(state.h, lstm.weight_hh_l0, lstm.bias_hh_l0)
+        i, f, gg, o = gates.chunk(4, dim=-1)
+        c = torch.sigmoid(f) * state.c + torch.sigmoid(i) * torch.tanh(gg)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        g, beta, z = self.attend(state, self.from_output(h), h, mode, use_expected, location)
+        return h, c, z, g, beta
+
+    def attentional_state(self, z: Tensor, h: Tensor) -> Tensor:
+        """Luong's h~_t = tanh(W_c [z_t; h_t]): (N, D), (N, H) -> (N, H)."""
+        return torch.tanh(self.combine(torch.cat([z, h], dim=-1)))
 
     def deep_output(self, embedded: Tensor, h: Tensor, z: Tensor) -> Tensor:
         """Eq. 7 as in the authors' code: L_o(tanh(E y_{t-1} + L_h h_t + L_z z_t)) with dropout: (N, M), (N, H), (N, D) -> (N, V)."""
@@ -206,6 +315,8 @@ class ShowAttendTellDecoder(nn.Module):
         ``locations`` (B, T) replaces the samples by given locations (to enumerate them exactly).
         """
         mode = self._mode(mode)
+        if self.luong:
+            return self._luong_forward(features, captions, lengths, mode, use_expected, locations)
         B, L, _ = features.shape
         T = captions.size(1) - 1
         steps = (lengths - 1).clamp(min=0, max=T)  # (B,) decoding steps per caption
@@ -241,9 +352,13 @@ class ShowAttendTellDecoder(nn.Module):
                 layers,
             )
             state = state.with_recurrent(h, c)
-            per_step.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if sampling else ()))
-        # step-major rows, (N, .) each: h, z, alpha, beta, location (and log p(s), entropy when sampling)
-        hs, zs, alphas, betas, locations, *sampled = (torch.cat(column) for column in zip(*per_step))
+            per_step.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if sampling else ())
+                            + ((g.head_alpha,) if self.heads > 1 else ()))
+        # step-major rows, (N, .) each: h, z, alpha, beta, location (and log p(s), entropy when
+        # sampling; the heads' alphas with several heads)
+        hs, zs, alphas, betas, locations, *rest = (torch.cat(column) for column in zip(*per_step))
+        sampled = rest[:2] if sampling else []
+        head_alphas = rest[-1] if self.heads > 1 else None
 
         # Where each packed row belongs: (sorted row i, step t) -> the caller's row order[i], step t.
         device = steps.device
@@ -269,12 +384,115 @@ class ShowAttendTellDecoder(nn.Module):
             locations=grid(locations),
             location_log_probs=grid(sampled[0]) if sampling else None,
             entropies=grid(sampled[1]) if sampling else None,
+            head_alphas=None if head_alphas is None else grid(head_alphas),
+        )
+
+    #: Luong's teacher-forced pass attends for the images in groups of about this many, sorted by
+    #: length, each group over its own longest caption's steps (fewer padded steps than B x T).
+    LUONG_GROUP = 8
+
+    def _luong_forward(self, features: Tensor, captions: Tensor, lengths: Tensor, mode: str,
+                       use_expected: Optional[Tensor], locations: Optional[Tensor]) -> DecoderOutput:
+        """The teacher-forced pass with Luong placement: the LSTM over all T steps in one call
+        (nn.LSTM: cuDNN on a GPU, oneDNN on the CPU), then attention, contexts and attentional
+        states for all steps in batched products: the images sorted by length and taken in groups
+        of :attr:`LUONG_GROUP`, the T_g steps of a group's image being T_g "beams" over its
+        features (one product per group, not per step). Steps past a caption's end are computed
+        within a group and dropped: nothing reaches the outputs or the loss from them."""
+        B, L, _ = features.shape
+        T = captions.size(1) - 1
+        device = captions.device
+        steps = (lengths - 1).clamp(min=0, max=T)
+        mask = torch.arange(T, device=device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+        embedded = self.embedding(captions[:, :-1])  # (B, T, M)
+        state = self.initial_state(features)
+        hs, _ = self.lstm(embedded, (state.h.unsqueeze(0).contiguous(), state.c.unsqueeze(0).contiguous()))  # (B, T, H)
+        steps_sorted, order = steps.sort(descending=True)
+        longest = steps_sorted.tolist()  # one host sync per batch
+        from_out = self.from_output(hs)  # (B, T, query + 1 + local), all steps in one product
+        parts, flats = [], []
+        for start in range(0, B, self.LUONG_GROUP):
+            Tg = longest[start]
+            if Tg == 0:
+                break
+            rows = order[start : start + self.LUONG_GROUP]
+            n = rows.numel()
+            sub = DecoderState(None, None, state.features[rows], state.projected[rows])
+            h = hs[rows, :Tg].reshape(n * Tg, -1)
+            g, beta, z = self.attend(sub, from_out[rows, :Tg].reshape(n * Tg, -1), h, mode,
+                                     None if use_expected is None else use_expected[rows].repeat_interleave(Tg),
+                                     None if locations is None else locations[rows, :Tg].reshape((n * Tg,) + locations.shape[2:]),
+                                     beams=Tg)
+            parts.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if mode == "sample" else ())
+                         + ((g.head_alpha,) if self.heads > 1 else ()))
+            flats.append((rows.unsqueeze(1) * T + torch.arange(Tg, device=device)).reshape(-1))
+        flat = torch.cat(flats)  # where each computed row belongs in the caller's (B, T) grid
+        hs_, zs, alphas, betas, where, *rest = (torch.cat(column) for column in zip(*parts))
+        keep = mask.reshape(-1)[flat]
+        real = flat[keep]
+        in_mask_order = real.argsort()  # mask.nonzero() is row-major over the caller's (B, T)
+        pick = keep.nonzero().squeeze(1)[in_mask_order]
+        h_real, z_real = hs_[pick], zs[pick]
+        logits = self.deep_output(embedded.reshape(B * T, -1)[real[in_mask_order]], self.attentional_state(z_real, h_real), z_real)
+
+        def grid(values: Tensor) -> Tensor:  # computed rows -> (B, T, ...), zero at padded steps
+            out = values.new_zeros((B * T,) + values.shape[1:])
+            return out.index_copy(0, real, values[keep]).view((B, T) + values.shape[1:])
+
+        sampling = mode == "sample"
+        return DecoderOutput(
+            logits=logits,
+            mask=mask,
+            alphas=grid(alphas),
+            betas=grid(betas),
+            locations=grid(where),
+            location_log_probs=grid(rest[0]) if sampling else None,
+            entropies=grid(rest[1]) if sampling else None,
+            head_alphas=grid(rest[-1]) if self.heads > 1 else None,
         )
 
     # ------------------------------------------------------------------ generation
     def step(self, tokens: Tensor, state: DecoderState, mode: Optional[str] = None) -> tuple[Tensor, DecoderState, Glimpse]:
         """One generation step: previous tokens (N,) -> log p(y_t) (N, V), the new state, the glimpse."""
         embedded = self.embedding(tokens)  # (N, M)
+        if self.luong:
+            h, c, z, g, _ = self._luong_step(embedded, state, self._mode(mode), None, None)
+            logits = self.deep_output(embedded, self.attentional_state(z, h), z)
+            return F.log_softmax(logits.float(), dim=-1), state.with_recurrent(h, c), g
         h, c, z, g, _ = self.recurrent_step(self.embed_gates(embedded), state, self._mode(mode))
         logits = self.deep_output(embedded, h, z)
         return F.log_softmax(logits.float(), dim=-1), state.with_recurrent(h, c), g
+
+
+def grid_position_embedding(gh: int, gw: int, dim: int, device=None, dtype=torch.float32) -> Tensor:
+    """2-D sinusoidal position embeddings (L, dim): the first half of the channels encode the row,
+    the second half the column, each as Vaswani et al.'s sin/cos pairs."""
+    half = dim // 2
+    freqs = torch.exp(torch.arange(0, half, 2, device=device, dtype=dtype) * (-math.log(10000.0) / half))  # (half / 2,)
+
+    def encode(pos: Tensor) -> Tensor:  # (n,) -> (n, half)
+        x = pos.to(dtype).unsqueeze(1) * freqs
+        return torch.stack([x.sin(), x.cos()], dim=-1).flatten(1)[:, :half]
+
+    rows = encode(torch.arange(gh, device=device)).repeat_interleave(gw, 0)  # (L, half)
+    cols = encode(torch.arange(gw, device=device)).repeat(gh, 1)
+    emb = torch.cat([rows, cols], dim=1)
+    return F.pad(emb, (0, dim - emb.size(1)))
+
+
+class GridRefiner(nn.Module):
+    """Self-attention over the L annotation vectors before decoding: ``layers`` Transformer encoder
+    layers (pre-norm, feed-forward 2D) over a_i + pos(row_i, col_i). (B, L, D) -> (B, L, D)."""
+
+    def __init__(self, dim: int, layers: int, heads: int, dropout: float):
+        super().__init__()
+        if dim % heads:
+            raise ConfigError(f"model.decoder.refiner_heads: the feature width ({dim}) must be a multiple of refiner_heads ({heads})")
+        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=dropout,
+                                           batch_first=True, norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, features: Tensor) -> Tensor:
+        gh, gw = grid_shape(features.size(1))
+        pos = grid_position_embedding(gh, gw, features.size(-1), features.device, features.dtype)
+        return self.layers(features + pos)

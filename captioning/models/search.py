@@ -53,13 +53,14 @@ def _forbid_eos(logp: Tensor, previous: Tensor, table: Optional[Tensor]) -> Tens
 class GenerationOutput:
     sequences: Tensor  # (B, T) token ids without BOS: the words, EOS, then PAD
     alphas: Tensor  # (B, T, L) alpha_t of each generated token, zero after EOS
-    locations: Tensor  # (B, T) the location each token looked at (argmax for soft attention)
+    locations: Tensor  # (B, T) the location each token looked at (argmax for soft attention); (B, T, heads) for hard multi-head
     scores: Tensor  # (B,) length-normalised log-probability
     lengths: Tensor  # (B,) tokens generated, EOS included
     # With num_return_sequences N > 1: the N best beams of each image, best first (the first is the above).
     beam_sequences: Optional[Tensor] = None  # (B, N, T)
     beam_scores: Optional[Tensor] = None  # (B, N)
     beam_lengths: Optional[Tensor] = None  # (B, N)
+    head_alphas: Optional[Tensor] = None  # (B, T, heads, L) with multi-head attention (alphas is their mean)
 
 
 def _normalise(scores: Tensor, lengths: Tensor, length_penalty: float) -> Tensor:
@@ -90,7 +91,7 @@ def greedy_search(
     finished = torch.zeros(B, dtype=torch.bool, device=features.device)
     scores = features.new_zeros(B, dtype=torch.float)
     lengths = torch.zeros(B, dtype=torch.long, device=features.device)
-    out_tokens, out_alpha, out_loc = [], [], []
+    out_tokens, out_alpha, out_loc, out_heads = [], [], [], []
     ban = _ban_table(decoder, config, features.device)
     for t in range(config.max_new_tokens):
         logp, state, g = decoder.step(tokens, state, config.attention_mode)  # (B, V)
@@ -103,6 +104,8 @@ def greedy_search(
         out_tokens.append(nxt)
         out_alpha.append(g.alpha * running.unsqueeze(1))
         out_loc.append(g.location)
+        if g.head_alpha is not None:
+            out_heads.append(g.head_alpha * running.view(-1, 1, 1))
         finished = finished | (nxt == EOS)
         tokens = nxt
         if (t + 1) % check_every == 0 and bool(finished.all()):
@@ -113,6 +116,7 @@ def greedy_search(
         locations=torch.stack(out_loc, 1),
         scores=_normalise(scores, lengths, config.length_penalty),
         lengths=lengths,
+        head_alphas=torch.stack(out_heads, 1).float() if out_heads else None,
     )
 
 
@@ -141,7 +145,7 @@ def beam_search(
     finished = torch.zeros(B * K, dtype=torch.bool, device=device)
     lengths = torch.zeros(B * K, dtype=torch.long, device=device)
     base = (torch.arange(B, device=device) * K).unsqueeze(1)  # (B, 1): first row of each image
-    history = []  # per step: (parent rows (B*K,), tokens (B*K,), alpha (B*K, L), location (B*K,))
+    history = []  # per step: (parent rows (B*K,), tokens (B*K,), alpha (B*K, L), location (B*K,)[, head alphas (B*K, heads, L)])
     ban = _ban_table(decoder, config, device)
     for t in range(config.max_new_tokens):
         logp, state, g = decoder.step(tokens, state, config.attention_mode)  # (B*K, V)
@@ -159,7 +163,8 @@ def beam_search(
         was_finished = finished[parent]
         lengths = lengths[parent] + (~was_finished).long()
         finished = was_finished | (tokens == EOS)
-        history.append((parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent]))
+        history.append((parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent])
+                       + (() if g.head_alpha is None else (g.head_alpha[parent] * (~was_finished).view(-1, 1, 1),)))
         if (t + 1) % check_every == 0 and bool(finished.all()):
             break
 
@@ -167,18 +172,22 @@ def beam_search(
     top_scores, top = normalised.topk(N, dim=1)  # (B, N): the returned beams, best first
     row = (base + top).view(-1)  # (B*N,) their rows
     out_lengths = lengths[row].view(B, N)
-    seq, alpha, loc = [], [], []
-    for parent, tok, a, l in reversed(history):  # follow the parent pointers back to the start
+    seq, alpha, loc, heads = [], [], [], []
+    for parent, tok, a, l, *ha in reversed(history):  # follow the parent pointers back to the start
         seq.append(tok[row])
         alpha.append(a[row])
         loc.append(l[row])
+        if ha:
+            heads.append(ha[0][row])
         row = parent[row]
     sequences = torch.stack(seq[::-1], 1).view(B, N, -1)  # (B, N, T)
     alphas = torch.stack(alpha[::-1], 1).float().view(B, N, len(history), -1)  # (B, N, T, L)
-    locations = torch.stack(loc[::-1], 1).view(B, N, -1)
+    locations = torch.stack(loc[::-1], 1).view((B, N, len(history)) + loc[0].shape[1:])
+    head_alphas = torch.stack(heads[::-1], 1).float().view((B, N, len(history)) + heads[0].shape[1:]) if heads else None
     return GenerationOutput(
         sequences=sequences[:, 0], alphas=alphas[:, 0], locations=locations[:, 0],
         scores=top_scores[:, 0], lengths=out_lengths[:, 0],
+        head_alphas=None if head_alphas is None else head_alphas[:, 0],
         **(dict(beam_sequences=sequences, beam_scores=top_scores, beam_lengths=out_lengths) if N > 1 else {}),
     )
 

@@ -29,8 +29,12 @@ def caption_log_likelihood(logits: Tensor, targets: Tensor, mask: Tensor) -> Ten
 def doubly_stochastic_penalty(alphas: Tensor, mask: Tensor) -> Tensor:
     """Eq. 14's regulariser sum_i (1 - sum_t alpha_ti)^2, per image, over real steps only.
 
-    alphas: (B, T, L); mask: (B, T). Summed over the L locations (not averaged), returns (B,).
+    alphas: (B, T, L), or (B, T, heads, L) for multi-head attention (the term of each head,
+    averaged over the heads); mask: (B, T). Summed over the L locations (not averaged), returns (B,).
     """
+    if alphas.dim() == 4:
+        coverage = (alphas * mask[:, :, None, None]).sum(1)  # (B, heads, L)
+        return ((1.0 - coverage) ** 2).sum(-1).mean(1)
     coverage = (alphas * mask.unsqueeze(-1)).sum(1)  # (B, T, L) -> (B, L): sum_t alpha_ti
     return ((1.0 - coverage) ** 2).sum(-1)
 
@@ -53,7 +57,8 @@ class CrossEntropy(Objective):
     def likelihood_terms(self, out: DecoderOutput, captions: Tensor) -> tuple[Tensor, Tensor, dict]:
         """(loss, log p(y | a) per caption (B,), logs) of a teacher-forced pass over ``captions`` (B, T + 1)."""
         log_likelihood = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)  # (B,)
-        penalty = doubly_stochastic_penalty(out.alphas, out.mask).mean()
+        alphas = out.alphas if out.head_alphas is None else out.head_alphas  # per head with several heads
+        penalty = doubly_stochastic_penalty(alphas, out.mask).mean()
         loss = -log_likelihood.mean() + self.doubly_stochastic * penalty
         logs = {"nll_per_token": -log_likelihood.sum() / out.mask.sum(), "attention_penalty": penalty}
         return loss, log_likelihood, logs
