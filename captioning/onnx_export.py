@@ -137,6 +137,14 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: l
     os.replace(tmp, path)
 
 
+PAPER_ATTENTION = {"score": "additive", "heads": 1, "placement": "bahdanau", "window": "global", "refiner_layers": 0}
+
+
+def onnx_unsupported(config) -> str:
+    """The decoder settings (attention variants) that the ONNX step graph does not reproduce, as text; '' if none."""
+    return ", ".join(f"{k}={getattr(config, k)!r}" for k, v in PAPER_ATTENTION.items() if getattr(config, k, v) != v)
+
+
 def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) -> Path:
     """Write the ONNX folder of a CaptioningModule: encoder.onnx, decoder_step*.onnx, config.json,
     vocab.json, README.md. Returns the folder."""
@@ -147,6 +155,11 @@ def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) ->
         import onnx  # noqa: F401  (torch.onnx writes the graphs through it)
     except ImportError:
         raise ConfigError("export --format onnx needs the onnx package: pip install 'captioning[onnx]'") from None
+    unsupported = onnx_unsupported(module.model.decoder.config)
+    if unsupported:
+        raise ConfigError(f"export --format onnx: the ONNX step graph is the paper's attention (additive score, one head, "
+                          f"Bahdanau placement, global, no refiner); this model has {unsupported}: export it as a "
+                          "safetensors folder (the default format) instead")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = copy.deepcopy(module.model).cpu().float().eval()

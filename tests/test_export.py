@@ -331,3 +331,21 @@ def test_export_refuses_to_overwrite_and_bad_checkpoints_are_one_line(tiny_check
     assert main(["export", "--checkpoint", str(bogus), "--out", str(tmp_path / "x")]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(bogus) in err
+
+
+def test_attention_variant_exports_as_a_folder_and_onnx_says_it_cannot(tiny_shapes, images, tmp_path, capsys):
+    """A variant (Luong placement, two heads) round-trips through safetensors; the ONNX step graph is
+    the paper's attention only, so ONNX export of a variant is a one-line error, not a wrong graph."""
+    from captioning.trainer_cli import run_lightning_cli
+
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path / "fit", config="shapes_luong.yaml", steps=2,
+                                     extra=["--model.decoder.heads", "2"]))
+    ckpt = cli.trainer.checkpoint_callback.last_model_path
+    assert main(["export", "--checkpoint", ckpt, "--out", str(tmp_path / "folder")]) == 0
+    a = Captioner.from_checkpoint(ckpt, device="cpu")(images, num_beams=3, max_new_tokens=8)
+    b = Captioner.from_pretrained(tmp_path / "folder", device="cpu")(images, num_beams=3, max_new_tokens=8)
+    assert [r["generated_text"] for r in a] == [r["generated_text"] for r in b]
+    capsys.readouterr()
+    assert main(["export", "--format", "onnx", "--checkpoint", ckpt, "--out", str(tmp_path / "onnx")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "placement='luong'" in err and "heads=2" in err
