@@ -58,6 +58,8 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
     p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")
     p.add_argument("--attention-mode", choices=ATTENTION_MODES, default=None,
                    help="how a hard-attention model picks contexts (default: the model's, normally expected)")
+    p.add_argument("--location-samples", type=at_least(1), default=None, metavar="K",
+                   help="hard attention: decode each image K times with sampled locations and keep the best-scoring caption")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
     p.add_argument("--max-image-pixels", type=at_least(1), default=None, metavar="N",
                    help="refuse images of more pixels (decompression-bomb guard; default: Pillow's, about 89 million)")
@@ -66,7 +68,8 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
 def generation_overrides(args) -> dict:
     """The GenerationConfig fields a command's arguments set (None: keep the model's)."""
     return {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
-            "length_penalty": args.length_penalty, "attention_mode": args.attention_mode}
+            "length_penalty": args.length_penalty, "attention_mode": args.attention_mode,
+            "location_samples": getattr(args, "location_samples", None)}
 
 
 def apply_image_limit(args) -> None:

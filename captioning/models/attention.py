@@ -121,6 +121,7 @@ def glimpse(
     generator: Optional[torch.Generator] = None,
     location: Optional[Tensor] = None,
     beams: int = 1,
+    temperature: float = 1.0,
 ) -> Glimpse:
     """Turn alpha_t into a context vector.
 
@@ -129,6 +130,10 @@ def glimpse(
     sample: the paper's variance reduction (Section 4.1), whose draw the caller makes. A given
     ``location`` (B,) replaces the sample (to score a chosen location sequence exactly).
     With ``beams`` > 1, alpha has ``beams`` rows per image of ``features`` (beam search).
+
+    mode "gumbel" (training only; NOT the paper's estimator) draws the location by straight-through
+    Gumbel-softmax at ``temperature``: the forward pass reads the one sampled location (a one-hot
+    weight vector), the backward pass differentiates softmax((log alpha + g) / temperature).
     """
     if mode == "expected":
         location = alpha.argmax(dim=-1)
@@ -136,6 +141,8 @@ def glimpse(
     if mode == "argmax":
         location = alpha.argmax(dim=-1)
         return Glimpse(location_context(location, features, beams), alpha, location)
+    if mode == "gumbel":
+        return _gumbel_glimpse(alpha, features, use_expected, generator, beams, temperature)
     if mode != "sample":
         raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES}")
     if location is None:
@@ -144,6 +151,25 @@ def glimpse(
     log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)  # log p(s_t | a), (B,)
     entropy = -(alpha * log_alpha).sum(-1)  # H[alpha_t], (B,)
     context = location_context(location, features, beams)
+    if use_expected is not None:
+        context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
+        log_prob = log_prob.masked_fill(use_expected, 0.0)
+    return Glimpse(context, alpha, location, log_prob, entropy)
+
+
+def _gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected: Optional[Tensor], generator: Optional[torch.Generator],
+                    beams: int, temperature: float) -> Glimpse:
+    """Straight-through Gumbel-softmax (Jang et al. 2017): one location forward, a relaxed gradient backward."""
+    log_alpha = torch.log(alpha.clamp_min(1e-12))  # (B, L)
+    u = torch.rand(alpha.shape, device=alpha.device, dtype=torch.float32, generator=generator)
+    gumbel = -torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))  # (B, L)
+    soft = torch.softmax((log_alpha + gumbel.to(log_alpha.dtype)) / temperature, dim=-1)  # (B, L)
+    location = soft.detach().argmax(dim=-1)  # (B,): s_t ~ Cat(alpha_t)
+    hard = torch.zeros_like(soft).scatter_(1, location.unsqueeze(1), 1.0)
+    weights = hard + (soft - soft.detach())  # forward: the one-hot; backward: d soft
+    context = expected_context(weights, features, beams)  # = a_{s_t} forward
+    log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)
+    entropy = -(alpha * log_alpha).sum(-1)
     if use_expected is not None:
         context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
         log_prob = log_prob.masked_fill(use_expected, 0.0)

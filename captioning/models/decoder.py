@@ -33,6 +33,10 @@ from captioning.models.attention import ATTENTION_MODES, AdditiveAttention, Glim
 from captioning.models.deferred import deferred_linear
 from captioning.vocab import Vocabulary
 
+#: attention modes of a teacher-forced training pass only: "gumbel", straight-through Gumbel-softmax
+#: (an alternative to REINFORCE, not the paper's estimator; see objectives/reinforce.py)
+TRAINING_MODES = ("gumbel",)
+
 
 @dataclass
 class DecoderConfig:
@@ -150,6 +154,7 @@ class ShowAttendTellDecoder(nn.Module):
         use_expected: Optional[Tensor] = None,
         location: Optional[Tensor] = None,
         layers: Optional[tuple] = None,
+        temperature: float = 1.0,
     ) -> tuple[Tensor, Tensor, Tensor, Glimpse, Tensor]:
         """One LSTM step with attention. x_gates: (N, 4H), the embedding's share of the gates.
 
@@ -161,7 +166,7 @@ class ShowAttendTellDecoder(nn.Module):
         from_hidden, context_gates = layers or (self.from_hidden, self.context_gates)
         h_att, h_beta, h_gates = from_hidden(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
         alpha = self.f_att(state.projected, h_att, state.beams)  # (N, L)
-        g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams)
+        g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams, temperature=temperature)
         beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
         z = beta.unsqueeze(1) * g.context  # (N, D)
         gates = x_gates + h_gates + context_gates(z)  # (N, 4H)
@@ -183,8 +188,8 @@ class ShowAttendTellDecoder(nn.Module):
         if self.attention_kind == "soft":
             return "expected"
         mode = mode or "expected"
-        if mode not in ATTENTION_MODES:
-            raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES}")
+        if mode not in ATTENTION_MODES + TRAINING_MODES:
+            raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES + TRAINING_MODES}")
         return mode
 
     # ------------------------------------------------------------------ teacher forcing
@@ -196,6 +201,7 @@ class ShowAttendTellDecoder(nn.Module):
         mode: Optional[str] = None,
         use_expected: Optional[Tensor] = None,
         locations: Optional[Tensor] = None,
+        temperature: float = 1.0,
     ) -> DecoderOutput:
         """A teacher-forced pass.
 
@@ -204,6 +210,7 @@ class ShowAttendTellDecoder(nn.Module):
         predicts captions[:, t + 1]. mode: for hard attention "sample" (training), "expected" or
         "argmax"; use_expected (B,) bool marks rows that take the expected context while sampling;
         ``locations`` (B, T) replaces the samples by given locations (to enumerate them exactly).
+        mode "gumbel" samples by straight-through Gumbel-softmax at ``temperature`` (training only).
         """
         mode = self._mode(mode)
         B, L, _ = features.shape
@@ -227,7 +234,7 @@ class ShowAttendTellDecoder(nn.Module):
         # Each step's outputs for its n_t running rows are kept as they come and put in place once
         # after the loop (writing them into (B, T, .) tensors step by step would, in the backward
         # pass, copy the whole tensor's gradient once per step).
-        sampling = mode == "sample"
+        sampling = mode in ("sample", "gumbel")
         per_step = []
         for t, n in enumerate(active):
             if n == 0:
@@ -238,7 +245,7 @@ class ShowAttendTellDecoder(nn.Module):
                 x_steps[t][:n], state, mode,
                 None if use_expected is None else use_expected[:n],
                 None if forced is None else forced[:n, t],
-                layers,
+                layers, temperature,
             )
             state = state.with_recurrent(h, c)
             per_step.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if sampling else ()))

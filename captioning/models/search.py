@@ -84,6 +84,9 @@ class GenerationConfig:
         forbid_bad_endings: never end a caption after an article, preposition or conjunction
             (:data:`BAD_ENDINGS`; EOS gets probability 0 after them). A caption that reaches
             max_new_tokens still stops there.
+        location_samples: K > 1 decodes each image K times with sampled locations (hard
+            attention; attention_mode is then "sample") and keeps the caption of the best score
+            (:func:`best_of_k`). Soft-attention models ignore it.
     """
 
     num_beams: int = 1
@@ -95,9 +98,11 @@ class GenerationConfig:
     attention_mode: Literal["expected", "argmax", "sample"] = "expected"
     num_return_sequences: int = 1
     forbid_bad_endings: bool = False
+    location_samples: int = 1
 
     def __post_init__(self):
-        for field, least in (("num_beams", 1), ("max_new_tokens", 1), ("top_k", 0), ("num_return_sequences", 1)):
+        for field, least in (("num_beams", 1), ("max_new_tokens", 1), ("top_k", 0), ("num_return_sequences", 1),
+                             ("location_samples", 1)):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{field}: expected an integer >= {least}, got {value!r}")
@@ -256,6 +261,30 @@ def generate(
     generator: Optional[torch.Generator] = None,
 ) -> GenerationOutput:
     """Greedy or sampled decoding for one beam, beam search otherwise. features: (B, L, D)."""
+    if config.location_samples > 1 and decoder.attention_kind == "hard":
+        return best_of_k(decoder, features, config, generator)
     if config.num_beams == 1:
         return greedy_search(decoder, features, config, generator)
     return beam_search(decoder, features, config)
+
+
+@torch.no_grad()
+def best_of_k(
+    decoder: ShowAttendTellDecoder,
+    features: Tensor,
+    config: GenerationConfig,
+    generator: Optional[torch.Generator] = None,
+) -> GenerationOutput:
+    """Sampled-then-best-of-K for hard attention: K = ``config.location_samples`` decodings of each
+    image, each with its own sampled locations (attention_mode "sample"; greedy or beam search as
+    the config says), and the one of the best (length-normalised) score log p(y | s, a) kept.
+    features: (B, L, D)."""
+    B, K = features.size(0), config.location_samples
+    single = config.replace(attention_mode="sample", location_samples=1)
+    if single.num_return_sequences > 1:
+        single = dataclasses.replace(single, num_return_sequences=1)
+    out = generate(decoder, features.repeat_interleave(K, 0), single, generator)  # B * K rows, image-major
+    best = out.scores.view(B, K).argmax(1)  # (B,)
+    row = torch.arange(B, device=features.device) * K + best
+    return GenerationOutput(sequences=out.sequences[row], alphas=out.alphas[row], locations=out.locations[row],
+                            scores=out.scores[row], lengths=out.lengths[row])
