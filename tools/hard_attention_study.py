@@ -66,18 +66,21 @@ def build(name: str, data: str):
 
 
 def cmd_speed(args) -> None:
+    """ms/step of every (data, variant), round-robin in one process; ratios to the first pair."""
     import torch
 
     from captioning.optim import build_optimizer
 
     torch.manual_seed(0)
     runs = {}
-    for name in args.variants:
-        module, dm = build(name, args.data)
-        batches = iter(dm.train_dataloader())
-        runs[name] = (module, build_optimizer(module.model, module.optimizer_config, False), batches, [])
+    for data in args.data:
+        label = os.path.basename(os.path.dirname(os.path.abspath(data)))
+        for name in args.variants:
+            module, dm = build(name, data)
+            batches = iter(dm.train_dataloader())
+            runs[f"{label}:{name}"] = (module, build_optimizer(module.model, module.optimizer_config, False), batches, [])
     for r in range(args.rounds):
-        for name, (module, opt, batches, times) in runs.items():
+        for key, (module, opt, batches, times) in runs.items():
             module.train()
             for _ in range(args.steps):
                 batch = next(batches)
@@ -89,12 +92,13 @@ def cmd_speed(args) -> None:
                 module.objective.commit(out)
                 if r > 0:  # the first round warms up
                     times.append(time.perf_counter() - t0)
-    ref = sorted(runs[args.variants[0]][3])[len(runs[args.variants[0]][3]) // 2]
+    first = next(iter(runs))
+    ref = sorted(runs[first][3])[len(runs[first][3]) // 2]
     result = {}
-    for name, (_, _, _, times) in runs.items():
+    for key, (_, _, _, times) in runs.items():
         med = sorted(times)[len(times) // 2]
-        result[name] = {"ms_per_step": 1000 * med, "ratio_to_first": ref / med, "steps_timed": len(times)}
-        print(f"{name:16s} {1000 * med:7.1f} ms/step  x{ref / med:.3f} of {args.variants[0]}'s steps")
+        result[key] = {"ms_per_step": 1000 * med, "ratio_to_first": ref / med, "steps_timed": len(times)}
+        print(f"{key:28s} {1000 * med:7.1f} ms/step (median)  x{ref / med:.3f} of {first}'s steps in the same time")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
@@ -266,7 +270,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("speed")
-    s.add_argument("--data", required=True)
+    s.add_argument("--data", required=True, nargs="+", help="annotation files (labelled by their folder)")
     s.add_argument("--variants", nargs="+", default=["soft", "hard"], choices=VARIANTS)
     s.add_argument("--rounds", type=int, default=6)
     s.add_argument("--steps", type=int, default=10)
