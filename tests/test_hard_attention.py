@@ -268,3 +268,16 @@ def test_make_shapes_preset_option(tmp_path):
     run = subprocess.run([sys.executable, "-m", "captioning.cli", "make-shapes", "--out", str(tmp_path), "--preset", "huge"],
                          capture_output=True, text=True)
     assert run.returncode != 0 and "huge" in run.stderr
+
+
+def test_checkpoint_of_an_older_objective_loads_with_start_values():
+    # checkpoints written before the options existed hold only the moving-average baseline
+    objective = HardAttentionReinforce()
+    objective.load_state_dict({"baseline": torch.tensor(-0.7)})
+    assert objective.baseline.item() == pytest.approx(-0.7)
+    assert objective.advantage_var.item() == 1.0 and int(objective.steps_done) == 0
+    assert objective.baseline_weight.numel() == 0
+    # a learned baseline's weights come back with their size
+    learned = HardAttentionReinforce(baseline="learned")
+    learned.load_state_dict({**objective.state_dict(), "baseline_weight": torch.arange(3.0)})
+    assert torch.equal(learned.baseline_weight, torch.arange(3.0))

@@ -185,8 +185,10 @@ def cmd_run(args) -> None:
     for mode in args.modes:
         out = os.path.join(run_dir, f"test_{mode}.json")
         extra = ["--attention-mode", mode] if mode in ("expected", "argmax") else ["--location-samples", mode[len("bestof"):]] if mode.startswith("bestof") else []
-        if args.name == "soft" and extra:
+        if args.name == "soft" and mode != args.modes[0]:  # a soft model decodes one way only
             continue
+        if args.name == "soft":
+            extra = []
         subprocess.run(CAPTIONING + ["evaluate", "--checkpoint", ckpt, "--annotations", args.data, "--num-beams", "3",
                                      "--grounding", "--out", out, *extra], stdout=subprocess.DEVNULL, check=True)
         scores[mode] = json.load(open(out))
@@ -200,6 +202,23 @@ def cmd_run(args) -> None:
     print(json.dumps({k: record[k] for k in ("name", "tag", "steps", "best_step", "wall_s")}))
 
 
+def run_scalars(run_dir: str) -> dict:
+    """tag -> (steps, values) over every version of a run (a resumed run logs into a new version)."""
+    import numpy as np
+
+    from captioning.curves import read_scalars
+
+    merged: dict = {}
+    for logs in sorted(glob.glob(os.path.join(run_dir, "lightning_logs", "version_*"))):
+        for tag, (steps, values) in read_scalars(logs).items():
+            old = merged.get(tag)
+            if old is not None:  # the later version wins from its first step on
+                keep = old[0] < steps.min() if len(steps) else np.ones_like(old[0], bool)
+                steps, values = np.concatenate([old[0][keep], steps]), np.concatenate([old[1][keep], values])
+            merged[tag] = (steps, values)
+    return merged
+
+
 def cmd_curves(args) -> None:
     import numpy as np
     from PIL import Image, ImageDraw
@@ -208,10 +227,9 @@ def cmd_curves(args) -> None:
 
     ms = dict(x.split("=") for x in args.ms_per_step)
     series = []
-    for run_dir in args.runs:
-        logs = sorted(glob.glob(os.path.join(run_dir, "lightning_logs", "version_*")))[-1]
-        s = read_scalars(logs)
-        label = os.path.basename(run_dir.rstrip("/"))
+    labels = args.labels or [os.path.basename(r.rstrip("/")) for r in args.runs]
+    for run_dir, label in zip(args.runs, labels):
+        s = run_scalars(run_dir)
         series.append((label, s.get("val/object_f1"), s.get("val/CIDEr"), float(ms.get(label, "nan"))))
     W, H, pad = 900, 640, 50
     img = Image.new("RGB", (W, H), "white")
@@ -243,6 +261,27 @@ def cmd_curves(args) -> None:
             draw.text((x0 + 8, y0 + 6 + 14 * k), lab, fill=c)
     img.save(args.out)
     print(f"wrote {args.out}")
+
+
+def cmd_diagnose(args) -> None:
+    """Means of a run's per-step logs over windows of steps (reward, baseline, entropy, variance terms)."""
+    from captioning.curves import read_scalars
+
+    s = run_scalars(args.run)
+    tags = [t for t in ("train/reward", "train/baseline", "train/advantage", "train/entropy", "train/expected_fraction",
+                        "train/reinforce_weight_var", "train/location_grad_sq", "train/nll_per_token",
+                        "train/temperature", "train/baseline_mse", "val/object_f1", "val/CIDEr") if t in s]
+    last = max(int(s[t][0].max()) for t in tags)
+    edges = list(range(0, last + args.window, args.window))
+    print("| steps | " + " | ".join(t.split("/", 1)[1] for t in tags) + " |")
+    print("|---" * (len(tags) + 1) + "|")
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        cells = []
+        for t in tags:
+            steps, values = s[t]
+            sel = values[(steps >= lo) & (steps < hi)]
+            cells.append(f"{sel.mean():.4g}" if len(sel) else "")
+        print(f"| {lo}-{hi} | " + " | ".join(cells) + " |")
 
 
 def cmd_table(args) -> None:
@@ -301,8 +340,13 @@ def main(argv=None) -> None:
     s = sub.add_parser("curves")
     s.add_argument("runs", nargs="+")
     s.add_argument("--out", required=True)
-    s.add_argument("--ms-per-step", nargs="*", default=[])
+    s.add_argument("--ms-per-step", nargs="*", default=[], help="LABEL=MS: a run's ms per step on a quiet machine")
+    s.add_argument("--labels", nargs="*", default=None)
     s.set_defaults(func=cmd_curves)
+    s = sub.add_parser("diagnose")
+    s.add_argument("run")
+    s.add_argument("--window", type=int, default=500)
+    s.set_defaults(func=cmd_diagnose)
     s = sub.add_parser("table")
     s.add_argument("dir")
     s.set_defaults(func=cmd_table)

@@ -218,7 +218,13 @@ class HardAttentionReinforce(CrossEntropy):
         self.register_buffer("baseline_weight", torch.zeros(0))  # (D,) the learned baseline's w, sized on first use
         self.register_buffer("baseline_bias", torch.zeros(()))  # its c
 
+    #: running state added after the first checkpoints: an older checkpoint without them loads with their start values
+    _NEWER_BUFFERS = ("advantage_var", "steps_done", "baseline_weight", "baseline_bias")
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name in self._NEWER_BUFFERS:
+            if prefix + name not in state_dict and prefix + "baseline" in state_dict:
+                state_dict[prefix + name] = getattr(self, name).clone()
         weight = state_dict.get(prefix + "baseline_weight")
         if weight is not None and weight.shape != self.baseline_weight.shape:
             self.baseline_weight = self.baseline_weight.new_zeros(weight.shape)  # sized by the checkpoint
