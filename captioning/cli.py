@@ -25,7 +25,8 @@ TRAINING_COMMANDS = ("fit", "validate", "test")
 def cmd_make_shapes(args) -> int:
     from captioning.data.shapes import generate
 
-    path = generate(args.out, n_train=args.train, n_val=args.val, n_test=args.test, seed=args.seed, image_size=args.image_size)
+    path = generate(args.out, n_train=args.train, n_val=args.val, n_test=args.test, seed=args.seed, image_size=args.image_size,
+                    preset=args.preset)
     print(f"wrote {path}")
     return 0
 
@@ -248,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", type=at_least(1), default=300, help="test images")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--image-size", type=at_least(16), default=64, help="side of the square images, in pixels")
+    p.add_argument("--preset", choices=("demo", "hard"), default="demo",
+                   help="demo: 1-4 objects on a gradient, PNG (the demo's data); hard: 2-4 objects of 3 sizes, "
+                        "8 colours, 6 shapes on textured backgrounds, JPEG")
     p.set_defaults(func=cmd_make_shapes)
 
     p = sub.add_parser("caption", help="caption images")

@@ -69,6 +69,8 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
                    help="how a hard-attention model picks contexts (default: the model's, normally expected)")
     p.add_argument("--forbid-bad-endings", action="store_true", default=None,
                    help="never end a caption on an article, preposition or conjunction ('a', 'with', 'and'...)")
+    p.add_argument("--location-samples", type=at_least(1), default=None, metavar="K",
+                   help="hard attention: decode each image K times with sampled locations and keep the best-scoring caption")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
     p.add_argument("--max-image-pixels", type=at_least(1), default=None, metavar="N",
                    help="refuse images of more pixels (decompression-bomb guard; default: Pillow's, about 89 million)")
@@ -78,7 +80,8 @@ def generation_overrides(args) -> dict:
     """The GenerationConfig fields a command's arguments set (None: keep the model's)."""
     return {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
             "length_penalty": args.length_penalty, "attention_mode": args.attention_mode,
-            "forbid_bad_endings": args.forbid_bad_endings}
+            "forbid_bad_endings": args.forbid_bad_endings,
+            "location_samples": getattr(args, "location_samples", None)}
 
 
 def apply_image_limit(args) -> None:

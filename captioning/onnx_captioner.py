@@ -144,11 +144,11 @@ class OnnxCaptioner:
                                                  "features": features, "projected": projected}))
 
     def check_generation(self, config: GenerationConfig) -> str:
-        if config.do_sample or config.attention_mode == "sample":
-            raise ConfigError("the ONNX captioner decodes greedily or with beam search: sampling (do_sample, "
-                              "attention_mode sample) needs the PyTorch model")
         """The step graph ``config`` needs ("expected" or "argmax"); a one-line ConfigError for what
         this captioner cannot do (sampling, a mode the folder has no graph for)."""
+        if config.do_sample or config.attention_mode == "sample" or config.location_samples > 1:
+            raise ConfigError("the ONNX captioner decodes greedily or with beam search: sampling (do_sample, "
+                              "attention_mode sample, location_samples) needs the PyTorch model")
         mode = "expected" if self.attention_kind == "soft" else config.attention_mode
         if mode not in self.steps:
             raise ConfigError(f"attention_mode {mode}: this ONNX folder has no step graph for it (it has {', '.join(self.steps)})")

@@ -10,6 +10,10 @@ The annotations are one Karpathy split file (``dataset_shapes.json``) that ``loa
 extended per image with ``width``, ``height`` and ``objects`` (size, color, shape, bbox, words);
 ``bbox`` is ``[x0, y0, x1, y1]`` in pixels with exclusive ends, so ``x1 - x0`` is the width.
 Generation is deterministic: the same arguments give the same image bytes and the same JSON.
+
+``preset="hard"`` (:data:`PRESETS`) is a harder setting for comparing models: 2 to 4 objects of
+three sizes, eight colours and six shapes on a textured background (stripes, blobs and stronger
+noise), saved as JPEG (quality 70). The default (``preset="demo"``) is the demo's data, unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -26,9 +31,14 @@ from tqdm import tqdm
 
 from captioning.errors import ConfigError
 
-SIZES = ("small", "large")
+SIZES = ("small", "large")  # the demo's words; the hard preset adds HARD_* to them
 COLOURS = ("red", "green", "blue", "yellow", "purple")
 SHAPES = ("circle", "square", "triangle", "cross")
+HARD_SIZES = ("small", "medium", "large")
+HARD_COLOURS = COLOURS + ("orange", "cyan", "white")
+HARD_SHAPES = SHAPES + ("diamond", "ring")
+#: every word a caption of either setting can use (what parse_objects recognises)
+ALL_SIZES, ALL_COLOURS, ALL_SHAPES = frozenset(HARD_SIZES), frozenset(HARD_COLOURS), frozenset(HARD_SHAPES)
 
 _RGB = {  # saturated, far apart from each other and from the dull background
     "red": (225, 35, 35),
@@ -36,14 +46,44 @@ _RGB = {  # saturated, far apart from each other and from the dull background
     "blue": (45, 90, 240),
     "yellow": (240, 225, 40),
     "purple": (175, 60, 215),
+    "orange": (245, 140, 30),
+    "cyan": (40, 210, 220),
+    "white": (235, 235, 235),
 }
 _SIDE = {"small": (0.16, 0.20), "large": (0.30, 0.34)}  # object side, as a fraction of the image
+_HARD_SIDE = {"small": (0.13, 0.16), "medium": (0.20, 0.23), "large": (0.27, 0.31)}
 _MARGIN = 2  # pixels kept free between two boxes and between a box and the border
 _NOISE_STD = 12.0  # pixel noise (0-255 scale), added over objects and background alike
 _SPLITS = ("train", "val", "test")
 _NUMBERS = {3: "three", 4: "four"}
 
 Triple = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class ShapesStyle:
+    """What the images hold and how they are drawn and saved (the demo's by default)."""
+
+    min_objects: int = 1
+    max_objects: int = 4
+    sizes: tuple = SIZES
+    colours: tuple = COLOURS
+    shapes: tuple = SHAPES
+    sides: tuple = tuple(_SIDE.items())  # (size word, (min, max) side as a fraction of the image)
+    texture: bool = False  # textured background (stripes and blobs) instead of the plain gradient
+    noise_std: float = _NOISE_STD
+    colour_jitter: int = 20  # each object's colour is its palette entry +- this, per channel
+    image_format: str = "png"  # "png" or "jpeg"
+    jpeg_quality: int = 70
+
+
+#: the named settings of ``captioning make-shapes --preset``
+PRESETS = {
+    "demo": ShapesStyle(),
+    "hard": ShapesStyle(min_objects=2, max_objects=4, sizes=HARD_SIZES, colours=HARD_COLOURS,
+                        shapes=HARD_SHAPES, sides=tuple(_HARD_SIDE.items()), texture=True,
+                        noise_std=18.0, colour_jitter=30, image_format="jpeg"),
+}
 
 
 # --------------------------------------------------------------------------- drawing
@@ -55,6 +95,21 @@ def _background(rng: np.random.Generator, size: int) -> np.ndarray:
     t = np.cos(angle) * xs + np.sin(angle) * ys  # (S, S)
     t = (t - t.min()) / (t.max() - t.min() + 1e-9)
     return c0 + t[..., None] * (c1 - c0)
+
+
+def _texture(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A textured background: the gradient plus random stripes and soft blobs: (S, S, 3) float."""
+    base = _background(rng, size)
+    ys, xs = np.mgrid[0:size, 0:size] / max(size - 1, 1)
+    for _ in range(int(rng.integers(1, 4))):  # stripes of random period, angle and colour
+        angle, period, phase = rng.uniform(0, np.pi), rng.uniform(0.08, 0.3), rng.uniform(0, 2 * np.pi)
+        wave = np.sin(2 * np.pi * (np.cos(angle) * xs + np.sin(angle) * ys) / period + phase)
+        base = base + wave[..., None] * rng.uniform(-22, 22, size=3)
+    for _ in range(int(rng.integers(2, 6))):  # blobs: gaussian spots of a random colour
+        cx, cy, r = rng.uniform(0, 1), rng.uniform(0, 1), rng.uniform(0.05, 0.2)
+        spot = np.exp(-((xs - cx) ** 2 + (ys - cy) ** 2) / (2 * r * r))
+        base = base + spot[..., None] * rng.uniform(-40, 40, size=3)
+    return base
 
 
 def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: Sequence[int], fill) -> None:
@@ -72,6 +127,11 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: Sequence[int], fill)
         c, d = y0 + (y1 - y0) // 3, y0 + 2 * (y1 - y0) // 3
         draw.rectangle([a, y0, b - 1, ye], fill=fill)
         draw.rectangle([x0, c, xe, d - 1], fill=fill)
+    elif shape == "diamond":
+        mx, my = (x0 + xe) / 2, (y0 + ye) / 2
+        draw.polygon([(mx, y0), (xe, my), (mx, ye), (x0, my)], fill=fill)
+    elif shape == "ring":  # a circle with a hole, the ring a quarter of the side thick
+        draw.ellipse([x0, y0, xe, ye], outline=fill, width=max(2, (x1 - x0) // 4))
     else:
         raise ValueError(f"unknown shape {shape!r}")
 
@@ -92,25 +152,30 @@ def _place(rng: np.random.Generator, sides: list[int], size: int) -> list[list[i
     return boxes
 
 
-def _make_image(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict]]:
-    """One image and its objects (dicts with size, color, shape, bbox, words)."""
+def _make_image(rng: np.random.Generator, size: int, style: ShapesStyle = PRESETS["demo"]) -> tuple[Image.Image, list[dict]]:
+    """One image and its objects (dicts with size, color, shape, bbox, words).
+
+    The demo's style draws its random numbers exactly as it always did (same images for a seed)."""
+    side_range = dict(style.sides)
     while True:
-        n = int(rng.integers(1, 5))
-        words = [(SIZES[rng.integers(len(SIZES))], COLOURS[rng.integers(len(COLOURS))],
-                  SHAPES[rng.integers(len(SHAPES))]) for _ in range(n)]
-        sides = [int(round(size * rng.uniform(*_SIDE[w[0]]))) for w in words]
+        n = int(rng.integers(style.min_objects, style.max_objects + 1))
+        words = [(style.sizes[rng.integers(len(style.sizes))], style.colours[rng.integers(len(style.colours))],
+                  style.shapes[rng.integers(len(style.shapes))]) for _ in range(n)]
+        sides = [int(round(size * rng.uniform(*side_range[w[0]]))) for w in words]
         boxes = _place(rng, sides, size)
         if boxes is not None:
             break
-    img = Image.fromarray(np.clip(_background(rng, size), 0, 255).astype(np.uint8))
+    background = _texture(rng, size) if style.texture else _background(rng, size)
+    img = Image.fromarray(np.clip(background, 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(img)
     objects = []
+    jitter = style.colour_jitter
     for (sz, colour, shape), box in zip(words, boxes):
-        fill = tuple(int(c) for c in np.clip(np.array(_RGB[colour]) + rng.integers(-20, 21, 3), 0, 255))
+        fill = tuple(int(c) for c in np.clip(np.array(_RGB[colour]) + rng.integers(-jitter, jitter + 1, 3), 0, 255))
         _draw_shape(draw, shape, box, fill)
         objects.append({"size": sz, "color": colour, "shape": shape, "bbox": box,
                         "words": [sz, colour, shape]})
-    pixels = np.asarray(img, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
+    pixels = np.asarray(img, dtype=np.float64) + rng.normal(0.0, style.noise_std, (size, size, 3))
     return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8)), objects
 
 
@@ -181,12 +246,24 @@ def _captions(rng: np.random.Generator, objects: list[dict], size: int) -> list[
 
 # --------------------------------------------------------------------------- dataset
 def generate(out_dir: Union[str, Path], n_train: int = 4000, n_val: int = 200, n_test: int = 300,
-             seed: int = 0, image_size: int = 64, progress: bool = True) -> Path:
+             seed: int = 0, image_size: int = 64, progress: bool = True,
+             preset: Union[str, ShapesStyle] = "demo") -> Path:
     """Write the shapes dataset under `out_dir`; return the annotation file's path.
 
-    Images go to ``out_dir/images/{split}/{imgid:06d}.png``, annotations to
-    ``out_dir/dataset_shapes.json`` (Karpathy format plus width, height and objects).
+    Images go to ``out_dir/images/{split}/{imgid:06d}.png`` (``.jpg`` for a JPEG style),
+    annotations to ``out_dir/dataset_shapes.json`` (Karpathy format plus width, height and
+    objects). ``preset``: a name of :data:`PRESETS` ("demo", "hard") or a :class:`ShapesStyle`.
     """
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ConfigError(f"shapes dataset: unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
+        style = PRESETS[preset]
+    else:
+        style = preset
+    if not 1 <= style.min_objects <= style.max_objects:
+        raise ConfigError(f"shapes dataset: expected 1 <= min_objects <= max_objects, got {style.min_objects}, {style.max_objects}")
+    if style.image_format not in ("png", "jpeg"):
+        raise ConfigError(f"shapes dataset: image_format must be 'png' or 'jpeg', got {style.image_format!r}")
     counts = {"train": n_train, "val": n_val, "test": n_test}
     for split, n in counts.items():
         if int(n) != n or n < 0:
@@ -204,9 +281,14 @@ def generate(out_dir: Union[str, Path], n_train: int = 4000, n_val: int = 200, n
     images = []
     for imgid in tqdm(range(total), desc="shapes", unit="img", disable=None if progress else True):
         rng = np.random.default_rng(image_seeds[imgid])
-        img, objects = _make_image(rng, image_size)
-        split, filename = splits[imgid], f"{imgid:06d}.png"
-        img.save(out_dir / "images" / split / filename, format="PNG")
+        img, objects = _make_image(rng, image_size, style)
+        split = splits[imgid]
+        if style.image_format == "jpeg":
+            filename = f"{imgid:06d}.jpg"
+            img.save(out_dir / "images" / split / filename, format="JPEG", quality=style.jpeg_quality)
+        else:
+            filename = f"{imgid:06d}.png"
+            img.save(out_dir / "images" / split / filename, format="PNG")
         raws = _captions(rng, objects, image_size)
         sentids = [5 * imgid + k for k in range(len(raws))]
         images.append({
@@ -244,7 +326,7 @@ def locate_objects(tokens: Sequence[str]) -> list[tuple[int, Triple]]:
     found, i = [], 0
     while i + 2 < len(tokens):
         triple = tuple(tokens[i:i + 3])
-        if triple[0] in SIZES and triple[1] in COLOURS and triple[2] in SHAPES:
+        if triple[0] in ALL_SIZES and triple[1] in ALL_COLOURS and triple[2] in ALL_SHAPES:
             found.append((i + 2, triple))
             i += 3
         else:

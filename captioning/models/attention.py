@@ -279,6 +279,7 @@ def glimpse(
     generator: Optional[torch.Generator] = None,
     location: Optional[Tensor] = None,
     beams: int = 1,
+    temperature: float = 1.0,
 ) -> Glimpse:
     """Turn alpha_t into a context vector.
 
@@ -291,15 +292,21 @@ def glimpse(
     alpha (B, heads, L) is multi-head attention: each head makes its own context (and, in the hard
     modes, its own location, sampled independently; ``location`` is then (B, heads)), and the
     contexts are returned side by side, (B, heads * D).
+
+    mode "gumbel" (training only; NOT the paper's estimator) draws the location by straight-through
+    Gumbel-softmax at ``temperature``: the forward pass reads the one sampled location (a one-hot
+    weight vector), the backward pass differentiates softmax((log alpha + g) / temperature).
     """
     if alpha.dim() == 3:
-        return _multihead_glimpse(alpha, features, mode, use_expected, generator, location, beams)
+        return _multihead_glimpse(alpha, features, mode, use_expected, generator, location, beams, temperature)
     if mode == "expected":
         location = alpha.argmax(dim=-1)
         return Glimpse(expected_context(alpha, features, beams), alpha, location)
     if mode == "argmax":
         location = alpha.argmax(dim=-1)
         return Glimpse(location_context(location, features, beams), alpha, location)
+    if mode == "gumbel":
+        return _gumbel_glimpse(alpha, features, use_expected, generator, beams, temperature)
     if mode != "sample":
         raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES}")
     if location is None:
@@ -315,17 +322,35 @@ def glimpse(
 
 
 def _multihead_glimpse(alpha: Tensor, features: Tensor, mode: str, use_expected: Optional[Tensor],
-                       generator: Optional[torch.Generator], location: Optional[Tensor], beams: int) -> Glimpse:
+                       generator: Optional[torch.Generator], location: Optional[Tensor], beams: int,
+                       temperature: float = 1.0) -> Glimpse:
     """:func:`glimpse` of every head at once: the heads are more rows of the same image
     (rows image, beam, head), so each is one more "beam" over the image's features."""
     N, K, L = alpha.shape
     D = features.size(-1)
     g = glimpse(alpha.reshape(N * K, L), features, mode,
                 None if use_expected is None else use_expected.repeat_interleave(K),
-                generator, None if location is None else location.reshape(N * K), beams * K)
+                generator, None if location is None else location.reshape(N * K), beams * K, temperature)
     mean = alpha.mean(1)
     where = mean.argmax(dim=-1) if mode == "expected" else g.location.view(N, K)
     return Glimpse(g.context.view(N, K * D), mean, where,
                    None if g.log_prob is None else g.log_prob.view(N, K).sum(1),
                    None if g.entropy is None else g.entropy.view(N, K).sum(1),
                    head_alpha=alpha)
+def _gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected: Optional[Tensor], generator: Optional[torch.Generator],
+                    beams: int, temperature: float) -> Glimpse:
+    """Straight-through Gumbel-softmax (Jang et al. 2017): one location forward, a relaxed gradient backward."""
+    log_alpha = torch.log(alpha.clamp_min(1e-12))  # (B, L)
+    u = torch.rand(alpha.shape, device=alpha.device, dtype=torch.float32, generator=generator)
+    gumbel = -torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))  # (B, L)
+    soft = torch.softmax((log_alpha + gumbel.to(log_alpha.dtype)) / temperature, dim=-1)  # (B, L)
+    location = soft.detach().argmax(dim=-1)  # (B,): s_t ~ Cat(alpha_t)
+    hard = torch.zeros_like(soft).scatter_(1, location.unsqueeze(1), 1.0)
+    weights = hard + (soft - soft.detach())  # forward: the one-hot; backward: d soft
+    context = expected_context(weights, features, beams)  # = a_{s_t} forward
+    log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)
+    entropy = -(alpha * log_alpha).sum(-1)
+    if use_expected is not None:
+        context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
+        log_prob = log_prob.masked_fill(use_expected, 0.0)
+    return Glimpse(context, alpha, location, log_prob, entropy)

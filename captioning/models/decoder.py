@@ -50,6 +50,10 @@ from captioning.models.attention import ATTENTION_MODES, SCORES, Glimpse, LocalC
 from captioning.models.deferred import deferred_linear
 from captioning.vocab import Vocabulary
 
+#: attention modes of a teacher-forced training pass only: "gumbel", straight-through Gumbel-softmax
+#: (an alternative to REINFORCE, not the paper's estimator; see objectives/reinforce.py)
+TRAINING_MODES = ("gumbel",)
+
 
 @dataclass
 class DecoderConfig:
@@ -210,7 +214,8 @@ class ShowAttendTellDecoder(nn.Module):
         return DecoderState(h0, c0, features, self.f_att.project(features))
 
     def attend(self, state: DecoderState, from_h: Tensor, h: Tensor, mode: str, use_expected: Optional[Tensor] = None,
-               location: Optional[Tensor] = None, beams: Optional[int] = None) -> tuple[Glimpse, Tensor, Tensor]:
+               location: Optional[Tensor] = None, beams: Optional[int] = None,
+               temperature: float = 1.0) -> tuple[Glimpse, Tensor, Tensor]:
         """alpha_t, the glimpse and the gated context z_t from the attention share of the products of h.
 
         from_h: (N, query + 1 + local) = [W_h h | f_beta(h) | W_p h]; h: (N, H), the query of the
@@ -223,7 +228,7 @@ class ShowAttendTellDecoder(nn.Module):
             gh, gw = grid_shape(state.features.size(1))
             bias = window_log(self.local_centre(w_p_h, gh, gw), gh, gw, self.config.local_sigma)  # (N, L)
         alpha = self.f_att(state.projected, q if self.f_att.query_dim else h, beams, bias=bias)  # (N, L) or (N, heads, L)
-        g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=beams)
+        g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=beams, temperature=temperature)
         context = g.context if self.head_proj is None else self.head_proj(g.context)  # (N, D)
         beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
         return g, beta, beta.unsqueeze(1) * context
@@ -236,6 +241,7 @@ class ShowAttendTellDecoder(nn.Module):
         use_expected: Optional[Tensor] = None,
         location: Optional[Tensor] = None,
         layers: Optional[tuple] = None,
+        temperature: float = 1.0,
     ) -> tuple[Tensor, Tensor, Tensor, Glimpse, Tensor]:
         """One LSTM step with attention. x_gates: (N, 4H), the embedding's share of the gates.
 
@@ -250,12 +256,13 @@ class ShowAttendTellDecoder(nn.Module):
         if self.attention_splits == [A, 1, 0] and self.heads == 1:  # the paper's model, as it always ran
             h_att, h_beta, h_gates = from_hidden(state.h).split([A, 1, 4 * self.hidden_dim], dim=1)  # (N, H) -> (N, A), (N, 1), (N, 4H)
             alpha = self.f_att(state.projected, h_att, state.beams)  # (N, L)
-            g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams)
+            g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=state.beams,
+                        temperature=temperature)
             beta = torch.sigmoid(h_beta.squeeze(1))  # (N,): the gating scalar
             z = beta.unsqueeze(1) * g.context  # (N, D)
         else:
             from_h, h_gates = from_hidden(state.h).split([sum(self.attention_splits), 4 * self.hidden_dim], dim=1)
-            g, beta, z = self.attend(state, from_h, state.h, mode, use_expected, location)
+            g, beta, z = self.attend(state, from_h, state.h, mode, use_expected, location, temperature=temperature)
         gates = x_gates + h_gates + context_gates(z)  # (N, 4H)
         i, f, gg, o = gates.chunk(4, dim=-1)
         c = torch.sigmoid(f) * state.c + torch.sigmoid(i) * torch.tanh(gg)
@@ -292,8 +299,8 @@ class ShowAttendTellDecoder(nn.Module):
         if self.attention_kind == "soft":
             return "expected"
         mode = mode or "expected"
-        if mode not in ATTENTION_MODES:
-            raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES}")
+        if mode not in ATTENTION_MODES + TRAINING_MODES:
+            raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES + TRAINING_MODES}")
         return mode
 
     # ------------------------------------------------------------------ teacher forcing
@@ -305,6 +312,7 @@ class ShowAttendTellDecoder(nn.Module):
         mode: Optional[str] = None,
         use_expected: Optional[Tensor] = None,
         locations: Optional[Tensor] = None,
+        temperature: float = 1.0,
     ) -> DecoderOutput:
         """A teacher-forced pass.
 
@@ -313,10 +321,11 @@ class ShowAttendTellDecoder(nn.Module):
         predicts captions[:, t + 1]. mode: for hard attention "sample" (training), "expected" or
         "argmax"; use_expected (B,) bool marks rows that take the expected context while sampling;
         ``locations`` (B, T) replaces the samples by given locations (to enumerate them exactly).
+        mode "gumbel" samples by straight-through Gumbel-softmax at ``temperature`` (training only).
         """
         mode = self._mode(mode)
         if self.luong:
-            return self._luong_forward(features, captions, lengths, mode, use_expected, locations)
+            return self._luong_forward(features, captions, lengths, mode, use_expected, locations, temperature)
         B, L, _ = features.shape
         T = captions.size(1) - 1
         steps = (lengths - 1).clamp(min=0, max=T)  # (B,) decoding steps per caption
@@ -338,7 +347,7 @@ class ShowAttendTellDecoder(nn.Module):
         # Each step's outputs for its n_t running rows are kept as they come and put in place once
         # after the loop (writing them into (B, T, .) tensors step by step would, in the backward
         # pass, copy the whole tensor's gradient once per step).
-        sampling = mode == "sample"
+        sampling = mode in ("sample", "gumbel")
         per_step = []
         for t, n in enumerate(active):
             if n == 0:
@@ -349,7 +358,7 @@ class ShowAttendTellDecoder(nn.Module):
                 x_steps[t][:n], state, mode,
                 None if use_expected is None else use_expected[:n],
                 None if forced is None else forced[:n, t],
-                layers,
+                layers, temperature,
             )
             state = state.with_recurrent(h, c)
             per_step.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if sampling else ())
@@ -392,7 +401,8 @@ class ShowAttendTellDecoder(nn.Module):
     LUONG_GROUP = 8
 
     def _luong_forward(self, features: Tensor, captions: Tensor, lengths: Tensor, mode: str,
-                       use_expected: Optional[Tensor], locations: Optional[Tensor]) -> DecoderOutput:
+                       use_expected: Optional[Tensor], locations: Optional[Tensor],
+                       temperature: float = 1.0) -> DecoderOutput:
         """The teacher-forced pass with Luong placement: the LSTM over all T steps in one call
         (nn.LSTM: cuDNN on a GPU, oneDNN on the CPU), then attention, contexts and attentional
         states for all steps in batched products: the images sorted by length and taken in groups
@@ -422,8 +432,8 @@ class ShowAttendTellDecoder(nn.Module):
             g, beta, z = self.attend(sub, from_out[rows, :Tg].reshape(n * Tg, -1), h, mode,
                                      None if use_expected is None else use_expected[rows].repeat_interleave(Tg),
                                      None if locations is None else locations[rows, :Tg].reshape((n * Tg,) + locations.shape[2:]),
-                                     beams=Tg)
-            parts.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if mode == "sample" else ())
+                                     beams=Tg, temperature=temperature)
+            parts.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if mode in ("sample", "gumbel") else ())
                          + ((g.head_alpha,) if self.heads > 1 else ()))
             flats.append((rows.unsqueeze(1) * T + torch.arange(Tg, device=device)).reshape(-1))
         flat = torch.cat(flats)  # where each computed row belongs in the caller's (B, T) grid
@@ -439,7 +449,7 @@ class ShowAttendTellDecoder(nn.Module):
             out = values.new_zeros((B * T,) + values.shape[1:])
             return out.index_copy(0, real, values[keep]).view((B, T) + values.shape[1:])
 
-        sampling = mode == "sample"
+        sampling = mode in ("sample", "gumbel")
         return DecoderOutput(
             logits=logits,
             mask=mask,

@@ -49,6 +49,9 @@ class GenerationConfig:
         forbid_bad_endings: never end a caption after an article, preposition or conjunction
             (:data:`BAD_ENDINGS`; EOS gets probability 0 after them). A caption that reaches
             max_new_tokens still stops there.
+        location_samples: K > 1 decodes each image K times with sampled locations (hard
+            attention; attention_mode is then "sample") and keeps the caption of the best score
+            (:func:`captioning.models.search.best_of_k`). Soft-attention models ignore it.
     """
 
     num_beams: int = 1
@@ -60,9 +63,11 @@ class GenerationConfig:
     attention_mode: Literal["expected", "argmax", "sample"] = "expected"
     num_return_sequences: int = 1
     forbid_bad_endings: bool = False
+    location_samples: int = 1
 
     def __post_init__(self):
-        for field, least in (("num_beams", 1), ("max_new_tokens", 1), ("top_k", 0), ("num_return_sequences", 1)):
+        for field, least in (("num_beams", 1), ("max_new_tokens", 1), ("top_k", 0), ("num_return_sequences", 1),
+                             ("location_samples", 1)):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{field}: expected an integer >= {least}, got {value!r}")

@@ -11,6 +11,7 @@ Face's generation; with one beam, beam search is greedy decoding.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -199,6 +200,30 @@ def generate(
     generator: Optional[torch.Generator] = None,
 ) -> GenerationOutput:
     """Greedy or sampled decoding for one beam, beam search otherwise. features: (B, L, D)."""
+    if config.location_samples > 1 and decoder.attention_kind == "hard":
+        return best_of_k(decoder, features, config, generator)
     if config.num_beams == 1:
         return greedy_search(decoder, features, config, generator)
     return beam_search(decoder, features, config)
+
+
+@torch.no_grad()
+def best_of_k(
+    decoder: ShowAttendTellDecoder,
+    features: Tensor,
+    config: GenerationConfig,
+    generator: Optional[torch.Generator] = None,
+) -> GenerationOutput:
+    """Sampled-then-best-of-K for hard attention: K = ``config.location_samples`` decodings of each
+    image, each with its own sampled locations (attention_mode "sample"; greedy or beam search as
+    the config says), and the one of the best (length-normalised) score log p(y | s, a) kept.
+    features: (B, L, D)."""
+    B, K = features.size(0), config.location_samples
+    single = config.replace(attention_mode="sample", location_samples=1)
+    if single.num_return_sequences > 1:
+        single = dataclasses.replace(single, num_return_sequences=1)
+    out = generate(decoder, features.repeat_interleave(K, 0), single, generator)  # B * K rows, image-major
+    best = out.scores.view(B, K).argmax(1)  # (B,)
+    row = torch.arange(B, device=features.device) * K + best
+    return GenerationOutput(sequences=out.sequences[row], alphas=out.alphas[row], locations=out.locations[row],
+                            scores=out.scores[row], lengths=out.lengths[row])

@@ -5,11 +5,33 @@
 The locations s_t ~ Cat(alpha_t) are sampled along each caption; with probability
 ``semi_sampling_p`` a caption uses the expected context instead (the paper's variance reduction,
 Section 4.1); b is a moving average of the reward (saved in checkpoints).
+
+Options that lower the variance of the location-gradient term and keep the estimator the paper's
+(a score-function estimator, unbiased for the gradient of E_s[R] whatever the baseline, as long as
+the baseline does not depend on the sampled locations):
+
+* ``num_samples`` K > 1 with ``baseline: leave_one_out``: K location sequences per caption, each
+  sample's baseline the mean reward of the other K - 1 (Kool et al. 2019, "Buy 4 REINFORCE samples").
+* ``baseline: learned``: b(a) = the moving average + w^T mean_i(a_i) + c, a linear function of the
+  image's mean annotation vector fitted to the rewards (normalised least mean squares, one update a
+  step, in :meth:`commit`; the weights are buffers saved in checkpoints, not trained by Adam).
+* ``normalize_reward``: the advantage divided by a running standard deviation of past advantages
+  (from earlier steps only, so it rescales the step without biasing its direction).
+* ``lambda_e_final`` / ``entropy_anneal_steps``: the entropy bonus moved linearly from lambda_e to
+  lambda_e_final over that many steps (a large bonus explores early, a small one lets alpha sharpen).
+* ``semi_sampling_per``: one expected-context draw per batch (the authors' code) or per image (the paper).
+
+``estimator: gumbel`` is NOT the paper's estimator: the location is drawn by straight-through
+Gumbel-softmax (``glimpse(mode="gumbel")``): the forward pass reads one location, the backward pass
+differentiates the tempered softmax (biased, low variance; Jang et al. 2017). The temperature goes
+from ``gumbel_temperature`` to ``gumbel_temperature_final`` geometrically over ``gumbel_anneal_steps``.
+No REINFORCE term is added (lambda_r and the baseline are unused).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
 import torch
 from torch import Tensor
@@ -18,6 +40,9 @@ from captioning.errors import ConfigError
 from captioning.objectives.base import ObjectiveOutput
 from captioning.objectives.cross_entropy import CrossEntropy
 
+BASELINES = ("moving_average", "leave_one_out", "learned")
+ESTIMATORS = ("reinforce", "gumbel")
+
 
 @dataclass
 class ReinforceTerms:
@@ -25,6 +50,12 @@ class ReinforceTerms:
     reward: Tensor  # (B,) log p(y | s, a) per caption (mean over its steps)
     advantage: Tensor  # (B,) reward - baseline
     entropy: Tensor  # scalar mean attention entropy per step
+
+
+def caption_reward(log_likelihood: Tensor, mask: Tensor, reward_per_step: bool = True) -> Tensor:
+    """R per caption (B,), detached: log p(y | s, a) averaged over the caption's real steps (or summed)."""
+    steps = mask.sum(1).clamp(min=1)  # (B,)
+    return (log_likelihood / steps if reward_per_step else log_likelihood).detach()
 
 
 def reinforce_loss(
@@ -36,19 +67,23 @@ def reinforce_loss(
     lambda_r: float = 0.1,
     lambda_e: float = 0.002,
     reward_per_step: bool = True,
+    scale: Optional[Tensor] = None,
 ) -> ReinforceTerms:
     """The second and third terms of Eq. 12, as a loss to minimise.
 
     log_likelihood: (B,) log p(y | s, a), summed over steps (its gradient is the first term, left
     to the caller: it is -log_likelihood); location_log_prob: (B, T) log p(s_t | a), 0 where the
-    expected context was used; entropy: (B, T) H[alpha_t]; mask: (B, T) real steps; baseline: scalar b.
+    expected context was used; entropy: (B, T) H[alpha_t]; mask: (B, T) real steps; baseline: a
+    scalar b or one per caption (B,), which must not depend on the caption's sampled locations.
     The reward R is the caption's log-likelihood averaged over its real steps (the authors' code;
     ``reward_per_step=False`` uses the summed log-likelihood, for which lambda_r = 1 makes the
-    estimator unbiased for the gradient of E_s[log p(y | s, a)]).
+    estimator unbiased for the gradient of E_s[log p(y | s, a)]). ``scale``: the advantage is
+    divided by it (reward normalisation; a number fixed before the step's samples).
     """
-    steps = mask.sum(1).clamp(min=1)  # (B,)
-    reward = (log_likelihood / steps if reward_per_step else log_likelihood).detach()  # (B,)
-    advantage = reward - baseline
+    reward = caption_reward(log_likelihood, mask, reward_per_step)  # (B,)
+    advantage = reward - baseline.detach()
+    if scale is not None:
+        advantage = advantage / scale
     log_p_s = (location_log_prob * mask).sum(1)  # (B,) log p(s | a) of the whole location sequence
     mean_entropy = (entropy * mask).sum() / mask.sum().clamp(min=1)
     loss = -(lambda_r * advantage * log_p_s).mean() - lambda_e * (entropy * mask).sum(1).mean()
@@ -58,6 +93,38 @@ def reinforce_loss(
 def update_baseline(baseline: Tensor, reward: Tensor, decay: float = 0.9) -> Tensor:
     """Exponential moving average b_k = decay * b_{k-1} + (1 - decay) * mean reward (Section 4.1)."""
     return decay * baseline + (1.0 - decay) * reward.mean().detach()
+
+
+def leave_one_out_baseline(reward: Tensor, k: int) -> Tensor:
+    """Each sample's baseline: the mean reward of the other k - 1 samples of its caption.
+
+    reward: (B * k,), the k samples of a caption in consecutive rows. Returns (B * k,)."""
+    if k < 2:
+        raise ValueError("a leave-one-out baseline needs at least 2 samples per caption")
+    r = reward.view(-1, k)  # (B, k)
+    return ((r.sum(1, keepdim=True) - r) / (k - 1)).view(-1)
+
+
+def location_grad_sq(advantage: Tensor, alphas: Tensor, locations: Tensor, location_log_prob: Tensor,
+                     mask: Tensor, lambda_r: float) -> Tensor:
+    """Mean over captions of the squared norm of the location term's gradient w.r.t. the attention scores.
+
+    For one caption that gradient is lambda_r A (onehot(s_t) - alpha_t) at each sampled step, so its
+    squared norm is lambda_r^2 A^2 sum_t (1 - 2 alpha_t,s_t + |alpha_t|^2): no autograd needed.
+    Steps that took the expected context (log p = 0 exactly) add nothing. (B,), (B, T, L), (B, T) -> scalar.
+    """
+    sampled = mask & (location_log_prob != 0)
+    a_s = alphas.gather(2, locations.unsqueeze(2)).squeeze(2)  # (B, T)
+    per_step = (1.0 - 2.0 * a_s + (alphas ** 2).sum(2)) * sampled
+    return ((lambda_r * advantage) ** 2 * per_step.sum(1)).mean()
+
+
+def anneal(start: float, end: Optional[float], steps: int, step: int, geometric: bool = False) -> float:
+    """``start`` moved to ``end`` over ``steps`` steps (linearly, or geometrically), then ``end``."""
+    if end is None or steps <= 0:
+        return start
+    f = min(max(step / steps, 0.0), 1.0)
+    return start * (end / start) ** f if geometric else start + f * (end - start)
 
 
 class HardAttentionReinforce(CrossEntropy):
@@ -73,6 +140,13 @@ class HardAttentionReinforce(CrossEntropy):
         num_samples: location sequences sampled per caption (each a row of the batch).
         reward_per_step: the reward is the caption's mean token log-likelihood (true, the authors'
             code) or its sum.
+        baseline: "moving_average" (the paper), "leave_one_out" (needs num_samples >= 2) or
+            "learned" (the moving average plus a linear function of the mean annotation vector).
+        baseline_lr: the learned baseline's step size (normalised LMS, in (0, 2)).
+        normalize_reward: divide the advantage by a running standard deviation of the advantages.
+        lambda_e_final, entropy_anneal_steps: the entropy bonus's schedule (None / 0: constant lambda_e).
+        estimator: "reinforce" (the paper) or "gumbel" (straight-through Gumbel-softmax; not the paper's).
+        gumbel_temperature, gumbel_temperature_final, gumbel_anneal_steps: its temperature schedule.
     """
 
     attention_kinds = ("hard",)
@@ -87,23 +161,101 @@ class HardAttentionReinforce(CrossEntropy):
         semi_sampling_per: Literal["batch", "image"] = "batch",
         num_samples: int = 1,
         reward_per_step: bool = True,
+        baseline: Literal["moving_average", "leave_one_out", "learned"] = "moving_average",
+        baseline_lr: float = 0.1,
+        normalize_reward: bool = False,
+        lambda_e_final: Optional[float] = None,
+        entropy_anneal_steps: int = 0,
+        estimator: Literal["reinforce", "gumbel"] = "reinforce",
+        gumbel_temperature: float = 1.0,
+        gumbel_temperature_final: Optional[float] = None,
+        gumbel_anneal_steps: int = 0,
     ):
         super().__init__(
             doubly_stochastic, lambda_r=lambda_r, lambda_e=lambda_e, baseline_decay=baseline_decay,
             semi_sampling_p=semi_sampling_p, semi_sampling_per=semi_sampling_per, num_samples=num_samples,
-            reward_per_step=reward_per_step,
+            reward_per_step=reward_per_step, baseline=baseline, baseline_lr=baseline_lr,
+            normalize_reward=normalize_reward, lambda_e_final=lambda_e_final,
+            entropy_anneal_steps=entropy_anneal_steps, estimator=estimator,
+            gumbel_temperature=gumbel_temperature, gumbel_temperature_final=gumbel_temperature_final,
+            gumbel_anneal_steps=gumbel_anneal_steps,
         )
+        field = "model.objective."
         if semi_sampling_per not in ("batch", "image"):
-            raise ConfigError(f"model.objective.semi_sampling_per: expected 'batch' or 'image', got {semi_sampling_per!r}")
+            raise ConfigError(f"{field}semi_sampling_per: expected 'batch' or 'image', got {semi_sampling_per!r}")
         if not 0.0 <= semi_sampling_p <= 1.0:
-            raise ConfigError(f"model.objective.semi_sampling_p: expected a probability, got {semi_sampling_p!r}")
-        if num_samples < 1:
-            raise ConfigError(f"model.objective.num_samples: expected an integer >= 1, got {num_samples!r}")
+            raise ConfigError(f"{field}semi_sampling_p: expected a probability, got {semi_sampling_p!r}")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ConfigError(f"{field}num_samples: expected an integer >= 1, got {num_samples!r}")
+        if baseline not in BASELINES:
+            raise ConfigError(f"{field}baseline: expected one of {', '.join(BASELINES)}, got {baseline!r}")
+        if baseline == "leave_one_out" and num_samples < 2:
+            raise ConfigError(f"{field}baseline: leave_one_out needs num_samples >= 2 (got {num_samples})")
+        if estimator not in ESTIMATORS:
+            raise ConfigError(f"{field}estimator: expected one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+        if not 0.0 < baseline_lr < 2.0:
+            raise ConfigError(f"{field}baseline_lr: expected a number in (0, 2), got {baseline_lr!r}")
+        for name, value in (("gumbel_temperature", gumbel_temperature), ("gumbel_temperature_final", gumbel_temperature_final)):
+            if value is not None and not value > 0:
+                raise ConfigError(f"{field}{name}: expected a number > 0, got {value!r}")
+        for name, value in (("entropy_anneal_steps", entropy_anneal_steps), ("gumbel_anneal_steps", gumbel_anneal_steps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{field}{name}: expected an integer >= 0, got {value!r}")
+        if lambda_e_final is not None and lambda_e_final < 0:
+            raise ConfigError(f"{field}lambda_e_final: expected a number >= 0, got {lambda_e_final!r}")
         self.lambda_r, self.lambda_e, self.baseline_decay = lambda_r, lambda_e, baseline_decay
         self.semi_sampling_p, self.semi_sampling_per = semi_sampling_p, semi_sampling_per
         self.num_samples, self.reward_per_step = num_samples, reward_per_step
-        self.register_buffer("baseline", torch.zeros(()))  # b, saved in checkpoints
+        self.baseline_kind, self.baseline_lr, self.normalize_reward = baseline, baseline_lr, normalize_reward
+        self.lambda_e_final, self.entropy_anneal_steps = lambda_e_final, entropy_anneal_steps
+        self.estimator = estimator
+        self.gumbel_temperature, self.gumbel_temperature_final = gumbel_temperature, gumbel_temperature_final
+        self.gumbel_anneal_steps = gumbel_anneal_steps
+        # Running state, saved in checkpoints with the weights:
+        self.register_buffer("baseline", torch.zeros(()))  # b, the moving average of the reward
+        self.register_buffer("advantage_var", torch.ones(()))  # running variance of the advantage (normalize_reward)
+        self.register_buffer("steps_done", torch.zeros((), dtype=torch.long))  # for the schedules
+        self.register_buffer("baseline_weight", torch.zeros(0))  # (D,) the learned baseline's w, sized on first use
+        self.register_buffer("baseline_bias", torch.zeros(()))  # its c
 
+    #: running state added after the first checkpoints: an older checkpoint without them loads with their start values
+    _NEWER_BUFFERS = ("advantage_var", "steps_done", "baseline_weight", "baseline_bias")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name in self._NEWER_BUFFERS:
+            if prefix + name not in state_dict and prefix + "baseline" in state_dict:
+                state_dict[prefix + name] = getattr(self, name).clone()
+        weight = state_dict.get(prefix + "baseline_weight")
+        if weight is not None and weight.shape != self.baseline_weight.shape:
+            self.baseline_weight = self.baseline_weight.new_zeros(weight.shape)  # sized by the checkpoint
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    # ------------------------------------------------------------------ schedules
+    def current_lambda_e(self) -> float:
+        return anneal(self.lambda_e, self.lambda_e_final, self.entropy_anneal_steps, int(self.steps_done))
+
+    def current_temperature(self) -> float:
+        return anneal(self.gumbel_temperature, self.gumbel_temperature_final, self.gumbel_anneal_steps,
+                      int(self.steps_done), geometric=True)
+
+    # ------------------------------------------------------------------ baselines
+    def learned_baseline(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        """(b(a) (B,), the input mean_i a_i (B, D)): the moving average plus w^T mean(a) + c."""
+        x = features.detach().float().mean(1)  # (B, L, D) -> (B, D)
+        if self.baseline_weight.numel() != x.size(1):
+            self.baseline_weight = x.new_zeros(x.size(1))
+        return self.baseline + x @ self.baseline_weight + self.baseline_bias, x
+
+    def baselines(self, reward: Tensor, features: Tensor) -> tuple[Tensor, dict]:
+        """b per row (B,) for the rewards (B,) of rows whose annotation vectors are ``features``."""
+        if self.baseline_kind == "leave_one_out":
+            return leave_one_out_baseline(reward, self.num_samples), {}
+        if self.baseline_kind == "learned":
+            b, x = self.learned_baseline(features)
+            return b, {"baseline_input": x, "baseline_value": b}
+        return self.baseline.expand_as(reward), {}
+
+    # ------------------------------------------------------------------ the loss
     def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
         captions, lengths = batch["captions"], batch["lengths"]
         if self.num_samples > 1:  # several location samples per caption: each its own row
@@ -111,15 +263,57 @@ class HardAttentionReinforce(CrossEntropy):
         B = captions.size(0)
         if self.semi_sampling_per == "image":  # the paper: a draw per image
             use_expected = torch.rand(B, device=captions.device) < self.semi_sampling_p
+            if self.num_samples > 1:  # one draw per caption, shared by its samples
+                use_expected = use_expected.view(-1, self.num_samples)[:, :1].expand(-1, self.num_samples).reshape(-1)
         else:  # the authors' code: one draw per minibatch
             use_expected = (torch.rand((), device=captions.device) < self.semi_sampling_p).expand(B)
+        lambda_e = self.current_lambda_e()
+        if self.estimator == "gumbel":
+            temperature = self.current_temperature()
+            out = model(features, captions, lengths, mode="gumbel", use_expected=use_expected, temperature=temperature)
+            loss, log_likelihood, logs = self.likelihood_terms(out, captions)
+            mask = out.mask
+            entropy = (out.entropies * mask).sum() / mask.sum().clamp(min=1)
+            loss = loss - lambda_e * (out.entropies * mask).sum(1).mean()
+            reward = caption_reward(log_likelihood, mask, self.reward_per_step)
+            logs.update(reward=reward.mean(), entropy=entropy, temperature=torch.tensor(temperature),
+                        expected_fraction=use_expected.float().mean())
+            return ObjectiveOutput(loss, B, logs, state={"reward": reward})
+
         out = model(features, captions, lengths, mode="sample", use_expected=use_expected)
         loss, log_likelihood, logs = self.likelihood_terms(out, captions)
-        terms = reinforce_loss(log_likelihood, out.location_log_probs, out.entropies, out.mask, self.baseline,
-                               self.lambda_r, self.lambda_e, self.reward_per_step)
-        logs.update(reward=terms.reward.mean(), advantage=terms.advantage.mean(), entropy=terms.entropy)
-        return ObjectiveOutput(loss + terms.loss, B, logs, state={"reward": terms.reward})
+        reward = caption_reward(log_likelihood, out.mask, self.reward_per_step)
+        baseline, state = self.baselines(reward, features)
+        scale = self.advantage_var.sqrt().clamp(min=1e-4) if self.normalize_reward else None
+        terms = reinforce_loss(log_likelihood, out.location_log_probs, out.entropies, out.mask, baseline,
+                               self.lambda_r, lambda_e, self.reward_per_step, scale)
+        sampled = ~use_expected  # the rows whose REINFORCE term is not zero
+        with torch.no_grad():
+            weight = self.lambda_r * terms.advantage[sampled]  # what multiplies d log p(s | a) per row
+            logs.update(
+                reward=terms.reward.mean(), advantage=terms.advantage.mean(), entropy=terms.entropy,
+                expected_fraction=use_expected.float().mean(),
+                location_grad_sq=location_grad_sq(terms.advantage, out.alphas, out.locations, out.location_log_probs,
+                                                  out.mask, self.lambda_r),
+                **({"reinforce_weight_var": weight.var()} if weight.numel() > 1 else {}),
+            )
+            if lambda_e != self.lambda_e:
+                logs["lambda_e"] = torch.tensor(lambda_e)
+        state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach())
+        return ObjectiveOutput(loss + terms.loss, B, logs, state=state)
 
     def commit(self, output: ObjectiveOutput) -> dict[str, Tensor]:
-        self.baseline.copy_(update_baseline(self.baseline, output.state["reward"], self.baseline_decay))
-        return {"baseline": self.baseline.clone()}
+        state = output.state
+        self.steps_done += 1
+        self.baseline.copy_(update_baseline(self.baseline, state["reward"], self.baseline_decay))
+        logs = {"baseline": self.baseline.clone()}
+        if "raw_advantage" in state:
+            a = state["raw_advantage"]
+            self.advantage_var.copy_(self.baseline_decay * self.advantage_var + (1 - self.baseline_decay) * (a ** 2).mean())
+        if "baseline_input" in state:  # one normalised-LMS step of the learned baseline towards the rewards
+            x, error = state["baseline_input"], state["baseline_value"] - state["reward"]  # (B, D), (B,)
+            step = self.baseline_lr / ((x ** 2).sum(1).mean() + 1.0)
+            self.baseline_weight.sub_(step * (error.unsqueeze(1) * x).mean(0))
+            self.baseline_bias.sub_(step * error.mean())
+            logs["baseline_mse"] = (error ** 2).mean()
+        return logs

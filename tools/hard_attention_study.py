@@ -1,0 +1,358 @@
+"""Issue 19's measurements of hard attention: speed ratios, gradient variance, runs, curves and the table.
+
+    python tools/hard_attention_study.py speed --data DATA.json --variants soft hard hard_learned ...
+        ms per training step of each variant, measured interleaved (round-robin in one process), and
+        the ratio to soft: a row's step budget = soft's budget x (soft ms/step / its ms/step)
+    python tools/hard_attention_study.py variance --checkpoint HARD.ckpt --data DATA.json --variants ...
+        at one checkpoint and one fixed training batch (dropout off), the trace of the covariance
+        of the gradient that reaches the attention network (f_att) over repeated location draws,
+        for each estimator: the variance of the location-gradient term, comparable across rows
+    python tools/hard_attention_study.py run NAME --data DATA.json --steps N --out DIR [--tag demo]
+        `captioning fit` of the variant for exactly N steps, then `captioning evaluate --grounding`
+        (3 beams) of its best checkpoint (by validation CIDEr) on the test split: DIR/TAG_NAME/run.json
+    python tools/hard_attention_study.py curves --out PNG RUN_DIR... [--ms-per-step NAME=MS ...]
+        validation object F1 and CIDEr against steps and against CPU time (steps x ms/step)
+    python tools/hard_attention_study.py table DIR
+        the README table of every run.json under DIR
+
+Every variant is configs/shapes_{soft,hard}.yaml plus the overrides in VARIANTS.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OBJ = "--model.objective.init_args."
+VARIANTS = {  # name: (config, overrides, what it is)
+    "soft": ("shapes_soft.yaml", [], "soft attention"),
+    "hard": ("shapes_hard.yaml", [], "hard, today's default (moving-average baseline, per-batch semi-sampling)"),
+    "hard_per_image": ("shapes_hard.yaml", [OBJ + "semi_sampling_per", "image"], "per-image semi-sampling (the paper)"),
+    "hard_loo": ("shapes_hard.yaml", [OBJ + "num_samples", "2", OBJ + "baseline", "leave_one_out"],
+                 "2 location samples per caption, leave-one-out baseline"),
+    "hard_learned": ("shapes_hard.yaml", [OBJ + "baseline", "learned"], "learned baseline b(mean a)"),
+    "hard_normalized": ("shapes_hard.yaml", [OBJ + "normalize_reward", "true"], "reward normalisation"),
+    "hard_entropy": ("shapes_hard.yaml", [OBJ + "lambda_e", "0.02", OBJ + "lambda_e_final", "0.0",
+                                          OBJ + "entropy_anneal_steps", "1500"], "entropy bonus 0.02 -> 0 over 1,500 steps"),
+    "hard_gumbel": ("shapes_hard.yaml", [OBJ + "estimator", "gumbel", OBJ + "gumbel_temperature", "1.0",
+                                         OBJ + "gumbel_temperature_final", "0.3", OBJ + "gumbel_anneal_steps", "2000"],
+                    "straight-through Gumbel-softmax, temperature 1 -> 0.3 (NOT the paper's estimator)"),
+}
+CAPTIONING = [sys.executable, "-m", "captioning.cli"]
+
+
+def cli_args(name: str, data: str) -> list[str]:
+    config, overrides, _ = VARIANTS[name]
+    return ["--config", os.path.join(ROOT, "configs", config), "--data.annotations", data,
+            "--data.num_workers", "0", "--trainer.accelerator", "cpu", *overrides]
+
+
+def build(name: str, data: str):
+    """(module, a list of training batches) of a variant, as `captioning fit` would build them."""
+    from captioning.trainer_cli import run_lightning_cli
+
+    cli = run_lightning_cli(cli_args(name, data) + ["--trainer.logger", "false", "--trainer.max_steps", "1"], run=False)
+    module, dm = cli.model, cli.datamodule
+    dm.setup("fit")
+    module.set_vocab(dm.vocab)
+    return module, dm
+
+
+def cmd_speed(args) -> None:
+    """ms/step of every (data, variant), round-robin in one process; ratios to the first pair."""
+    import torch
+
+    from captioning.optim import build_optimizer
+
+    torch.manual_seed(0)
+    runs = {}
+    for data in args.data:
+        label = os.path.basename(os.path.dirname(os.path.abspath(data)))
+        for name in args.variants:
+            module, dm = build(name, data)
+            batches = iter(dm.train_dataloader())
+            runs[f"{label}:{name}"] = (module, build_optimizer(module.model, module.optimizer_config, False), batches, [])
+    for r in range(args.rounds):
+        for key, (module, opt, batches, times) in runs.items():
+            module.train()
+            for _ in range(args.steps):
+                batch = next(batches)
+                t0 = time.perf_counter()
+                out = module.objective(module.model, module.model.features(batch), batch)
+                opt.zero_grad(set_to_none=True)
+                out.loss.backward()
+                opt.step()
+                module.objective.commit(out)
+                if r > 0:  # the first round warms up
+                    times.append(time.perf_counter() - t0)
+    first = next(iter(runs))
+    ref = sorted(runs[first][3])[len(runs[first][3]) // 2]
+    result = {}
+    for key, (_, _, _, times) in runs.items():
+        med = sorted(times)[len(times) // 2]
+        result[key] = {"ms_per_step": 1000 * med, "ratio_to_first": ref / med, "steps_timed": len(times)}
+        print(f"{key:28s} {1000 * med:7.1f} ms/step (median)  x{ref / med:.3f} of {first}'s steps in the same time")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+def cmd_variance(args) -> None:
+    import torch
+
+    from captioning.checkpoint import load_module
+    from captioning.objectives import HardAttentionReinforce
+
+    base = load_module(args.checkpoint)
+    _, dm = build("hard", args.data)
+    batch = next(iter(dm.train_dataloader()))
+    model = base.model.train()
+    for m in model.modules():  # dropout off: only the locations are random
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    params = list(model.decoder.f_att.parameters())
+    with torch.no_grad():
+        features = model.features(batch)
+    result = {}
+    for name in args.variants:
+        config, overrides, _ = VARIANTS[name]
+        settings = dict(base.objective.settings)
+        for key, value in zip(overrides[::2], overrides[1::2]):
+            key = key.replace(OBJ, "")
+            settings[key] = {"true": True, "false": False}.get(value, value)
+            for cast in (int, float):
+                try:
+                    settings[key] = cast(value)
+                    break
+                except ValueError:
+                    pass
+        if args.semi_sampling_p is not None:
+            settings["semi_sampling_p"] = args.semi_sampling_p
+        objective = HardAttentionReinforce(**settings)
+        objective.load_state_dict({k: v for k, v in base.objective.state_dict().items()}, strict=False)
+        if settings.get("baseline") == "learned":  # fit b(a) first, as training would have
+            for _ in range(args.warmup):
+                out = objective(model, features, batch)
+                objective.commit(out)
+            objective.steps_done.zero_()
+        torch.manual_seed(args.seed)
+        grads = []
+        for _ in range(args.draws):
+            out = objective(model, features, batch)
+            g = torch.autograd.grad(out.loss, params, allow_unused=True)
+            grads.append(torch.cat([(torch.zeros_like(p) if x is None else x).flatten() for p, x in zip(params, g)]))
+        G = torch.stack(grads)  # (draws, P)
+        mean = G.mean(0)
+        trace = G.var(0).sum().item()
+        result[name] = {"trace_cov": trace, "mean_sq_norm": mean.pow(2).sum().item(), "draws": args.draws}
+        print(f"{name:16s} trace cov {trace:.4g}   |mean|^2 {mean.pow(2).sum().item():.4g}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"checkpoint": args.checkpoint, "data": args.data, "semi_sampling_p": args.semi_sampling_p,
+                   "draws": args.draws, "variants": result}, f, indent=1)
+
+
+def best_checkpoint(run_dir: str) -> str:
+    found = sorted(glob.glob(os.path.join(run_dir, "lightning_logs", "version_*", "checkpoints", "best-*.ckpt")),
+                   key=os.path.getmtime)
+    if not found:
+        found = glob.glob(os.path.join(run_dir, "lightning_logs", "version_*", "checkpoints", "last.ckpt"))
+    if not found:
+        raise SystemExit(f"no best-*.ckpt or last.ckpt under {run_dir}")
+    return found[-1]
+
+
+def cmd_run(args) -> None:
+    run_dir = os.path.join(args.out, f"{args.tag}_{args.name}")
+    os.makedirs(run_dir, exist_ok=True)
+    fit = CAPTIONING + ["fit", *cli_args(args.name, args.data), "--trainer.max_time", "null",
+                        "--trainer.max_steps", str(args.steps), "--trainer.max_epochs", "1000",
+                        "--trainer.default_root_dir", run_dir, *args.extra]
+    t0 = time.time()
+    if not args.eval_only:
+        with open(os.path.join(run_dir, "fit.log"), "w") as log:
+            subprocess.run(fit, stdout=log, stderr=subprocess.STDOUT, check=True)
+    wall = time.time() - t0
+    ckpt = best_checkpoint(run_dir)
+    scores = {}
+    for mode in args.modes:
+        out = os.path.join(run_dir, f"test_{mode}.json")
+        extra = ["--attention-mode", mode] if mode in ("expected", "argmax") else ["--location-samples", mode[len("bestof"):]] if mode.startswith("bestof") else []
+        if args.name == "soft" and mode != args.modes[0]:  # a soft model decodes one way only
+            continue
+        if args.name == "soft":
+            extra = []
+        subprocess.run(CAPTIONING + ["evaluate", "--checkpoint", ckpt, "--annotations", args.data, "--num-beams", "3",
+                                     "--grounding", "--out", out, *extra], stdout=subprocess.DEVNULL, check=True)
+        scores[mode] = json.load(open(out))
+    import torch
+
+    step = int(torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"])
+    record = {"name": args.name, "tag": args.tag, "what": VARIANTS[args.name][2], "fit": " ".join(fit),
+              "steps": args.steps, "best_step": step, "checkpoint": ckpt, "wall_s": wall, "test": scores}
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    print(json.dumps({k: record[k] for k in ("name", "tag", "steps", "best_step", "wall_s")}))
+
+
+def run_scalars(run_dir: str) -> dict:
+    """tag -> (steps, values) over every version of a run (a resumed run logs into a new version)."""
+    import numpy as np
+
+    from captioning.curves import read_scalars
+
+    merged: dict = {}
+    for logs in sorted(glob.glob(os.path.join(run_dir, "lightning_logs", "version_*"))):
+        for tag, (steps, values) in read_scalars(logs).items():
+            old = merged.get(tag)
+            if old is not None:  # the later version wins from its first step on
+                keep = old[0] < steps.min() if len(steps) else np.ones_like(old[0], bool)
+                steps, values = np.concatenate([old[0][keep], steps]), np.concatenate([old[1][keep], values])
+            merged[tag] = (steps, values)
+    return merged
+
+
+def cmd_curves(args) -> None:
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    from captioning.curves import read_scalars
+
+    ms = dict(x.split("=") for x in args.ms_per_step)
+    series = []
+    labels = args.labels or [os.path.basename(r.rstrip("/")) for r in args.runs]
+    for run_dir, label in zip(args.runs, labels):
+        s = run_scalars(run_dir)
+        series.append((label, s.get("val/object_f1"), s.get("val/CIDEr"), float(ms.get(label, "nan"))))
+    W, H, pad = 900, 640, 50
+    img = Image.new("RGB", (W, H), "white")
+    draw = ImageDraw.Draw(img)
+    colours = [(200, 40, 40), (40, 90, 220), (30, 150, 60), (200, 130, 0), (120, 50, 170), (0, 150, 160)]
+    panels = [("object F1 vs steps", 1, False), ("object F1 vs CPU minutes (steps x ms/step)", 1, True),
+              ("CIDEr vs steps", 2, False), ("CIDEr vs CPU minutes", 2, True)]
+    for p, (title, idx, timed) in enumerate(panels):
+        x0, y0 = pad + (p % 2) * (W // 2), pad + (p // 2) * (H // 2)
+        w, h = W // 2 - 2 * pad, H // 2 - 2 * pad
+        draw.rectangle([x0, y0, x0 + w, y0 + h], outline="black")
+        draw.text((x0, y0 - 16), title, fill="black")
+        data = [(lab, s[idx], m) for lab, *s, m in [(l, None, f, c, m) for l, f, c, m in series] if s[idx] is not None]
+        if not data:
+            continue
+        xs = [(d[1][0] * (d[2] / 60000 if timed else 1)) for d in data]
+        ys = [d[1][1] for d in data]
+        xmax = max(float(np.nanmax(x)) for x in xs) or 1
+        ymin, ymax = min(float(y.min()) for y in ys), max(float(y.max()) for y in ys)
+        ymax = ymax if ymax > ymin else ymin + 1
+        draw.text((x0, y0 + h + 4), "0", fill="black")
+        draw.text((x0 + w - 40, y0 + h + 4), f"{xmax:.0f}" if not timed else f"{xmax:.1f} min", fill="black")
+        draw.text((x0 - 40, y0), f"{ymax:.2f}", fill="black")
+        draw.text((x0 - 40, y0 + h - 10), f"{ymin:.2f}", fill="black")
+        for k, ((lab, _, _), x, y) in enumerate(zip(data, xs, ys)):
+            pts = [(x0 + w * xi / xmax, y0 + h - h * (yi - ymin) / (ymax - ymin)) for xi, yi in zip(x, y)]
+            c = colours[k % len(colours)]
+            draw.line(pts, fill=c, width=2)
+            draw.text((x0 + 8, y0 + 6 + 14 * k), lab, fill=c)
+    img.save(args.out)
+    print(f"wrote {args.out}")
+
+
+def cmd_diagnose(args) -> None:
+    """Means of a run's per-step logs over windows of steps (reward, baseline, entropy, variance terms)."""
+    from captioning.curves import read_scalars
+
+    s = run_scalars(args.run)
+    tags = [t for t in ("train/reward", "train/baseline", "train/advantage", "train/entropy", "train/expected_fraction",
+                        "train/reinforce_weight_var", "train/location_grad_sq", "train/nll_per_token",
+                        "train/temperature", "train/baseline_mse", "val/object_f1", "val/CIDEr") if t in s]
+    last = max(int(s[t][0].max()) for t in tags)
+    edges = list(range(0, last + args.window, args.window))
+    print("| steps | " + " | ".join(t.split("/", 1)[1] for t in tags) + " |")
+    print("|---" * (len(tags) + 1) + "|")
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        cells = []
+        for t in tags:
+            steps, values = s[t]
+            sel = values[(steps >= lo) & (steps < hi)]
+            cells.append(f"{sel.mean():.4g}" if len(sel) else "")
+        print(f"| {lo}-{hi} | " + " | ".join(cells) + " |")
+
+
+def cmd_table(args) -> None:
+    rows = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(args.dir, "*", "run.json")))]
+    var = {}
+    for p in glob.glob(os.path.join(args.dir, "variance_*.json")):
+        v = json.load(open(p))
+        var[os.path.basename(p)[9:-5]] = v["variants"]
+    def f(x):
+        return "" if x is None else f"{x:.3f}"
+
+    print("| data | model | test decoding | object F1 | CIDEr | BLEU-4 | pointing game | chosen cell | steps (best at) | var. of location gradient |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        v = var.get(r["tag"], {}).get(r["name"], {}).get("trace_cov")
+        for mode, s in r["test"].items():
+            s = s["scores"]
+            g = s.get("grounding") or {}
+            print(f"| {r['tag']} | {r['name']} | {mode} | {f(s.get('object_f1'))} | {f(s.get('CIDEr'))} | {f(s.get('BLEU-4'))} | "
+                  f"{f(g.get('pointing_game'))} | {f((g.get('chosen_cell') or {}).get('pointing_game'))} | "
+                  f"{r['steps']} ({r['best_step']}) | {'' if v is None else f'{v:.3g}'} |")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("speed")
+    s.add_argument("--data", required=True, nargs="+", help="annotation files (labelled by their folder)")
+    s.add_argument("--variants", nargs="+", default=["soft", "hard"], choices=VARIANTS)
+    s.add_argument("--rounds", type=int, default=6)
+    s.add_argument("--steps", type=int, default=10)
+    s.add_argument("--out")
+    s.set_defaults(func=cmd_speed)
+    s = sub.add_parser("variance")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--data", required=True)
+    s.add_argument("--variants", nargs="+", default=[v for v in VARIANTS if v != "soft"], choices=VARIANTS)
+    s.add_argument("--draws", type=int, default=40)
+    s.add_argument("--warmup", type=int, default=50)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--semi-sampling-p", type=float, default=None,
+                   help="override every variant's semi_sampling_p (0: every row samples, the estimator alone)")
+    s.add_argument("--out")
+    s.set_defaults(func=cmd_variance)
+    s = sub.add_parser("run")
+    s.add_argument("name", choices=VARIANTS)
+    s.add_argument("--data", required=True)
+    s.add_argument("--steps", type=int, required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--tag", default="demo")
+    s.add_argument("--modes", nargs="+", default=["expected", "argmax"],
+                   help="test decodings of a hard model: expected, argmax, bestofK (K location samples)")
+    s.add_argument("--eval-only", action="store_true")
+    s.add_argument("--extra", nargs=argparse.REMAINDER, default=[])
+    s.set_defaults(func=cmd_run)
+    s = sub.add_parser("curves")
+    s.add_argument("runs", nargs="+")
+    s.add_argument("--out", required=True)
+    s.add_argument("--ms-per-step", nargs="*", default=[], help="LABEL=MS: a run's ms per step on a quiet machine")
+    s.add_argument("--labels", nargs="*", default=None)
+    s.set_defaults(func=cmd_curves)
+    s = sub.add_parser("diagnose")
+    s.add_argument("run")
+    s.add_argument("--window", type=int, default=500)
+    s.set_defaults(func=cmd_diagnose)
+    s = sub.add_parser("table")
+    s.add_argument("dir")
+    s.set_defaults(func=cmd_table)
+    args = p.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
