@@ -72,7 +72,10 @@ def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = 
     expected = module.state_dict()
     if files:  # a folder holds the model's weights only, not the objective's running state (e.g. a baseline)
         expected = {k: v for k, v in expected.items() if k.startswith("model.")}
-    mismatch = state_mismatch(expected, ckpt["state_dict"])
+    # running state an objective sizes or fills in itself when loading (e.g. a lazily sized learned baseline)
+    optional = {f"objective.{k}" for k in getattr(module.objective, "optional_state", ())}
+    expected = {k: v for k, v in expected.items() if k not in optional}
+    mismatch = state_mismatch(expected, {k: v for k, v in ckpt["state_dict"].items() if k not in optional})
     if mismatch:
         raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({mismatch})")
     try:

@@ -220,6 +220,8 @@ class HardAttentionReinforce(CrossEntropy):
 
     #: running state added after the first checkpoints: an older checkpoint without them loads with their start values
     _NEWER_BUFFERS = ("advantage_var", "steps_done", "baseline_weight", "baseline_bias")
+    #: what checkpoint loading may find missing (filled in above) or sized otherwise (baseline_weight, sized by the file)
+    optional_state = _NEWER_BUFFERS
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         for name in self._NEWER_BUFFERS:
