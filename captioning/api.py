@@ -20,8 +20,7 @@ from PIL import Image
 
 from captioning.attention_maps import grid_shape
 from captioning.common import default_device
-from captioning.data.images import array_to_image, load_image, to_rgb, to_tensor
-from captioning.errors import ImageError
+from captioning.data.images import as_rgb, to_tensor
 from captioning.models.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
 
@@ -29,23 +28,8 @@ ImageInput = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 
 
 def as_pil(image: ImageInput) -> Image.Image:
-    """Any accepted input -> RGB PIL image, by the same rules whatever the route (data/images.py):
-    EXIF orientation, alpha over white, 16-bit and other modes scaled. A path is read with the
-    file checks; an array is (H, W[, 3|4]) uint8/uint16 or floats in [0, 1]; a tensor (3|4, H, W)
-    in [0, 1]. Values outside [0, 1] are an error, not clipped."""
-    if isinstance(image, (str, os.PathLike)):
-        return load_image(image)
-    if isinstance(image, Image.Image):
-        try:
-            image.load()
-        except (OSError, ValueError) as err:
-            raise ImageError(f"unreadable PIL image ({err})") from None
-        return to_rgb(image)
-    if isinstance(image, torch.Tensor):
-        return array_to_image(image, "image tensor")
-    if isinstance(image, np.ndarray):
-        return array_to_image(image)
-    raise ImageError(f"expected a path, a PIL image, a numpy array or a tensor, got {type(image).__name__}")
+    """Any accepted input -> RGB PIL image (:func:`captioning.data.images.as_rgb`)."""
+    return as_rgb(image)
 
 
 class Captioner:

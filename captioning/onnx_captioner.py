@@ -21,30 +21,13 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from captioning.attention_maps import grid_shape
-from captioning.data.images import array_to_image, load_image, to_array, to_rgb
-from captioning.errors import CheckpointError, ConfigError, ImageError
+from captioning.data.images import as_rgb, to_array
+from captioning.errors import CheckpointError, ConfigError
 from captioning.model_files import ENCODER_ONNX, read_config, read_vocab, resolve_folder
 from captioning.models.generation import GenerationConfig, bad_ending_ids
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
-
-
-def as_rgb(image) -> "Image.Image":  # noqa: F821
-    """A path, PIL image or array (H, W[, 3|4]) -> RGB PIL image, by the rules of data/images.py."""
-    from PIL import Image
-
-    if isinstance(image, (str, os.PathLike)):
-        return load_image(image)
-    if isinstance(image, Image.Image):
-        try:
-            image.load()
-        except (OSError, ValueError) as err:
-            raise ImageError(f"unreadable PIL image ({err})") from None
-        return to_rgb(image)
-    if isinstance(image, np.ndarray) or hasattr(image, "detach"):
-        return array_to_image(image, "image tensor" if hasattr(image, "detach") else "image array")
-    raise ImageError(f"expected a path, a PIL image or a numpy array, got {type(image).__name__}")
 
 
 def _session(path: str, num_threads: Optional[int]):

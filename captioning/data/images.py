@@ -181,3 +181,23 @@ def load_images(paths: Sequence[str]) -> tuple[list, list]:
         except ImageError as err:
             bad.append((p, str(err)))
     return good, bad
+
+
+def as_rgb(image) -> Image.Image:
+    """Any accepted image input -> RGB PIL image, by the same rules whatever the route: EXIF
+    orientation, alpha over white, 16-bit and other modes scaled. A path is read with the file
+    checks; an array is (H, W[, 3|4]) uint8/uint16 or floats in [0, 1]; a tensor (3|4, H, W) in
+    [0, 1] (recognised without importing torch). Values outside [0, 1] are an error, not clipped."""
+    if isinstance(image, (str, os.PathLike)):
+        return load_image(image)
+    if isinstance(image, Image.Image):
+        try:
+            image.load()
+        except (OSError, ValueError) as err:
+            raise ImageError(f"unreadable PIL image ({err})") from None
+        return to_rgb(image)
+    if hasattr(image, "detach"):  # a torch tensor
+        return array_to_image(image, "image tensor")
+    if isinstance(image, np.ndarray):
+        return array_to_image(image)
+    raise ImageError(f"expected a path, a PIL image, a numpy array or a tensor, got {type(image).__name__}")
