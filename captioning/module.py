@@ -15,6 +15,7 @@ from typing import Literal, Optional
 import lightning as L
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from captioning.errors import CaptioningError, CheckpointError, ConfigError
@@ -84,6 +85,19 @@ class CaptioningModule(L.LightningModule):
         init_from: a checkpoint to start from (e.g. cross-entropy weights before ``SCST``): its
             weights and vocabulary, a fresh optimizer and loop; its architecture must be this
             config's and its vocabulary the data's (a resumed run, ``--ckpt_path``, ignores it).
+        static_shapes: train with the static-shape pass (models/decoder.py: static_forward):
+            captions padded to the smallest of ``length_buckets`` that holds them, every row at
+            every step, masked losses, nothing read back to the host inside the pass. The same loss
+            and gradients as the default shrinking-batch pass, which is faster on a CPU.
+        length_buckets: caption lengths in tokens (BOS and EOS included) the static-shape pass pads
+            to; a longer batch keeps its own length.
+        cuda_graphs: on a CUDA device, capture the training step (the static-shape pass, the losses,
+            backward and gradient clipping) as one CUDA graph per (batch, bucket) shape and replay
+            it; Adam's fused step follows. Implies ``static_shapes``. Elsewhere the same step runs
+            without capture. The non-finite-loss check is made on the device and read every
+            ``nonfinite_check_every`` steps (and before each validation).
+        tf32: on GPUs that have them, TensorFloat-32 matmuls and convolutions (float32 storage,
+            10-bit mantissa products).
     """
 
     def __init__(
@@ -97,19 +111,38 @@ class CaptioningModule(L.LightningModule):
         nonfinite_loss: Literal["error", "skip"] = "error",
         image_size: int = 224,
         init_from: Optional[str] = None,
+        static_shapes: bool = False,
+        length_buckets: tuple[int, ...] = (16, 24, 32, 48, 64),
+        cuda_graphs: bool = False,
+        tf32: bool = True,
     ):
         super().__init__()
         if nonfinite_loss not in ("error", "skip"):
             raise ConfigError(f"model.nonfinite_loss: expected 'error' or 'skip', got {nonfinite_loss!r}")
+        if any(not isinstance(n, int) or n < 2 for n in length_buckets):
+            raise ConfigError(f"model.length_buckets: expected caption lengths (integers >= 2), got {list(length_buckets)!r}")
+        self.static_shapes = bool(static_shapes or cuda_graphs)
+        self.length_buckets, self.cuda_graphs, self.tf32 = tuple(sorted(length_buckets)), bool(cuda_graphs), bool(tf32)
         self.encoder_config, self.decoder_config, self.optimizer_config = encoder, decoder, optimizer
         self.val_generation, self.test_generation = val_generation, test_generation
         self.nonfinite_loss, self.image_size, self.init_from = nonfinite_loss, image_size, init_from
         self.objective = objective_for(decoder.attention_kind, objective)
+        if cuda_graphs:
+            problem = self.objective.static_step_problem() or \
+                ("nonfinite_loss skip needs the loss on the host at every step" if nonfinite_loss == "skip" else None)
+            if problem:
+                raise ConfigError(f"model.cuda_graphs: the step cannot be captured: {problem}; train without cuda_graphs")
+        #: gradient clipping inside the captured step (the CLI moves trainer.gradient_clip_val here:
+        #: Lightning clips only in automatic optimisation)
+        self.graph_clip_val: Optional[float] = None
+        self._graphs = None
+        self._nonfinite_steps = None
         self.save_hyperparameters({  # plain values only: checkpoints load with weights_only=True
             "encoder": dataclasses.asdict(encoder), "decoder": dataclasses.asdict(decoder),
             "objective": self.objective.spec(), "optimizer": dataclasses.asdict(optimizer),
             "val_generation": dataclasses.asdict(val_generation), "test_generation": dataclasses.asdict(test_generation),
             "nonfinite_loss": nonfinite_loss, "image_size": image_size,
+            "static_shapes": static_shapes, "length_buckets": list(length_buckets), "cuda_graphs": cuda_graphs, "tf32": tf32,
             **({"init_from": str(init_from)} if init_from is not None else {}),
         })
         self.model: Optional[ShowAttendTell] = None  # built once the vocabulary is known (set_vocab)
@@ -167,8 +200,33 @@ class CaptioningModule(L.LightningModule):
         return build_optimizer(self.model, self.optimizer_config, "mixed" in str(self.trainer.precision))
 
     # ------------------------------------------------------------------ training
+    @property
+    def automatic_optimization(self) -> bool:
+        # the captured step runs backward and clipping itself; Adam is stepped after it
+        return self._automatic_optimization and not self.cuda_graphs
+
+    @automatic_optimization.setter
+    def automatic_optimization(self, value: bool) -> None:
+        self._automatic_optimization = value
+
     def on_fit_start(self) -> None:
         self._run_seed = torch.initial_seed()  # the run's seed (seed_everything), before any step
+        if self.tf32 and self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+
+    def on_train_start(self) -> None:
+        self.model.decoder.static_shapes = self.static_shapes
+
+    def on_train_end(self) -> None:
+        self.model.decoder.static_shapes = False
+        self._check_finite()
+
+    def bucketed(self, captions: Tensor) -> Tensor:
+        """Captions (B, T + 1) padded with PAD to the smallest length bucket that holds them."""
+        width = captions.size(1)
+        target = next((n for n in self.length_buckets if n >= width), width)
+        return F.pad(captions, (0, target - width), value=Vocabulary.pad_id) if target > width else captions
 
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         # Dropout and hard attention draw from the global generator: seed it per step and rank.
@@ -177,6 +235,10 @@ class CaptioningModule(L.LightningModule):
     def training_step(self, batch: dict, batch_idx: int) -> Optional[Tensor]:
         if batch["captions"].size(0) == 0:  # every image of the batch was unreadable (and skipped)
             return None
+        if self.static_shapes:
+            batch = {**batch, "captions": self.bucketed(batch["captions"])}
+        if self.cuda_graphs:
+            return self._graphed_training_step(batch)
         # Running statistics (batch norm) change in the forward pass: keep them to undo a skipped step.
         saved = [b.clone() for b in self.buffers()] if self.nonfinite_loss == "skip" else None
         out = self.objective(self.model, self.model.features(batch), batch)
@@ -194,6 +256,76 @@ class CaptioningModule(L.LightningModule):
         self.log("train/loss", out.loss, prog_bar=True, batch_size=out.batch_size)
         self.log_dict({f"train/{k}": v for k, v in logs.items()}, batch_size=out.batch_size)
         return out.loss
+
+    # ------------------------------------------------------------------ the captured step
+    #: how often (in steps) the captured step's non-finite-loss count is read back
+    nonfinite_check_every = 50
+
+    def _step_body(self, inputs: Tensor, captions: Tensor, lengths: Tensor, *image_index: Tensor):
+        """Forward, losses, backward and clipping of one batch, reading nothing back to the host:
+        what :class:`captioning.graphs.ShapeGraphs` captures. Fresh gradient tensors each call (made
+        inside the graph when captured). Returns (loss, logs, objective state, finite)."""
+        for p in self.parameters():
+            p.grad = None
+        batch = {"captions": captions, "lengths": lengths, **({"image_index": image_index[0]} if image_index else {})}
+        batch["features" if inputs.dim() == 3 else "images"] = inputs
+        out = self.objective(self.model, self.model.features(batch), batch)
+        out.loss.backward()
+        if self.graph_clip_val:
+            torch.nn.utils.clip_grad_norm_([p for p in self.parameters() if p.grad is not None], self.graph_clip_val, foreach=True)
+        detach = lambda d: {k: v.detach() for k, v in d.items()}  # noqa: E731
+        return out.loss.detach(), detach(out.logs), detach(out.state), torch.isfinite(out.loss)
+
+    def _graphed_training_step(self, batch: dict) -> None:
+        from captioning.graphs import ShapeGraphs, graphs_available
+        from captioning.objectives import ObjectiveOutput
+
+        if self._graphs is None:
+            params = [p for p in self.parameters() if p.requires_grad]
+
+            def save():  # what the warm-up calls change: running statistics and the random state
+                return [b.clone() for b in self.buffers()], torch.cuda.get_rng_state(self.device)
+
+            def restore(saved):
+                buffers, rng = saved
+                with torch.no_grad():
+                    for b, v in zip(self.buffers(), buffers):
+                        b.copy_(v)
+                torch.cuda.set_rng_state(rng, self.device)
+                return [p.grad for p in params]  # the captured graph's gradient tensors
+
+            capture = graphs_available(self.device) and self.trainer.world_size == 1
+            if not capture:
+                reason = "not a CUDA device" if not graphs_available(self.device) else "several processes (DDP)"
+                log.info("model.cuda_graphs: %s; the static-shape step runs without capture", reason)
+            self._graphs = ShapeGraphs(self._step_body, enabled=capture, before_capture=save, after_capture=restore)
+            self._graph_params = params
+        inputs = batch["features"] if "features" in batch else batch["images"]
+        loss, logs, state, finite = self._graphs(inputs, batch["captions"], batch["lengths"],
+                                                 *([batch["image_index"]] if "image_index" in batch else []))
+        if self._graphs.last is not None:  # replayed: point the parameters at this graph's gradients
+            for p, g in zip(self._graph_params, self._graphs.last.extra):
+                p.grad = g
+        self.optimizers().step()
+        bad = (~finite).int()
+        self._nonfinite_steps = bad if self._nonfinite_steps is None else self._nonfinite_steps + bad
+        if (self.global_step % self.nonfinite_check_every) == 0:
+            self._check_finite()
+        out = ObjectiveOutput(loss, batch["captions"].size(0), logs, state)
+        logs = {**{k: v.clone() for k, v in logs.items()}, **self.objective.commit(out)}
+        self.log("train/loss", loss.clone(), prog_bar=True, batch_size=out.batch_size)
+        self.log_dict({f"train/{k}": v for k, v in logs.items()}, batch_size=out.batch_size)
+
+    def _check_finite(self) -> None:
+        """Read the captured steps' count of non-finite losses (one host read); stop if any."""
+        if self._nonfinite_steps is not None and int(self._nonfinite_steps) > 0:
+            raise CaptioningError(f"non-finite loss in {int(self._nonfinite_steps)} step(s) at or before global step "
+                                  f"{self.global_step} (epoch {self.current_epoch}); the weights after them are not "
+                                  "usable: resume from the last checkpoint with a lower learning rate, or train without "
+                                  "model.cuda_graphs and with --model.nonfinite_loss skip")
+
+    def on_validation_start(self) -> None:
+        self._check_finite()  # before a checkpoint could keep weights a non-finite step made
 
     # ------------------------------------------------------------------ validation and test
     def validation_step(self, batch: dict, batch_idx: int) -> None:

@@ -78,6 +78,11 @@ class CaptioningCLI(LightningCLI):
         if plain_output and trainer.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
             callbacks.append(LineProgress(every=trainer.get("log_every_n_steps") or 50))
         kwargs["callbacks"] = callbacks
+        model = getattr(self, "model", None)
+        if getattr(model, "cuda_graphs", False) and trainer.get("gradient_clip_val"):
+            # Lightning clips only in automatic optimisation; the captured step clips itself
+            model.graph_clip_val = float(trainer["gradient_clip_val"])
+            kwargs["gradient_clip_val"] = None
         return super().instantiate_trainer(**kwargs)
 
 

@@ -35,6 +35,8 @@ Whatever depends on the image only (W_a a, W a, W_k a) is made once per batch by
 """
 from __future__ import annotations
 
+import contextlib
+
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -271,6 +273,30 @@ def location_context(location: Tensor, features: Tensor, beams: int = 1) -> Tens
     return features[image, location]
 
 
+_GRAPH_SAFE = [False]
+
+
+@contextlib.contextmanager
+def graph_safe_sampling(enabled: bool = True):
+    """Within: hard attention draws s_t ~ Cat(alpha_t) as argmax_i alpha_ti / E_i with E_i ~ Exp(1)
+    (the same distribution), from random numbers a captured CUDA graph replays, instead of
+    torch.multinomial (the static-shape training pass uses it)."""
+    before = _GRAPH_SAFE[0]
+    _GRAPH_SAFE[0] = enabled
+    try:
+        yield
+    finally:
+        _GRAPH_SAFE[0] = before
+
+
+def sample_location(alpha: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
+    """One location per row drawn from alpha (B, L) -> (B,)."""
+    if _GRAPH_SAFE[0]:
+        e = torch.empty(alpha.shape, device=alpha.device, dtype=torch.float32).exponential_(generator=generator)
+        return (alpha.float() / e).argmax(-1)
+    return torch.multinomial(alpha.float(), 1, generator=generator).squeeze(-1)
+
+
 def glimpse(
     alpha: Tensor,
     features: Tensor,
@@ -310,7 +336,7 @@ def glimpse(
     if mode != "sample":
         raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES}")
     if location is None:
-        location = torch.multinomial(alpha.detach().float(), 1, generator=generator).squeeze(-1)  # s_t ~ Cat(alpha_t), (B,)
+        location = sample_location(alpha.detach(), generator)  # s_t ~ Cat(alpha_t), (B,)
     log_alpha = torch.log(alpha.clamp_min(1e-12))
     log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)  # log p(s_t | a), (B,)
     entropy = -(alpha * log_alpha).sum(-1)  # H[alpha_t], (B,)

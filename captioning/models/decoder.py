@@ -46,7 +46,8 @@ from torch import Tensor, nn
 
 from captioning.errors import ConfigError
 from captioning.attention_maps import grid_shape
-from captioning.models.attention import ATTENTION_MODES, SCORES, Glimpse, LocalCentre, build_attention, glimpse, window_log
+from captioning.models.attention import (ATTENTION_MODES, SCORES, Glimpse, LocalCentre, build_attention, glimpse,
+                                         graph_safe_sampling, window_log)
 from captioning.models.deferred import deferred_linear
 from captioning.vocab import Vocabulary
 
@@ -201,6 +202,9 @@ class ShowAttendTellDecoder(nn.Module):
         self.head_proj = nn.Linear(config.heads * feature_dim, feature_dim, bias=False) if config.heads > 1 else None  # W_o
         self.refiner = GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout) \
             if config.refiner_layers else None
+        #: run teacher forcing as the static-shape pass (every row at every step, no host
+        #: synchronisation; see :meth:`static_forward`); set by the training module
+        self.static_shapes = False
         if config.compile_step:
             # Shapes are marked dynamic: the number of running captions shrinks from step to step.
             self.recurrent_step = torch.compile(self.recurrent_step, dynamic=True)
@@ -324,6 +328,8 @@ class ShowAttendTellDecoder(nn.Module):
         mode "gumbel" samples by straight-through Gumbel-softmax at ``temperature`` (training only).
         """
         mode = self._mode(mode)
+        if self.static_shapes:
+            return self.static_forward(features, captions, lengths, mode, use_expected, locations, temperature)
         if self.luong:
             return self._luong_forward(features, captions, lengths, mode, use_expected, locations, temperature)
         B, L, _ = features.shape
@@ -395,6 +401,75 @@ class ShowAttendTellDecoder(nn.Module):
             entropies=grid(sampled[1]) if sampling else None,
             head_alphas=None if head_alphas is None else grid(head_alphas),
         )
+
+    def static_forward(self, features: Tensor, captions: Tensor, lengths: Tensor, mode: Optional[str] = None,
+                       use_expected: Optional[Tensor] = None, locations: Optional[Tensor] = None,
+                       temperature: float = 1.0) -> DecoderOutput:
+        """The teacher-forced pass with static shapes: every row of the batch at every one of the T
+        steps (the captions padded to T + 1 tokens), the steps past a caption's end computed and
+        masked, not skipped; nothing read back to the host (no sorting by length, no counts, no
+        boolean indexing), so that the pass, its backward and the optimiser step can be captured
+        as one CUDA graph per (B, T) and replayed. The outputs are :meth:`forward`'s, except that
+        ``logits`` is (B, T, V), every step's, for the losses to mask. A caption's real steps come
+        first, so the padded steps after them change nothing before them: the loss and gradients
+        equal the shrinking-batch pass's (tests/test_static_shapes.py, float64). Hard attention
+        samples with :func:`graph_safe_sampling`."""
+        mode = self._mode(mode)
+        B, T = captions.size(0), captions.size(1) - 1
+        steps = (lengths - 1).clamp(min=0, max=T)
+        mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+        embedded = self.embedding(captions[:, :-1])  # (B, T, M)
+        sampling = mode in ("sample", "gumbel")
+        with graph_safe_sampling():
+            if self.luong:
+                hs, zs, alphas, betas, where, *rest = self._luong_static_steps(features, embedded, mode, use_expected,
+                                                                               locations, temperature)
+                logits = self.deep_output(embedded, self.attentional_state(zs, hs), zs)  # (B, T, V)
+            else:
+                x_steps = self.embed_gates(embedded).unbind(1)  # T x (B, 4H)
+                state = self.initial_state(features)
+                layers = (deferred_linear(self.from_hidden), deferred_linear(self.context_gates))
+                per_step = []
+                for t in range(T):
+                    h, c, z, g, beta = self.recurrent_step(x_steps[t], state, mode, use_expected,
+                                                           None if locations is None else locations[:, t], layers, temperature)
+                    state = state.with_recurrent(h, c)
+                    per_step.append((h, z, g.alpha, beta, g.location) + ((g.log_prob, g.entropy) if sampling else ())
+                                    + ((g.head_alpha,) if self.heads > 1 else ()))
+                hs, zs, alphas, betas, where, *rest = (torch.stack(column, 1) for column in zip(*per_step))
+                logits = self.deep_output(embedded, hs, zs)  # (B, T, V)
+
+        def masked(values: Tensor) -> Tensor:  # zero at padded steps, as forward() leaves them
+            m = mask.view(mask.shape + (1,) * (values.dim() - 2))
+            return values * m if values.is_floating_point() else values.masked_fill(~m, 0)
+
+        return DecoderOutput(
+            logits=logits,
+            mask=mask,
+            alphas=masked(alphas),
+            betas=masked(betas),
+            locations=masked(where),
+            location_log_probs=masked(rest[0]) if sampling else None,
+            entropies=masked(rest[1]) if sampling else None,
+            head_alphas=masked(rest[-1]) if self.heads > 1 else None,
+        )
+
+    def _luong_static_steps(self, features: Tensor, embedded: Tensor, mode: str, use_expected: Optional[Tensor],
+                            locations: Optional[Tensor], temperature: float) -> list[Tensor]:
+        """Luong placement for :meth:`static_forward`: the LSTM over all T steps, then attention for all
+        B x T steps in one batched product (the T steps of an image are T "beams" over its features).
+        Returns (B, T, ...) h, z, alpha, beta, location (and log p(s), entropy; the heads' alphas)."""
+        B, T = embedded.shape[:2]
+        state = self.initial_state(features)
+        hs, _ = self.lstm(embedded, (state.h.unsqueeze(0).contiguous(), state.c.unsqueeze(0).contiguous()))  # (B, T, H)
+        h = hs.reshape(B * T, -1)
+        g, beta, z = self.attend(state, self.from_output(h), h, mode,
+                                 None if use_expected is None else use_expected.repeat_interleave(T),
+                                 None if locations is None else locations.reshape((B * T,) + locations.shape[2:]),
+                                 beams=T, temperature=temperature)
+        columns = [h, z, g.alpha, beta, g.location] + ([g.log_prob, g.entropy] if mode in ("sample", "gumbel") else []) \
+            + ([g.head_alpha] if self.heads > 1 else [])
+        return [x.reshape((B, T) + x.shape[1:]) for x in columns]
 
     #: Luong's teacher-forced pass attends for the images in groups of about this many, sorted by
     #: length, each group over its own longest caption's steps (fewer padded steps than B x T).

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Optional
+
 from torch import Tensor, nn
 
 
@@ -33,6 +35,11 @@ class Objective(nn.Module):
     def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
         """The loss of one batch. model: a ShowAttendTell; features: (B, L, D); batch: captions, lengths..."""
         raise NotImplementedError
+
+    def static_step_problem(self) -> Optional[str]:
+        """Why this objective's step cannot be captured as a CUDA graph (``model.cuda_graphs``), or
+        None: the step must read nothing back to the host and launch the same kernels every time."""
+        return None
 
     def commit(self, output: ObjectiveOutput) -> dict[str, Tensor]:
         """Update running state once a step's loss was found finite; returns more values to log."""

@@ -17,10 +17,16 @@ from captioning.objectives.base import Objective, ObjectiveOutput
 def caption_log_likelihood(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
     """log p(y | a) per caption, summed over its real steps.
 
-    logits: (N, V) for the N real steps of mask (B, T), in mask order; targets: (B, T).
-    Returns (B,).
+    logits: (N, V) for the N real steps of mask (B, T), in mask order, or (B, T, V) for every
+    step (the static-shape pass: padded steps are masked here, with no host synchronisation);
+    targets: (B, T). Returns (B,).
     """
-    token_ll = -F.cross_entropy(logits.float(), targets[mask], reduction="none")  # (N,)
+    if logits.dtype in (torch.float16, torch.bfloat16):  # the loss in float32 (float64 stays float64)
+        logits = logits.float()
+    if logits.dim() == 3:
+        token_ll = -F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+        return (token_ll.view(targets.shape) * mask).sum(1)
+    token_ll = -F.cross_entropy(logits, targets[mask], reduction="none")  # (N,)
     per_step = torch.zeros(mask.shape, dtype=token_ll.dtype, device=token_ll.device)
     per_step[mask] = token_ll
     return per_step.sum(1)  # (B, T) -> (B,)

@@ -233,12 +233,25 @@ class HardAttentionReinforce(CrossEntropy):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ------------------------------------------------------------------ schedules
+    # (the step count is read from the device only when a schedule is set: the static-shape step
+    # reads nothing back otherwise)
     def current_lambda_e(self) -> float:
+        if self.lambda_e_final is None or self.entropy_anneal_steps <= 0:
+            return self.lambda_e
         return anneal(self.lambda_e, self.lambda_e_final, self.entropy_anneal_steps, int(self.steps_done))
 
     def current_temperature(self) -> float:
+        if self.gumbel_temperature_final is None or self.gumbel_anneal_steps <= 0:
+            return self.gumbel_temperature
         return anneal(self.gumbel_temperature, self.gumbel_temperature_final, self.gumbel_anneal_steps,
                       int(self.steps_done), geometric=True)
+
+    def static_step_problem(self) -> Optional[str]:
+        if self.entropy_anneal_steps > 0 and self.lambda_e_final is not None:
+            return "the entropy schedule (lambda_e_final) reads the step count on the host at every step"
+        if self.estimator == "gumbel" and self.gumbel_anneal_steps > 0 and self.gumbel_temperature_final is not None:
+            return "the Gumbel temperature schedule reads the step count on the host at every step"
+        return None
 
     # ------------------------------------------------------------------ baselines
     def learned_baseline(self, features: Tensor) -> tuple[Tensor, Tensor]:
@@ -291,13 +304,20 @@ class HardAttentionReinforce(CrossEntropy):
                                self.lambda_r, lambda_e, self.reward_per_step, scale)
         sampled = ~use_expected  # the rows whose REINFORCE term is not zero
         with torch.no_grad():
-            weight = self.lambda_r * terms.advantage[sampled]  # what multiplies d log p(s | a) per row
+            weight = self.lambda_r * terms.advantage  # what multiplies d log p(s | a) per row
+            if model.decoder.static_shapes:  # read nothing back: nan when fewer than two rows sampled
+                n = sampled.sum()
+                mean = (weight * sampled).sum() / n
+                weight_var = {"reinforce_weight_var": (((weight - mean) ** 2) * sampled).sum() / (n - 1)}
+            else:
+                weight = weight[sampled]
+                weight_var = {"reinforce_weight_var": weight.var()} if weight.numel() > 1 else {}
             logs.update(
                 reward=terms.reward.mean(), advantage=terms.advantage.mean(), entropy=terms.entropy,
                 expected_fraction=use_expected.float().mean(),
                 location_grad_sq=location_grad_sq(terms.advantage, out.alphas, out.locations, out.location_log_probs,
                                                   out.mask, self.lambda_r),
-                **({"reinforce_weight_var": weight.var()} if weight.numel() > 1 else {}),
+                **weight_var,
             )
             if lambda_e != self.lambda_e:
                 logs["lambda_e"] = torch.tensor(lambda_e)

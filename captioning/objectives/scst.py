@@ -173,6 +173,9 @@ class SCST(Objective):
                 texts[i] = ptb_tokenize(vocab.decode_text(rows[i]))
         return self.cider.scores(texts, references), words
 
+    def static_step_problem(self) -> Optional[str]:
+        return "self-critical training decodes captions of varying length inside its step"
+
     def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
         ids = batch["image_ids"]  # (B,) images; features: a row per caption of a grouped batch
         if "image_index" in batch:
