@@ -28,7 +28,8 @@ def module_from_hparams(hparams: dict):
 
     h = {k: v for k, v in hparams.items() if not k.startswith("_")}
     unknown = set(h) - {"encoder", "decoder", "objective", "optimizer", "val_generation", "test_generation",
-                        "nonfinite_loss", "image_size", "init_from"}  # init_from: provenance only, not reloaded
+                        "nonfinite_loss", "image_size", "init_from",  # init_from: provenance only, not reloaded
+                        "static_shapes", "length_buckets", "cuda_graphs", "tf32"}  # how it trained
     if unknown:
         raise TypeError(f"unknown setting(s) {', '.join(sorted(unknown))}")
     # the weights come from the checkpoint: nothing to download
@@ -38,6 +39,8 @@ def module_from_hparams(hparams: dict):
         objective=objective_from_spec(h["objective"]), optimizer=OptimizerConfig(**h["optimizer"]),
         val_generation=GenerationConfig(**h["val_generation"]), test_generation=GenerationConfig(**h["test_generation"]),
         nonfinite_loss=h["nonfinite_loss"], image_size=h["image_size"],
+        **{k: h[k] for k in ("static_shapes", "cuda_graphs", "tf32") if k in h},
+        **({"length_buckets": tuple(h["length_buckets"])} if "length_buckets" in h else {}),
     )
 
 

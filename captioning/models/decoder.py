@@ -415,7 +415,7 @@ class ShowAttendTellDecoder(nn.Module):
         equal the shrinking-batch pass's (tests/test_static_shapes.py, float64). Hard attention
         samples with :func:`graph_safe_sampling`."""
         mode = self._mode(mode)
-        B, T = captions.size(0), captions.size(1) - 1
+        T = captions.size(1) - 1
         steps = (lengths - 1).clamp(min=0, max=T)
         mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
         embedded = self.embedding(captions[:, :-1])  # (B, T, M)

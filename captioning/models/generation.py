@@ -52,6 +52,9 @@ class GenerationConfig:
         location_samples: K > 1 decodes each image K times with sampled locations (hard
             attention; attention_mode is then "sample") and keeps the caption of the best score
             (:func:`captioning.models.search.best_of_k`). Soft-attention models ignore it.
+        cuda_graphs: on a CUDA device, decode with each step captured as a CUDA graph per (batch,
+            beams) shape and replayed (models/graphed_search.py: the same captions; sampling is not
+            captured); elsewhere the same fixed-shape loop runs without capture.
     """
 
     num_beams: int = 1
@@ -64,6 +67,7 @@ class GenerationConfig:
     num_return_sequences: int = 1
     forbid_bad_endings: bool = False
     location_samples: int = 1
+    cuda_graphs: bool = False
 
     def __post_init__(self):
         for field, least in (("num_beams", 1), ("max_new_tokens", 1), ("top_k", 0), ("num_return_sequences", 1),

@@ -135,7 +135,7 @@ def beam_search(
     and attention maps of the returned beams are read back through the parent pointers kept at
     each step.
     """
-    B, K, N = features.size(0), config.num_beams, config.num_return_sequences
+    B, K = features.size(0), config.num_beams
     device = features.device
     # h_0, c_0 and W_a a once per image; the state is copied to the K beams, the features are not:
     # the K rows of an image attend over one copy (as a (K, L) x (L, D) product).
@@ -169,6 +169,16 @@ def beam_search(
         if (t + 1) % check_every == 0 and bool(finished.all()):
             break
 
+    return backtrack(history, beam_scores, lengths, B, K, config)
+
+
+def backtrack(history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: int,
+              config: GenerationConfig) -> GenerationOutput:
+    """The returned beams of a beam search: the best by length-normalised score, their words and
+    attention maps read back through the parent pointers of ``history`` (per step: parent rows,
+    tokens, alpha, location[, head alphas]). beam_scores (B, K), lengths (B*K,)."""
+    N, device = config.num_return_sequences, beam_scores.device
+    base = (torch.arange(B, device=device) * K).unsqueeze(1)
     normalised = _normalise(beam_scores.view(-1), lengths, config.length_penalty).view(B, K)
     top_scores, top = normalised.topk(N, dim=1)  # (B, N): the returned beams, best first
     row = (base + top).view(-1)  # (B*N,) their rows
@@ -193,6 +203,8 @@ def beam_search(
     )
 
 
+
+
 def generate(
     decoder: ShowAttendTellDecoder,
     features: Tensor,
@@ -202,6 +214,13 @@ def generate(
     """Greedy or sampled decoding for one beam, beam search otherwise. features: (B, L, D)."""
     if config.location_samples > 1 and decoder.attention_kind == "hard":
         return best_of_k(decoder, features, config, generator)
+    if config.cuda_graphs:
+        from captioning.models import graphed_search
+
+        if graphed_search.capturable(config):
+            if config.num_beams == 1:
+                return graphed_search.graphed_greedy_search(decoder, features, config)
+            return graphed_search.graphed_beam_search(decoder, features, config)
     if config.num_beams == 1:
         return greedy_search(decoder, features, config, generator)
     return beam_search(decoder, features, config)

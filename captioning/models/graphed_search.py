@@ -1,0 +1,158 @@
+"""Greedy and beam search with the decoding step as a function of fixed-shape tensors, captured as
+a CUDA graph per (batch, beams) shape (``GenerationConfig.cuda_graphs``).
+
+Each step is :func:`greedy_step` / :func:`beam_step`: the decoder step, the banned endings,
+the choice of words, finished rows masked (they continue with PAD at no cost), all on the device.
+The loop runs up to ``max_new_tokens`` steps; every ``check_every`` steps it asks whether every row
+has finished through a non-blocking copy to the host, read one check later (so the device is never
+waited for), and the step at which every row first finished is kept on the device, so that the
+outputs are cut where :func:`captioning.models.search.greedy_search` / ``beam_search`` stop: the
+same captions, scores and attention maps (tests/test_graphed_search.py). On a CPU the same loop
+runs without capture. Sampling (``do_sample``, hard attention's "sample" mode) is not captured.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from captioning.graphs import ShapeGraphs, graphs_available
+from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
+from captioning.models.generation import GenerationConfig
+from captioning.models.search import GenerationOutput, _ban_table, _forbid_eos, _normalise
+from captioning.vocab import Vocabulary
+
+BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
+
+
+def capturable(config: GenerationConfig) -> bool:
+    """Whether the graphed search applies: deterministic greedy or beam search of one caption each."""
+    return not config.do_sample and config.attention_mode != "sample" and config.location_samples == 1
+
+
+class _AllFinished:
+    """Has every row finished? Asked every few steps without waiting for the device: the answer
+    is copied to pinned host memory behind an event and read at the next check."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = graphs_available(device)
+        self.flag = torch.zeros((), dtype=torch.bool, pin_memory=self.cuda)
+        self.event = torch.cuda.Event() if self.cuda else None
+        self.pending = False
+
+    def __call__(self, finished: Tensor) -> bool:
+        if not self.cuda:
+            return bool(finished.all())
+        done = self.pending and self.event.query() and bool(self.flag)
+        self.flag.copy_(finished.all(), non_blocking=True)
+        self.event.record()
+        self.pending = True
+        return done
+
+
+def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationConfig,
+         check_every: int) -> list[tuple[Tensor, ...]]:
+    """Run ``step(*carry, *constants)`` (carry: tokens, h, c, finished, scores, lengths) up to
+    max_new_tokens times, then cut where the plain search stops (the first multiple of
+    ``check_every`` steps at which every row had finished). Returns, per kept step, (finished,
+    scores, lengths, *the step's other outputs), cloned where a replay would overwrite them."""
+    device = carry[0].device
+    graphs = ShapeGraphs(step, enabled=config.cuda_graphs and graphs_available(device))
+    limit = config.max_new_tokens
+    finished_at = torch.full((), limit, dtype=torch.long, device=device)
+    check = _AllFinished(device)
+    history = []
+    for t in range(limit):
+        out = graphs(*carry, *constants)
+        if graphs.last is not None:  # replayed: the outputs are the graph's, overwritten by the next replay
+            out = [x.clone() for x in out]
+        carry = list(out[:6])
+        history.append(tuple(out[3:6]) + tuple(out[6:]))
+        finished = carry[3]
+        if (t + 1) % check_every == 0:
+            finished_at = torch.where((finished_at == limit) & finished.all(), torch.full_like(finished_at, t + 1), finished_at)
+            if check(finished):
+                break
+    return history[: int(finished_at)]  # one read, after the loop
+
+
+def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Optional[Tensor]):
+    """One greedy step as a function of tensors (what is captured)."""
+
+    def step(tokens, h, c, finished, scores, lengths, features, projected):
+        logp, state, g = decoder.step(tokens, DecoderState(h, c, features, projected), config.attention_mode)
+        logp = _forbid_eos(logp, tokens, ban)
+        nxt = logp.argmax(-1)
+        running = ~finished
+        scores = scores + logp.gather(1, nxt.unsqueeze(1)).squeeze(1) * running
+        lengths = lengths + running.long()
+        nxt = nxt.masked_fill(finished, PAD)
+        finished = finished | (nxt == EOS)
+        extra = (g.head_alpha * running.view(-1, 1, 1),) if g.head_alpha is not None else ()
+        return (nxt, state.h, state.c, finished, scores, lengths, nxt, g.alpha * running.unsqueeze(1), g.location) + extra
+
+    return step
+
+
+@torch.no_grad()
+def graphed_greedy_search(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
+                          check_every: int = 4) -> GenerationOutput:
+    """:func:`captioning.models.search.greedy_search` (without sampling), step by captured step."""
+    B, device = features.size(0), features.device
+    state = decoder.initial_state(features)
+    carry = [torch.full((B,), BOS, dtype=torch.long, device=device), state.h, state.c,
+             torch.zeros(B, dtype=torch.bool, device=device), features.new_zeros(B, dtype=torch.float),
+             torch.zeros(B, dtype=torch.long, device=device)]
+    step = greedy_step(decoder, config, _ban_table(decoder, config, device))
+    history = _run(step, carry, [state.features, state.projected], config, check_every)
+    _, scores, lengths = history[-1][:3]
+    columns = list(zip(*history))[3:]  # tokens, alpha, location[, head alphas]
+    return GenerationOutput(
+        sequences=torch.stack(columns[0], 1), alphas=torch.stack(columns[1], 1).float(),
+        locations=torch.stack(columns[2], 1), scores=_normalise(scores, lengths, config.length_penalty),
+        lengths=lengths, head_alphas=torch.stack(columns[3], 1).float() if len(columns) > 3 else None,
+    )
+
+
+def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Optional[Tensor], B: int, K: int):
+    """One beam-search step as a function of tensors (what is captured)."""
+
+    def step(tokens, h, c, finished, beam_scores, lengths, features, projected):
+        state = DecoderState(h, c, features, projected, K)
+        logp, state, g = decoder.step(tokens, state, config.attention_mode)  # (B*K, V)
+        logp = _forbid_eos(logp, tokens, ban)
+        V = logp.size(-1)
+        logp = logp.masked_fill(finished.unsqueeze(1), float("-inf"))
+        logp[:, PAD] = torch.where(finished, 0.0, logp[:, PAD])
+        candidates = (beam_scores.view(-1, 1) + logp).view(B, K * V)
+        beam_scores, flat = candidates.topk(K, dim=1)
+        parent = ((torch.arange(B, device=flat.device) * K).unsqueeze(1) + flat // V).view(-1)
+        tokens = (flat % V).view(-1)
+        was_finished = finished[parent]
+        lengths = lengths[parent] + (~was_finished).long()
+        finished = was_finished | (tokens == EOS)
+        extra = () if g.head_alpha is None else (g.head_alpha[parent] * (~was_finished).view(-1, 1, 1),)
+        return (tokens, state.h[parent], state.c[parent], finished, beam_scores, lengths,
+                parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent]) + extra
+
+    return step
+
+
+@torch.no_grad()
+def graphed_beam_search(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
+                        check_every: int = 4) -> GenerationOutput:
+    """:func:`captioning.models.search.beam_search`, step by captured step."""
+    from captioning.models.search import backtrack
+
+    B, K, device = features.size(0), config.num_beams, features.device
+    state = decoder.initial_state(features).expand_beams(K)
+    beam_scores = features.new_zeros(B, K, dtype=torch.float)
+    beam_scores[:, 1:] = float("-inf")
+    carry = [torch.full((B * K,), BOS, dtype=torch.long, device=device), state.h, state.c,
+             torch.zeros(B * K, dtype=torch.bool, device=device), beam_scores,
+             torch.zeros(B * K, dtype=torch.long, device=device)]
+    step = beam_step(decoder, config, _ban_table(decoder, config, device), B, K)
+    history = _run(step, carry, [state.features, state.projected], config, check_every)
+    _, beam_scores, lengths = history[-1][:3]
+    return backtrack([h[3:] for h in history], beam_scores, lengths, B, K, config)

@@ -1,0 +1,84 @@
+"""The graphed search (GenerationConfig.cuda_graphs; models/graphed_search.py), which runs its
+fixed-shape step loop without capture on a CPU, gives the plain search's captions, scores,
+lengths and attention maps; and the capture helper runs plain functions off CUDA."""
+import dataclasses
+
+import pytest
+import torch
+
+from captioning.graphs import ShapeGraphs, graphs_available
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.search import GenerationConfig, generate
+
+V, D, L = 17, 12, 9
+EOS_LUONG = 2.5
+
+
+def make_decoder(eos=1.0, **variant):
+    torch.manual_seed(0)
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=6, hidden_dim=D, attention_dim=8, dropout=0.0, **variant))
+    with torch.no_grad():  # sharper words, EOS likelier: captions end at different steps
+        dec.out_logits.weight.mul_(4.0)
+        dec.out_logits.bias[2] += eos
+    dec.bad_ending_ids = (5, 6)
+    return dec.eval()
+
+
+CASES = [
+    ("soft", {}, {}),
+    ("hard_expected", dict(attention_kind="hard"), dict(attention_mode="expected")),
+    ("hard_argmax", dict(attention_kind="hard"), dict(attention_mode="argmax")),
+    ("heads_luong", dict(heads=2, placement="luong", score="scaled_dot", eos=EOS_LUONG), {}),
+    ("forbid", {}, dict(forbid_bad_endings=True)),
+]
+
+
+@pytest.mark.parametrize("name,variant,generation", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("beams", [1, 3, 5])
+def test_graphed_search_equals_the_plain_search(name, variant, generation, beams):
+    decoder = make_decoder(**variant)
+    features = torch.randn(7, L, D, generator=torch.Generator().manual_seed(1))
+    config = GenerationConfig(num_beams=beams, max_new_tokens=14, **generation)
+    plain = generate(decoder, features, config)
+    graphed = generate(decoder, features, dataclasses.replace(config, cuda_graphs=True))
+    # captions of several lengths, so that cutting the loop where the plain search stops is tested
+    # (the untrained two-head Luong model may end every beam together at some beam counts)
+    assert plain.lengths.min() < plain.lengths.max() or name == "heads_luong"
+    for field in dataclasses.fields(plain):
+        a, b = getattr(plain, field.name), getattr(graphed, field.name)
+        assert (a is None) == (b is None), field.name
+        if a is not None:
+            assert a.shape == b.shape, field.name
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7, msg=field.name)
+
+
+def test_graphed_beam_search_returns_several_sequences():
+    decoder = make_decoder()
+    features = torch.randn(4, L, D, generator=torch.Generator().manual_seed(2))
+    config = GenerationConfig(num_beams=4, num_return_sequences=3, max_new_tokens=10)
+    plain, graphed = generate(decoder, features, config), generate(decoder, features, config.replace(cuda_graphs=True))
+    assert torch.equal(plain.beam_sequences, graphed.beam_sequences)
+    torch.testing.assert_close(plain.beam_scores, graphed.beam_scores)
+
+
+def test_sampling_is_not_captured_and_keeps_its_draws():
+    decoder = make_decoder()
+    features = torch.randn(3, L, D)
+    config = GenerationConfig(do_sample=True, max_new_tokens=8)
+    a = generate(decoder, features, config, torch.Generator().manual_seed(5))
+    b = generate(decoder, features, config.replace(cuda_graphs=True), torch.Generator().manual_seed(5))
+    assert torch.equal(a.sequences, b.sequences)
+
+
+def test_shape_graphs_run_the_function_off_cuda():
+    calls = []
+
+    def fn(x, y):
+        calls.append(x.shape)
+        return x * 2 + y, x.sum()
+
+    graphs = ShapeGraphs(fn)
+    out = graphs(torch.ones(3), torch.arange(3.0))
+    assert torch.equal(out[0], torch.tensor([2.0, 3.0, 4.0])) and out[1] == 3
+    assert graphs.last is None and not graphs.graphs and len(calls) == 1  # nothing captured on a CPU
+    assert not graphs_available("cpu")
