@@ -261,51 +261,21 @@ class CaptioningModule(L.LightningModule):
     #: how often (in steps) the captured step's non-finite-loss count is read back
     nonfinite_check_every = 50
 
-    def _step_body(self, inputs: Tensor, captions: Tensor, lengths: Tensor, *image_index: Tensor):
-        """Forward, losses, backward and clipping of one batch, reading nothing back to the host:
-        what :class:`captioning.graphs.ShapeGraphs` captures. Fresh gradient tensors each call (made
-        inside the graph when captured). Returns (loss, logs, objective state, finite)."""
-        for p in self.parameters():
-            p.grad = None
-        batch = {"captions": captions, "lengths": lengths, **({"image_index": image_index[0]} if image_index else {})}
-        batch["features" if inputs.dim() == 3 else "images"] = inputs
-        out = self.objective(self.model, self.model.features(batch), batch)
-        out.loss.backward()
-        if self.graph_clip_val:
-            torch.nn.utils.clip_grad_norm_([p for p in self.parameters() if p.grad is not None], self.graph_clip_val, foreach=True)
-        detach = lambda d: {k: v.detach() for k, v in d.items()}  # noqa: E731
-        return out.loss.detach(), detach(out.logs), detach(out.state), torch.isfinite(out.loss)
-
     def _graphed_training_step(self, batch: dict) -> None:
-        from captioning.graphs import ShapeGraphs, graphs_available
+        from captioning.graphs import GraphedTrainingStep, graphs_available
         from captioning.objectives import ObjectiveOutput
 
         if self._graphs is None:
-            params = [p for p in self.parameters() if p.requires_grad]
-
-            def save():  # what the warm-up calls change: running statistics and the random state
-                return [b.clone() for b in self.buffers()], torch.cuda.get_rng_state(self.device)
-
-            def restore(saved):
-                buffers, rng = saved
-                with torch.no_grad():
-                    for b, v in zip(self.buffers(), buffers):
-                        b.copy_(v)
-                torch.cuda.set_rng_state(rng, self.device)
-                return [p.grad for p in params]  # the captured graph's gradient tensors
-
             capture = graphs_available(self.device) and self.trainer.world_size == 1
             if not capture:
                 reason = "not a CUDA device" if not graphs_available(self.device) else "several processes (DDP)"
                 log.info("model.cuda_graphs: %s; the static-shape step runs without capture", reason)
-            self._graphs = ShapeGraphs(self._step_body, enabled=capture, before_capture=save, after_capture=restore)
-            self._graph_params = params
+            encode = lambda x, b: self.model.features({**b, ("features" if x.dim() == 3 else "images"): x})  # noqa: E731
+            self._graphs = GraphedTrainingStep(self.model, self.objective, [p for p in self.parameters() if p.requires_grad],
+                                               self.graph_clip_val, capture, encode)
         inputs = batch["features"] if "features" in batch else batch["images"]
         loss, logs, state, finite = self._graphs(inputs, batch["captions"], batch["lengths"],
                                                  *([batch["image_index"]] if "image_index" in batch else []))
-        if self._graphs.last is not None:  # replayed: point the parameters at this graph's gradients
-            for p, g in zip(self._graph_params, self._graphs.last.extra):
-                p.grad = g
         self.optimizers().step()
         bad = (~finite).int()
         self._nonfinite_steps = bad if self._nonfinite_steps is None else self._nonfinite_steps + bad

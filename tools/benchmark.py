@@ -5,6 +5,7 @@
     python tools/benchmark.py --device cuda --amp --out bench.json   # adds bf16 autocast rows
     python tools/benchmark.py --device cpu --sections train --compile  # adds torch.compile rows
     python tools/benchmark.py --device cpu --profile                 # torch.profiler of one soft step
+    python tools/benchmark.py --device cuda --amp --sections graphs,load --out bench_graphs.json  # issue 15
 
 Sections (each a list of rows in the JSON, and a table on stdout):
 
@@ -39,6 +40,17 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   as the decoder runs it (nn.LSTM over all steps, attention for all steps in a few batched
   products) and with Luong placement one step at a time (the decoding step in a loop over the
   running captions, as the Bahdanau pass must run), round-robin, at the demo's and COCO's sizes.
+
+- ``graphs``: issue 15's rows. The training step (soft and hard attention, D = 2048, batch 32 and
+  64) three ways: the default shrinking-batch pass, the static-shape pass (captions padded to a
+  length bucket, every row at every step), and on CUDA the static-shape step captured as a CUDA
+  graph (captioning.graphs.GraphedTrainingStep: forward, losses, backward, clipping; fused Adam
+  after it), each in fp32, TF32 (CUDA) and bf16 autocast (``--amp``); ``pairs_per_s`` are caption
+  pairs a second and ``gpu_busy`` the share of the wall time the GPU spent in kernels (torch.profiler
+  over 5 steps; CUDA only). Then greedy and beam 3 / 5 at batch 64, plain and graphed
+  (GenerationConfig.cuda_graphs), and the COCO epoch (566,747 pairs) at the fastest step rate beside
+  the feature cache's read rate (the ``load`` section's warm-cache figure: run both sections in one
+  command, ``--sections graphs,load``).
 
 Memory: on CUDA the peak of torch.cuda.max_memory_allocated for each row; on CPU the process's
 peak RSS (ru_maxrss) after the row and its growth during the row (a high-water mark: a row that
@@ -608,6 +620,125 @@ def bench_luong(device, quick: bool, rounds: int) -> list[dict]:
     return rows
 
 
+COCO_TRAIN_PAIRS = 566_747  # caption pairs of the Karpathy train split (113,287 images)
+
+
+def gpu_busy(fn, device, steps: int = 5):
+    """The share of the wall time of ``steps`` calls the GPU spends in kernels (torch.profiler); None on a CPU."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        sync(device)
+        wall = time.perf_counter() - t0
+    busy_us = sum(e.self_device_time_total for e in prof.key_averages())
+    return round(busy_us / 1e6 / wall, 3)
+
+
+def graphs_step_fn(dec, opt, features, captions, lengths, amp, how: str):
+    """One training step: ``how`` = "dynamic" (the default pass), "static" or "graph" (captured)."""
+    from captioning.graphs import GraphedTrainingStep
+
+    if how == "dynamic":
+        return train_step_fn(dec, opt, features, captions, lengths, amp)
+    dec.static_shapes = True
+    objective = (HardAttentionReinforce if dec.attention_kind == "hard" else CrossEntropy)(doubly_stochastic=1.0).to(features.device)
+    bucket = next(n for n in (16, 24, 32, 48, 64) if n >= captions.size(1))  # CaptioningModule.length_buckets
+    captions = F.pad(captions, (0, bucket - captions.size(1)), value=PAD)
+
+    class Autocast(torch.nn.Module):  # the objective calls model(...): run the decoder under autocast
+        def __init__(self):
+            super().__init__()
+            self.decoder = dec
+
+        def forward(self, *a, **k):
+            with amp:
+                return dec(*a, **k)
+
+    step = GraphedTrainingStep(Autocast(), objective, [p for p in dec.parameters() if p.requires_grad], clip=5.0,
+                               capture=(how == "graph"))
+
+    def fn():
+        out = step(features, captions, lengths)
+        opt.step()
+        return out
+
+    return fn
+
+
+def bench_graphs(device, quick: bool, amp_modes: list, load_rows: list) -> list[dict]:
+    rows = []
+    V, dim, Lside, D = (2000, 256, 7, 512) if quick else (10000, 512, 14, 2048)
+    L = Lside * Lside
+    cuda = device.type == "cuda"
+    precisions = ["fp32"] + (["tf32"] if cuda else []) + (["bf16"] if "bf16" in amp_modes else [])
+    hows = ["dynamic", "static"] + (["graph"] if cuda else [])
+    g = torch.Generator().manual_seed(0)
+    base = {}
+    for attention in ("soft", "hard"):
+        for B in ((8,) if quick else (32, 64)):
+            captions, lengths = make_captions(B, V, g)
+            captions, lengths = captions.to(device), lengths.to(device)
+            features = torch.randn(B, L, D, generator=g).to(device)
+            for precision in precisions:
+                if cuda:
+                    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+                amp = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+                for how in hows:
+                    dec = build_decoder(attention, D, V, dim, device).train()
+                    opt = torch.optim.Adam(dec.parameters(), lr=1e-4, fused=True)
+                    fn = graphs_step_fn(dec, opt, features, captions, lengths, amp, how)
+                    with Memory(device) as mem:
+                        s = timed(fn, device, warmup=3, iters=2 if quick else (5 if not cuda else 30),
+                                  min_time=0.0 if quick else 3.0)
+                    key = (attention, B)
+                    if how == "dynamic" and precision == "fp32":
+                        base[key] = s
+                    row = {"what": "train", "attention": attention, "batch": B, "precision": precision, "pass": how,
+                           "ms_per_step": round(s * 1e3, 2), "pairs_per_s": round(B / s, 1),
+                           "x_default_fp32": round(base[key] / s, 2) if key in base else None,
+                           "gpu_busy": gpu_busy(fn, device)}
+                    row.update(mem.result)
+                    rows.append(row)
+                    print("  graphs", row, flush=True)
+                    del dec, opt, fn
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    # decoding: plain and graphed search at batch 64
+    from captioning.models.search import generate
+
+    dec = build_decoder("soft", D, V, dim, device).eval()
+    B = 8 if quick else 64
+    feats = torch.randn(B, L, D, generator=g).to(device)
+    max_new = 8 if quick else 20
+    for beams in (1, 3, 5):
+        for graphed in (False, True):
+            config = GenerationConfig(num_beams=beams, max_new_tokens=max_new, cuda_graphs=graphed)
+            run = lambda c=config: generate(dec, feats, c)  # noqa: E731
+            s = timed(run, device, warmup=2, iters=2 if quick else (3 if not cuda else 10))
+            row = {"what": "decode", "search": "greedy" if beams == 1 else f"beam{beams}", "batch": B,
+                   "graphed": graphed, "max_new_tokens": max_new, "images_per_s": round(B / s, 1),
+                   "gpu_busy": gpu_busy(run, device, steps=2)}
+            rows.append(row)
+            print("  graphs", row, flush=True)
+    # the COCO epoch: the fastest training row against the feature cache's read rate
+    best = max((r for r in rows if r["what"] == "train"), key=lambda r: r["pairs_per_s"])
+    cache = [r for r in load_rows if r.get("source", "").startswith("feature cache") and "warm" in r["source"]]
+    read = cache[-1]["images_per_s"] * 5 if cache else None  # 5 captions per image: pairs a second
+    rows.append({"what": "coco_epoch", "pairs": COCO_TRAIN_PAIRS, "step_pairs_per_s": best["pairs_per_s"],
+                 "step_row": f"{best['attention']} B{best['batch']} {best['precision']} {best['pass']}",
+                 "cache_pairs_per_s": read,
+                 "epoch_min_step_bound": round(COCO_TRAIN_PAIRS / best["pairs_per_s"] / 60, 2),
+                 "epoch_min_cache_bound": round(COCO_TRAIN_PAIRS / read / 60, 2) if read else None})
+    print("  graphs", rows[-1], flush=True)
+    return rows
+
+
 def profile_step(device, top: int = 25) -> None:
     """torch.profiler of one soft-attention training step at COCO sizes."""
     from torch.profiler import ProfilerActivity, profile
@@ -665,7 +796,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
     p.add_argument("--compile", action="store_true", help="also training rows with the decoder step under torch.compile")
-    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants,luong")
+    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants,luong,graphs")
     p.add_argument("--rounds", type=int, default=5, help="'variants': round-robin rounds (the median of each variant is kept)")
     p.add_argument("--variant-sizes", choices=("demo", "coco"), default="demo", help="'variants': the shapes demo's sizes or COCO's")
     p.add_argument("--variants", default=",".join(VARIANTS), help="'variants': which configs/shapes_<name>.yaml, comma-separated")
@@ -704,9 +835,11 @@ def main(argv=None) -> int:
                                             [v.strip() for v in args.variants.split(",") if v.strip()])
     if "luong" in sections:
         result["luong"] = bench_luong(device, args.quick, args.rounds)
+    if "graphs" in sections:
+        result["graphs"] = bench_graphs(device, args.quick, amp_modes, result.get("load", []))
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     print()
-    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants", "luong"):
+    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants", "luong", "graphs"):
         if name in result:
             print(table(name, result[name]))
     print(f"total {result['seconds']} s")

@@ -305,7 +305,7 @@ class HardAttentionReinforce(CrossEntropy):
         sampled = ~use_expected  # the rows whose REINFORCE term is not zero
         with torch.no_grad():
             weight = self.lambda_r * terms.advantage  # what multiplies d log p(s | a) per row
-            if model.decoder.static_shapes:  # read nothing back: nan when fewer than two rows sampled
+            if getattr(model, "decoder", model).static_shapes:  # read nothing back: nan when fewer than two rows sampled
                 n = sampled.sum()
                 mean = (weight * sampled).sum() / n
                 weight_var = {"reinforce_weight_var": (((weight - mean) ** 2) * sampled).sum() / (n - 1)}
