@@ -71,6 +71,8 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
                    help="never end a caption on an article, preposition or conjunction ('a', 'with', 'and'...)")
     p.add_argument("--location-samples", type=at_least(1), default=None, metavar="K",
                    help="hard attention: decode each image K times with sampled locations and keep the best-scoring caption")
+    p.add_argument("--cuda-graphs", action="store_true", default=None,
+                   help="on a CUDA device, replay each decoding step as a captured CUDA graph (the same captions)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
     p.add_argument("--max-image-pixels", type=at_least(1), default=None, metavar="N",
                    help="refuse images of more pixels (decompression-bomb guard; default: Pillow's, about 89 million)")
@@ -81,7 +83,8 @@ def generation_overrides(args) -> dict:
     return {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
             "length_penalty": args.length_penalty, "attention_mode": args.attention_mode,
             "forbid_bad_endings": args.forbid_bad_endings,
-            "location_samples": getattr(args, "location_samples", None)}
+            "location_samples": getattr(args, "location_samples", None),
+            "cuda_graphs": getattr(args, "cuda_graphs", None)}
 
 
 def apply_image_limit(args) -> None:
