@@ -372,8 +372,6 @@ class ShowAttendTellDecoder(nn.Module):
         # step-major rows, (N, .) each: h, z, alpha, beta, location (and log p(s), entropy when
         # sampling; the heads' alphas with several heads)
         hs, zs, alphas, betas, locations, *rest = (torch.cat(column) for column in zip(*per_step))
-        sampled = rest[:2] if sampling else []
-        head_alphas = rest[-1] if self.heads > 1 else None
 
         # Where each packed row belongs: (sorted row i, step t) -> the caller's row order[i], step t.
         device = steps.device
@@ -391,15 +389,22 @@ class ShowAttendTellDecoder(nn.Module):
         # The output layer once, over the real steps, in mask.nonzero() order.
         sorted_flat = (row_of * T + step_of)[in_mask_order]  # the same rows in the (sorted) embedded grid
         logits = self.deep_output(embedded.reshape(B * T, -1)[sorted_flat], hs[in_mask_order], zs[in_mask_order])  # (N, V)
+        return self._output(logits, mask, grid, alphas, betas, locations, rest, sampling)
+
+    def _output(self, logits: Tensor, mask: Tensor, place, alphas: Tensor, betas: Tensor, locations: Tensor,
+                rest: list, sampling: bool) -> DecoderOutput:
+        """The :class:`DecoderOutput` of a pass: its per-step columns (alpha, beta, location, then
+        log p(s) and entropy when sampling, the heads' alphas with several heads) put in their
+        (B, T, ...) place by ``place``, zero at padded steps."""
         return DecoderOutput(
             logits=logits,
             mask=mask,
-            alphas=grid(alphas),
-            betas=grid(betas),
-            locations=grid(locations),
-            location_log_probs=grid(sampled[0]) if sampling else None,
-            entropies=grid(sampled[1]) if sampling else None,
-            head_alphas=None if head_alphas is None else grid(head_alphas),
+            alphas=place(alphas),
+            betas=place(betas),
+            locations=place(locations),
+            location_log_probs=place(rest[0]) if sampling else None,
+            entropies=place(rest[1]) if sampling else None,
+            head_alphas=place(rest[-1]) if self.heads > 1 else None,
         )
 
     def static_forward(self, features: Tensor, captions: Tensor, lengths: Tensor, mode: Optional[str] = None,
@@ -443,16 +448,7 @@ class ShowAttendTellDecoder(nn.Module):
             m = mask.view(mask.shape + (1,) * (values.dim() - 2))
             return values * m if values.is_floating_point() else values.masked_fill(~m, 0)
 
-        return DecoderOutput(
-            logits=logits,
-            mask=mask,
-            alphas=masked(alphas),
-            betas=masked(betas),
-            locations=masked(where),
-            location_log_probs=masked(rest[0]) if sampling else None,
-            entropies=masked(rest[1]) if sampling else None,
-            head_alphas=masked(rest[-1]) if self.heads > 1 else None,
-        )
+        return self._output(logits, mask, masked, alphas, betas, where, rest, sampling)
 
     def _luong_static_steps(self, features: Tensor, embedded: Tensor, mode: str, use_expected: Optional[Tensor],
                             locations: Optional[Tensor], temperature: float) -> list[Tensor]:
@@ -525,16 +521,7 @@ class ShowAttendTellDecoder(nn.Module):
             return out.index_copy(0, real, values[keep]).view((B, T) + values.shape[1:])
 
         sampling = mode in ("sample", "gumbel")
-        return DecoderOutput(
-            logits=logits,
-            mask=mask,
-            alphas=grid(alphas),
-            betas=grid(betas),
-            locations=grid(where),
-            location_log_probs=grid(rest[0]) if sampling else None,
-            entropies=grid(rest[1]) if sampling else None,
-            head_alphas=grid(rest[-1]) if self.heads > 1 else None,
-        )
+        return self._output(logits, mask, grid, alphas, betas, where, rest, sampling)
 
     # ------------------------------------------------------------------ generation
     def step(self, tokens: Tensor, state: DecoderState, mode: Optional[str] = None) -> tuple[Tensor, DecoderState, Glimpse]:

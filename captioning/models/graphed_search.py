@@ -20,7 +20,7 @@ from torch import Tensor
 from captioning.graphs import ShapeGraphs, graphs_available
 from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
 from captioning.models.generation import GenerationConfig
-from captioning.models.search import GenerationOutput, _ban_table, _forbid_eos, _normalise
+from captioning.models.search_parts import GenerationOutput, _ban_table, _forbid_eos, _normalise, backtrack
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -143,8 +143,6 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Opt
 def graphed_beam_search(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
                         check_every: int = 4) -> GenerationOutput:
     """:func:`captioning.models.search.beam_search`, step by captured step."""
-    from captioning.models.search import backtrack
-
     B, K, device = features.size(0), config.num_beams, features.device
     state = decoder.initial_state(features).expand_beams(K)
     beam_scores = features.new_zeros(B, K, dtype=torch.float)
