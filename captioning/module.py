@@ -266,6 +266,9 @@ class CaptioningModule(L.LightningModule):
         from captioning.objectives import ObjectiveOutput
 
         if self._graphs is None:
+            if str(self.trainer.precision) in ("16-mixed", "16"):
+                raise ConfigError("model.cuda_graphs: float16 mixed precision needs its loss scaler outside the "
+                                  "captured step; use --trainer.precision bf16-mixed or 32-true")
             capture = graphs_available(self.device) and self.trainer.world_size == 1
             if not capture:
                 reason = "not a CUDA device" if not graphs_available(self.device) else "several processes (DDP)"
