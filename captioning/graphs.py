@@ -9,7 +9,7 @@ hard attention's samples) are graph-safe: each replay draws new ones from the cu
 state (torch.manual_seed before a replay is honoured).
 
 Elsewhere (the CPU, or CUDA graphs unavailable) ``fn`` simply runs: the same results, no capture.
-The training step and the decoding loops use this (module.py, models/search.py); the callers keep
+The training step and the decoding loops use this (module.py, models/graphed_search.py); the callers keep
 what they need of the outputs before the next call, since a replay overwrites them.
 """
 from __future__ import annotations

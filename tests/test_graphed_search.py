@@ -1,6 +1,8 @@
-"""The graphed search (GenerationConfig.cuda_graphs; models/graphed_search.py), which runs its
-fixed-shape step loop without capture on a CPU, gives the plain search's captions, scores,
-lengths and attention maps; and the capture helper runs plain functions off CUDA."""
+"""The search with GenerationConfig.cuda_graphs (models/graphed_search.py, the loop of every search:
+captured on CUDA, run as it is on a CPU) gives the same captions, scores, lengths and attention maps
+as without it; and the capture helper runs plain functions off CUDA. (On a CPU both configs run the
+same loop: what these tests check there is that the option changes nothing; the search itself is
+tested in test_search.py and test_attention_variants.py.)"""
 import dataclasses
 
 import pytest

@@ -1,14 +1,15 @@
-"""Greedy and beam search with the decoding step as a function of fixed-shape tensors, captured as
-a CUDA graph per (batch, beams) shape (``GenerationConfig.cuda_graphs``).
+"""The loops of greedy and beam search (models/search.py: greedy_search, beam_search): the decoding
+step as a function of fixed-shape tensors, run as it is, or captured as a CUDA graph per (batch,
+beams) shape and replayed (``GenerationConfig.cuda_graphs``).
 
 Each step is :func:`greedy_step` / :func:`beam_step`: the decoder step, the banned endings,
 the choice of words, finished rows masked (they continue with PAD at no cost), all on the device.
 The loop runs up to ``max_new_tokens`` steps; every ``check_every`` steps it asks whether every row
 has finished through a non-blocking copy to the host, read one check later (so the device is never
 waited for), and the step at which every row first finished is kept on the device, so that the
-outputs are cut where :func:`captioning.models.search.greedy_search` / ``beam_search`` stop: the
-same captions, scores and attention maps (tests/test_graphed_search.py). On a CPU the same loop
-runs without capture. Sampling (``do_sample``, hard attention's "sample" mode) is not captured.
+outputs are cut at the first check at which every row had finished: the same captions, scores and
+attention maps captured or not (tests/test_graphed_search.py). On a CPU nothing is captured.
+Sampling (``do_sample``, hard attention's "sample" mode) is never captured.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from torch import Tensor
 from captioning.graphs import ShapeGraphs, graphs_available
 from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
 from captioning.models.generation import GenerationConfig
-from captioning.models.search_parts import GenerationOutput, _ban_table, _forbid_eos, _normalise, backtrack
+from captioning.models.search_parts import GenerationOutput, _ban_table, _forbid_eos, _normalise, _sample_token, backtrack
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -58,7 +59,7 @@ def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationC
     ``check_every`` steps at which every row had finished). Returns, per kept step, (finished,
     scores, lengths, *the step's other outputs), cloned where a replay would overwrite them."""
     device = carry[0].device
-    graphs = ShapeGraphs(step, enabled=config.cuda_graphs and graphs_available(device))
+    graphs = ShapeGraphs(step, enabled=config.cuda_graphs and capturable(config) and graphs_available(device))
     limit = config.max_new_tokens
     finished_at = torch.full((), limit, dtype=torch.long, device=device)
     check = _AllFinished(device)
@@ -77,13 +78,14 @@ def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationC
     return history[: int(finished_at)]  # one read, after the loop
 
 
-def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Optional[Tensor]):
+def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Optional[Tensor],
+                generator: Optional[torch.Generator] = None):
     """One greedy step as a function of tensors (what is captured)."""
 
     def step(tokens, h, c, finished, scores, lengths, features, projected):
         logp, state, g = decoder.step(tokens, DecoderState(h, c, features, projected), config.attention_mode)
         logp = _forbid_eos(logp, tokens, ban)
-        nxt = logp.argmax(-1)
+        nxt = _sample_token(logp, config.temperature, config.top_k, generator) if config.do_sample else logp.argmax(-1)
         running = ~finished
         scores = scores + logp.gather(1, nxt.unsqueeze(1)).squeeze(1) * running
         lengths = lengths + running.long()
@@ -96,15 +98,15 @@ def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: O
 
 
 @torch.no_grad()
-def graphed_greedy_search(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
-                          check_every: int = 4) -> GenerationOutput:
-    """:func:`captioning.models.search.greedy_search` (without sampling), step by captured step."""
+def greedy(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
+           generator: Optional[torch.Generator] = None, check_every: int = 4) -> GenerationOutput:
+    """:func:`captioning.models.search.greedy_search`."""
     B, device = features.size(0), features.device
     state = decoder.initial_state(features)
     carry = [torch.full((B,), BOS, dtype=torch.long, device=device), state.h, state.c,
              torch.zeros(B, dtype=torch.bool, device=device), features.new_zeros(B, dtype=torch.float),
              torch.zeros(B, dtype=torch.long, device=device)]
-    step = greedy_step(decoder, config, _ban_table(decoder, config, device))
+    step = greedy_step(decoder, config, _ban_table(decoder, config, device), generator)
     history = _run(step, carry, [state.features, state.projected], config, check_every)
     _, scores, lengths = history[-1][:3]
     columns = list(zip(*history))[3:]  # tokens, alpha, location[, head alphas]
@@ -140,9 +142,9 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Opt
 
 
 @torch.no_grad()
-def graphed_beam_search(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
-                        check_every: int = 4) -> GenerationOutput:
-    """:func:`captioning.models.search.beam_search`, step by captured step."""
+def beam(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
+         check_every: int = 4) -> GenerationOutput:
+    """:func:`captioning.models.search.beam_search`."""
     B, K, device = features.size(0), config.num_beams, features.device
     state = decoder.initial_state(features).expand_beams(K)
     beam_scores = features.new_zeros(B, K, dtype=torch.float)

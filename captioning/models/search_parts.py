@@ -58,6 +58,15 @@ def _normalise(scores: Tensor, lengths: Tensor, length_penalty: float) -> Tensor
     return scores / lengths.clamp(min=1).to(scores.dtype).pow(length_penalty)
 
 
+def _sample_token(logp: Tensor, temperature: float, top_k: int, generator: Optional[torch.Generator]) -> Tensor:
+    """Draw one token per row from softmax(log p / temperature), restricted to the top k if k > 0."""
+    logits = logp / max(temperature, 1e-6)
+    if top_k > 0:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+
+
 def backtrack(history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: int,
               config: GenerationConfig) -> GenerationOutput:
     """The returned beams of a beam search: the best by length-normalised score, their words and
