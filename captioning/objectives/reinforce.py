@@ -20,6 +20,11 @@ the baseline does not depend on the sampled locations):
 * ``lambda_e_final`` / ``entropy_anneal_steps``: the entropy bonus moved linearly from lambda_e to
   lambda_e_final over that many steps (a large bonus explores early, a small one lets alpha sharpen).
 * ``semi_sampling_per``: one expected-context draw per batch (the authors' code) or per image (the paper).
+* ``semi_sampling_p_final`` / ``semi_sampling_anneal_steps``: the probability of the expected context
+  moved linearly from ``semi_sampling_p`` to ``semi_sampling_p_final`` (e.g. 1 -> 0.5: every caption
+  starts on the expected context, which trains the attention network at full rate while alpha is
+  still near uniform, and the sampled share grows to the paper's half). The estimator of each step
+  is the paper's; the schedule of its mixing probability is this codebase's.
 
 ``estimator: gumbel`` is NOT the paper's estimator: the location is drawn by straight-through
 Gumbel-softmax (``glimpse(mode="gumbel")``): the forward pass reads one location, the backward pass
@@ -137,6 +142,7 @@ class HardAttentionReinforce(CrossEntropy):
         baseline_decay: the moving-average baseline's decay (0.9).
         semi_sampling_p: probability of using the expected context instead of a sample (0.5).
         semi_sampling_per: draw that choice once per "batch" (the authors' code) or per "image" (the paper).
+        semi_sampling_p_final, semi_sampling_anneal_steps: semi_sampling_p's schedule (None / 0: constant).
         num_samples: location sequences sampled per caption (each a row of the batch).
         reward_per_step: the reward is the caption's mean token log-likelihood (true, the authors'
             code) or its sum.
@@ -170,6 +176,8 @@ class HardAttentionReinforce(CrossEntropy):
         gumbel_temperature: float = 1.0,
         gumbel_temperature_final: Optional[float] = None,
         gumbel_anneal_steps: int = 0,
+        semi_sampling_p_final: Optional[float] = None,
+        semi_sampling_anneal_steps: int = 0,
     ):
         super().__init__(
             doubly_stochastic, lambda_r=lambda_r, lambda_e=lambda_e, baseline_decay=baseline_decay,
@@ -178,13 +186,16 @@ class HardAttentionReinforce(CrossEntropy):
             normalize_reward=normalize_reward, lambda_e_final=lambda_e_final,
             entropy_anneal_steps=entropy_anneal_steps, estimator=estimator,
             gumbel_temperature=gumbel_temperature, gumbel_temperature_final=gumbel_temperature_final,
-            gumbel_anneal_steps=gumbel_anneal_steps,
+            gumbel_anneal_steps=gumbel_anneal_steps, semi_sampling_p_final=semi_sampling_p_final,
+            semi_sampling_anneal_steps=semi_sampling_anneal_steps,
         )
         field = "model.objective."
         if semi_sampling_per not in ("batch", "image"):
             raise ConfigError(f"{field}semi_sampling_per: expected 'batch' or 'image', got {semi_sampling_per!r}")
-        if not 0.0 <= semi_sampling_p <= 1.0:
-            raise ConfigError(f"{field}semi_sampling_p: expected a probability, got {semi_sampling_p!r}")
+        for name, value in (("semi_sampling_p", semi_sampling_p), ("semi_sampling_p_final", semi_sampling_p_final)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0.0 <= value <= 1.0):
+                raise ConfigError(f"{field}{name}: expected a probability in [0, 1], got {value!r}")
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ConfigError(f"{field}num_samples: expected an integer >= 1, got {num_samples!r}")
         if baseline not in BASELINES:
@@ -198,7 +209,8 @@ class HardAttentionReinforce(CrossEntropy):
         for name, value in (("gumbel_temperature", gumbel_temperature), ("gumbel_temperature_final", gumbel_temperature_final)):
             if value is not None and not value > 0:
                 raise ConfigError(f"{field}{name}: expected a number > 0, got {value!r}")
-        for name, value in (("entropy_anneal_steps", entropy_anneal_steps), ("gumbel_anneal_steps", gumbel_anneal_steps)):
+        for name, value in (("entropy_anneal_steps", entropy_anneal_steps), ("gumbel_anneal_steps", gumbel_anneal_steps),
+                            ("semi_sampling_anneal_steps", semi_sampling_anneal_steps)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{field}{name}: expected an integer >= 0, got {value!r}")
         if lambda_e_final is not None and lambda_e_final < 0:
@@ -211,6 +223,7 @@ class HardAttentionReinforce(CrossEntropy):
         self.estimator = estimator
         self.gumbel_temperature, self.gumbel_temperature_final = gumbel_temperature, gumbel_temperature_final
         self.gumbel_anneal_steps = gumbel_anneal_steps
+        self.semi_sampling_p_final, self.semi_sampling_anneal_steps = semi_sampling_p_final, semi_sampling_anneal_steps
         # Running state, saved in checkpoints with the weights:
         self.register_buffer("baseline", torch.zeros(()))  # b, the moving average of the reward
         self.register_buffer("advantage_var", torch.ones(()))  # running variance of the advantage (normalize_reward)
@@ -246,7 +259,15 @@ class HardAttentionReinforce(CrossEntropy):
         return anneal(self.gumbel_temperature, self.gumbel_temperature_final, self.gumbel_anneal_steps,
                       int(self.steps_done), geometric=True)
 
+    def current_semi_sampling_p(self) -> float:
+        if self.semi_sampling_p_final is None or self.semi_sampling_anneal_steps <= 0:
+            return self.semi_sampling_p
+        return anneal(self.semi_sampling_p, self.semi_sampling_p_final, self.semi_sampling_anneal_steps,
+                      int(self.steps_done))
+
     def static_step_problem(self) -> Optional[str]:
+        if self.semi_sampling_anneal_steps > 0 and self.semi_sampling_p_final is not None:
+            return "the semi-sampling schedule (semi_sampling_p_final) reads the step count on the host at every step"
         if self.entropy_anneal_steps > 0 and self.lambda_e_final is not None:
             return "the entropy schedule (lambda_e_final) reads the step count on the host at every step"
         if self.estimator == "gumbel" and self.gumbel_anneal_steps > 0 and self.gumbel_temperature_final is not None:
@@ -276,12 +297,13 @@ class HardAttentionReinforce(CrossEntropy):
         if self.num_samples > 1:  # several location samples per caption: each its own row
             features, captions, lengths = (x.repeat_interleave(self.num_samples, 0) for x in (features, captions, lengths))
         B = captions.size(0)
+        p_expected = self.current_semi_sampling_p()
         if self.semi_sampling_per == "image":  # the paper: a draw per image
-            use_expected = torch.rand(B, device=captions.device) < self.semi_sampling_p
+            use_expected = torch.rand(B, device=captions.device) < p_expected
             if self.num_samples > 1:  # one draw per caption, shared by its samples
                 use_expected = use_expected.view(-1, self.num_samples)[:, :1].expand(-1, self.num_samples).reshape(-1)
         else:  # the authors' code: one draw per minibatch
-            use_expected = (torch.rand((), device=captions.device) < self.semi_sampling_p).expand(B)
+            use_expected = (torch.rand((), device=captions.device) < p_expected).expand(B)
         lambda_e = self.current_lambda_e()
         if self.estimator == "gumbel":
             temperature = self.current_temperature()
@@ -321,6 +343,8 @@ class HardAttentionReinforce(CrossEntropy):
             )
             if lambda_e != self.lambda_e:
                 logs["lambda_e"] = torch.tensor(lambda_e)
+            if p_expected != self.semi_sampling_p:
+                logs["semi_sampling_p"] = torch.tensor(p_expected)
         state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach())
         return ObjectiveOutput(loss + terms.loss, B, logs, state=state)
 
