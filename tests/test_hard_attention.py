@@ -144,6 +144,9 @@ OPTIONS = {
     "per_image": ["--model.objective.init_args.semi_sampling_per", "image", "--model.objective.init_args.num_samples", "2"],
     "entropy_schedule": ["--model.objective.init_args.lambda_e", "0.05", "--model.objective.init_args.lambda_e_final", "0.0",
                          "--model.objective.init_args.entropy_anneal_steps", "2"],
+    "p_schedule": ["--model.objective.init_args.semi_sampling_per", "image", "--model.objective.init_args.semi_sampling_p", "1.0",
+                   "--model.objective.init_args.semi_sampling_p_final", "0.25",
+                   "--model.objective.init_args.semi_sampling_anneal_steps", "2"],
     "gumbel": ["--model.objective.init_args.estimator", "gumbel", "--model.objective.init_args.gumbel_temperature", "1.0",
                "--model.objective.init_args.gumbel_temperature_final", "0.5", "--model.objective.init_args.gumbel_anneal_steps", "2"],
 }
@@ -160,6 +163,8 @@ def test_every_estimator_option_fits_steps_from_its_config(option, tiny_shapes, 
         assert objective.baseline_weight.numel() == 256 and objective.baseline_weight.abs().sum() > 0
     if option == "gumbel":
         assert objective.current_temperature() == pytest.approx(0.5)
+    if option == "p_schedule":
+        assert objective.current_semi_sampling_p() == pytest.approx(0.25)
     # the checkpoint rebuilds the objective with its settings and running state
     module = load_module(Path(cli.trainer.checkpoint_callback.last_model_path))
     assert module.objective.settings == objective.settings
@@ -173,6 +178,35 @@ def test_bad_estimator_options_are_config_errors():
         HardAttentionReinforce(estimator="straight")
     with pytest.raises(ConfigError, match="gumbel_temperature"):
         HardAttentionReinforce(gumbel_temperature=0.0)
+    with pytest.raises(ConfigError, match="semi_sampling_p_final: expected a probability"):
+        HardAttentionReinforce(semi_sampling_p_final=1.5)
+    with pytest.raises(ConfigError, match="semi_sampling_anneal_steps"):
+        HardAttentionReinforce(semi_sampling_p_final=0.5, semi_sampling_anneal_steps=-1)
+
+
+def test_semi_sampling_schedule_moves_captions_from_the_expected_context_to_samples():
+    """p = 1 -> 0 over 4 steps: every caption takes the expected context at the start (no location
+    term, no sampled log-probabilities), half of them midway, none at the end; per-batch and per-image."""
+    dec, features, captions, lengths = tiny_problem()
+    rows = 400
+    batch = {"captions": captions.expand(rows, -1), "lengths": lengths.expand(rows)}
+    feats = features.expand(rows, -1, -1)
+    for per in ("image", "batch"):
+        objective = HardAttentionReinforce(semi_sampling_p=1.0, semi_sampling_p_final=0.0, semi_sampling_anneal_steps=4,
+                                           semi_sampling_per=per)
+        fractions = []
+        for step in range(6):
+            torch.manual_seed(step)
+            out = objective(dec, feats, batch)
+            fractions.append(out.logs["expected_fraction"].item())
+            if step == 0:
+                assert out.logs["location_grad_sq"].item() == 0.0  # no caption sampled a location
+            assert out.logs["semi_sampling_p"].item() == pytest.approx(max(1.0 - step / 4, 0.0))
+            objective.commit(out)
+        assert fractions[0] == 1.0 and fractions[4] == 0.0 and fractions[5] == 0.0
+        if per == "image":  # p = 0.5 at step 2: about half the captions of one batch
+            assert 0.4 < fractions[2] < 0.6
+        assert objective.current_semi_sampling_p() == 0.0
 
 
 # --------------------------------------------------------------------------- best-of-K decoding

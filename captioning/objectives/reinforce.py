@@ -343,7 +343,7 @@ class HardAttentionReinforce(CrossEntropy):
             )
             if lambda_e != self.lambda_e:
                 logs["lambda_e"] = torch.tensor(lambda_e)
-            if p_expected != self.semi_sampling_p:
+            if self.semi_sampling_p_final is not None and self.semi_sampling_anneal_steps > 0:
                 logs["semi_sampling_p"] = torch.tensor(p_expected)
         state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach())
         return ObjectiveOutput(loss + terms.loss, B, logs, state=state)
