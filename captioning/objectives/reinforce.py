@@ -260,14 +260,17 @@ class HardAttentionReinforce(CrossEntropy):
                       int(self.steps_done), geometric=True)
 
     def current_semi_sampling_p(self) -> float:
+        return float(self.semi_sampling_p_now())
+
+    def semi_sampling_p_now(self):
+        """The expected-context probability of this step: a number, or with a schedule a 0-d tensor
+        computed on the device from the step count (nothing read back: a captured step replays it)."""
         if self.semi_sampling_p_final is None or self.semi_sampling_anneal_steps <= 0:
             return self.semi_sampling_p
-        return anneal(self.semi_sampling_p, self.semi_sampling_p_final, self.semi_sampling_anneal_steps,
-                      int(self.steps_done))
+        f = (self.steps_done.float() / self.semi_sampling_anneal_steps).clamp(0.0, 1.0)
+        return self.semi_sampling_p + f * (self.semi_sampling_p_final - self.semi_sampling_p)
 
     def static_step_problem(self) -> Optional[str]:
-        if self.semi_sampling_anneal_steps > 0 and self.semi_sampling_p_final is not None:
-            return "the semi-sampling schedule (semi_sampling_p_final) reads the step count on the host at every step"
         if self.entropy_anneal_steps > 0 and self.lambda_e_final is not None:
             return "the entropy schedule (lambda_e_final) reads the step count on the host at every step"
         if self.estimator == "gumbel" and self.gumbel_anneal_steps > 0 and self.gumbel_temperature_final is not None:
@@ -297,7 +300,7 @@ class HardAttentionReinforce(CrossEntropy):
         if self.num_samples > 1:  # several location samples per caption: each its own row
             features, captions, lengths = (x.repeat_interleave(self.num_samples, 0) for x in (features, captions, lengths))
         B = captions.size(0)
-        p_expected = self.current_semi_sampling_p()
+        p_expected = self.semi_sampling_p_now()
         if self.semi_sampling_per == "image":  # the paper: a draw per image
             use_expected = torch.rand(B, device=captions.device) < p_expected
             if self.num_samples > 1:  # one draw per caption, shared by its samples
@@ -344,7 +347,7 @@ class HardAttentionReinforce(CrossEntropy):
             if lambda_e != self.lambda_e:
                 logs["lambda_e"] = torch.tensor(lambda_e)
             if self.semi_sampling_p_final is not None and self.semi_sampling_anneal_steps > 0:
-                logs["semi_sampling_p"] = torch.tensor(p_expected)
+                logs["semi_sampling_p"] = p_expected
         state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach())
         return ObjectiveOutput(loss + terms.loss, B, logs, state=state)
 
