@@ -340,9 +340,11 @@ def glimpse(
     log_alpha = torch.log(alpha.clamp_min(1e-12))
     log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)  # log p(s_t | a), (B,)
     entropy = -(alpha * log_alpha).sum(-1)  # H[alpha_t], (B,)
-    context = location_context(location, features, beams)
-    if use_expected is not None:
-        context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
+    if use_expected is None:
+        context = location_context(location, features, beams)
+    else:  # one product for both kinds of rows: weights alpha (expected context) or onehot(s_t) (a_{s_t})
+        onehot = torch.zeros_like(alpha).scatter_(1, location.unsqueeze(1), 1.0)
+        context = expected_context(torch.where(use_expected.unsqueeze(1), alpha, onehot), features, beams)
         log_prob = log_prob.masked_fill(use_expected, 0.0)
     return Glimpse(context, alpha, location, log_prob, entropy)
 
@@ -363,6 +365,8 @@ def _multihead_glimpse(alpha: Tensor, features: Tensor, mode: str, use_expected:
                    None if g.log_prob is None else g.log_prob.view(N, K).sum(1),
                    None if g.entropy is None else g.entropy.view(N, K).sum(1),
                    head_alpha=alpha)
+
+
 def _gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected: Optional[Tensor], generator: Optional[torch.Generator],
                     beams: int, temperature: float) -> Glimpse:
     """Straight-through Gumbel-softmax (Jang et al. 2017): one location forward, a relaxed gradient backward."""
