@@ -31,34 +31,34 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJ = "--model.objective.init_args."
+#: the authors' exact settings: one expected-context draw per minibatch at 0.5 from the first step (every
+#: option below is measured against them; configs/shapes_hard.yaml's default is "hard_p_schedule")
+AUTHORS = [OBJ + "semi_sampling_p", "0.5", OBJ + "semi_sampling_p_final", "null", OBJ + "semi_sampling_per", "batch"]
+#: the shapes default: per-image draws, the expected-context probability 1 -> 0.5 over 1,500 steps
+SCHEDULE = [OBJ + "semi_sampling_per", "image", OBJ + "semi_sampling_p", "1.0", OBJ + "semi_sampling_p_final", "0.5",
+            OBJ + "semi_sampling_anneal_steps", "1500"]
 VARIANTS = {  # name: (config, overrides, what it is)
     "soft": ("shapes_soft.yaml", [], "soft attention"),
-    "hard": ("shapes_hard.yaml", [], "hard, today's default (moving-average baseline, per-batch semi-sampling)"),
-    "hard_per_image": ("shapes_hard.yaml", [OBJ + "semi_sampling_per", "image"], "per-image semi-sampling (the paper)"),
-    "hard_loo": ("shapes_hard.yaml", [OBJ + "num_samples", "2", OBJ + "baseline", "leave_one_out"],
+    "hard": ("shapes_hard.yaml", AUTHORS, "hard, the authors' settings (moving-average baseline, per-batch semi-sampling at 0.5)"),
+    "hard_per_image": ("shapes_hard.yaml", AUTHORS + [OBJ + "semi_sampling_per", "image"], "per-image semi-sampling (the paper)"),
+    "hard_loo": ("shapes_hard.yaml", AUTHORS + [OBJ + "num_samples", "2", OBJ + "baseline", "leave_one_out"],
                  "2 location samples per caption, leave-one-out baseline"),
-    "hard_learned": ("shapes_hard.yaml", [OBJ + "baseline", "learned"], "learned baseline b(mean a)"),
-    "hard_normalized": ("shapes_hard.yaml", [OBJ + "normalize_reward", "true"], "reward normalisation"),
-    "hard_entropy": ("shapes_hard.yaml", [OBJ + "lambda_e", "0.02", OBJ + "lambda_e_final", "0.0",
-                                          OBJ + "entropy_anneal_steps", "1500"], "entropy bonus 0.02 -> 0 over 1,500 steps"),
-    "hard_p_schedule": ("shapes_hard.yaml", [OBJ + "semi_sampling_per", "image", OBJ + "semi_sampling_p", "1.0",
-                                             OBJ + "semi_sampling_p_final", "0.5", OBJ + "semi_sampling_anneal_steps", "1500"],
-                        "per-image semi-sampling, expected-context probability 1 -> 0.5 over 1,500 steps"),
-    "hard_p_schedule_long": ("shapes_hard.yaml", [OBJ + "semi_sampling_per", "image", OBJ + "semi_sampling_p", "1.0",
-                                                  OBJ + "semi_sampling_p_final", "0.5", OBJ + "semi_sampling_anneal_steps", "3000"],
+    "hard_learned": ("shapes_hard.yaml", AUTHORS + [OBJ + "baseline", "learned"], "learned baseline b(mean a)"),
+    "hard_normalized": ("shapes_hard.yaml", AUTHORS + [OBJ + "normalize_reward", "true"], "reward normalisation"),
+    "hard_entropy": ("shapes_hard.yaml", AUTHORS + [OBJ + "lambda_e", "0.02", OBJ + "lambda_e_final", "0.0",
+                                                    OBJ + "entropy_anneal_steps", "1500"], "entropy bonus 0.02 -> 0 over 1,500 steps"),
+    "hard_p_schedule": ("shapes_hard.yaml", SCHEDULE,
+                        "per-image semi-sampling, expected-context probability 1 -> 0.5 over 1,500 steps (the default)"),
+    "hard_p_schedule_long": ("shapes_hard.yaml", SCHEDULE[:-1] + ["3000"],
                              "per-image semi-sampling, expected-context probability 1 -> 0.5 over 3,000 steps"),
-    "hard_p_schedule_norm": ("shapes_hard.yaml", [OBJ + "semi_sampling_per", "image", OBJ + "semi_sampling_p", "1.0",
-                                                  OBJ + "semi_sampling_p_final", "0.5", OBJ + "semi_sampling_anneal_steps", "1500",
-                                                  OBJ + "normalize_reward", "true"],
+    "hard_p_schedule_norm": ("shapes_hard.yaml", SCHEDULE + [OBJ + "normalize_reward", "true"],
                              "per-image semi-sampling 1 -> 0.5 over 1,500 steps + reward normalisation"),
-    "hard_p_schedule_lr1": ("shapes_hard.yaml", [OBJ + "semi_sampling_per", "image", OBJ + "semi_sampling_p", "1.0",
-                                                 OBJ + "semi_sampling_p_final", "0.5", OBJ + "semi_sampling_anneal_steps", "1500",
-                                                 OBJ + "lambda_r", "1.0"],
+    "hard_p_schedule_lr1": ("shapes_hard.yaml", SCHEDULE + [OBJ + "lambda_r", "1.0"],
                             "per-image semi-sampling 1 -> 0.5 over 1,500 steps, lambda_r 1"),
-    "hard_sum_reward": ("shapes_hard.yaml", [OBJ + "reward_per_step", "false", OBJ + "lambda_r", "1.0"],
+    "hard_sum_reward": ("shapes_hard.yaml", AUTHORS + [OBJ + "reward_per_step", "false", OBJ + "lambda_r", "1.0"],
                         "Eq. 11 as written: summed log-likelihood reward, lambda_r 1"),
-    "hard_gumbel": ("shapes_hard.yaml", [OBJ + "estimator", "gumbel", OBJ + "gumbel_temperature", "1.0",
-                                         OBJ + "gumbel_temperature_final", "0.3", OBJ + "gumbel_anneal_steps", "2000"],
+    "hard_gumbel": ("shapes_hard.yaml", AUTHORS + [OBJ + "estimator", "gumbel", OBJ + "gumbel_temperature", "1.0",
+                                                   OBJ + "gumbel_temperature_final", "0.3", OBJ + "gumbel_anneal_steps", "2000"],
                     "straight-through Gumbel-softmax, temperature 1 -> 0.3 (NOT the paper's estimator)"),
 }
 CAPTIONING = [sys.executable, "-m", "captioning.cli"]
