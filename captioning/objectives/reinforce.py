@@ -124,11 +124,13 @@ def location_grad_sq(advantage: Tensor, alphas: Tensor, locations: Tensor, locat
     return ((lambda_r * advantage) ** 2 * per_step.sum(1)).mean()
 
 
-def anneal(start: float, end: Optional[float], steps: int, step: int, geometric: bool = False) -> float:
-    """``start`` moved to ``end`` over ``steps`` steps (linearly, or geometrically), then ``end``."""
+def anneal(start: float, end: Optional[float], steps: int, step, geometric: bool = False):
+    """``start`` moved to ``end`` over ``steps`` steps (linearly, or geometrically), then ``end``.
+
+    ``step`` an int gives a number; a 0-d tensor gives a 0-d tensor on its device (nothing read back)."""
     if end is None or steps <= 0:
         return start
-    f = min(max(step / steps, 0.0), 1.0)
+    f = (step.float() / steps).clamp(0.0, 1.0) if isinstance(step, Tensor) else min(max(step / steps, 0.0), 1.0)
     return start * (end / start) ** f if geometric else start + f * (end - start)
 
 
@@ -265,10 +267,7 @@ class HardAttentionReinforce(CrossEntropy):
     def semi_sampling_p_now(self):
         """The expected-context probability of this step: a number, or with a schedule a 0-d tensor
         computed on the device from the step count (nothing read back: a captured step replays it)."""
-        if self.semi_sampling_p_final is None or self.semi_sampling_anneal_steps <= 0:
-            return self.semi_sampling_p
-        f = (self.steps_done.float() / self.semi_sampling_anneal_steps).clamp(0.0, 1.0)
-        return self.semi_sampling_p + f * (self.semi_sampling_p_final - self.semi_sampling_p)
+        return anneal(self.semi_sampling_p, self.semi_sampling_p_final, self.semi_sampling_anneal_steps, self.steps_done)
 
     def static_step_problem(self) -> Optional[str]:
         if self.entropy_anneal_steps > 0 and self.lambda_e_final is not None:
@@ -346,7 +345,7 @@ class HardAttentionReinforce(CrossEntropy):
             )
             if lambda_e != self.lambda_e:
                 logs["lambda_e"] = torch.tensor(lambda_e)
-            if self.semi_sampling_p_final is not None and self.semi_sampling_anneal_steps > 0:
+            if isinstance(p_expected, Tensor):  # a schedule is set
                 logs["semi_sampling_p"] = p_expected
         state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach())
         return ObjectiveOutput(loss + terms.loss, B, logs, state=state)
