@@ -327,6 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _captioning_cause(err: BaseException) -> Optional[CaptioningError]:
+    """The first of our own errors in ``err``'s chain of causes (None when there is none)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, CaptioningError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -346,6 +357,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.func(args)
     except CaptioningError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # e.g. jsonargparse wraps an objective's ConfigError in a ValueError of many lines
+        cause = _captioning_cause(err)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from captioning.cli import main
-from conftest import caption_tokens
+from conftest import ROOT, caption_tokens
 
 
 def run_cli(*args):
@@ -39,6 +39,17 @@ def test_caption_skips_bad_images_and_exits_non_zero(tiny_checkpoint, tiny_shape
     assert code != 0
     assert str(good) in out and out.count("\n") == 1  # the good image was still captioned
     assert "notes.jpg" in err and "missing.png" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("option, value", [("semi_sampling_p_final", "1.5"), ("semi_sampling_anneal_steps", "-3")])
+def test_bad_objective_value_is_one_line(option, value, tiny_shapes, tmp_path):
+    """The objective's own check of a value, raised while the config's classes are built (inside
+    jsonargparse, which wraps it in a long ValueError), comes out as its one line."""
+    code, _, err = run_cli("fit", "--config", ROOT / "configs" / "shapes_hard.yaml", "--data.annotations", tiny_shapes,
+                           "--trainer.default_root_dir", tmp_path, f"--model.objective.init_args.{option}", value)
+    lines = [line for line in err.strip().splitlines() if not line.startswith("Seed set")]
+    assert code == 1 and "Traceback" not in err
+    assert lines == [lines[0]] and lines[0].startswith(f"error: model.objective.{option}:") and value in lines[0]
 
 
 @pytest.mark.parametrize("problem", ["missing", "not_a_checkpoint"])
