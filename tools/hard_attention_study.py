@@ -14,6 +14,11 @@
         validation object F1 and CIDEr against steps and against CPU time (steps x ms/step)
     python tools/hard_attention_study.py table DIR
         the README table of every run.json under DIR
+    python tools/hard_attention_study.py likelihood --data DATA.json CKPT...
+        each model's teacher-forced NLL per token of the test split's reference captions: with the
+        expected context (how every model decodes by default), with the argmax cell, and with the
+        step's location marginal sum_i alpha_ti p(y_t | a_i) (the state carried along the
+        expected-context path): how good a language model of the captions each training made
 
 Every variant is configs/shapes_{soft,hard}.yaml plus the overrides in VARIANTS.
 """
@@ -321,6 +326,67 @@ def cmd_table(args) -> None:
                   f"{r['steps']} ({r['best_step']}) | {'' if v is None else f'{v:.3g}'} |")
 
 
+def cmd_likelihood(args) -> None:
+    """Teacher-forced test NLL/token of each checkpoint: expected context, argmax cell, per-step location marginal."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    from captioning.checkpoint import load_module
+    from captioning.data.datamodule import CaptionDataModule
+    from captioning.data.datasets import CaptionPairDataset, Collate
+    from captioning.models.decoder import DecoderState
+
+    torch.set_grad_enabled(False)
+    result = {}
+    for ckpt in args.checkpoints:
+        module = load_module(ckpt)
+        model = module.model.eval()
+        dec = model.decoder
+        if dec.luong or dec.attention_splits != [dec.attention_dim, 1, 0] or dec.heads != 1:
+            raise SystemExit(f"{ckpt}: the likelihood measure supports the paper's attention only (one head, Bahdanau placement)")
+        dm = CaptionDataModule(annotations=args.data, batch_size=args.batch_size, num_workers=0,
+                               image_size=module.image_size)
+        dataset = dm._dataset(CaptionPairDataset, args.split, vocab=model.vocab, max_length=args.max_length)
+        loader = DataLoader(dataset, batch_size=args.batch_size,
+                            collate_fn=Collate(0, dataset.visual_key, dataset.visual_shape, captions=True))
+        nll = {"expected": 0.0, "argmax": 0.0, "marginal": 0.0}
+        tokens = 0
+        for batch in loader:
+            features = model.features(batch)
+            captions = batch["captions"]
+            B, L, _ = features.shape
+            state = dec.initial_state(features)
+            every = torch.arange(L).repeat(B)  # (B * L,): each image's L cells
+            for t in range(captions.size(1) - 1):
+                words, target = captions[:, t], captions[:, t + 1]
+                real = target != 0
+                if not real.any():
+                    break
+                embedded = dec.embedding(words)
+                x_gates = dec.embed_gates(embedded)
+                h, c, z, g, _ = dec.recurrent_step(x_gates, state, "expected")
+                logp = F.log_softmax(dec.deep_output(embedded, h, z).float(), -1).gather(1, target[:, None]).squeeze(1)
+                # every cell of every image: B * L rows, the context a_i (times beta_t)
+                rows = DecoderState(state.h.repeat_interleave(L, 0), state.c.repeat_interleave(L, 0),
+                                    state.features.repeat_interleave(L, 0), state.projected.repeat_interleave(L, 0))
+                h_i, _, z_i, _, _ = dec.recurrent_step(x_gates.repeat_interleave(L, 0), rows, "sample", location=every)
+                logp_i = F.log_softmax(dec.deep_output(embedded.repeat_interleave(L, 0), h_i, z_i).float(), -1)
+                logp_i = logp_i.gather(1, target.repeat_interleave(L, 0)[:, None]).view(B, L)
+                marginal = torch.logsumexp(logp_i + g.alpha.clamp_min(1e-12).log(), 1)
+                argmax = logp_i.gather(1, g.alpha.argmax(1, keepdim=True)).squeeze(1)
+                for key, value in (("expected", logp), ("argmax", argmax), ("marginal", marginal)):
+                    nll[key] -= (value * real).sum().item()
+                tokens += int(real.sum())
+                state = state.with_recurrent(h, c)
+        result[ckpt] = {k: v / tokens for k, v in nll.items()} | {"tokens": tokens, "attention_kind": model.attention_kind}
+        print(f"{ckpt}: NLL/token expected {nll['expected'] / tokens:.4f}  argmax cell {nll['argmax'] / tokens:.4f}  "
+              f"location marginal {nll['marginal'] / tokens:.4f}  ({tokens} tokens, {model.attention_kind})", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"data": args.data, "split": args.split, "checkpoints": result}, f, indent=1)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -363,6 +429,14 @@ def main(argv=None) -> None:
     s.add_argument("run")
     s.add_argument("--window", type=int, default=500)
     s.set_defaults(func=cmd_diagnose)
+    s = sub.add_parser("likelihood")
+    s.add_argument("checkpoints", nargs="+")
+    s.add_argument("--data", required=True)
+    s.add_argument("--split", default="test")
+    s.add_argument("--batch-size", type=int, default=25)
+    s.add_argument("--max-length", type=int, default=30)
+    s.add_argument("--out")
+    s.set_defaults(func=cmd_likelihood)
     s = sub.add_parser("table")
     s.add_argument("dir")
     s.set_defaults(func=cmd_table)
