@@ -244,8 +244,6 @@ def cmd_curves(args) -> None:
     import numpy as np
     from PIL import Image, ImageDraw
 
-    from captioning.curves import read_scalars
-
     ms = dict(x.split("=") for x in args.ms_per_step)
     series = []
     labels = args.labels or [os.path.basename(r.rstrip("/")) for r in args.runs]
@@ -286,8 +284,6 @@ def cmd_curves(args) -> None:
 
 def cmd_diagnose(args) -> None:
     """Means of a run's per-step logs over windows of steps (reward, baseline, entropy, variance terms)."""
-    from captioning.curves import read_scalars
-
     s = run_scalars(args.run)
     tags = [t for t in ("train/reward", "train/baseline", "train/advantage", "train/entropy", "train/expected_fraction",
                         "train/reinforce_weight_var", "train/location_grad_sq", "train/nll_per_token",
