@@ -56,6 +56,8 @@ VARIANTS = {  # name: (config, overrides, what it is)
                         "per-image semi-sampling, expected-context probability 1 -> 0.5 over 1,500 steps (the default)"),
     "hard_p_schedule_long": ("shapes_hard.yaml", SCHEDULE[:-1] + ["3000"],
                              "per-image semi-sampling, expected-context probability 1 -> 0.5 over 3,000 steps"),
+    "hard_p_schedule_075": ("shapes_hard.yaml", SCHEDULE[:5] + ["0.75"] + SCHEDULE[6:],
+                            "per-image semi-sampling, expected-context probability 1 -> 0.75 over 1,500 steps (a quarter sample)"),
     "hard_p_schedule_norm": ("shapes_hard.yaml", SCHEDULE + [OBJ + "normalize_reward", "true"],
                              "per-image semi-sampling 1 -> 0.5 over 1,500 steps + reward normalisation"),
     "hard_p_schedule_lr1": ("shapes_hard.yaml", SCHEDULE + [OBJ + "lambda_r", "1.0"],
