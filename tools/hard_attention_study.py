@@ -19,6 +19,11 @@
         expected context (how every model decodes by default), with the argmax cell, and with the
         step's location marginal sum_i alpha_ti p(y_t | a_i) (the state carried along the
         expected-context path): how good a language model of the captions each training made
+    python tools/hard_attention_study.py grounding-lag --data DATA.json CKPT...
+        the pointing game and attention correctness of the test captions (3 beams) scored, as
+        `evaluate --grounding` does, at the shape noun of each object mention, and again with the
+        attention map of the word 1 and 2 before it (the colour and size words of the mention):
+        whether a model looks at the object earlier in the mention than at its noun
 
 Every variant is configs/shapes_{soft,hard}.yaml plus the overrides in VARIANTS.
 """
@@ -385,6 +390,45 @@ def cmd_likelihood(args) -> None:
             json.dump({"data": args.data, "split": args.split, "checkpoints": result}, f, indent=1)
 
 
+def cmd_grounding_lag(args) -> None:
+    """Grounding of the test captions with each mention's noun scored by the map of the word ``lag`` before it."""
+    import numpy as np
+    from PIL import Image
+
+    from captioning.api import Captioner
+    from captioning.data.formats import default_images_root, load_records
+    from captioning.data.shapes import grounding
+
+    records = [r for r in load_records(args.data) if r.split == args.split]
+    root = default_images_root(args.data)
+    images = []
+    for r in records:
+        with Image.open(os.path.join(root, r.path)) as im:
+            images.append(im.convert("RGB"))
+    by_id = {r.image_id: r for r in records}
+    result = {}
+    for ckpt in args.checkpoints:
+        captioner = Captioner.from_checkpoint(ckpt, device="cpu")
+        outputs = captioner(images, return_attention=True, num_beams=args.num_beams, batch_size=50)
+        row = {}
+        for lag in (0, 1, 2):
+            alignments = {}
+            for r, out in zip(records, outputs):
+                maps = out["attention"].reshape(len(out["attention"]), -1)  # (T, L)
+                uniform = np.full((lag, maps.shape[1]), 1.0 / maps.shape[1])
+                alignments[r.image_id] = (out["tokens"], np.concatenate([uniform, maps])[:len(maps)], None)
+            scores = grounding(by_id, alignments, root)
+            row[f"lag{lag}"] = {k: scores[k] for k in ("pointing_game", "attention_correctness", "count")}
+        result[ckpt] = row
+        print(f"{ckpt}: pointing game at the noun {row['lag0']['pointing_game']:.3f}, at the word before "
+              f"{row['lag1']['pointing_game']:.3f}, two before {row['lag2']['pointing_game']:.3f}; attention correctness "
+              f"{row['lag0']['attention_correctness']:.3f} / {row['lag1']['attention_correctness']:.3f} / "
+              f"{row['lag2']['attention_correctness']:.3f} ({row['lag0']['count']} mentions)", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"data": args.data, "split": args.split, "num_beams": args.num_beams, "checkpoints": result}, f, indent=1)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -435,6 +479,13 @@ def main(argv=None) -> None:
     s.add_argument("--max-length", type=int, default=30)
     s.add_argument("--out")
     s.set_defaults(func=cmd_likelihood)
+    s = sub.add_parser("grounding-lag")
+    s.add_argument("checkpoints", nargs="+")
+    s.add_argument("--data", required=True)
+    s.add_argument("--split", default="test")
+    s.add_argument("--num-beams", type=int, default=3)
+    s.add_argument("--out")
+    s.set_defaults(func=cmd_grounding_lag)
     s = sub.add_parser("table")
     s.add_argument("dir")
     s.set_defaults(func=cmd_table)
