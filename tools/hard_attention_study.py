@@ -339,6 +339,7 @@ def cmd_likelihood(args) -> None:
     from captioning.data.datamodule import CaptionDataModule
     from captioning.data.datasets import CaptionPairDataset, Collate
     from captioning.models.decoder import DecoderState
+    from captioning.vocab import Vocabulary
 
     torch.set_grad_enabled(False)
     result = {}
@@ -352,7 +353,7 @@ def cmd_likelihood(args) -> None:
                                image_size=module.image_size)
         dataset = dm._dataset(CaptionPairDataset, args.split, vocab=model.vocab, max_length=args.max_length)
         loader = DataLoader(dataset, batch_size=args.batch_size,
-                            collate_fn=Collate(0, dataset.visual_key, dataset.visual_shape, captions=True))
+                            collate_fn=Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, captions=True))
         nll = {"expected": 0.0, "argmax": 0.0, "marginal": 0.0}
         tokens = 0
         for batch in loader:
@@ -363,7 +364,7 @@ def cmd_likelihood(args) -> None:
             every = torch.arange(L).repeat(B)  # (B * L,): each image's L cells
             for t in range(captions.size(1) - 1):
                 words, target = captions[:, t], captions[:, t + 1]
-                real = target != 0
+                real = target != Vocabulary.pad_id
                 if not real.any():
                     break
                 embedded = dec.embedding(words)
@@ -471,23 +472,31 @@ def main(argv=None) -> None:
     s.add_argument("run")
     s.add_argument("--window", type=int, default=500)
     s.set_defaults(func=cmd_diagnose)
-    for name, func in (("likelihood", cmd_likelihood), ("grounding-lag", cmd_grounding_lag)):  # checkpoints x a split
+
+    def checkpoints_on_a_split(name, func):
         s = sub.add_parser(name)
         s.add_argument("checkpoints", nargs="+")
         s.add_argument("--data", required=True)
         s.add_argument("--split", default="test")
         s.add_argument("--out")
         s.set_defaults(func=func)
-        if name == "likelihood":
-            s.add_argument("--batch-size", type=int, default=25)
-            s.add_argument("--max-length", type=int, default=30)
-        else:
-            s.add_argument("--num-beams", type=int, default=3)
+        return s
+
+    s = checkpoints_on_a_split("likelihood", cmd_likelihood)
+    s.add_argument("--batch-size", type=int, default=25)
+    s.add_argument("--max-length", type=int, default=30)
+    s = checkpoints_on_a_split("grounding-lag", cmd_grounding_lag)
+    s.add_argument("--num-beams", type=int, default=3)
     s = sub.add_parser("table")
     s.add_argument("dir")
     s.set_defaults(func=cmd_table)
     args = p.parse_args(argv)
-    args.func(args)
+    from captioning.errors import CaptioningError
+
+    try:
+        args.func(args)
+    except CaptioningError as err:  # a missing or bad file, a bad checkpoint: one line
+        raise SystemExit(f"error: {err}") from None
 
 
 if __name__ == "__main__":
