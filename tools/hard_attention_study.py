@@ -63,6 +63,13 @@ VARIANTS = {  # name: (config, overrides, what it is)
                              "per-image semi-sampling, expected-context probability 1 -> 0.5 over 3,000 steps"),
     "hard_p_schedule_075": ("shapes_hard.yaml", SCHEDULE[:5] + ["0.75"] + SCHEDULE[6:],
                             "per-image semi-sampling, expected-context probability 1 -> 0.75 over 1,500 steps (a quarter sample)"),
+    "hard_expectation": ("shapes_hard.yaml", AUTHORS + [OBJ + "semi_sampling_per", "expectation", "--data.batch_size", "24"],
+                         "every caption decoded with the expected context and with samples, weighted 0.5 / 0.5 "
+                         "(the expectation over the paper's draw), 24 captions a batch (48 decoder rows, the default's)"),
+    "hard_expectation_b48": ("shapes_hard.yaml", AUTHORS + [OBJ + "semi_sampling_per", "expectation"],
+                             "the same, 48 captions a batch (96 decoder rows)"),
+    "hard_expectation_schedule": ("shapes_hard.yaml", SCHEDULE[:1] + ["expectation"] + SCHEDULE[2:] + ["--data.batch_size", "24"],
+                                  "the same, 24 captions, the weight of the expected context 1 -> 0.5 over 1,500 steps"),
     "hard_p_schedule_norm": ("shapes_hard.yaml", SCHEDULE + [OBJ + "normalize_reward", "true"],
                              "per-image semi-sampling 1 -> 0.5 over 1,500 steps + reward normalisation"),
     "hard_p_schedule_lr1": ("shapes_hard.yaml", SCHEDULE + [OBJ + "lambda_r", "1.0"],

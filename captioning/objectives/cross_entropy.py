@@ -5,6 +5,8 @@ captions of the batch.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -60,12 +62,18 @@ class CrossEntropy(Objective):
             raise ConfigError(f"model.objective.doubly_stochastic: expected a number >= 0, got {doubly_stochastic!r}")
         self.doubly_stochastic = doubly_stochastic
 
-    def likelihood_terms(self, out: DecoderOutput, captions: Tensor) -> tuple[Tensor, Tensor, dict]:
-        """(loss, log p(y | a) per caption (B,), logs) of a teacher-forced pass over ``captions`` (B, T + 1)."""
+    def likelihood_terms(self, out: DecoderOutput, captions: Tensor,
+                         weight: Optional[Tensor] = None) -> tuple[Tensor, Tensor, dict]:
+        """(loss, log p(y | a) per caption (B,), logs) of a teacher-forced pass over ``captions`` (B, T + 1);
+        ``weight`` (B,): row weights of the loss (None: every row 1)."""
         log_likelihood = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)  # (B,)
         alphas = out.alphas if out.head_alphas is None else out.head_alphas  # per head with several heads
-        penalty = doubly_stochastic_penalty(alphas, out.mask).mean()
-        loss = -log_likelihood.mean() + self.doubly_stochastic * penalty
+        per_row_penalty = doubly_stochastic_penalty(alphas, out.mask)  # (B,)
+        penalty = per_row_penalty.mean()
+        if weight is None:
+            loss = -log_likelihood.mean() + self.doubly_stochastic * penalty
+        else:
+            loss = (weight * (self.doubly_stochastic * per_row_penalty - log_likelihood)).mean()
         logs = {"nll_per_token": -log_likelihood.sum() / out.mask.sum(), "attention_penalty": penalty}
         return loss, log_likelihood, logs
 

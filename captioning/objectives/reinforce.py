@@ -19,7 +19,11 @@ the baseline does not depend on the sampled locations):
   (from earlier steps only, so it rescales the step without biasing its direction).
 * ``lambda_e_final`` / ``entropy_anneal_steps``: the entropy bonus moved linearly from lambda_e to
   lambda_e_final over that many steps (a large bonus explores early, a small one lets alpha sharpen).
-* ``semi_sampling_per``: one expected-context draw per batch (the authors' code) or per image (the paper).
+* ``semi_sampling_per``: one expected-context draw per batch (the authors' code) or per image (the paper),
+  or ``expectation``: no draw; every caption is decoded twice, with the expected context and with
+  sampled locations, the two losses weighted p and 1 - p. That is the exact expectation over the
+  paper's per-image draw of its estimator (a Rao-Blackwellised draw: the same expected update, less
+  variance), at two decoder rows per caption.
 * ``semi_sampling_p_final`` / ``semi_sampling_anneal_steps``: the probability of the expected context
   moved linearly from ``semi_sampling_p`` to ``semi_sampling_p_final`` (e.g. 1 -> 0.5: every caption
   starts on the expected context, which trains the attention network at full rate while alpha is
@@ -47,6 +51,7 @@ from captioning.objectives.cross_entropy import CrossEntropy
 
 BASELINES = ("moving_average", "leave_one_out", "learned")
 ESTIMATORS = ("reinforce", "gumbel")
+SEMI_SAMPLING = ("batch", "image", "expectation")
 
 
 @dataclass
@@ -63,6 +68,11 @@ def caption_reward(log_likelihood: Tensor, mask: Tensor, reward_per_step: bool =
     return (log_likelihood / steps if reward_per_step else log_likelihood).detach()
 
 
+def weighted_sum_mean(x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
+    """mean_b weight_b x_b (B,): a batch mean of per-row loss terms with row weights (None: 1)."""
+    return (x if weight is None else x * weight).mean()
+
+
 def reinforce_loss(
     log_likelihood: Tensor,
     location_log_prob: Tensor,
@@ -73,6 +83,7 @@ def reinforce_loss(
     lambda_e: float = 0.002,
     reward_per_step: bool = True,
     scale: Optional[Tensor] = None,
+    weight: Optional[Tensor] = None,
 ) -> ReinforceTerms:
     """The second and third terms of Eq. 12, as a loss to minimise.
 
@@ -83,7 +94,8 @@ def reinforce_loss(
     The reward R is the caption's log-likelihood averaged over its real steps (the authors' code;
     ``reward_per_step=False`` uses the summed log-likelihood, for which lambda_r = 1 makes the
     estimator unbiased for the gradient of E_s[log p(y | s, a)]). ``scale``: the advantage is
-    divided by it (reward normalisation; a number fixed before the step's samples).
+    divided by it (reward normalisation; a number fixed before the step's samples). ``weight``: (B,)
+    row weights of the loss (``semi_sampling_per: expectation``), None for 1.
     """
     reward = caption_reward(log_likelihood, mask, reward_per_step)  # (B,)
     advantage = reward - baseline.detach()
@@ -91,13 +103,20 @@ def reinforce_loss(
         advantage = advantage / scale
     log_p_s = (location_log_prob * mask).sum(1)  # (B,) log p(s | a) of the whole location sequence
     mean_entropy = (entropy * mask).sum() / mask.sum().clamp(min=1)
-    loss = -(lambda_r * advantage * log_p_s).mean() - lambda_e * (entropy * mask).sum(1).mean()
+    per_row = lambda_r * advantage * log_p_s + lambda_e * (entropy * mask).sum(1)
+    loss = -weighted_sum_mean(per_row, weight)
     return ReinforceTerms(loss, reward, advantage, mean_entropy)
 
 
-def update_baseline(baseline: Tensor, reward: Tensor, decay: float = 0.9) -> Tensor:
-    """Exponential moving average b_k = decay * b_{k-1} + (1 - decay) * mean reward (Section 4.1)."""
-    return decay * baseline + (1.0 - decay) * reward.mean().detach()
+def weighted_mean(x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
+    """The mean of x (B,), or its weighted mean with the row weights ``weight`` (B,)."""
+    return x.mean() if weight is None else (x * weight).sum() / weight.sum().clamp(min=1e-12)
+
+
+def update_baseline(baseline: Tensor, reward: Tensor, decay: float = 0.9, weight: Optional[Tensor] = None) -> Tensor:
+    """Exponential moving average b_k = decay * b_{k-1} + (1 - decay) * mean reward (Section 4.1);
+    with row weights (``semi_sampling_per: expectation``), the weighted mean reward."""
+    return decay * baseline + (1.0 - decay) * weighted_mean(reward, weight).detach()
 
 
 def leave_one_out_baseline(reward: Tensor, k: int) -> Tensor:
@@ -143,7 +162,8 @@ class HardAttentionReinforce(CrossEntropy):
         lambda_e: weight of the entropy bonus (0.002).
         baseline_decay: the moving-average baseline's decay (0.9).
         semi_sampling_p: probability of using the expected context instead of a sample (0.5).
-        semi_sampling_per: draw that choice once per "batch" (the authors' code) or per "image" (the paper).
+        semi_sampling_per: draw that choice once per "batch" (the authors' code) or per "image" (the paper),
+            or "expectation": decode every caption both ways, the losses weighted p and 1 - p.
         semi_sampling_p_final, semi_sampling_anneal_steps: semi_sampling_p's schedule (None / 0: constant).
         num_samples: location sequences sampled per caption (each a row of the batch).
         reward_per_step: the reward is the caption's mean token log-likelihood (true, the authors'
@@ -166,7 +186,7 @@ class HardAttentionReinforce(CrossEntropy):
         lambda_e: float = 0.002,
         baseline_decay: float = 0.9,
         semi_sampling_p: float = 0.5,
-        semi_sampling_per: Literal["batch", "image"] = "batch",
+        semi_sampling_per: Literal["batch", "image", "expectation"] = "batch",
         num_samples: int = 1,
         reward_per_step: bool = True,
         baseline: Literal["moving_average", "leave_one_out", "learned"] = "moving_average",
@@ -192,8 +212,8 @@ class HardAttentionReinforce(CrossEntropy):
             semi_sampling_anneal_steps=semi_sampling_anneal_steps,
         )
         field = "model.objective."
-        if semi_sampling_per not in ("batch", "image"):
-            raise ConfigError(f"{field}semi_sampling_per: expected 'batch' or 'image', got {semi_sampling_per!r}")
+        if semi_sampling_per not in SEMI_SAMPLING:
+            raise ConfigError(f"{field}semi_sampling_per: expected one of {', '.join(SEMI_SAMPLING)}, got {semi_sampling_per!r}")
         for name, value in (("semi_sampling_p", semi_sampling_p), ("semi_sampling_p_final", semi_sampling_p_final)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not 0.0 <= value <= 1.0):
@@ -202,6 +222,9 @@ class HardAttentionReinforce(CrossEntropy):
             raise ConfigError(f"{field}num_samples: expected an integer >= 1, got {num_samples!r}")
         if baseline not in BASELINES:
             raise ConfigError(f"{field}baseline: expected one of {', '.join(BASELINES)}, got {baseline!r}")
+        if semi_sampling_per == "expectation" and num_samples > 1:
+            raise ConfigError(f"{field}num_samples: semi_sampling_per expectation takes one location sample per caption "
+                              f"(got {num_samples})")
         if baseline == "leave_one_out" and num_samples < 2:
             raise ConfigError(f"{field}baseline: leave_one_out needs num_samples >= 2 (got {num_samples})")
         if estimator not in ESTIMATORS:
@@ -296,11 +319,18 @@ class HardAttentionReinforce(CrossEntropy):
     # ------------------------------------------------------------------ the loss
     def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
         captions, lengths = batch["captions"], batch["lengths"]
-        if self.num_samples > 1:  # several location samples per caption: each its own row
-            features, captions, lengths = (x.repeat_interleave(self.num_samples, 0) for x in (features, captions, lengths))
+        both = self.semi_sampling_per == "expectation"
+        if self.num_samples > 1 or both:  # several rows per caption (samples, or both kinds of context)
+            k = 2 if both else self.num_samples
+            features, captions, lengths = (x.repeat_interleave(k, 0) for x in (features, captions, lengths))
         B = captions.size(0)
         p_expected = self.semi_sampling_p_now()
-        if self.semi_sampling_per == "image":  # the paper: a draw per image
+        weight = None  # row weights of the loss
+        if both:  # no draw: rows 0, 2, ... the expected context (weight 2p), rows 1, 3, ... sampled (2(1 - p))
+            use_expected = torch.arange(B, device=captions.device) % 2 == 0
+            p = torch.as_tensor(p_expected, dtype=features.dtype, device=captions.device)
+            weight = torch.where(use_expected, 2.0 * p, 2.0 * (1.0 - p))
+        elif self.semi_sampling_per == "image":  # the paper: a draw per image
             use_expected = torch.rand(B, device=captions.device) < p_expected
             if self.num_samples > 1:  # one draw per caption, shared by its samples
                 use_expected = use_expected.view(-1, self.num_samples)[:, :1].expand(-1, self.num_samples).reshape(-1)
@@ -310,36 +340,37 @@ class HardAttentionReinforce(CrossEntropy):
         if self.estimator == "gumbel":
             temperature = self.current_temperature()
             out = model(features, captions, lengths, mode="gumbel", use_expected=use_expected, temperature=temperature)
-            loss, log_likelihood, logs = self.likelihood_terms(out, captions)
+            loss, log_likelihood, logs = self.likelihood_terms(out, captions, weight)
             mask = out.mask
             entropy = (out.entropies * mask).sum() / mask.sum().clamp(min=1)
-            loss = loss - lambda_e * (out.entropies * mask).sum(1).mean()
+            loss = loss - lambda_e * weighted_sum_mean((out.entropies * mask).sum(1), weight)
             reward = caption_reward(log_likelihood, mask, self.reward_per_step)
             logs.update(reward=reward.mean(), entropy=entropy, temperature=torch.tensor(temperature),
                         expected_fraction=use_expected.float().mean())
-            return ObjectiveOutput(loss, B, logs, state={"reward": reward})
+            return ObjectiveOutput(loss, B, logs, state={"reward": reward, **({} if weight is None else {"weight": weight})})
 
         out = model(features, captions, lengths, mode="sample", use_expected=use_expected)
-        loss, log_likelihood, logs = self.likelihood_terms(out, captions)
+        loss, log_likelihood, logs = self.likelihood_terms(out, captions, weight)
         reward = caption_reward(log_likelihood, out.mask, self.reward_per_step)
         baseline, state = self.baselines(reward, features)
         scale = self.advantage_var.sqrt().clamp(min=1e-4) if self.normalize_reward else None
         terms = reinforce_loss(log_likelihood, out.location_log_probs, out.entropies, out.mask, baseline,
-                               self.lambda_r, lambda_e, self.reward_per_step, scale)
+                               self.lambda_r, lambda_e, self.reward_per_step, scale, weight)
         sampled = ~use_expected  # the rows whose REINFORCE term is not zero
         with torch.no_grad():
-            weight = self.lambda_r * terms.advantage  # what multiplies d log p(s | a) per row
+            row_advantage = terms.advantage if weight is None else terms.advantage * weight
+            score_weight = self.lambda_r * row_advantage  # what multiplies d log p(s | a) per row
             if getattr(model, "decoder", model).static_shapes:  # read nothing back: nan when fewer than two rows sampled
                 n = sampled.sum()
-                mean = (weight * sampled).sum() / n
-                weight_var = {"reinforce_weight_var": (((weight - mean) ** 2) * sampled).sum() / (n - 1)}
+                mean = (score_weight * sampled).sum() / n
+                weight_var = {"reinforce_weight_var": (((score_weight - mean) ** 2) * sampled).sum() / (n - 1)}
             else:
-                weight = weight[sampled]
-                weight_var = {"reinforce_weight_var": weight.var()} if weight.numel() > 1 else {}
+                score_weight = score_weight[sampled]
+                weight_var = {"reinforce_weight_var": score_weight.var()} if score_weight.numel() > 1 else {}
             logs.update(
                 reward=terms.reward.mean(), advantage=terms.advantage.mean(), entropy=terms.entropy,
                 expected_fraction=use_expected.float().mean(),
-                location_grad_sq=location_grad_sq(terms.advantage, out.alphas, out.locations, out.location_log_probs,
+                location_grad_sq=location_grad_sq(row_advantage, out.alphas, out.locations, out.location_log_probs,
                                                   out.mask, self.lambda_r),
                 **weight_var,
             )
@@ -348,16 +379,20 @@ class HardAttentionReinforce(CrossEntropy):
             if isinstance(p_expected, Tensor):  # a schedule is set
                 logs["semi_sampling_p"] = p_expected
         state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach())
+        if weight is not None:
+            state["weight"] = weight
         return ObjectiveOutput(loss + terms.loss, B, logs, state=state)
 
     def commit(self, output: ObjectiveOutput) -> dict[str, Tensor]:
         state = output.state
         self.steps_done += 1
-        self.baseline.copy_(update_baseline(self.baseline, state["reward"], self.baseline_decay))
+        weight = state.get("weight")  # row weights (semi_sampling_per: expectation)
+        self.baseline.copy_(update_baseline(self.baseline, state["reward"], self.baseline_decay, weight))
         logs = {"baseline": self.baseline.clone()}
         if "raw_advantage" in state:
             a = state["raw_advantage"]
-            self.advantage_var.copy_(self.baseline_decay * self.advantage_var + (1 - self.baseline_decay) * (a ** 2).mean())
+            self.advantage_var.copy_(self.baseline_decay * self.advantage_var
+                                     + (1 - self.baseline_decay) * weighted_mean(a ** 2, weight))
         if "baseline_input" in state:  # one normalised-LMS step of the learned baseline towards the rewards
             x, error = state["baseline_input"], state["baseline_value"] - state["reward"]  # (B, D), (B,)
             step = self.baseline_lr / ((x ** 2).sum(1).mean() + 1.0)
