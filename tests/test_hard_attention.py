@@ -85,6 +85,46 @@ def test_learned_baseline_keeps_the_estimator_unbiased_and_learns_the_reward():
     assert errors[-1] < 0.01 * errors[0]
 
 
+def _semi_sampling_estimates(problem, per, p, batches=30, captions_per_batch=200):
+    """Batch means of the objective's ascent direction (-loss) with the expected-context probability p."""
+    dec, features, captions, lengths = problem
+    objective = HardAttentionReinforce(doubly_stochastic=0.0, lambda_r=1.0, lambda_e=0.0, reward_per_step=False,
+                                       semi_sampling_p=p, semi_sampling_p_final=None, semi_sampling_per=per)
+    objective.baseline.fill_(-2.0)
+    batch = {"captions": captions.expand(captions_per_batch, -1), "lengths": lengths.expand(captions_per_batch)}
+    feats = features.expand(captions_per_batch, -1, -1)
+    return torch.stack([flat_grad(-objective(dec, feats, batch).loss, list(dec.parameters())) for _ in range(batches)])
+
+
+def test_expectation_over_the_semi_sampling_draw_keeps_the_estimator_unbiased():
+    """semi_sampling_per "expectation" decodes each caption with the expected context and with sampled
+    locations, weighted p and 1 - p: the same mean as the per-image draw, p g_expected + (1 - p) g_exact."""
+    problem = tiny_problem()
+    dec, features, captions, lengths = problem
+    exact = exact_gradient(dec, features, captions, lengths)
+    out = dec(features, captions, lengths, mode="expected")
+    g_expected = flat_grad(caption_log_likelihood(out.logits, captions[:, 1:], out.mask).sum(), list(dec.parameters()))
+    p = 0.2
+    target = p * g_expected + (1 - p) * exact
+    torch.manual_seed(1)
+    gap = g_expected - exact
+    directions = torch.cat([target.unsqueeze(0) / target.norm(), gap.unsqueeze(0) / gap.norm(), torch.randn(2, exact.numel())])
+    for per in ("expectation", "image"):
+        torch.manual_seed(3)
+        z = z_scores(_semi_sampling_estimates(problem, per, p), target, directions)
+        assert z.abs().max() < 4.0, (per, z)
+    # The check can fail: weights of another p (here the rows weighted 0.6 / 0.4) move the mean, and it sees that.
+    torch.manual_seed(3)
+    assert z_scores(_semi_sampling_estimates(problem, "expectation", 0.6), target, directions).abs().max() > 6.0
+    # every caption takes both rows: exactly half the rows the expected context, each caption's pair adjacent
+    objective = HardAttentionReinforce(semi_sampling_per="expectation", semi_sampling_p=0.2)
+    out = objective(dec, features.expand(3, -1, -1), {"captions": captions.expand(3, -1), "lengths": lengths.expand(3)})
+    assert out.batch_size == 6 and out.logs["expected_fraction"].item() == 0.5
+    assert torch.allclose(out.state["weight"], torch.tensor([0.4, 1.6] * 3))
+    with pytest.raises(ConfigError, match="num_samples"):
+        HardAttentionReinforce(semi_sampling_per="expectation", num_samples=2)
+
+
 def test_location_grad_sq_is_the_squared_gradient_of_the_location_term():
     torch.manual_seed(0)
     B, T, L = 3, 4, 5
@@ -147,6 +187,8 @@ OPTIONS = {
     "p_schedule": ["--model.objective.init_args.semi_sampling_per", "image", "--model.objective.init_args.semi_sampling_p", "1.0",
                    "--model.objective.init_args.semi_sampling_p_final", "0.25",
                    "--model.objective.init_args.semi_sampling_anneal_steps", "2"],
+    "expectation": ["--model.objective.init_args.semi_sampling_per", "expectation",
+                    "--model.objective.init_args.semi_sampling_p", "0.5", "--model.objective.init_args.semi_sampling_p_final", "null"],
     "gumbel": ["--model.objective.init_args.estimator", "gumbel", "--model.objective.init_args.gumbel_temperature", "1.0",
                "--model.objective.init_args.gumbel_temperature_final", "0.5", "--model.objective.init_args.gumbel_anneal_steps", "2"],
 }
