@@ -23,7 +23,7 @@ the baseline does not depend on the sampled locations):
   or ``expectation``: no draw; every caption is decoded twice, with the expected context and with
   sampled locations, the two losses weighted p and 1 - p. That is the exact expectation over the
   paper's per-image draw of its estimator (a Rao-Blackwellised draw: the same expected update, less
-  variance), at two decoder rows per caption.
+  variance per caption), at two decoder rows per caption (not less variance per decoder row).
 * ``semi_sampling_p_final`` / ``semi_sampling_anneal_steps``: the probability of the expected context
   moved linearly from ``semi_sampling_p`` to ``semi_sampling_p_final`` (e.g. 1 -> 0.5: every caption
   starts on the expected context, which trains the attention network at full rate while alpha is
