@@ -336,6 +336,7 @@ class HardAttentionReinforce(CrossEntropy):
                 use_expected = use_expected.view(-1, self.num_samples)[:, :1].expand(-1, self.num_samples).reshape(-1)
         else:  # the authors' code: one draw per minibatch
             use_expected = (torch.rand((), device=captions.device) < p_expected).expand(B)
+        weight_state = {} if weight is None else {"weight": weight}  # for commit(): the baseline's weighted mean
         lambda_e = self.current_lambda_e()
         if self.estimator == "gumbel":
             temperature = self.current_temperature()
@@ -347,7 +348,7 @@ class HardAttentionReinforce(CrossEntropy):
             reward = caption_reward(log_likelihood, mask, self.reward_per_step)
             logs.update(reward=reward.mean(), entropy=entropy, temperature=torch.tensor(temperature),
                         expected_fraction=use_expected.float().mean())
-            return ObjectiveOutput(loss, B, logs, state={"reward": reward, **({} if weight is None else {"weight": weight})})
+            return ObjectiveOutput(loss, B, logs, state={"reward": reward, **weight_state})
 
         out = model(features, captions, lengths, mode="sample", use_expected=use_expected)
         loss, log_likelihood, logs = self.likelihood_terms(out, captions, weight)
@@ -378,9 +379,7 @@ class HardAttentionReinforce(CrossEntropy):
                 logs["lambda_e"] = torch.tensor(lambda_e)
             if isinstance(p_expected, Tensor):  # a schedule is set
                 logs["semi_sampling_p"] = p_expected
-        state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach())
-        if weight is not None:
-            state["weight"] = weight
+        state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach(), **weight_state)
         return ObjectiveOutput(loss + terms.loss, B, logs, state=state)
 
     def commit(self, output: ObjectiveOutput) -> dict[str, Tensor]:
