@@ -41,11 +41,41 @@ def latest_last_checkpoint(root: str) -> str:
     return max(found, key=os.path.getmtime)
 
 
+def one_line_parser_error(message: str) -> str:
+    """jsonargparse's message for a bad value, reduced to one line that names the key and the problem.
+
+    A plain key's message is two lines (``Parser key "K":`` and the problem); a bad value inside a
+    class's init_args (e.g. ``--model.objective.init_args.lambda_r abc``) is a dozen, one block per
+    Union subtype. Both become ``K: problem``: e.g. ``model.objective: lambda_r: Expected a <class
+    'float'>. Got value: abc`` (the class's own parser, this class too, already made its part one
+    line; nested ``Parser key`` lines of another parser's are joined to K). Any other message is kept."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) < 2 or not lines[0].startswith('Parser key "'):
+        return message
+    keys, problem = [lines[0][len('Parser key "'):].rstrip(':').rstrip('"')], None
+    rest = lines[1:]
+    block = next((i for i, line in enumerate(rest) if line.startswith("- Problem with given class_path")), None)
+    if block is not None:  # the failing class's block: the lines up to the next subtype's "- ..."
+        rest = rest[block + 1:]
+        rest = rest[:next((i for i, line in enumerate(rest) if line.startswith("- ")), len(rest))]
+    for line in rest:
+        if line.startswith('Parser key "') and line.endswith('":'):
+            keys.append(line[len('Parser key "'):-2])
+        elif problem is None:
+            problem = line
+    if problem is None or (block is None and len(lines) != 2):
+        return message
+    return f"{'.'.join(keys)}: {problem}"
+
+
 class ShortUsageParser(LightningArgumentParser):
     """A parser whose errors take three lines (usage, a pointer to --help, the error), not a hundred."""
 
     def print_usage(self, file=None) -> None:
         (file or sys.stdout).write(f"usage: {self.prog.replace(' [options]', '')} [options]\n")
+
+    def error(self, message: str, ex=None):
+        super().error(one_line_parser_error(message), ex)
 
 
 class CaptioningCLI(LightningCLI):

@@ -2,6 +2,7 @@
 problem, a non-zero exit, no traceback; and the attend outputs that used to collide or be ignored."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -142,3 +143,22 @@ def test_predict_and_unknown_training_options_are_short(capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) <= 3 and "unrecognized arguments" in err[-1] and "nonexistent" in err[-1]
+
+
+@pytest.mark.parametrize("option,value,expected", [
+    ("--model.objective.init_args.semi_sampling_per", "bogus", ["model.objective", "semi_sampling_per", "bogus", "expectation"]),
+    ("--model.objective.init_args.lambda_r", "abc", ["model.objective", "lambda_r", "float", "abc"]),
+    ("--model.objective.init_args.nonexistent", "3", ["model.objective", "'nonexistent' is not accepted"]),
+    ("--data.batch_size", "abc", ["data.batch_size", "int", "abc"]),
+])
+def test_bad_training_option_values_are_one_line_errors(option, value, expected, capsys):
+    """A bad value of a training option, inside the objective's init_args too (whose message lists every
+    Union subtype), is the usage line, the --help pointer and one error line."""
+    config = Path(__file__).resolve().parents[1] / "configs" / "shapes_hard.yaml"
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", str(config), option, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and err[0].startswith("usage:") and err[2].startswith("error: "), err
+    for text in expected:
+        assert text in err[2], (text, err[2])
