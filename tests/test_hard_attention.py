@@ -83,6 +83,19 @@ def test_learned_baseline_keeps_the_estimator_unbiased_and_learns_the_reward():
         logs = objective.commit(type("Out", (), {"state": {**state, "reward": reward}})())
         errors.append(float(logs["baseline_mse"]))
     assert errors[-1] < 0.01 * errors[0]
+    # with row weights (semi_sampling_per: expectation) a row of weight 0 does not move the fit, and the step
+    # equals the unweighted step on the rows that count
+    fits = []
+    feats, reward = torch.randn(16, 3, 5), torch.randn(16)
+    feats[1::2] = 10.0 + feats[1::2]
+    reward[1::2] = 50.0  # the weight-0 rows: far from the others, they would pull the fit
+    for rows, weight in ((slice(None), torch.tensor([2.0, 0.0] * 8)), (slice(0, None, 2), None)):
+        objective = HardAttentionReinforce(baseline="learned", baseline_lr=0.5)
+        b, state = objective.baselines(reward[rows], feats[rows])
+        extra = {} if weight is None else {"weight": weight}
+        objective.commit(type("Out", (), {"state": {**state, "reward": reward[rows], **extra}})())
+        fits.append(torch.cat([objective.baseline_weight, objective.baseline_bias.view(1)]))
+    torch.testing.assert_close(fits[0], fits[1])
 
 
 def _semi_sampling_estimates(problem, per, p, batches=30, captions_per_batch=200):

@@ -394,8 +394,10 @@ class HardAttentionReinforce(CrossEntropy):
                                      + (1 - self.baseline_decay) * weighted_mean(a ** 2, weight))
         if "baseline_input" in state:  # one normalised-LMS step of the learned baseline towards the rewards
             x, error = state["baseline_input"], state["baseline_value"] - state["reward"]  # (B, D), (B,)
-            step = self.baseline_lr / ((x ** 2).sum(1).mean() + 1.0)
-            self.baseline_weight.sub_(step * (error.unsqueeze(1) * x).mean(0))
-            self.baseline_bias.sub_(step * error.mean())
-            logs["baseline_mse"] = (error ** 2).mean()
+            # rows weighted as in the loss (semi_sampling_per: expectation), all 1 otherwise
+            w = torch.ones_like(error) if weight is None else weight / weight.mean().clamp(min=1e-12)
+            step = self.baseline_lr / ((w * (x ** 2).sum(1)).mean() + 1.0)
+            self.baseline_weight.sub_(step * ((w * error).unsqueeze(1) * x).mean(0))
+            self.baseline_bias.sub_(step * (w * error).mean())
+            logs["baseline_mse"] = weighted_mean(error ** 2, weight)
         return logs
