@@ -42,9 +42,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJ = "--model.objective.init_args."
 #: the authors' exact settings: one expected-context draw per minibatch at 0.5 from the first step (every
-#: option below is measured against them; configs/shapes_hard.yaml's default is "hard_p_schedule")
-AUTHORS = [OBJ + "semi_sampling_p", "0.5", OBJ + "semi_sampling_p_final", "null", OBJ + "semi_sampling_per", "batch"]
-#: the shapes default: per-image draws, the expected-context probability 1 -> 0.5 over 1,500 steps
+#: option below is measured against them; configs/shapes_hard.yaml's default is "hard_default")
+#: the paper's entropy bonus at the authors' weight (the shapes config's default turned it off later: every
+#: variant measured before carries it explicitly, so that its row stays re-measurable)
+ENTROPY = [OBJ + "lambda_e", "0.002"]
+AUTHORS = [OBJ + "semi_sampling_p", "0.5", OBJ + "semi_sampling_p_final", "null", OBJ + "semi_sampling_per", "batch", *ENTROPY]
+#: the shapes default's schedule: per-image draws, the expected-context probability 1 -> 0.5 over 1,500 steps
 SCHEDULE = [OBJ + "semi_sampling_per", "image", OBJ + "semi_sampling_p", "1.0", OBJ + "semi_sampling_p_final", "0.5",
             OBJ + "semi_sampling_anneal_steps", "1500"]
 VARIANTS = {  # name: (config, overrides, what it is)
@@ -57,25 +60,32 @@ VARIANTS = {  # name: (config, overrides, what it is)
     "hard_normalized": ("shapes_hard.yaml", AUTHORS + [OBJ + "normalize_reward", "true"], "reward normalisation"),
     "hard_entropy": ("shapes_hard.yaml", AUTHORS + [OBJ + "lambda_e", "0.02", OBJ + "lambda_e_final", "0.0",
                                                     OBJ + "entropy_anneal_steps", "1500"], "entropy bonus 0.02 -> 0 over 1,500 steps"),
-    "hard_p_schedule": ("shapes_hard.yaml", SCHEDULE,
-                        "per-image semi-sampling, expected-context probability 1 -> 0.5 over 1,500 steps (the default)"),
-    "hard_p_schedule_long": ("shapes_hard.yaml", SCHEDULE[:-1] + ["3000"],
+    "hard_p_schedule": ("shapes_hard.yaml", SCHEDULE + ENTROPY,
+                        "per-image semi-sampling, expected-context probability 1 -> 0.5 over 1,500 steps, entropy bonus 0.002 "
+                        "(the default before the bonus was turned off)"),
+    "hard_p_schedule_long": ("shapes_hard.yaml", SCHEDULE[:-1] + ["3000"] + ENTROPY,
                              "per-image semi-sampling, expected-context probability 1 -> 0.5 over 3,000 steps"),
-    "hard_p_schedule_075": ("shapes_hard.yaml", SCHEDULE[:5] + ["0.75"] + SCHEDULE[6:],
+    "hard_p_schedule_075": ("shapes_hard.yaml", SCHEDULE[:5] + ["0.75"] + SCHEDULE[6:] + ENTROPY,
                             "per-image semi-sampling, expected-context probability 1 -> 0.75 over 1,500 steps (a quarter sample)"),
     "hard_expectation": ("shapes_hard.yaml", AUTHORS + [OBJ + "semi_sampling_per", "expectation", "--data.batch_size", "24"],
                          "every caption decoded with the expected context and with samples, weighted 0.5 / 0.5 "
                          "(the expectation over the paper's draw), 24 captions a batch (48 decoder rows, the default's)"),
     "hard_expectation_b48": ("shapes_hard.yaml", AUTHORS + [OBJ + "semi_sampling_per", "expectation"],
                              "the same, 48 captions a batch (96 decoder rows)"),
-    "hard_expectation_schedule": ("shapes_hard.yaml", SCHEDULE[:1] + ["expectation"] + SCHEDULE[2:] + ["--data.batch_size", "24"],
+    "hard_expectation_schedule": ("shapes_hard.yaml", SCHEDULE[:1] + ["expectation"] + SCHEDULE[2:] + ENTROPY + ["--data.batch_size", "24"],
                                   "the same, 24 captions, the weight of the expected context 1 -> 0.5 over 1,500 steps"),
-    "hard_p_schedule_norm": ("shapes_hard.yaml", SCHEDULE + [OBJ + "normalize_reward", "true"],
+    "hard_p_schedule_norm": ("shapes_hard.yaml", SCHEDULE + ENTROPY + [OBJ + "normalize_reward", "true"],
                              "per-image semi-sampling 1 -> 0.5 over 1,500 steps + reward normalisation"),
-    "hard_p_schedule_lr1": ("shapes_hard.yaml", SCHEDULE + [OBJ + "lambda_r", "1.0"],
+    "hard_p_schedule_lr1": ("shapes_hard.yaml", SCHEDULE + ENTROPY + [OBJ + "lambda_r", "1.0"],
                             "per-image semi-sampling 1 -> 0.5 over 1,500 steps, lambda_r 1"),
     "hard_sum_reward": ("shapes_hard.yaml", AUTHORS + [OBJ + "reward_per_step", "false", OBJ + "lambda_r", "1.0"],
                         "Eq. 11 as written: summed log-likelihood reward, lambda_r 1"),
+    "hard_default": ("shapes_hard.yaml", SCHEDULE + [OBJ + "lambda_e", "0.0"],
+                     "per-image semi-sampling 1 -> 0.5 over 1,500 steps, no entropy bonus (the default)"),
+    "hard_no_entropy": ("shapes_hard.yaml", AUTHORS + [OBJ + "lambda_e", "0.0"], "the authors' settings without the entropy bonus"),
+    "hard_p_schedule_dropout0": ("shapes_hard.yaml", SCHEDULE + ENTROPY + ["--model.decoder.dropout", "0.0"],
+                                 "per-image semi-sampling 1 -> 0.5 over 1,500 steps, decoder dropout 0"),
+    "soft_dropout0": ("shapes_soft.yaml", ["--model.decoder.dropout", "0.0"], "soft attention, decoder dropout 0"),
     "hard_gumbel": ("shapes_hard.yaml", AUTHORS + [OBJ + "estimator", "gumbel", OBJ + "gumbel_temperature", "1.0",
                                                    OBJ + "gumbel_temperature_final", "0.3", OBJ + "gumbel_anneal_steps", "2000"],
                     "straight-through Gumbel-softmax, temperature 1 -> 0.3 (NOT the paper's estimator)"),
@@ -160,8 +170,10 @@ def cmd_variance(args) -> None:
         config, overrides, _ = VARIANTS[name]
         settings = dict(base.objective.settings)
         for key, value in zip(overrides[::2], overrides[1::2]):
+            if not key.startswith(OBJ):  # a data or decoder option: not the objective's
+                continue
             key = key.replace(OBJ, "")
-            settings[key] = {"true": True, "false": False}.get(value, value)
+            settings[key] = {"true": True, "false": False, "null": None}.get(value, value)
             for cast in (int, float):
                 try:
                     settings[key] = cast(value)
