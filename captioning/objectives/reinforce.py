@@ -109,8 +109,10 @@ def reinforce_loss(
 
 
 def weighted_mean(x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
-    """The mean of x (B,), or its weighted mean with the row weights ``weight`` (B,)."""
-    return x.mean() if weight is None else (x * weight).sum() / weight.sum().clamp(min=1e-12)
+    """The mean over rows of x (B, ...), or its weighted mean with the row weights ``weight`` (B,)."""
+    if weight is None:
+        return x.mean(0)
+    return (x * weight.view(-1, *(1,) * (x.dim() - 1))).sum(0) / weight.sum().clamp(min=1e-12)
 
 
 def update_baseline(baseline: Tensor, reward: Tensor, decay: float = 0.9, weight: Optional[Tensor] = None) -> Tensor:
@@ -394,10 +396,9 @@ class HardAttentionReinforce(CrossEntropy):
                                      + (1 - self.baseline_decay) * weighted_mean(a ** 2, weight))
         if "baseline_input" in state:  # one normalised-LMS step of the learned baseline towards the rewards
             x, error = state["baseline_input"], state["baseline_value"] - state["reward"]  # (B, D), (B,)
-            # rows weighted as in the loss (semi_sampling_per: expectation), all 1 otherwise
-            w = torch.ones_like(error) if weight is None else weight / weight.mean().clamp(min=1e-12)
-            step = self.baseline_lr / ((w * (x ** 2).sum(1)).mean() + 1.0)
-            self.baseline_weight.sub_(step * ((w * error).unsqueeze(1) * x).mean(0))
-            self.baseline_bias.sub_(step * (w * error).mean())
+            # every mean over rows weighted as in the loss (semi_sampling_per: expectation)
+            step = self.baseline_lr / (weighted_mean((x ** 2).sum(1), weight) + 1.0)
+            self.baseline_weight.sub_(step * weighted_mean(error.unsqueeze(1) * x, weight))
+            self.baseline_bias.sub_(step * weighted_mean(error, weight))
             logs["baseline_mse"] = weighted_mean(error ** 2, weight)
         return logs
