@@ -70,6 +70,9 @@ def load_captioner(args):
     if args.attention_mode not in (None, "expected") and captioner.attention_kind == "soft":
         print(f"note: --attention-mode {args.attention_mode} applies to hard-attention models; "
               "this one has soft attention (it reads the expected context)", file=sys.stderr)
+    if getattr(args, "attention_temperature", None) not in (None, 1.0) and captioner.attention_kind == "soft":
+        print(f"note: --attention-temperature applies to hard-attention models; "
+              "this one has soft attention (it reads the expected context)", file=sys.stderr)
     return captioner
 
 

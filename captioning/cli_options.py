@@ -67,6 +67,9 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
     p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")
     p.add_argument("--attention-mode", choices=ATTENTION_MODES, default=None,
                    help="how a hard-attention model picks contexts (default: the model's, normally expected)")
+    p.add_argument("--attention-temperature", type=float, default=None, metavar="TAU",
+                   help="hard attention, expected context: take it under softmax(log alpha / TAU); below 1 sharpens it "
+                        "towards the likeliest location's (default 1: the expected context)")
     p.add_argument("--forbid-bad-endings", action="store_true", default=None,
                    help="never end a caption on an article, preposition or conjunction ('a', 'with', 'and'...)")
     p.add_argument("--location-samples", type=at_least(1), default=None, metavar="K",
@@ -82,6 +85,7 @@ def generation_overrides(args) -> dict:
     """The GenerationConfig fields a command's arguments set (None: keep the model's)."""
     return {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
             "length_penalty": args.length_penalty, "attention_mode": args.attention_mode,
+            "attention_temperature": getattr(args, "attention_temperature", None),
             "forbid_bad_endings": args.forbid_bad_endings,
             "location_samples": getattr(args, "location_samples", None),
             "cuda_graphs": getattr(args, "cuda_graphs", None)}

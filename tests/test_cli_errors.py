@@ -110,6 +110,13 @@ def test_attention_mode_on_a_soft_model_is_noted(tiny_checkpoint, image, capsys)
     assert "applies to hard-attention models" in capsys.readouterr().err
 
 
+def test_attention_temperature_on_a_soft_model_is_noted_and_a_bad_one_is_one_line(tiny_checkpoint, image, capsys):
+    assert main(["caption", str(image), "--checkpoint", str(tiny_checkpoint), "--attention-temperature", "0.5"]) == 0
+    assert "--attention-temperature applies to hard-attention models" in capsys.readouterr().err
+    one_line_error(capsys, ["caption", image, "--checkpoint", tiny_checkpoint, "--attention-temperature", "0"],
+                   "attention_temperature: expected a number > 0")
+
+
 def test_attend_output_errors(tiny_checkpoint, image, tmp_path, capsys):
     a_file = tmp_path / "file"
     a_file.write_text("x")

@@ -200,6 +200,9 @@ def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images
             assert [x["locations"] for x in ra] == [y["locations"] for y in rb]
     with pytest.raises(Exception, match="sampling"):
         b(images[:1], attention_mode="sample")
+    with pytest.raises(Exception, match="attention_temperature 0.5: .*needs the PyTorch model"):
+        b(images[:1], attention_temperature=0.5)
+    assert len(a(images, attention_temperature=0.5)) == len(images)  # the PyTorch model decodes it
     # its safetensors folder (without REINFORCE's running baseline, training state) loads as well
     assert main(["export", "--checkpoint", str(hard_checkpoint), "--out", str(tmp_path / "hard")]) == 0
     folder = Captioner.from_pretrained(tmp_path / "hard")

@@ -99,6 +99,55 @@ def test_hard_attention_modes_decode(features):
         assert torch.equal(am.locations[i, : n[i]], am.alphas[i, : n[i]].argmax(-1))
 
 
+def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cell(features):
+    """A hard model's tempered expected context: tau 1 is the expected context, a tiny tau the argmax
+    cell's (the same captions and scores as "argmax" mode), a middle tau neither; the maps returned are
+    the model's alpha in every case, and soft models ignore it."""
+    from captioning.models.attention import glimpse, tempered
+
+    alpha = torch.tensor([[0.5, 0.3, 0.2, 0.0, 0.0, 0.0]])
+    sharp = tempered(alpha, 0.5)
+    torch.testing.assert_close(sharp, (alpha ** 2) / (alpha ** 2).sum())  # softmax(2 log alpha) = alpha^2 / sum
+    feats = torch.randn(1, L, D)
+    g = glimpse(alpha, feats, "expected", temperature=0.5)
+    torch.testing.assert_close(g.context, sharp @ feats[0])
+    assert torch.equal(g.alpha, alpha) and int(g.location) == 0
+
+    torch.manual_seed(0)
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0,
+                                                    attention_kind="hard")).eval()
+    with torch.no_grad():
+        dec.out_logits.bias[EOS] += 2.5
+
+    def run(**kw):
+        return generate(dec, features, GenerationConfig(num_beams=3, max_new_tokens=8, **kw))
+
+    expected, argmax = run(), run(attention_mode="argmax")
+    assert not torch.equal(expected.scores, argmax.scores)
+    one = run(attention_temperature=1.0)
+    assert torch.equal(one.sequences, expected.sequences) and torch.equal(one.scores, expected.scores)
+    cold = run(attention_temperature=1e-4)
+    assert torch.equal(cold.sequences, argmax.sequences)
+    torch.testing.assert_close(cold.scores, argmax.scores)
+    torch.testing.assert_close(cold.alphas, argmax.alphas)  # the model's maps, not the tempered weights
+    middle = run(attention_temperature=0.5)
+    assert not torch.allclose(middle.scores, expected.scores) and not torch.allclose(middle.scores, argmax.scores)
+
+    torch.manual_seed(0)
+    soft = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0)).eval()
+    a = generate(soft, features, GenerationConfig(num_beams=3, max_new_tokens=8))
+    b = generate(soft, features, GenerationConfig(num_beams=3, max_new_tokens=8, attention_temperature=0.1))
+    assert torch.equal(a.sequences, b.sequences) and torch.equal(a.scores, b.scores)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "0.5"])
+def test_attention_temperature_must_be_a_positive_number(bad):
+    from captioning.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="attention_temperature: expected a number > 0"):
+        GenerationConfig(attention_temperature=bad)
+
+
 def test_sampled_locations_follow_alpha_and_the_seed(features):
     """Hard attention's "sample" mode reads a location drawn from alpha: seeded, not always the
     argmax, and never a location alpha gives no weight."""

@@ -216,6 +216,18 @@ def best_checkpoint(run_dir: str) -> str:
     return found[-1]
 
 
+def decoding_args(mode: str) -> list[str]:
+    """`captioning evaluate` arguments of a test decoding: expected, argmax, bestofK (K sampled location
+    sequences, the best by model score) or tauT (the expected context under softmax(log alpha / T))."""
+    if mode in ("expected", "argmax"):
+        return ["--attention-mode", mode]
+    if mode.startswith("bestof"):
+        return ["--location-samples", mode[len("bestof"):]]
+    if mode.startswith("tau"):
+        return ["--attention-temperature", mode[len("tau"):]]
+    raise SystemExit(f"--modes: unknown test decoding {mode!r} (expected, argmax, bestofK, tauT)")
+
+
 def cmd_run(args) -> None:
     run_dir = os.path.join(args.out, f"{args.tag}_{args.name}")
     os.makedirs(run_dir, exist_ok=True)
@@ -231,7 +243,7 @@ def cmd_run(args) -> None:
     scores = {}
     for mode in args.modes:
         out = os.path.join(run_dir, f"test_{mode}.json")
-        extra = ["--attention-mode", mode] if mode in ("expected", "argmax") else ["--location-samples", mode[len("bestof"):]] if mode.startswith("bestof") else []
+        extra = decoding_args(mode)
         if args.name == "soft" and mode != args.modes[0]:  # a soft model decodes one way only
             continue
         if args.name == "soft":
@@ -477,7 +489,8 @@ def main(argv=None) -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--tag", default="demo")
     s.add_argument("--modes", nargs="+", default=["expected", "argmax"],
-                   help="test decodings of a hard model: expected, argmax, bestofK (K location samples)")
+                   help="test decodings of a hard model: expected, argmax, bestofK (K location samples), tauT (the expected "
+                        "context under softmax(log alpha / T))")
     s.add_argument("--eval-only", action="store_true")
     s.add_argument("--extra", nargs=argparse.REMAINDER, default=[])
     s.set_defaults(func=cmd_run)

@@ -258,6 +258,11 @@ class Glimpse:
     head_alpha: Optional[Tensor] = None
 
 
+def tempered(alpha: Tensor, temperature: float) -> Tensor:
+    """softmax(log alpha / temperature) over the last dimension: alpha sharpened (temperature < 1) or flattened."""
+    return torch.softmax(torch.log(alpha.clamp_min(1e-12)) / temperature, dim=-1)
+
+
 def expected_context(alpha: Tensor, features: Tensor, beams: int = 1) -> Tensor:
     """sum_i alpha_ti a_i (Eq. 13): (B * beams, L), (B, L, D) -> (B * beams, D).
 
@@ -319,6 +324,11 @@ def glimpse(
     modes, its own location, sampled independently; ``location`` is then (B, heads)), and the
     contexts are returned side by side, (B, heads * D).
 
+    In mode "expected", ``temperature`` tau != 1 takes the expected context under the tempered
+    distribution softmax(log alpha / tau) (a decoding choice for hard-attention models: tau < 1
+    sharpens the context towards the likeliest location's, tau -> 0 is "argmax"); the returned alpha
+    is the model's, as in "argmax" mode.
+
     mode "gumbel" (training only; NOT the paper's estimator) draws the location by straight-through
     Gumbel-softmax at ``temperature``: the forward pass reads the one sampled location (a one-hot
     weight vector), the backward pass differentiates softmax((log alpha + g) / temperature).
@@ -327,7 +337,8 @@ def glimpse(
         return _multihead_glimpse(alpha, features, mode, use_expected, generator, location, beams, temperature)
     if mode == "expected":
         location = alpha.argmax(dim=-1)
-        return Glimpse(expected_context(alpha, features, beams), alpha, location)
+        weights = alpha if temperature == 1.0 else tempered(alpha, temperature)
+        return Glimpse(expected_context(weights, features, beams), alpha, location)
     if mode == "argmax":
         location = alpha.argmax(dim=-1)
         return Glimpse(location_context(location, features, beams), alpha, location)

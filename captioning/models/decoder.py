@@ -254,7 +254,7 @@ class ShowAttendTellDecoder(nn.Module):
         Returns h_t, c_t, z_t (gated context, (N, D)), the glimpse and beta_t (N,).
         """
         if self.luong:
-            return self._luong_step(x_gates, state, mode, use_expected, location)
+            return self._luong_step(x_gates, state, mode, use_expected, location, temperature)
         A = self.attention_dim
         from_hidden, context_gates = layers or (self.from_hidden, self.context_gates)
         if self.attention_splits == [A, 1, 0] and self.heads == 1:  # the paper's model, as it always ran
@@ -274,7 +274,7 @@ class ShowAttendTellDecoder(nn.Module):
         return h, c, z, g, beta
 
     def _luong_step(self, x: Tensor, state: DecoderState, mode: str, use_expected: Optional[Tensor],
-                    location: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Glimpse, Tensor]:
+                    location: Optional[Tensor], temperature: float = 1.0) -> tuple[Tensor, Tensor, Tensor, Glimpse, Tensor]:
         """Luong placement, one step: the LSTM on E y_{t-1} (x: (N, M)), then attention from h_t.
         Returns h~_t (the attentional state, in h_t's place), c_t... as recurrent_step, and the new h_t
         is kept in the state by :meth:`step` (see there)."""
@@ -283,7 +283,7 @@ class ShowAttendTellDecoder(nn.Module):
         i, f, gg, o = gates.chunk(4, dim=-1)
         c = torch.sigmoid(f) * state.c + torch.sigmoid(i) * torch.tanh(gg)
         h = torch.sigmoid(o) * torch.tanh(c)
-        g, beta, z = self.attend(state, self.from_output(h), h, mode, use_expected, location)
+        g, beta, z = self.attend(state, self.from_output(h), h, mode, use_expected, location, temperature=temperature)
         return h, c, z, g, beta
 
     def attentional_state(self, z: Tensor, h: Tensor) -> Tensor:
@@ -524,14 +524,20 @@ class ShowAttendTellDecoder(nn.Module):
         return self._output(logits, mask, grid, alphas, betas, where, rest, sampling)
 
     # ------------------------------------------------------------------ generation
-    def step(self, tokens: Tensor, state: DecoderState, mode: Optional[str] = None) -> tuple[Tensor, DecoderState, Glimpse]:
-        """One generation step: previous tokens (N,) -> log p(y_t) (N, V), the new state, the glimpse."""
+    def step(self, tokens: Tensor, state: DecoderState, mode: Optional[str] = None,
+             attention_temperature: float = 1.0) -> tuple[Tensor, DecoderState, Glimpse]:
+        """One generation step: previous tokens (N,) -> log p(y_t) (N, V), the new state, the glimpse.
+
+        ``attention_temperature``: a hard-attention model in mode "expected" takes the expected
+        context under softmax(log alpha / tau) (see :func:`glimpse`); soft models ignore it."""
         embedded = self.embedding(tokens)  # (N, M)
+        mode = self._mode(mode)
+        tau = attention_temperature if self.attention_kind == "hard" and mode == "expected" else 1.0
         if self.luong:
-            h, c, z, g, _ = self._luong_step(embedded, state, self._mode(mode), None, None)
+            h, c, z, g, _ = self._luong_step(embedded, state, mode, None, None, tau)
             logits = self.deep_output(embedded, self.attentional_state(z, h), z)
             return F.log_softmax(logits.float(), dim=-1), state.with_recurrent(h, c), g
-        h, c, z, g, _ = self.recurrent_step(self.embed_gates(embedded), state, self._mode(mode))
+        h, c, z, g, _ = self.recurrent_step(self.embed_gates(embedded), state, mode, temperature=tau)
         logits = self.deep_output(embedded, h, z)
         return F.log_softmax(logits.float(), dim=-1), state.with_recurrent(h, c), g
 

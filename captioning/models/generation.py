@@ -45,6 +45,12 @@ class GenerationConfig:
         attention_mode: how a hard-attention model picks its context: "expected" (the expected
             context, as the authors' caption script), "argmax" (the likeliest location) or
             "sample" (a sampled location). Soft-attention models always use the expected context.
+        attention_temperature: a hard-attention model decoding with the expected context takes it
+            under softmax(log alpha / attention_temperature): 1 is the expected context, below 1
+            sharpens it towards the likeliest location's (towards "argmax" as it nears 0). A hard
+            model's decoder, trained on sampled locations for part of its captions, can score better
+            with a sharper context (README, "Hard attention"); choose it on the validation split.
+            Soft-attention models, and the modes "argmax" and "sample", ignore it.
         num_return_sequences: the best beams to return for each image (at most num_beams).
         forbid_bad_endings: never end a caption after an article, preposition or conjunction
             (:data:`BAD_ENDINGS`; EOS gets probability 0 after them). A caption that reaches
@@ -64,6 +70,7 @@ class GenerationConfig:
     temperature: float = 1.0
     top_k: int = 0
     attention_mode: Literal["expected", "argmax", "sample"] = "expected"
+    attention_temperature: float = 1.0
     num_return_sequences: int = 1
     forbid_bad_endings: bool = False
     location_samples: int = 1
@@ -75,8 +82,10 @@ class GenerationConfig:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{field}: expected an integer >= {least}, got {value!r}")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature: expected a number > 0, got {self.temperature!r}")
+        for field in ("temperature", "attention_temperature"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+                raise ConfigError(f"{field}: expected a number > 0, got {value!r}")
         if self.attention_mode not in ATTENTION_MODES:
             raise ConfigError(f"attention_mode: expected one of {', '.join(ATTENTION_MODES)}, got {self.attention_mode!r}")
         if self.do_sample and self.num_beams > 1:

@@ -83,7 +83,8 @@ def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: O
     """One greedy step as a function of tensors (what is captured)."""
 
     def step(tokens, h, c, finished, scores, lengths, features, projected):
-        logp, state, g = decoder.step(tokens, DecoderState(h, c, features, projected), config.attention_mode)
+        logp, state, g = decoder.step(tokens, DecoderState(h, c, features, projected), config.attention_mode,
+                                     config.attention_temperature)
         logp = _forbid_eos(logp, tokens, ban)
         nxt = _sample_token(logp, config.temperature, config.top_k, generator) if config.do_sample else logp.argmax(-1)
         running = ~finished
@@ -122,7 +123,7 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Opt
 
     def step(tokens, h, c, finished, beam_scores, lengths, features, projected):
         state = DecoderState(h, c, features, projected, K)
-        logp, state, g = decoder.step(tokens, state, config.attention_mode)  # (B*K, V)
+        logp, state, g = decoder.step(tokens, state, config.attention_mode, config.attention_temperature)  # (B*K, V)
         logp = _forbid_eos(logp, tokens, ban)
         V = logp.size(-1)
         logp = logp.masked_fill(finished.unsqueeze(1), float("-inf"))
