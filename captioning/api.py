@@ -130,7 +130,7 @@ class Captioner:
 
         ``generation``: any field of :class:`~captioning.models.search.GenerationConfig`
         (num_beams, max_new_tokens, length_penalty, do_sample, temperature, top_k,
-        attention_mode, num_return_sequences), over :attr:`generation`.
+        attention_mode, attention_temperature, num_return_sequences), over :attr:`generation`.
 
         Returns one dict per image: {"generated_text", "score", "tokens"}; with
         ``num_return_sequences`` > 1 also "beams": [{"generated_text", "score"}, ...] best first;

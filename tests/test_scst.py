@@ -211,8 +211,8 @@ def test_bad_ending_rate_and_forbidding_bad_endings():
     # Greedy and beam search: a decoder whose best continuation of "a" is EOS, then "dog".
     real_step, a, dog = model.decoder.step, vocab.stoi["a"], vocab.stoi["dogs"]
 
-    def step(tokens, state, mode=None):
-        logp, state, g = real_step(tokens, state, mode)
+    def step(tokens, state, mode=None, attention_temperature=1.0):
+        logp, state, g = real_step(tokens, state, mode, attention_temperature)
         scores = torch.full_like(logp, -20.0)
         scores[:, a] = torch.where(tokens == vocab.bos_id, 0.0, -20.0)
         scores[:, vocab.eos_id] = torch.where(tokens == a, -0.1, torch.where(tokens == dog, 0.0, -20.0))
