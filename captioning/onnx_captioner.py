@@ -133,9 +133,11 @@ class OnnxCaptioner:
             raise ConfigError("the ONNX captioner decodes greedily or with beam search: sampling (do_sample, "
                               "attention_mode sample, location_samples) needs the PyTorch model")
         mode = "expected" if self.attention_kind == "soft" else config.attention_mode
-        if mode == "expected" and self.attention_kind == "hard" and config.attention_temperature != 1.0:
-            raise ConfigError(f"attention_temperature {config.attention_temperature}: the ONNX step graph reads the "
-                              "expected context at temperature 1; a tempered context needs the PyTorch model")
+        baked = float(self.config["onnx"].get("attention_temperature", 1.0))  # folders before the option: 1
+        if mode == "expected" and self.attention_kind == "hard" and config.attention_temperature != baked:
+            raise ConfigError(f"attention_temperature {config.attention_temperature}: this ONNX step graph reads the "
+                              f"expected context at attention_temperature {baked:g} (exported so); another needs the "
+                              "PyTorch model")
         if mode not in self.steps:
             raise ConfigError(f"attention_mode {mode}: this ONNX folder has no step graph for it (it has {', '.join(self.steps)})")
         return mode

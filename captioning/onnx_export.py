@@ -11,7 +11,9 @@ Two graphs make a captioner (onnx_captioner.py runs them with onnxruntime and nu
 N = B * K: the K beams of image k are rows k*K ... (k+1)*K - 1 and share its features (the graph
 reads K from the shapes). Batch sizes are dynamic. A hard-attention model gets a second step,
 decoder_step_argmax.onnx (the context at the likeliest location); decoder_step.onnx takes the
-expected context (the model's default mode). Sampling is not exported.
+expected context (the model's default mode), for a hard model at its generation's
+``attention_temperature`` (softmax(log alpha / tau), a constant of the graph, recorded in config.json's
+"onnx" section). Sampling is not exported.
 
 The step is the decoder's own arithmetic (decoder.py's recurrent_step and deep_output, attention.py's
 sigmoid form of Eq. 4-5), written without the Python branches and chunking the PyTorch loop uses,
@@ -97,10 +99,11 @@ class EncoderGraph(nn.Module):
 class StepGraph(nn.Module):
     """One generation step of the decoder (decoder.step) for N = B * K rows over B images."""
 
-    def __init__(self, decoder, mode: str = "expected"):
+    def __init__(self, decoder, mode: str = "expected", attention_temperature: float = 1.0):
         super().__init__()
         self.d = decoder
         self.mode = mode
+        self.attention_temperature = attention_temperature  # mode "expected": softmax(log alpha / tau)
 
     def forward(self, tokens: Tensor, h: Tensor, c: Tensor, features: Tensor, projected: Tensor):
         d = self.d
@@ -116,6 +119,8 @@ class StepGraph(nn.Module):
         alpha = torch.softmax((e + (score.bias - score.weight.sum())).view(-1, L), dim=-1)  # (N, L)
         if self.mode == "argmax":  # a_{argmax alpha}: a one-hot row picks the annotation vector exactly
             weights = F.one_hot(alpha.argmax(dim=-1), L).to(alpha.dtype)
+        elif self.attention_temperature != 1.0:  # the tempered expected context (GenerationConfig.attention_temperature)
+            weights = torch.softmax(torch.log(alpha.clamp_min(1e-12)) / self.attention_temperature, dim=-1)
         else:
             weights = alpha
         context = torch.bmm(weights.view(B, -1, L), features).view(-1, D)  # (B, K, L) x (B, L, D) -> (N, D)
@@ -172,14 +177,18 @@ def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) ->
         features, projected, h0, c0 = encoder(images)
         _export(encoder, (images,), out / ENCODER_ONNX, ENCODER_INPUTS, ENCODER_OUTPUTS,
                 {"images": {0: "images"}, **{name: {0: "images"} for name in ENCODER_OUTPUTS}}, opset)
-        modes = ("expected", "argmax") if model.attention_kind == "hard" else ("expected",)
+        hard = model.attention_kind == "hard"
+        modes = ("expected", "argmax") if hard else ("expected",)
+        tau = float(module.test_generation.attention_temperature) if hard else 1.0
         args = (torch.full((B * K,), 1, dtype=torch.long), h0.repeat_interleave(K, 0), c0.repeat_interleave(K, 0),
                 features, projected)
         axes = {"tokens": {0: "rows"}, "h": {0: "rows"}, "c": {0: "rows"}, "features": {0: "images"},
                 "projected": {0: "images"}, **{name: {0: "rows"} for name in STEP_OUTPUTS}}
         for mode in modes:
-            _export(StepGraph(model.decoder, mode).eval(), args, out / STEP_ONNX[mode], STEP_INPUTS, STEP_OUTPUTS, axes, opset)
+            _export(StepGraph(model.decoder, mode, tau).eval(), args, out / STEP_ONNX[mode], STEP_INPUTS, STEP_OUTPUTS,
+                    axes, opset)
     config["onnx"] = {"opset": opset, "encoder": ENCODER_ONNX, "steps": {m: STEP_ONNX[m] for m in modes},
+                      "attention_temperature": tau,
                       "encoder_inputs": ENCODER_INPUTS, "encoder_outputs": ENCODER_OUTPUTS,
                       "step_inputs": STEP_INPUTS, "step_outputs": STEP_OUTPUTS}
     atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())

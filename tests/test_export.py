@@ -200,9 +200,14 @@ def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images
             assert [x["locations"] for x in ra] == [y["locations"] for y in rb]
     with pytest.raises(Exception, match="sampling"):
         b(images[:1], attention_mode="sample")
-    with pytest.raises(Exception, match="attention_temperature 0.5: .*needs the PyTorch model"):
-        b(images[:1], attention_temperature=0.5)
-    assert len(a(images, attention_temperature=0.5)) == len(images)  # the PyTorch model decodes it
+    # the expected-context graph is exported at the checkpoint's attention_temperature (shapes_hard.yaml:
+    # 0.5, so the comparisons above covered the tempered context); another needs PyTorch
+    tau = a.generation.attention_temperature
+    assert tau != 1.0 and b.generation.attention_temperature == tau
+    assert json.loads((out / "config.json").read_text())["onnx"]["attention_temperature"] == tau
+    with pytest.raises(Exception, match=f"attention_temperature 1.0: this ONNX step graph reads .* at attention_temperature {tau:g}"):
+        b(images[:1], attention_temperature=1.0)
+    assert a(images, attention_temperature=1.0) != a(images)  # the PyTorch model decodes it, differently
     # its safetensors folder (without REINFORCE's running baseline, training state) loads as well
     assert main(["export", "--checkpoint", str(hard_checkpoint), "--out", str(tmp_path / "hard")]) == 0
     folder = Captioner.from_pretrained(tmp_path / "hard")

@@ -219,7 +219,9 @@ def best_checkpoint(run_dir: str) -> str:
 def decoding_args(mode: str) -> list[str]:
     """`captioning evaluate` arguments of a test decoding: expected, argmax, bestofK (K sampled location
     sequences, the best by model score) or tauT (the expected context under softmax(log alpha / T))."""
-    if mode in ("expected", "argmax"):
+    if mode == "expected":  # alpha itself, whatever the config's test decoding
+        return ["--attention-mode", mode, "--attention-temperature", "1"]
+    if mode == "argmax":
         return ["--attention-mode", mode]
     if mode.startswith("bestof"):
         return ["--location-samples", mode[len("bestof"):]]
