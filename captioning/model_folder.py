@@ -131,7 +131,9 @@ def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> 
         split = card.get("test_split") or {}
         gen = card.get("test_generation") or {}
         lines += [f"## Test scores ({split.get('split', 'test')} split of {split.get('annotations')}, "
-                  f"{split.get('num_images')} images, {gen.get('num_beams', '?')} beams)", "",
+                  f"{split.get('num_images')} images, {gen.get('num_beams', '?')} beams"
+                  + (f", attention_temperature {gen['attention_temperature']:g}" if gen.get("attention_temperature", 1.0) != 1.0
+                     else "") + ")", "",
                   "| metric | score |", "|---|---|", *[f"| {k} | {v:.4f} |" for k, v in scores.items()], ""]
     else:
         lines += ["Test scores: not recorded (export with `--metrics` and a report of `captioning evaluate --out`).", ""]

@@ -208,6 +208,13 @@ def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images
     with pytest.raises(Exception, match=f"attention_temperature 1.0: this ONNX step graph reads .* at attention_temperature {tau:g}"):
         b(images[:1], attention_temperature=1.0)
     assert a(images, attention_temperature=1.0) != a(images)  # the PyTorch model decodes it, differently
+    # a metrics report of a tempered decoding: the model card's score table says so
+    report = {"scores": {"CIDEr": 0.5}, "annotations": "a.json", "split": "test", "num_images": 2,
+              "generation": dict(a.generation.__dict__)}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert main(["export", "--checkpoint", str(hard_checkpoint), "--out", str(tmp_path / "carded"),
+                 "--metrics", str(tmp_path / "report.json")]) == 0
+    assert f"beams, attention_temperature {tau:g})" in (tmp_path / "carded" / "README.md").read_text()
     # its safetensors folder (without REINFORCE's running baseline, training state) loads as well
     assert main(["export", "--checkpoint", str(hard_checkpoint), "--out", str(tmp_path / "hard")]) == 0
     folder = Captioner.from_pretrained(tmp_path / "hard")
