@@ -362,6 +362,36 @@ def cmd_table(args) -> None:
                   f"{r['steps']} ({r['best_step']}) | {'' if v is None else f'{v:.3g}'} |")
 
 
+def cmd_seeds(args) -> None:
+    """Per-seed figures and their means, one group of runs (run folders holding run.json) per --group."""
+    import statistics
+
+    metrics = (("object F1", lambda s: s.get("object_f1")), ("CIDEr", lambda s: s.get("CIDEr")),
+               ("BLEU-4", lambda s: s.get("BLEU-4")), ("pointing game", lambda s: (s.get("grounding") or {}).get("pointing_game")))
+    print("| group | test decoding | seeds | " + " | ".join(f"{m} (per seed; mean +- sd)" for m, _ in metrics) + " |")
+    print("|---|---|---|" + "---|" * len(metrics))
+    for label, *dirs in args.group:
+        records = []
+        for d in dirs:
+            path = d if d.endswith("run.json") else os.path.join(d, "run.json")
+            if not os.path.isfile(path):
+                raise SystemExit(f"{path}: no run.json (a folder written by `run`)")
+            record = json.load(open(path))
+            seed = next((record["fit"].split()[i + 1] for i, w in enumerate(record["fit"].split()) if w == "--seed_everything"), "0")
+            records.append((seed, record))
+        modes = [m for m in records[0][1]["test"] if all(m in r["test"] for _, r in records)]
+        for mode in modes:
+            cells = []
+            for _, get in metrics:
+                values = [get(r["test"][mode]["scores"]) for _, r in records]
+                if any(v is None for v in values):
+                    cells.append("")
+                    continue
+                sd = statistics.stdev(values) if len(values) > 1 else 0.0
+                cells.append(" / ".join(f"{v:.3f}" for v in values) + f"; {statistics.mean(values):.3f} +- {sd:.3f}")
+            print(f"| {label} | {mode} | {' / '.join(seed for seed, _ in records)} | " + " | ".join(cells) + " |")
+
+
 def cmd_likelihood(args) -> None:
     """Teacher-forced test NLL/token of each checkpoint: expected context, argmax cell, per-step location marginal."""
     import torch
@@ -524,6 +554,10 @@ def main(argv=None) -> None:
     s = sub.add_parser("table")
     s.add_argument("dir")
     s.set_defaults(func=cmd_table)
+    s = sub.add_parser("seeds", help="per-seed test figures and their means, a group of run folders at a time")
+    s.add_argument("--group", nargs="+", action="append", required=True, metavar=("LABEL", "RUN_DIR"),
+                   help="a label, then the run folders (each with its run.json) of one setting's seeds")
+    s.set_defaults(func=cmd_seeds)
     args = p.parse_args(argv)
     from captioning.errors import CaptioningError
 
