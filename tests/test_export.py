@@ -46,7 +46,10 @@ def soft_onnx(tiny_checkpoint, tmp_path_factory) -> Path:
 def hard_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
     from captioning.trainer_cli import run_lightning_cli
 
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard"), config="shapes_hard.yaml", steps=3))
+    # a tempered test decoding (GenerationConfig.attention_temperature), so that the ONNX test covers
+    # the expected-context step graph built at the checkpoint's tau
+    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard"), config="shapes_hard.yaml", steps=3,
+                                     extra=["--model.test_generation.attention_temperature", "0.5"]))
     return Path(cli.trainer.checkpoint_callback.last_model_path)
 
 
@@ -200,8 +203,8 @@ def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images
             assert [x["locations"] for x in ra] == [y["locations"] for y in rb]
     with pytest.raises(Exception, match="sampling"):
         b(images[:1], attention_mode="sample")
-    # the expected-context graph is exported at the checkpoint's attention_temperature (shapes_hard.yaml:
-    # 0.5, so the comparisons above covered the tempered context); another needs PyTorch
+    # the expected-context graph is exported at the checkpoint's attention_temperature (0.5: the
+    # comparisons above covered the tempered context); another needs PyTorch
     tau = a.generation.attention_temperature
     assert tau != 1.0 and b.generation.attention_temperature == tau
     assert json.loads((out / "config.json").read_text())["onnx"]["attention_temperature"] == tau
