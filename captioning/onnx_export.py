@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from captioning.files import atomic_write_json, atomic_write_text
+from captioning.models.attention import tempered
 from captioning.model_files import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
 
 OPSET = 17
@@ -120,7 +121,7 @@ class StepGraph(nn.Module):
         if self.mode == "argmax":  # a_{argmax alpha}: a one-hot row picks the annotation vector exactly
             weights = F.one_hot(alpha.argmax(dim=-1), L).to(alpha.dtype)
         elif self.attention_temperature != 1.0:  # the tempered expected context (GenerationConfig.attention_temperature)
-            weights = torch.softmax(torch.log(alpha.clamp_min(1e-12)) / self.attention_temperature, dim=-1)
+            weights = tempered(alpha, self.attention_temperature)
         else:
             weights = alpha
         context = torch.bmm(weights.view(B, -1, L), features).view(-1, D)  # (B, K, L) x (B, L, D) -> (N, D)
