@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.attention_maps import grid_shape
+from captioning.viz.attention_maps import grid_shape
 from captioning.common import default_device
 from captioning.data.images import as_rgb, to_tensor
-from captioning.models.search import GenerationConfig
+from captioning.decoding.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
 
 ImageInput = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
@@ -64,7 +64,7 @@ class Captioner:
     @classmethod
     def from_checkpoint(cls, path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None) -> "Captioner":
         """The captioner of a checkpoint file (``captioning fit``'s) or of a model folder (``captioning export``'s)."""
-        from captioning.checkpoint import load_module
+        from captioning.storage.checkpoint import load_module
 
         module = load_module(path)
         return cls.from_module(module, device, training_data=getattr(module, "training_data", None))
@@ -79,9 +79,9 @@ class Captioner:
         in) huggingface_hub's cache; ``local_files_only`` (default: true when ``HF_HUB_OFFLINE`` is
         set) uses the cache only, and a model not there is a one-line error.
         """
-        from captioning.checkpoint import load_module
-        from captioning.model_files import resolve_folder
-        from captioning.model_folder import read_folder
+        from captioning.storage.checkpoint import load_module
+        from captioning.storage.folder_json import resolve_folder
+        from captioning.storage.folder import read_folder
 
         folder = resolve_folder(name_or_path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir)
         module = load_module(folder, ckpt=read_folder(folder))
@@ -89,7 +89,7 @@ class Captioner:
 
     def save_pretrained(self, folder: Union[str, os.PathLike]) -> str:
         """Write this model as a model folder (model.safetensors, config.json, vocab.json, README.md)."""
-        from captioning.model_folder import save_folder
+        from captioning.storage.folder import save_folder
 
         if self.hparams is None:
             raise ValueError("save_pretrained needs the model's settings: make the Captioner with from_checkpoint, "
@@ -105,7 +105,7 @@ class Captioner:
         Returns the repository's URL; load it anywhere with ``Captioner.from_pretrained(repo_id)``."""
         import tempfile
 
-        from captioning.model_folder import push_to_hub
+        from captioning.storage.folder import push_to_hub
 
         with tempfile.TemporaryDirectory() as tmp:
             self.save_pretrained(tmp)
@@ -128,7 +128,7 @@ class Captioner:
     ) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time.
 
-        ``generation``: any field of :class:`~captioning.models.search.GenerationConfig`
+        ``generation``: any field of :class:`~captioning.decoding.search.GenerationConfig`
         (num_beams, max_new_tokens, length_penalty, do_sample, temperature, top_k,
         attention_mode, attention_temperature, num_return_sequences), over :attr:`generation`.
 
@@ -195,7 +195,7 @@ class Captioner:
         (``heads="mean"``) or one picture per head (``heads="each"``: the GIF's frames side by side,
         the grids one under another).
         """
-        from captioning import visualize
+        from captioning.viz import pictures as visualize
 
         if heads not in ("mean", "each"):
             raise ValueError(f"heads must be 'mean' or 'each', got {heads!r}")
@@ -220,7 +220,7 @@ class Captioner:
 
     def _render_heads(self, pil, words, result, path, format, duration_ms, alpha, style):
         """render(heads="each"): one picture per head, labelled."""
-        from captioning import visualize
+        from captioning.viz import pictures as visualize
 
         maps = result["head_attention"][: len(words)]  # (T, heads, gh, gw)
         cells = result.get("head_locations")

@@ -40,7 +40,7 @@ def fit_args(annotations, root_dir, config="shapes_soft.yaml", steps=2, extra=()
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
     """A soft-attention checkpoint after a few training steps on the tiny shapes data."""
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     root = tmp_path_factory.mktemp("fit")
     cli = run_lightning_cli(fit_args(tiny_shapes, root, steps=3))

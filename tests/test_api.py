@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from captioning import visualize as V
+from captioning.viz import pictures as V
 from captioning.api import Captioner, as_pil
 from captioning.data.images import load_image
 from captioning.errors import ConfigError, ImageError

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageSequence
 
-from captioning import visualize as V
+from captioning.viz import pictures as V
 from captioning.cli import main
 from conftest import caption_tokens
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from captioning.models.attention import AdditiveAttention, DotAttention, gaussian_window, glimpse, window_log
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
-from captioning.models.search import GenerationConfig, beam_search, greedy_search
+from captioning.decoding.search import GenerationConfig, beam_search, greedy_search
 from captioning.objectives.cross_entropy import CrossEntropy, doubly_stochastic_penalty
 
 V, D, GRID = 13, 12, 3  # vocabulary, feature width (= hidden_dim, for the dot score), 3 x 3 grid
@@ -307,7 +307,7 @@ def test_bad_variant_settings_are_one_line_errors():
 
 
 def test_a_checkpoint_from_before_the_variants_loads_as_the_papers_model(tiny_checkpoint, tmp_path):
-    from captioning.checkpoint import load_module
+    from captioning.storage.checkpoint import load_module
 
     ckpt = torch.load(tiny_checkpoint, weights_only=True)
     new_fields = ("score", "heads", "placement", "window", "local_sigma", "refiner_layers", "refiner_heads")
@@ -374,7 +374,7 @@ def test_api_gives_each_heads_maps_and_renders_them_as_panels(kind, tmp_path):
 
 
 def test_print_config_shows_the_variant_settings(capsys, tiny_shapes):
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
     from conftest import ROOT
 
     for config, expected in (("shapes_soft.yaml", ("score: additive", "heads: 1", "placement: bahdanau", "window: global",
@@ -391,8 +391,8 @@ def test_print_config_shows_the_variant_settings(capsys, tiny_shapes):
 
 
 def test_evaluate_scores_grounding_per_head(tiny_shapes, tmp_path):
-    from captioning.evaluate import evaluate
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.cli.evaluate import evaluate
+    from captioning.training.cli import run_lightning_cli
     from conftest import fit_args
 
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config="shapes_multihead.yaml", steps=2))
@@ -410,7 +410,7 @@ def test_evaluate_scores_grounding_per_head(tiny_shapes, tmp_path):
 def test_evaluator_gives_the_dataset_scores_each_heads_maps():
     import numpy as np
 
-    from captioning.evaluation import Evaluator
+    from captioning.decoding.evaluator import Evaluator
 
     evaluator = Evaluator(keep_alignments=True)
     heads = np.random.default_rng(0).random((2, 3, L))  # (T, heads, L)

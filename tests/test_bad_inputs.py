@@ -38,7 +38,7 @@ def test_evaluate_skips_and_names_bad_images_and_scores_the_rest(damaged_shapes,
 
 
 def test_training_skips_a_corrupted_image_and_counts_it(damaged_shapes, tmp_path, caplog):
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     annotations, _, _, bad_train = damaged_shapes
     with caplog.at_level(logging.WARNING, logger="captioning.data.datamodule"):

@@ -110,8 +110,8 @@ def test_evaluate_bad_annotation_files(tiny_checkpoint, tmp_path):
 @pytest.mark.parametrize("command", ["caption", "attend", "evaluate"])
 def test_forbid_bad_endings_flag_reaches_the_generation_settings(command):
     from captioning.cli import build_parser
-    from captioning.cli_options import generation_overrides
-    from captioning.models.search import GenerationConfig
+    from captioning.cli.options import generation_overrides
+    from captioning.decoding.search import GenerationConfig
 
     required = {"caption": ["x.png"], "attend": ["x.png", "--out", "o"], "evaluate": ["--annotations", "a.json"]}[command]
     parser = build_parser()

@@ -9,10 +9,10 @@ import torch
 from captioning.errors import ConfigError
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
-from captioning.models.search import GenerationConfig
+from captioning.decoding.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
-from captioning.module import CaptioningModule, step_seed
-from captioning.optim import OptimizerConfig
+from captioning.training.module import CaptioningModule, step_seed
+from captioning.training.optim import OptimizerConfig
 from captioning.objectives import CrossEntropy, HardAttentionReinforce, objective_for, objective_from_spec
 from captioning.vocab import Vocabulary
 from conftest import ROOT

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.checkpoint import load_module
-from captioning.trainer_cli import run_lightning_cli
+from captioning.storage.checkpoint import load_module
+from captioning.training.cli import run_lightning_cli
 from conftest import ROOT, fit_args
 
 CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))

@@ -254,7 +254,7 @@ def test_real_dataset_configs_exist():
 @pytest.mark.parametrize("config", REAL_CONFIGS)
 def test_real_dataset_config_fits_one_step(config, tmp_path_factory):
     """Each config parses, builds its module and datamodule on tiny JPEG data and takes a fit step."""
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
     from conftest import fit_args
 
     root = tmp_path_factory.mktemp(config.split(".")[0])

@@ -17,7 +17,7 @@ SCRIPT = r'''
 import json, sys
 import torch
 import torch.distributed as dist
-from captioning.evaluation import Evaluator
+from captioning.decoding.evaluator import Evaluator
 
 out_dir, annotations, devices, ckpt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 original = Evaluator.predictions
@@ -36,7 +36,7 @@ def recording(self, vocab, all_gather=None):
 
 
 Evaluator.predictions = recording
-from captioning.trainer_cli import run_lightning_cli
+from captioning.training.cli import run_lightning_cli
 
 args = ["--config", "configs/shapes_soft.yaml", "--data.annotations", annotations, "--data.batch_size", "8", "--data.group_captions", "false",
         "--data.bucket_by_length", "true",
@@ -108,7 +108,7 @@ import hashlib, json, os, sys
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from captioning.objectives import HardAttentionReinforce
-from captioning.trainer_cli import run_lightning_cli
+from captioning.training.cli import run_lightning_cli
 
 out_dir, annotations, resume = sys.argv[1], sys.argv[2], sys.argv[3]
 rank = int(os.environ.get("LOCAL_RANK", 0))

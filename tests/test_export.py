@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from captioning.api import Captioner
-from captioning.checkpoint import load_module
+from captioning.storage.checkpoint import load_module
 from captioning.cli import main
 from captioning.errors import CheckpointError
 from conftest import ROOT, fit_args
@@ -44,7 +44,7 @@ def soft_onnx(tiny_checkpoint, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def hard_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     # a tempered test decoding (GenerationConfig.attention_temperature), so that the ONNX test covers
     # the expected-context step graph built at the checkpoint's tau
@@ -121,7 +121,7 @@ def test_every_checkpoint_command_takes_a_folder(tiny_checkpoint, soft_folder, t
 
 
 def test_init_from_a_folder(tiny_shapes, soft_folder, tmp_path):
-    from captioning.module import initial_weights
+    from captioning.training.module import initial_weights
 
     module = load_module(soft_folder)
     vocab, weights = initial_weights(str(soft_folder), dict(module.hparams))
@@ -148,7 +148,7 @@ def test_hub_ids_resolve_through_the_cache_and_an_offline_miss_is_one_line(soft_
 def test_onnx_steps_match_the_decoder_within_1e4(tiny_checkpoint, soft_onnx, images):
     """One step of the ONNX graph against decoder.step on the same states: greedy rows and 3 beams per image."""
     from captioning.data.images import load_image, to_tensor
-    from captioning.onnx_captioner import OnnxCaptioner
+    from captioning.export.onnx_captioner import OnnxCaptioner
 
     module = load_module(tiny_checkpoint)
     model, onnx = module.model, OnnxCaptioner(soft_onnx)
@@ -171,7 +171,7 @@ def test_onnx_steps_match_the_decoder_within_1e4(tiny_checkpoint, soft_onnx, ima
 
 
 def test_onnx_captions_as_pytorch_greedy_and_beam_3(tiny_checkpoint, soft_onnx, images):
-    from captioning.onnx_captioner import OnnxCaptioner
+    from captioning.export.onnx_captioner import OnnxCaptioner
 
     a, b = Captioner.from_checkpoint(tiny_checkpoint, "cpu"), OnnxCaptioner(soft_onnx)
     for beams in (1, 3):
@@ -189,7 +189,7 @@ def test_onnx_captions_as_pytorch_greedy_and_beam_3(tiny_checkpoint, soft_onnx, 
 
 def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images, tmp_path):
     pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
-    from captioning.onnx_captioner import OnnxCaptioner
+    from captioning.export.onnx_captioner import OnnxCaptioner
 
     out = tmp_path / "hard_onnx"
     assert main(["export", "--format", "onnx", "--checkpoint", str(hard_checkpoint), "--out", str(out)]) == 0
@@ -251,7 +251,7 @@ def test_onnx_route_runs_where_torch_cannot_be_imported(tiny_checkpoint, soft_on
     rows = json.loads(proc.stdout)
     assert [r["generated_text"] for r in rows] == [r["generated_text"] for r in expected]
 
-    script = ("import json, sys; from captioning.onnx_captioner import OnnxCaptioner; import captioning; "
+    script = ("import json, sys; from captioning.export.onnx_captioner import OnnxCaptioner; import captioning; "
               f"out = OnnxCaptioner({str(soft_onnx)!r})({images[:6]!r}, num_beams=1, return_attention=True); "
               "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'lightning')]; "
               "print(json.dumps([[o['generated_text'], o['score'], o['attention'].shape[1:]] for o in out]))")
@@ -354,7 +354,7 @@ def test_export_refuses_to_overwrite_and_bad_checkpoints_are_one_line(tiny_check
 def test_attention_variant_exports_as_a_folder_and_onnx_says_it_cannot(tiny_shapes, images, tmp_path, capsys):
     """A variant (Luong placement, two heads) round-trips through safetensors; the ONNX step graph is
     the paper's attention only, so ONNX export of a variant is a one-line error, not a wrong graph."""
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path / "fit", config="shapes_luong.yaml", steps=2,
                                      extra=["--model.decoder.heads", "2"]))

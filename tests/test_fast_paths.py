@@ -20,7 +20,7 @@ from captioning.vocab import Vocabulary
 from captioning.objectives.cross_entropy import caption_log_likelihood, doubly_stochastic_penalty
 from captioning.models import attention as attention_module
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
-from captioning.models.search import GenerationConfig, generate
+from captioning.decoding.search import GenerationConfig, generate
 
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L, H, M, A = 50, 32, 49, 64, 48, 40

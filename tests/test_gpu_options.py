@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.checkpoint import load_module
-from captioning.trainer_cli import run_lightning_cli
+from captioning.storage.checkpoint import load_module
+from captioning.training.cli import run_lightning_cli
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.models.encoders import EncoderConfig, build_encoder
-from captioning.models.search import GenerationConfig
+from captioning.decoding.search import GenerationConfig
 from conftest import fit_args
 
 

@@ -1,4 +1,4 @@
-"""The search with GenerationConfig.cuda_graphs (models/graphed_search.py, the loop of every search:
+"""The search with GenerationConfig.cuda_graphs (decoding/loops.py, the loop of every search:
 captured on CUDA, run as it is on a CPU) gives the same captions, scores, lengths and attention maps
 as without it; and the capture helper runs plain functions off CUDA. (On a CPU both configs run the
 same loop: what these tests check there is that the option changes nothing; the search itself is
@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import torch
 
-from captioning.graphs import ShapeGraphs, graphs_available
+from captioning.cuda_graphs import ShapeGraphs, graphs_available
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
-from captioning.models.search import GenerationConfig, generate
+from captioning.decoding.search import GenerationConfig, generate
 
 V, D, L = 17, 12, 9
 EOS_LUONG = 2.5

@@ -8,7 +8,7 @@ from PIL import Image
 from captioning.data.karpathy import ImageRecord
 from captioning.data.shapes import grounding, locate_objects
 from captioning.metrics import grounding_scores
-from captioning.visualize import upsample_map
+from captioning.viz.pictures import upsample_map
 
 def soft_maps(alignments):
     """The alignments of a soft-attention model: no chosen locations."""
@@ -120,10 +120,10 @@ def test_objects_are_matched_per_image_and_sizes_read_from_files(tmp_path):
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap's tokenizer needs Java")
 def test_evaluate_reports_grounding(tiny_checkpoint, tiny_shapes):
-    from captioning.evaluate import evaluate
+    from captioning.cli.evaluate import evaluate
 
-    from captioning.checkpoint import load_module
-    from captioning.models.search import GenerationConfig
+    from captioning.storage.checkpoint import load_module
+    from captioning.decoding.search import GenerationConfig
 
     report = evaluate(load_module(tiny_checkpoint), str(tiny_shapes), split="test", generation=GenerationConfig(max_new_tokens=12),
                       grounding=True, device="cpu", progress=False)

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.checkpoint import load_module
+from captioning.storage.checkpoint import load_module
 from captioning.data import shapes
 from captioning.data.karpathy import load_karpathy
 from captioning.errors import ConfigError
 from captioning.models.attention import glimpse
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
-from captioning.models.search import GenerationConfig, generate
+from captioning.decoding.search import GenerationConfig, generate
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.objectives.reinforce import (HardAttentionReinforce, leave_one_out_baseline, location_grad_sq,
                                              reinforce_loss)
-from captioning.trainer_cli import run_lightning_cli
+from captioning.training.cli import run_lightning_cli
 from conftest import fit_args
 from test_reinforce import exact_gradient, flat_grad, tiny_problem, z_scores
 

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from captioning.trainer_cli import run_lightning_cli
+from captioning.training.cli import run_lightning_cli
 from captioning.data.shapes import generate
-from captioning.evaluate import evaluate
-from captioning.models.search import GenerationConfig
+from captioning.cli.evaluate import evaluate
+from captioning.decoding.search import GenerationConfig
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from conftest import ROOT
 

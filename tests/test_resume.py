@@ -99,7 +99,7 @@ def test_resumed_run_ends_at_the_same_step_and_epoch(runs):
 def test_baseline_and_optimizer_survive_the_kill(runs, tiny_shapes, tmp_path):
     """Resuming restores the REINFORCE baseline and Adam's moments exactly (max_steps already reached:
     the resumed trainer restores the checkpoint and trains no further)."""
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     _, at_kill, _ = runs
     path = tmp_path / "at_kill.ckpt"

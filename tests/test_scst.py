@@ -9,7 +9,7 @@ import torch
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
-from captioning.models.search import BAD_ENDINGS, GenerationConfig, bad_ending_ids
+from captioning.decoding.search import BAD_ENDINGS, GenerationConfig, bad_ending_ids
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.objectives import SCST, objective_from_spec
 from captioning.objectives.cross_entropy import caption_log_likelihood
@@ -228,8 +228,8 @@ def test_bad_ending_rate_and_forbidding_bad_endings():
 
 # --------------------------------------------------------------------------- the training stage
 def test_fit_from_a_cross_entropy_checkpoint_and_resume(tiny_shapes, tiny_checkpoint, tmp_path):
-    from captioning.checkpoint import load_module
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.storage.checkpoint import load_module
+    from captioning.training.cli import run_lightning_cli
 
     ce = torch.load(tiny_checkpoint, weights_only=True)
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path / "a", config="scst_shapes_soft.yaml", steps=2, extra=[
@@ -294,7 +294,7 @@ def test_init_from_another_vocabulary_or_architecture_is_a_one_line_error(tiny_s
 
 
 def test_objective_by_class_name_in_any_config(tiny_shapes, tiny_checkpoint, tmp_path):
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config="shapes_soft.yaml", steps=2, extra=[
         "--model.objective", "SCST", "--model.objective.init_args.num_samples", "2",
@@ -319,7 +319,7 @@ def test_shapes_configs_are_the_demo_models_with_scst():
 def test_every_scst_config_fits_a_step(config, tiny_shapes, tmp_path):
     """Every SCST config takes a fit step (the real-data ones on tiny shapes data, their ResNet-101
     at random weights and a 2 x 2 grid; from scratch: init_from is the user's)."""
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     extra = []
     if "shapes" not in config:
@@ -337,7 +337,7 @@ def test_every_scst_config_fits_a_step(config, tiny_shapes, tmp_path):
 
 
 def test_bf16_autocast_and_grouped_batches(tiny_shapes, tiny_checkpoint, tmp_path):
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config="scst_shapes_soft.yaml", steps=2, extra=[
         "--model.init_from", str(tiny_checkpoint), "--trainer.precision", "bf16-mixed",
@@ -349,7 +349,7 @@ def test_bf16_autocast_and_grouped_batches(tiny_shapes, tiny_checkpoint, tmp_pat
 DDP_SCRIPT = r'''
 import hashlib, json, sys
 import torch.distributed as dist
-from captioning.trainer_cli import run_lightning_cli
+from captioning.training.cli import run_lightning_cli
 
 out_dir, annotations, ckpt = sys.argv[1], sys.argv[2], sys.argv[3]
 args = ["--config", "configs/scst_shapes_soft.yaml", "--data.annotations", annotations, "--data.batch_size", "4",

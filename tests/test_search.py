@@ -6,7 +6,7 @@ from captioning.vocab import Vocabulary
 
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
-from captioning.models.search import GenerationConfig, beam_search, generate, greedy_search
+from captioning.decoding.search import GenerationConfig, beam_search, generate, greedy_search
 
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 12, 10, 6

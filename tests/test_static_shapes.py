@@ -144,7 +144,7 @@ def test_hard_objective_reads_nothing_back_in_the_static_pass():
 
 # ---------------------------------------------------------------------- the training module
 def fit_weights(tiny_shapes, root, config, extra):
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
     from tests.conftest import fit_args
 
     cli = run_lightning_cli(fit_args(tiny_shapes, root, config=config, steps=3,
@@ -178,7 +178,7 @@ def test_cuda_graphs_step_falls_back_on_cpu_and_equals_lightnings_step(tiny_shap
 
 def test_cuda_graphs_refuses_steps_it_cannot_capture():
     from captioning.errors import ConfigError
-    from captioning.module import CaptioningModule
+    from captioning.training.module import CaptioningModule
     from captioning.objectives import SCST
 
     with pytest.raises(ConfigError, match="cuda_graphs.*decodes"):
@@ -197,7 +197,7 @@ def test_cuda_graphs_refuses_steps_it_cannot_capture():
 
 
 def test_buckets_pad_captions():
-    from captioning.module import CaptioningModule
+    from captioning.training.module import CaptioningModule
 
     module = CaptioningModule(length_buckets=(8, 12))
     captions = torch.ones(2, 7, dtype=torch.long)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageSequence
 
-from captioning import visualize as V
+from captioning.viz import pictures as V
 
 
 def _one_hot(gh, gw, row, col):

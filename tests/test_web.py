@@ -23,7 +23,7 @@ import pytest
 import torch
 from PIL import Image
 
-from captioning.models.search import GenerationConfig
+from captioning.decoding.search import GenerationConfig
 
 pytest.importorskip("starlette", reason="the web extra is not installed: pip install -e '.[web]'")
 pytest.importorskip("uvicorn", reason="the web extra is not installed: pip install -e '.[web]'")
@@ -143,7 +143,7 @@ def test_images(tiny_shapes, tmp_path_factory) -> list[Path]:
 @pytest.fixture(scope="module")
 def hard_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
     """A hard-attention checkpoint after a few training steps on the tiny shapes data."""
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
     from conftest import fit_args
 
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard"), config="shapes_hard.yaml", steps=3))

@@ -53,7 +53,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def page_server(tiny_shapes, tmp_path_factory):
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
     from conftest import fit_args
 
     def fit(config, steps):
@@ -138,8 +138,8 @@ def test_upload_caption_gif_and_word_maps(browser, page_server, tiny_shapes, tmp
 
 
 def test_page_stretches_maps_as_the_python_overlays_do(browser, page_server):
-    """The page's bicubic upsampling of a grid equals captioning.attention_maps.upsample_map."""
-    from captioning.attention_maps import upsample_map
+    """The page's bicubic upsampling of a grid equals captioning.viz.attention_maps.upsample_map."""
+    from captioning.viz.attention_maps import upsample_map
 
     if not browser.current_url.startswith(page_server.url):
         browser.get(page_server.url)

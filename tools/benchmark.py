@@ -44,7 +44,7 @@ Sections (each a list of rows in the JSON, and a table on stdout):
 - ``graphs``: issue 15's rows. The training step (soft and hard attention, D = 2048, batch 32 and
   64) three ways: the default shrinking-batch pass, the static-shape pass (captions padded to a
   length bucket, every row at every step), and on CUDA the static-shape step captured as a CUDA
-  graph (captioning.graphs.GraphedTrainingStep: forward, losses, backward, clipping; fused Adam
+  graph (captioning.cuda_graphs.GraphedTrainingStep: forward, losses, backward, clipping; fused Adam
   after it), each in fp32, TF32 (CUDA) and bf16 autocast (``--amp``); ``pairs_per_s`` are caption
   pairs a second and ``gpu_busy`` the share of the wall time the GPU spent in kernels (torch.profiler
   over 5 steps; CUDA only). Then greedy and beam 3 / 5 at batch 64, plain and graphed
@@ -80,7 +80,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from captioning.objectives import CrossEntropy, HardAttentionReinforce  # noqa: E402
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder  # noqa: E402
-from captioning.models.search import GenerationConfig, beam_search, greedy_search  # noqa: E402
+from captioning.decoding.search import GenerationConfig, beam_search, greedy_search  # noqa: E402
 
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 
@@ -356,7 +356,7 @@ def bench_load(device, quick: bool, workers: int) -> list[dict]:
 
     from captioning.data.datasets import Collate, ImageDataset
     from captioning.data.features import FeatureCache
-    from captioning.extract import extract_features
+    from captioning.cli.extract import extract_features
     from captioning.data.karpathy import ImageRecord
 
     rows = []
@@ -642,7 +642,7 @@ def gpu_busy(fn, device, steps: int = 5):
 
 def graphs_step_fn(dec, opt, features, captions, lengths, amp, how: str):
     """One training step: ``how`` = "dynamic" (the default pass), "static" or "graph" (captured)."""
-    from captioning.graphs import GraphedTrainingStep
+    from captioning.training.captured_step import GraphedTrainingStep
 
     if how == "dynamic":
         return train_step_fn(dec, opt, features, captions, lengths, amp)
@@ -710,7 +710,7 @@ def bench_graphs(device, quick: bool, amp_modes: list, load_rows: list) -> list[
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     # decoding: plain and graphed search at batch 64
-    from captioning.models.search import generate
+    from captioning.decoding.search import generate
 
     dec = build_decoder("soft", D, V, dim, device).eval()
     B = 8 if quick else 64

@@ -25,9 +25,9 @@ from typing import Optional, Sequence
 
 from PIL import Image, ImageDraw
 
-from captioning import visualize as V
+from captioning.viz import pictures as V
 from captioning.api import Captioner
-from captioning.cli_options import generation_args, generation_overrides, report_skipped
+from captioning.cli.options import generation_args, generation_overrides, report_skipped
 from captioning.data.images import expand_image_paths, load_images
 from captioning.errors import CaptioningError
 from captioning.files import atomic_write_bytes

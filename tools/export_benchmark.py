@@ -35,10 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from captioning.api import Captioner  # noqa: E402
-from captioning.checkpoint import load_module, module_from_hparams  # noqa: E402
-from captioning.model_folder import folder_summary, save_folder  # noqa: E402
-from captioning.onnx_captioner import OnnxCaptioner  # noqa: E402
-from captioning.onnx_export import export_onnx  # noqa: E402
+from captioning.storage.checkpoint import load_module, module_from_hparams  # noqa: E402
+from captioning.storage.folder import folder_summary, save_folder  # noqa: E402
+from captioning.export.onnx_captioner import OnnxCaptioner  # noqa: E402
+from captioning.export.onnx import export_onnx  # noqa: E402
 from captioning.vocab import Vocabulary  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def resnet101_module(vocab_size: int, seed: int = 0):
 def synthetic_checkpoint(module, path: Path) -> str:
     """A checkpoint laid out as `captioning fit` writes one (weights, hyperparameters, vocabulary and
     Adam's two moments of every trainable parameter after one step), for its size."""
-    from captioning.optim import build_optimizer
+    from captioning.training.optim import build_optimizer
 
     optimizer = build_optimizer(module.model, module.optimizer_config, False)
     for p in module.model.parameters():

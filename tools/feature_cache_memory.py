@@ -29,7 +29,7 @@ def build(out: str, n: int, jpegs: int = 0) -> str:
     """A cache of n random grids (written in chunks, all rows done) and its annotation file."""
     from PIL import Image
 
-    from captioning.extract import _open_part
+    from captioning.cli.extract import _open_part
 
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -124,7 +124,7 @@ def train(ann: str, features: str | None, steps: int, batch: int, workers: int) 
 
     from captioning.data.datamodule import CaptionDataModule
     from captioning.models.encoders import EncoderConfig
-    from captioning.module import CaptioningModule
+    from captioning.training.module import CaptioningModule
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     rss0 = _status("self").get("VmRSS", 0)

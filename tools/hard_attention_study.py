@@ -101,7 +101,7 @@ def cli_args(name: str, data: str) -> list[str]:
 
 def build(name: str, data: str):
     """(module, a list of training batches) of a variant, as `captioning fit` would build them."""
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     cli = run_lightning_cli(cli_args(name, data) + ["--trainer.logger", "false", "--trainer.max_steps", "1"], run=False)
     module, dm = cli.model, cli.datamodule
@@ -114,7 +114,7 @@ def cmd_speed(args) -> None:
     """ms/step of every (data, variant), round-robin in one process; ratios to the first pair."""
     import torch
 
-    from captioning.optim import build_optimizer
+    from captioning.training.optim import build_optimizer
 
     torch.manual_seed(0)
     runs = {}
@@ -152,7 +152,7 @@ def cmd_speed(args) -> None:
 def cmd_variance(args) -> None:
     import torch
 
-    from captioning.checkpoint import load_module
+    from captioning.storage.checkpoint import load_module
     from captioning.objectives import HardAttentionReinforce
 
     base = load_module(args.checkpoint)
@@ -267,7 +267,7 @@ def run_scalars(run_dir: str) -> dict:
     """tag -> (steps, values) over every version of a run (a resumed run logs into a new version)."""
     import numpy as np
 
-    from captioning.curves import read_scalars
+    from captioning.viz.curves import read_scalars
 
     merged: dict = {}
     for logs in sorted(glob.glob(os.path.join(run_dir, "lightning_logs", "version_*"))):
@@ -398,7 +398,7 @@ def cmd_likelihood(args) -> None:
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    from captioning.checkpoint import load_module
+    from captioning.storage.checkpoint import load_module
     from captioning.data.datamodule import CaptionDataModule
     from captioning.data.datasets import CaptionPairDataset, Collate
     from captioning.models.decoder import DecoderState

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from captioning.models.search import BAD_ENDINGS  # noqa: E402
+from captioning.decoding.search import BAD_ENDINGS  # noqa: E402
 from captioning.vocab import tokenize  # noqa: E402
 
 RUNS = {  # name: (config, the cross-entropy run it starts from, baseline)

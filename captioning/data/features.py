@@ -9,7 +9,7 @@ without sharding)::
 
 The index is written first (atomically); a row's done flag is set and flushed only after the row's
 data was flushed, so an interrupted extraction resumes at the rows whose flag is 0 and a half-written
-row is never read as valid. This file reads caches; captioning/extract.py writes them. Readers merge every part of the folder. Memory does not grow with the
+row is never read as valid. This file reads caches; captioning/cli/extract.py writes them. Readers merge every part of the folder. Memory does not grow with the
 dataset: grids stay on disk (memmaps opened lazily, once per process / DataLoader worker) and the
 index is three flat arrays (24 bytes an image).
 """

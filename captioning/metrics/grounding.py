@@ -9,7 +9,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from captioning.attention_maps import upsample_map
+from captioning.viz.attention_maps import upsample_map
 
 def _box_mask(bbox: Sequence[float], width: int, height: int) -> np.ndarray:
     """(H, W) bool: pixels whose centre lies in ``bbox`` = [x0, y0, x1, y1] (exclusive ends)."""
@@ -33,7 +33,7 @@ def grounding_scores(items: Iterable[tuple]) -> dict:
     whole image, the original image's (W, H) and the box [x0, y0, x1, y1] (pixels, exclusive
     ends; a pixel is inside when its centre is) of the object the attended word names.
 
-    The map is upsampled to (H, W) with :func:`captioning.attention_maps.upsample_map` (as the overlays
+    The map is upsampled to (H, W) with :func:`captioning.viz.attention_maps.upsample_map` (as the overlays
     are drawn) and normalised to sum 1 (an all-zero map counts as uniform). Then
 
     * attention correctness (Liu et al. 2017) = the map's mass inside the box;

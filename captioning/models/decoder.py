@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from captioning.errors import ConfigError
-from captioning.attention_maps import grid_shape
+from captioning.viz.attention_maps import grid_shape
 from captioning.models.attention import (ATTENTION_MODES, SCORES, Glimpse, LocalCentre, build_attention, glimpse,
                                          graph_safe_sampling, window_log)
 from captioning.models.deferred import deferred_linear

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from captioning.models.decoder import DecoderConfig, DecoderOutput, ShowAttendTellDecoder
 from captioning.models.encoders import EncoderConfig, build_encoder
-from captioning.models.search import GenerationConfig, GenerationOutput, generate
+from captioning.decoding.search import GenerationConfig, GenerationOutput, generate
 from captioning.vocab import Vocabulary
 
 

@@ -39,7 +39,7 @@ from torch import Tensor
 from captioning.errors import ConfigError
 from captioning.metrics.cider import CiderD
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
-from captioning.models.search import BAD_ENDINGS, GenerationConfig
+from captioning.decoding.search import BAD_ENDINGS, GenerationConfig
 from captioning.objectives.base import Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.vocab import Vocabulary

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from captioning.cli_options import at_least
+from captioning.cli.options import at_least
 from captioning.web.server import DEFAULT_HOST, DEFAULT_MAX_PIXELS, DEFAULT_PORT
 
 

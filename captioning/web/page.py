@@ -2,7 +2,7 @@
 
 It talks to the server only through the public API (GET /api/models, POST /api/caption), so
 everything it shows a client script can get too. The per-word view draws each word's attention
-map over the image in the browser, the way ``captioning.visualize.overlay`` does (bicubic
+map over the image in the browser, the way ``captioning.viz.pictures.overlay`` does (bicubic
 stretch of the grid over the whole image, min-max normalised, the inferno colour map at 0.6
 opacity; a hard model's chosen cell outlined over its faint soft map). Kept in a Python module
 rather than a data file so that it ships with the package without any package-data setting.

@@ -32,12 +32,12 @@ def config_path(name: str) -> Path:
 
 def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int] = None, examples: int = 4) -> dict:
     from captioning.api import Captioner
-    from captioning.checkpoint import load_module
-    from captioning.curves import plot_curves
+    from captioning.storage.checkpoint import load_module
+    from captioning.viz.curves import plot_curves
     from captioning.data.shapes import generate
-    from captioning.evaluate import evaluate
+    from captioning.cli.evaluate import evaluate
     from captioning.files import atomic_write_json
-    from captioning.trainer_cli import run_lightning_cli
+    from captioning.training.cli import run_lightning_cli
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)

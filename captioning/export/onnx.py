@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from captioning.files import atomic_write_json, atomic_write_text
 from captioning.models.attention import tempered
-from captioning.model_files import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
+from captioning.storage.folder_json import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
 
 OPSET = 17
 ENCODER_INPUTS, ENCODER_OUTPUTS = ["images"], ["features", "projected", "h0", "c0"]
@@ -155,7 +155,7 @@ def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) ->
     """Write the ONNX folder of a CaptioningModule: encoder.onnx, decoder_step*.onnx, config.json,
     vocab.json, README.md. Returns the folder."""
     from captioning.errors import ConfigError
-    from captioning.model_folder import model_card, model_config
+    from captioning.storage.folder import model_card, model_config
 
     try:
         import onnx  # noqa: F401  (torch.onnx writes the graphs through it)

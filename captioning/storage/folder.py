@@ -17,10 +17,10 @@ from typing import Any, Optional
 import torch
 
 from captioning import __version__
-from captioning.attention_maps import grid_shape
+from captioning.viz.attention_maps import grid_shape
 from captioning.errors import CheckpointError
 from captioning.files import atomic_write_json, atomic_write_text, safe_torch_load
-from captioning.model_files import (CARD_FILE, CONFIG_FILE, FORMAT, FORMAT_VERSION, VOCAB_FILE, WEIGHTS_FILE,
+from captioning.storage.folder_json import (CARD_FILE, CONFIG_FILE, FORMAT, FORMAT_VERSION, VOCAB_FILE, WEIGHTS_FILE,
                                     read_config, read_vocab)
 
 #: the hyperparameters that describe training rather than the model (kept in config.json's "training")
@@ -139,7 +139,7 @@ def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> 
         lines += ["Test scores: not recorded (export with `--metrics` and a report of `captioning evaluate --out`).", ""]
     if onnx:
         lines += ["## Use (ONNX Runtime, no PyTorch)", "", "```bash", "captioning caption --onnx THIS_FOLDER photo.jpg", "```",
-                  "", "```python", "from captioning.onnx_captioner import OnnxCaptioner",
+                  "", "```python", "from captioning.export.onnx_captioner import OnnxCaptioner",
                   'captioner = OnnxCaptioner("THIS_FOLDER")', 'print(captioner("photo.jpg", num_beams=3)[0]["generated_text"])',
                   "```", ""]
     else:
@@ -175,7 +175,7 @@ def read_metrics(path: Optional[str]) -> Optional[dict]:
     """An ``evaluate`` report (its "scores"), for the model card; None without a path."""
     if path is None:
         return None
-    from captioning.model_files import read_json
+    from captioning.storage.folder_json import read_json
 
     report = read_json(path)
     if not isinstance(report, dict) or not isinstance(report.get("scores"), dict):
@@ -228,7 +228,7 @@ def read_checkpoint(path: str) -> dict:
     """A checkpoint file's dictionary, or a model folder's (a path, or a Hub id ``owner/name``) in the
     same form (model_folder.read_folder):
     {"state_dict", "hyper_parameters", "vocabulary", "training_data", ...}. Nothing that runs code is read."""
-    from captioning.model_files import looks_like_hub_id, resolve_folder
+    from captioning.storage.folder_json import looks_like_hub_id, resolve_folder
 
     path = os.fspath(path)
     if looks_like_hub_id(path):  # owner/name: a model of the Hugging Face Hub (its cache when offline)

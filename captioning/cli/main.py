@@ -15,9 +15,9 @@ from typing import Optional, Sequence
 
 from captioning.errors import CaptioningError
 from captioning import __version__
-from captioning.cli_options import ShortErrorParser, apply_image_limit, at_least, fraction, generation_args, generation_overrides, report_skipped
+from captioning.cli.options import ShortErrorParser, apply_image_limit, at_least, fraction, generation_args, generation_overrides, report_skipped
 
-#: the LightningCLI subcommands (captioning/trainer_cli.py)
+#: the LightningCLI subcommands (captioning/training/cli.py)
 TRAINING_COMMANDS = ("fit", "validate", "test")
 
 
@@ -52,12 +52,12 @@ def load_captioner(args):
     """The checkpoint's Captioner (or, with --onnx, the ONNX folder's OnnxCaptioner: no torch is
     imported then) and the generation settings of the command's arguments, checked before any image
     is read; a note when a hard-attention setting meets a soft model."""
-    from captioning.models.generation import GenerationConfig
+    from captioning.decoding.generation import GenerationConfig
 
     apply_image_limit(args)
     GenerationConfig(num_beams=args.num_beams).replace(**generation_overrides(args))  # one-line errors, early
     if getattr(args, "onnx", None):
-        from captioning.onnx_captioner import OnnxCaptioner
+        from captioning.export.onnx_captioner import OnnxCaptioner
 
         if args.device not in (None, "cpu"):
             print(f"note: --device {args.device} is ignored with --onnx (onnxruntime runs on the CPU)", file=sys.stderr)
@@ -151,8 +151,8 @@ def cmd_attend(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from captioning.checkpoint import load_module
-    from captioning.evaluate import evaluate
+    from captioning.storage.checkpoint import load_module
+    from captioning.cli.evaluate import evaluate
 
     apply_image_limit(args)
     module = load_module(args.checkpoint)
@@ -174,8 +174,8 @@ def cmd_evaluate(args) -> int:
 def cmd_export(args) -> int:
     import os
 
-    from captioning.export import export
-    from captioning.model_folder import folder_summary
+    from captioning.cli.export import export
+    from captioning.storage.folder import folder_summary
 
     if os.path.isfile(args.out):
         raise CaptioningError(f"--out {args.out}: a file, not a folder")
@@ -195,14 +195,14 @@ def cmd_export(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from captioning.demo import run_demo
+    from captioning.cli.demo import run_demo
 
     run_demo(args.out, seed=args.seed, max_epochs=args.max_epochs)
     return 0
 
 
 def cmd_prepare(args) -> int:
-    from captioning.prepare import prepare
+    from captioning.cli.prepare import prepare
 
     annotations = args.annotations[0] if len(args.annotations) == 1 else args.annotations
     return prepare(annotations, images_root=args.images_root, min_word_freq=args.min_word_freq, out=args.out,
@@ -210,7 +210,7 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_extract_features(args) -> int:
-    from captioning.extract import extract_from_config, parse_shard
+    from captioning.cli.extract import extract_from_config, parse_shard
 
     overrides = []
     if args.annotations:
@@ -348,7 +348,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise CaptioningError("`captioning predict` is not a command: caption images or folders with "
                                   "`captioning caption IMAGES --checkpoint CKPT`, a whole split with `captioning evaluate`")
         if argv and argv[0] in TRAINING_COMMANDS:
-            from captioning.trainer_cli import run_lightning_cli
+            from captioning.training.cli import run_lightning_cli
 
             run_lightning_cli(argv)
             return 0

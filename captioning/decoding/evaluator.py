@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from captioning.metrics import CocoScorer
-from captioning.models.search import GenerationConfig, GenerationOutput
+from captioning.decoding.search import GenerationConfig, GenerationOutput
 from captioning.vocab import Vocabulary
 
 #: (words, alphas (T, L), chosen locations (T,) of hard attention or None) of one decoded

@@ -25,7 +25,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from captioning.attention_maps import as_array, grid_shape, upsample_map
+from captioning.viz.attention_maps import as_array, grid_shape, upsample_map
 
 Cell = Union[Sequence[int], int]  # (row, col), or a row-major location index
 

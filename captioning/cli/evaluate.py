@@ -1,7 +1,7 @@
 """``captioning evaluate``: a checkpoint's coco-caption scores on a split, from the images.
 
 The decoding, the scoring and the dataset's own scores (object F1, grounding) are the
-:class:`~captioning.evaluation.Evaluator`'s, as in validation and ``captioning test``; this file
+:class:`~captioning.decoding.evaluator.Evaluator`'s, as in validation and ``captioning test``; this file
 adds the plain loop over the split, the COCO results file and the report. Unreadable images are
 skipped, reported by name and counted; the rest are scored. The captions are written before they
 are scored, so a scorer failure never loses them.
@@ -16,10 +16,10 @@ from tqdm.auto import tqdm
 
 from captioning.common import default_device
 from captioning.data.datamodule import CaptionDataModule
-from captioning.evaluation import Evaluator
+from captioning.decoding.evaluator import Evaluator
 from captioning.files import atomic_write_json
 from captioning.metrics import METRICS
-from captioning.models.search import GenerationConfig
+from captioning.decoding.search import GenerationConfig
 
 
 def evaluate(

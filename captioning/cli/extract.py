@@ -22,7 +22,7 @@ from captioning.data.datasets import Collate, ImageDataset
 from captioning.data.karpathy import ImageRecord
 from captioning.errors import ConfigError
 from captioning.models.encoders import build_encoder
-from captioning.trainer_cli import run_lightning_cli
+from captioning.training.cli import run_lightning_cli
 
 
 def part_name(shard: int, num_shards: int) -> str:

@@ -18,9 +18,9 @@ import torch
 from torch import Tensor
 
 from captioning.models.decoder import ShowAttendTellDecoder
-from captioning.models.generation import BAD_ENDINGS, GenerationConfig, bad_ending_ids  # noqa: F401 (their home is torch-free)
-from captioning.models import graphed_search
-from captioning.models.search_parts import GenerationOutput
+from captioning.decoding.generation import BAD_ENDINGS, GenerationConfig, bad_ending_ids  # noqa: F401 (their home is torch-free)
+from captioning.decoding import loops as graphed_search
+from captioning.decoding.parts import GenerationOutput
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -34,7 +34,7 @@ def greedy_search(
     check_every: int = 4,
 ) -> GenerationOutput:
     """Greedy (or, with ``do_sample``, sampled) decoding of a batch. features: (B, L, D).
-    The step is models/graphed_search.py's, captured as a CUDA graph with ``config.cuda_graphs``."""
+    The step is decoding/loops.py's, captured as a CUDA graph with ``config.cuda_graphs``."""
     return graphed_search.greedy(decoder, features, config, generator, check_every)
 
 

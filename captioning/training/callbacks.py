@@ -123,10 +123,10 @@ class ValidationExamples(Callback):
         import numpy as np
         import torch
 
-        from captioning.attention_maps import grid_shape
+        from captioning.viz.attention_maps import grid_shape
         from captioning.data.images import load_image, to_tensor
         from captioning.errors import ImageError
-        from captioning.visualize import render_grid
+        from captioning.viz.pictures import render_grid
 
         pictures = []
         for record in dm.records("val")[: self.count]:

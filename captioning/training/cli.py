@@ -17,8 +17,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from captioning.data.datamodule import CaptionDataModule
-from captioning.module import CaptioningModule
-from captioning.training_output import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
+from captioning.training.module import CaptioningModule
+from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 
 def default_checkpoint() -> ModelCheckpoint:
     """The best checkpoint by validation CIDEr, and the last one for resuming (written at each

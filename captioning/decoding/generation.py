@@ -57,9 +57,9 @@ class GenerationConfig:
             max_new_tokens still stops there.
         location_samples: K > 1 decodes each image K times with sampled locations (hard
             attention; attention_mode is then "sample") and keeps the caption of the best score
-            (:func:`captioning.models.search.best_of_k`). Soft-attention models ignore it.
+            (:func:`captioning.decoding.search.best_of_k`). Soft-attention models ignore it.
         cuda_graphs: on a CUDA device, decode with each step captured as a CUDA graph per (batch,
-            beams) shape and replayed (models/graphed_search.py: the same captions; sampling is not
+            beams) shape and replayed (decoding/loops.py: the same captions; sampling is not
             captured); elsewhere the same fixed-shape loop runs without capture.
     """
 

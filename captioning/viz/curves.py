@@ -38,7 +38,7 @@ def read_scalars(log_dir: PathLike) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 def _panel(draw: ImageDraw.ImageDraw, box: tuple, title: str, steps: np.ndarray, values: np.ndarray,
            smooth: bool) -> None:
-    from captioning.visualize import ui_font
+    from captioning.viz.pictures import ui_font
 
     x0, y0, x1, y1 = box
     font, small = ui_font(16), ui_font(12)

@@ -18,10 +18,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from captioning.graphs import ShapeGraphs, graphs_available
+from captioning.cuda_graphs import ShapeGraphs, graphs_available
 from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
-from captioning.models.generation import GenerationConfig
-from captioning.models.search_parts import GenerationOutput, _ban_table, _forbid_eos, _normalise, _sample_token, backtrack
+from captioning.decoding.generation import GenerationConfig
+from captioning.decoding.parts import GenerationOutput, _ban_table, _forbid_eos, _normalise, _sample_token, backtrack
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -101,7 +101,7 @@ def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: O
 @torch.no_grad()
 def greedy(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
            generator: Optional[torch.Generator] = None, check_every: int = 4) -> GenerationOutput:
-    """:func:`captioning.models.search.greedy_search`."""
+    """:func:`captioning.decoding.search.greedy_search`."""
     B, device = features.size(0), features.device
     state = decoder.initial_state(features)
     carry = [torch.full((B,), BOS, dtype=torch.long, device=device), state.h, state.c,
@@ -145,7 +145,7 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Opt
 @torch.no_grad()
 def beam(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
          check_every: int = 4) -> GenerationOutput:
-    """:func:`captioning.models.search.beam_search`."""
+    """:func:`captioning.decoding.search.beam_search`."""
     B, K, device = features.size(0), config.num_beams, features.device
     state = decoder.initial_state(features).expand_beams(K)
     beam_scores = features.new_zeros(B, K, dtype=torch.float)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from captioning.checkpoint import load_module
-from captioning.model_folder import metrics_card, read_metrics, save_folder
+from captioning.storage.checkpoint import load_module
+from captioning.storage.folder import metrics_card, read_metrics, save_folder
 
 
 def export(checkpoint: str, out: str, format: str = "safetensors", metrics: Optional[str] = None,
@@ -24,7 +24,7 @@ def export(checkpoint: str, out: str, format: str = "safetensors", metrics: Opti
     module = load_module(checkpoint)
     card = dict(module.card, **metrics_card(report)) if report else module.card
     if format == "onnx":
-        from captioning.onnx_export import OPSET, export_onnx
+        from captioning.export.onnx import OPSET, export_onnx
 
         return export_onnx(module, out, card, opset=opset or OPSET)
     if format != "safetensors":

@@ -1,4 +1,4 @@
-"""What the plain search (search.py) and the graphed search (graphed_search.py) share: the
+"""What the plain search (search.py) and the graphed search (loops.py) share: the
 output type, the banned endings, the length normalisation and beam backtracking."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch import Tensor
 
 from captioning.errors import ConfigError
 from captioning.models.decoder import ShowAttendTellDecoder
-from captioning.models.generation import GenerationConfig
+from captioning.decoding.generation import GenerationConfig
 from captioning.vocab import Vocabulary
 
 EOS = Vocabulary.eos_id
@@ -26,7 +26,7 @@ def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", devic
     ids = getattr(decoder, "bad_ending_ids", None)
     if ids is None:
         raise ConfigError("forbid_bad_endings needs the model's vocabulary: load the model with "
-                          "captioning.checkpoint.load_module (or set decoder.bad_ending_ids = bad_ending_ids(vocab))")
+                          "captioning.storage.checkpoint.load_module (or set decoder.bad_ending_ids = bad_ending_ids(vocab))")
     table = torch.zeros(decoder.vocab_size, dtype=torch.bool, device=device)
     table[list(ids)] = True
     return table

@@ -19,13 +19,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from captioning.errors import CaptioningError, CheckpointError, ConfigError
-from captioning.evaluation import Evaluator
+from captioning.decoding.evaluator import Evaluator
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
-from captioning.models.search import GenerationConfig, bad_ending_ids
+from captioning.decoding.search import GenerationConfig, bad_ending_ids
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.objectives import Objective, objective_for
-from captioning.optim import OptimizerConfig, build_optimizer
+from captioning.training.optim import OptimizerConfig, build_optimizer
 from captioning.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ _ARCHITECTURE = {"encoder": ("name", "grid_size", "channels", "dim"),
 def initial_weights(path: str, hparams: dict) -> tuple[Vocabulary, dict]:
     """(vocabulary, the model's weights) of the checkpoint or model folder a run starts from (``model.init_from``);
     one line of :class:`CheckpointError` if it is not a checkpoint of ``hparams``' architecture."""
-    from captioning.model_files import looks_like_hub_id
-    from captioning.model_folder import read_checkpoint
+    from captioning.storage.folder_json import looks_like_hub_id
+    from captioning.storage.folder import read_checkpoint
 
     if not os.path.exists(path) and not looks_like_hub_id(path):
         raise CheckpointError(f"model.init_from={path}: no such file")
@@ -262,7 +262,8 @@ class CaptioningModule(L.LightningModule):
     nonfinite_check_every = 50
 
     def _graphed_training_step(self, batch: dict) -> None:
-        from captioning.graphs import GraphedTrainingStep, graphs_available
+        from captioning.cuda_graphs import graphs_available
+        from captioning.training.captured_step import GraphedTrainingStep
         from captioning.objectives import ObjectiveOutput
 
         if self._graphs is None:

@@ -14,16 +14,16 @@ from typing import Optional
 import torch
 
 from captioning.errors import CaptioningError, CheckpointError
-from captioning.model_folder import checkpoint_card, read_checkpoint
+from captioning.storage.folder import checkpoint_card, read_checkpoint
 
 
 def module_from_hparams(hparams: dict):
     """A CaptioningModule (no model yet: see set_vocab) from the plain values a checkpoint keeps."""
     from captioning.models.decoder import DecoderConfig
     from captioning.models.encoders import EncoderConfig
-    from captioning.models.search import GenerationConfig
-    from captioning.module import CaptioningModule
-    from captioning.optim import OptimizerConfig
+    from captioning.decoding.search import GenerationConfig
+    from captioning.training.module import CaptioningModule
+    from captioning.training.optim import OptimizerConfig
     from captioning.objectives import objective_from_spec
 
     h = {k: v for k, v in hparams.items() if not k.startswith("_")}
@@ -59,7 +59,7 @@ def state_mismatch(expected: dict, given: dict) -> Optional[str]:
 
 
 def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = None):
-    """Rebuild a :class:`~captioning.module.CaptioningModule` in eval mode from a checkpoint file
+    """Rebuild a :class:`~captioning.training.module.CaptioningModule` in eval mode from a checkpoint file
     or a model folder (``ckpt``: its :func:`read_checkpoint` dictionary, if already read)."""
     from captioning.vocab import Vocabulary
 

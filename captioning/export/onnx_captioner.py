@@ -1,0 +1,287 @@
+"""Captioning with the ONNX graphs of ``captioning export --format onnx``: onnxruntime and numpy only.
+
+Nothing here imports PyTorch, so a machine without it captions with
+
+    from captioning.export.onnx_captioner import OnnxCaptioner
+    captioner = OnnxCaptioner("model_onnx")
+    [out] = captioner("photo.jpg", num_beams=3, return_attention=True)
+    out["generated_text"], out["score"], out["attention"].shape   # (T, gh, gw)
+
+or ``captioning caption --onnx model_onnx photo.jpg``. The results are those of
+:class:`captioning.api.Captioner` (same keys), from the same preprocessing (data/images.py: the
+file checks, EXIF, modes, the bilinear resize) and the same search: models/search.py's batched
+greedy decoding and beam search, step for step in numpy (scores in float32, the same finished-beam
+rule and length normalisation). Sampling (``do_sample``, attention_mode "sample") is PyTorch's only.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from captioning.viz.attention_maps import grid_shape
+from captioning.data.images import as_rgb, to_array
+from captioning.errors import CheckpointError, ConfigError
+from captioning.storage.folder_json import ENCODER_ONNX, read_config, read_vocab, resolve_folder
+from captioning.decoding.generation import GenerationConfig, bad_ending_ids
+from captioning.vocab import Vocabulary
+
+BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
+
+
+def _session(path: str, num_threads: Optional[int]):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ConfigError("captioning with ONNX graphs needs onnxruntime: pip install 'captioning[onnx]' "
+                          "(or pip install onnxruntime)") from None
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such file")
+    options = ort.SessionOptions()
+    if num_threads:
+        options.intra_op_num_threads = int(num_threads)
+        options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only
+    try:
+        return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own types for damaged protobufs, bad graphs...
+        detail = " ".join(str(err).split())[:160]
+        raise CheckpointError(f"{path}: not a readable ONNX graph, damaged or truncated ({detail})") from None
+
+
+class OnnxCaptioner:
+    """The captioner of an ONNX model folder (see the module docstring).
+
+    ``folder``: an ONNX model folder, or a Hugging Face Hub id ``owner/name`` of one (fetched into
+    huggingface_hub's cache; ``local_files_only`` as for ``Captioner.from_pretrained``).
+    ``generation``: the defaults of :meth:`__call__` (the folder's, one beam); ``num_threads``:
+    onnxruntime's threads per graph (default: its own choice, the machine's cores).
+    """
+
+    def __init__(self, folder: Union[str, os.PathLike], num_threads: Optional[int] = None,
+                 local_files_only: Optional[bool] = None):
+        folder = resolve_folder(os.fspath(folder), local_files_only=local_files_only)  # a path, or a Hub id owner/name
+        self.folder = folder
+        self.config = config = read_config(folder, "onnx")
+        model = config["model"]
+        self.vocab = read_vocab(folder, int(model["vocab_size"]))
+        self.image_size = int(config["preprocessing"]["image_size"])
+        self.attention_kind = model["decoder"].get("attention_kind", "soft")
+        self.num_locations, self.feature_dim = int(model["num_locations"]), int(model["feature_dim"])
+        try:
+            self.generation = GenerationConfig(**config["generation"]).replace(num_beams=1, num_return_sequences=1)
+        except (TypeError, ConfigError) as err:
+            raise CheckpointError(f"{os.path.join(folder, 'config.json')}: generation settings of another version ({err})") from None
+        onnx = config["onnx"]
+        self.encoder = _session(os.path.join(folder, onnx.get("encoder", ENCODER_ONNX)), num_threads)
+        steps = onnx.get("steps") or {}
+        if "expected" not in steps:
+            raise CheckpointError(f"{os.path.join(folder, 'config.json')}: onnx.steps names no 'expected' step graph")
+        self.steps = {mode: _session(os.path.join(folder, name), num_threads) for mode, name in steps.items()}
+        self._check_shapes()
+        self.bad_ending_ids = bad_ending_ids(self.vocab)
+
+    def _check_shapes(self) -> None:
+        """One blank image through the graphs: their sizes against config.json and vocab.json (a graph
+        of another model fails here, named, rather than at the first caption)."""
+        config = os.path.join(self.folder, "config.json")
+        encoder = os.path.join(self.folder, self.config["onnx"].get("encoder", ENCODER_ONNX))
+        S = self.image_size
+        try:
+            encoded = self.encode(np.zeros((1, 3, S, S), dtype=np.float32))
+        except Exception as err:  # noqa: BLE001 - onnxruntime's errors: wrong input size, broken graph
+            raise CheckpointError(f"{encoder}: does not run on {S}x{S} images as {config} says "
+                                  f"({' '.join(str(err).split())[:120]})") from None
+        L, D = encoded[0].shape[1:]
+        if (L, D) != (self.num_locations, self.feature_dim):
+            raise CheckpointError(f"{encoder}: gives {L} locations of {D} features, but {config} says "
+                                  f"{self.num_locations} of {self.feature_dim} (files of different models?)")
+        for mode, session in self.steps.items():
+            path = os.path.join(self.folder, self.config["onnx"]["steps"][mode])
+            try:
+                logp = self.step(np.array([BOS]), encoded[2], encoded[3], encoded[0], encoded[1], mode)[0]
+            except Exception as err:  # noqa: BLE001
+                raise CheckpointError(f"{path}: does not fit {encoder} ({' '.join(str(err).split())[:120]}; "
+                                      "files of different models?)") from None
+            if logp.shape[1] != len(self.vocab):
+                raise CheckpointError(f"{path}: writes {logp.shape[1]} tokens, but vocab.json and {config} have "
+                                      f"{len(self.vocab)} (files of different models?)")
+
+    def describe(self) -> dict:
+        card = self.config.get("card") or {}
+        return {"attention": self.attention_kind, "encoder": self.config["model"]["encoder"].get("name"),
+                "vocab_size": len(self.vocab), "image_size": self.image_size,
+                "training_data": card.get("training_data"), "test_scores": card.get("test_scores"), "runtime": "onnxruntime"}
+
+    # ------------------------------------------------------------------ graphs
+    def encode(self, images: np.ndarray) -> tuple[np.ndarray, ...]:
+        """images (B, 3, S, S) float32 in [0, 1] -> features (B, L, D), projected (B, L, A), h0, c0 (B, H)."""
+        return tuple(self.encoder.run(None, {"images": np.ascontiguousarray(images, dtype=np.float32)}))
+
+    def step(self, tokens: np.ndarray, h: np.ndarray, c: np.ndarray, features: np.ndarray, projected: np.ndarray,
+             mode: str = "expected") -> tuple[np.ndarray, ...]:
+        """One decoder step for N = B * K rows: log p (N, V), h, c (N, H), alpha (N, L)."""
+        return tuple(self.steps[mode].run(None, {"tokens": tokens.astype(np.int64, copy=False), "h": h, "c": c,
+                                                 "features": features, "projected": projected}))
+
+    def check_generation(self, config: GenerationConfig) -> str:
+        """The step graph ``config`` needs ("expected" or "argmax"); a one-line ConfigError for what
+        this captioner cannot do (sampling, a mode the folder has no graph for)."""
+        if config.do_sample or config.attention_mode == "sample" or config.location_samples > 1:
+            raise ConfigError("the ONNX captioner decodes greedily or with beam search: sampling (do_sample, "
+                              "attention_mode sample, location_samples) needs the PyTorch model")
+        mode = "expected" if self.attention_kind == "soft" else config.attention_mode
+        baked = float(self.config["onnx"].get("attention_temperature", 1.0))  # folders before the option: 1
+        if mode == "expected" and self.attention_kind == "hard" and config.attention_temperature != baked:
+            raise ConfigError(f"attention_temperature {config.attention_temperature}: this ONNX step graph reads the "
+                              f"expected context at attention_temperature {baked:g} (exported so); another needs the "
+                              "PyTorch model")
+        if mode not in self.steps:
+            raise ConfigError(f"attention_mode {mode}: this ONNX folder has no step graph for it (it has {', '.join(self.steps)})")
+        return mode
+
+    def _ban(self, config: GenerationConfig) -> Optional[np.ndarray]:
+        if not config.forbid_bad_endings:
+            return None
+        table = np.zeros(len(self.vocab), dtype=bool)
+        table[list(self.bad_ending_ids)] = True
+        return table
+
+    @staticmethod
+    def _forbid_eos(logp: np.ndarray, previous: np.ndarray, table: Optional[np.ndarray]) -> np.ndarray:
+        if table is not None:
+            logp[table[previous], EOS] = -np.inf
+        return logp
+
+    # ------------------------------------------------------------------ search (models/search.py, in numpy)
+    def greedy(self, encoded: tuple, config: GenerationConfig, mode: str) -> dict:
+        features, projected, h, c = encoded
+        B = features.shape[0]
+        tokens = np.full(B, BOS, dtype=np.int64)
+        finished = np.zeros(B, dtype=bool)
+        scores = np.zeros(B, dtype=np.float32)
+        lengths = np.zeros(B, dtype=np.int64)
+        out_tokens, out_alpha, out_loc = [], [], []
+        ban, rows = self._ban(config), np.arange(B)
+        for _ in range(config.max_new_tokens):
+            logp, h, c, alpha = self.step(tokens, h, c, features, projected, mode)
+            logp = self._forbid_eos(logp, tokens, ban)
+            nxt = logp.argmax(-1)
+            running = ~finished
+            scores += logp[rows, nxt] * running
+            lengths += running
+            nxt[finished] = PAD
+            out_tokens.append(nxt)
+            out_alpha.append(alpha * running[:, None])
+            out_loc.append(alpha.argmax(-1))
+            finished |= nxt == EOS
+            tokens = nxt
+            if finished.all():
+                break
+        return {"sequences": np.stack(out_tokens, 1), "alphas": np.stack(out_alpha, 1), "locations": np.stack(out_loc, 1),
+                "scores": _normalise(scores, lengths, config.length_penalty), "lengths": lengths}
+
+    def beam_search(self, encoded: tuple, config: GenerationConfig, mode: str) -> dict:
+        features, projected, h0, c0 = encoded
+        B, K, N = features.shape[0], config.num_beams, config.num_return_sequences
+        h, c = np.repeat(h0, K, 0), np.repeat(c0, K, 0)  # the state per beam; the features once per image
+        beam_scores = np.zeros((B, K), dtype=np.float32)
+        beam_scores[:, 1:] = -np.inf  # at the start only one beam per image is alive
+        tokens = np.full(B * K, BOS, dtype=np.int64)
+        finished = np.zeros(B * K, dtype=bool)
+        lengths = np.zeros(B * K, dtype=np.int64)
+        base = (np.arange(B) * K)[:, None]  # (B, 1): first row of each image
+        history = []
+        ban = self._ban(config)
+        for _ in range(config.max_new_tokens):
+            logp, h, c, alpha = self.step(tokens, h, c, features, projected, mode)  # (B*K, V)
+            logp = self._forbid_eos(logp, tokens, ban)
+            V = logp.shape[1]
+            logp[finished] = -np.inf  # a finished beam may only continue with PAD, at no cost
+            logp[finished, PAD] = 0.0
+            candidates = (beam_scores.reshape(-1, 1) + logp).reshape(B, K * V)
+            flat = _topk(candidates, K)  # (B, K), best first
+            beam_scores = np.take_along_axis(candidates, flat, 1)
+            parent = (base + flat // V).reshape(-1)
+            tokens = (flat % V).reshape(-1)
+            h, c = h[parent], c[parent]
+            was_finished = finished[parent]
+            lengths = lengths[parent] + ~was_finished
+            finished = was_finished | (tokens == EOS)
+            history.append((parent, tokens, alpha[parent] * ~was_finished[:, None], alpha.argmax(-1)[parent]))
+            if finished.all():
+                break
+        normalised = _normalise(beam_scores.reshape(-1), lengths, config.length_penalty).reshape(B, K)
+        top = _topk(normalised, N)  # (B, N)
+        top_scores = np.take_along_axis(normalised, top, 1)
+        row = (base + top).reshape(-1)
+        out_lengths = lengths[row].reshape(B, N)
+        seq, alphas, locs = [], [], []
+        for parent, tok, a, loc in reversed(history):  # follow the parent pointers back to the start
+            seq.append(tok[row])
+            alphas.append(a[row])
+            locs.append(loc[row])
+            row = parent[row]
+        T = len(history)
+        sequences = np.stack(seq[::-1], 1).reshape(B, N, T)
+        alpha_maps = np.stack(alphas[::-1], 1).reshape(B, N, T, -1)
+        locations = np.stack(locs[::-1], 1).reshape(B, N, T)
+        return {"sequences": sequences[:, 0], "alphas": alpha_maps[:, 0], "locations": locations[:, 0],
+                "scores": top_scores[:, 0], "lengths": out_lengths[:, 0],
+                **({"beam_sequences": sequences, "beam_scores": top_scores} if N > 1 else {})}
+
+    def generate(self, images: np.ndarray, config: Optional[GenerationConfig] = None) -> dict:
+        """Decode a batch of preprocessed images (B, 3, S, S): numpy arrays as GenerationOutput's fields."""
+        config = config or self.generation
+        mode = self.check_generation(config)
+        encoded = self.encode(images)
+        return self.greedy(encoded, config, mode) if config.num_beams == 1 else self.beam_search(encoded, config, mode)
+
+    def preprocess(self, image) -> np.ndarray:
+        """One image (path, PIL, array) -> (3, S, S) float32 in [0, 1], as the PyTorch route makes it."""
+        return to_array(as_rgb(image), self.image_size)
+
+    def __call__(self, images: Union[Any, Sequence[Any]], return_attention: bool = False, batch_size: int = 16,
+                 **generation) -> list[dict[str, Any]]:
+        """Caption one image or a list of them, ``batch_size`` at a time; as :meth:`captioning.api.Captioner.__call__`
+        (the same generation names and result keys)."""
+        config = self.generation.replace(**generation)
+        self.check_generation(config)
+        single = not isinstance(images, (list, tuple))
+        pils = [as_rgb(im) for im in ([images] if single else images)]
+        results = []
+        for start in range(0, len(pils), batch_size):
+            chunk = pils[start : start + batch_size]
+            out = self.generate(np.stack([to_array(im, self.image_size) for im in chunk]), config)
+            for i in range(len(chunk)):
+                n = int(out["lengths"][i])
+                ids = out["sequences"][i, :n].tolist()
+                item: dict[str, Any] = {"generated_text": self.vocab.decode_text(ids), "score": float(out["scores"][i]),
+                                        "tokens": [self.vocab.itos[t] for t in ids]}
+                if "beam_sequences" in out:
+                    item["beams"] = [{"generated_text": self.vocab.decode_text(seq), "score": float(score)}
+                                     for seq, score in zip(out["beam_sequences"][i].tolist(), out["beam_scores"][i].tolist())]
+                if return_attention:
+                    grid = grid_shape(out["alphas"].shape[-1])
+                    item["attention"] = out["alphas"][i, :n].reshape(n, *grid).astype(np.float32)
+                    item["locations"] = [divmod(int(l), grid[1]) for l in out["locations"][i, :n].tolist()]
+                results.append(item)
+        return results
+
+
+def _normalise(scores: np.ndarray, lengths: np.ndarray, length_penalty: float) -> np.ndarray:
+    return (scores / np.power(np.maximum(lengths, 1).astype(np.float32), np.float32(length_penalty))).astype(np.float32)
+
+
+def _topk(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest values of each row, largest first (ties: the lower index first)."""
+    if k >= values.shape[1]:
+        return np.argsort(-values, axis=1, kind="stable")[:, :k]
+    part = np.argpartition(-values, k - 1, axis=1)[:, :k]  # the k largest, unordered
+    order = np.argsort(-np.take_along_axis(values, part, 1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, 1)
+
+
+__all__ = ["OnnxCaptioner", "as_rgb"]

@@ -1,0 +1,1 @@
+"""Pictures: the attention grid over the original image, overlays, grids, GIFs, training curves."""
