@@ -317,6 +317,7 @@ class ShowAttendTellDecoder(nn.Module):
         use_expected: Optional[Tensor] = None,
         locations: Optional[Tensor] = None,
         temperature: float = 1.0,
+        static: bool = False,
     ) -> DecoderOutput:
         """A teacher-forced pass.
 
@@ -326,9 +327,10 @@ class ShowAttendTellDecoder(nn.Module):
         "argmax"; use_expected (B,) bool marks rows that take the expected context while sampling;
         ``locations`` (B, T) replaces the samples by given locations (to enumerate them exactly).
         mode "gumbel" samples by straight-through Gumbel-softmax at ``temperature`` (training only).
+        ``static``: the static-shape pass (:meth:`static_forward`; logits (B, T, V)).
         """
         mode = self._mode(mode)
-        if self.static_shapes:
+        if static or self.static_shapes:
             return self.static_forward(features, captions, lengths, mode, use_expected, locations, temperature)
         if self.luong:
             return self._luong_forward(features, captions, lengths, mode, use_expected, locations, temperature)
