@@ -1,7 +1,9 @@
 """The whole captioner as one plain ``nn.Module``: encoder, decoder and the vocabulary they write in.
 
-It knows nothing of Lightning: training wiring lives in module.py, and everything that only
-captions (the API, evaluation, tools) uses this class.
+It knows nothing of Lightning: training wiring lives in training/module.py, and everything that
+only captions (the API, evaluation, tools) uses this class. :func:`captioning.models.spec.build_model`
+builds it from a :class:`~captioning.models.spec.ModelSpec`, and
+:func:`captioning.storage.load.load_model` from a checkpoint or model folder.
 """
 from __future__ import annotations
 
@@ -12,18 +14,27 @@ from torch import Tensor, nn
 
 from captioning.models.decoder import DecoderConfig, DecoderOutput, ShowAttendTellDecoder
 from captioning.models.encoders import EncoderConfig, build_encoder
+from captioning.decoding.generation import bad_ending_ids
 from captioning.decoding.search import GenerationConfig, GenerationOutput, generate
 from captioning.vocab import Vocabulary
 
 
 class ShowAttendTell(nn.Module):
-    """Images (B, 3, S, S) in [0, 1] -> annotation vectors (B, L, D) -> captions in ``vocab``."""
+    """Images (B, 3, S, S) in [0, 1] -> annotation vectors (B, L, D) -> captions in ``vocab``.
 
-    def __init__(self, encoder: EncoderConfig, decoder: DecoderConfig, vocab: Vocabulary):
+    ``spec``: the :class:`~captioning.models.spec.ModelSpec` it was built from (kept as ``self.spec``;
+    :func:`~captioning.models.spec.build_model` passes it). The decoder knows the vocabulary's bad
+    endings (``decoder.bad_ending_ids``), so that every model can decode with
+    ``GenerationConfig.forbid_bad_endings``.
+    """
+
+    def __init__(self, encoder: EncoderConfig, decoder: DecoderConfig, vocab: Vocabulary, spec=None):
         super().__init__()
         self.vocab = vocab
+        self.spec = spec
         self.encoder = build_encoder(encoder)
         self.decoder = ShowAttendTellDecoder(len(vocab), self.encoder.out_dim, decoder)
+        self.decoder.bad_ending_ids = bad_ending_ids(vocab)  # for GenerationConfig.forbid_bad_endings
 
     @property
     def attention_kind(self) -> str:
