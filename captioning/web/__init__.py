@@ -1,7 +1,7 @@
 """A web page and an HTTP API to try captioning models (``pip install -e '.[web]'``).
 
     captioning serve --checkpoint CKPT [--checkpoint NAME=CKPT2 ...] [--host 127.0.0.1] [--port 7860]
-    python -m captioning.web --checkpoint CKPT          # the same, until `serve` is wired into the CLI
+    python -m captioning.web --checkpoint CKPT          # the same command, without the `captioning` entry point
 
 The page (``/``): upload, paste or pick an example image; the caption with its score and the top
 beams; beams, maximum length, length penalty and (hard attention) the attention mode; the
