@@ -13,7 +13,7 @@
     python tools/hard_attention_study.py curves --out PNG RUN_DIR... [--ms-per-step NAME=MS ...]
         validation object F1 and CIDEr against steps and against CPU time (steps x ms/step)
     python tools/hard_attention_study.py table DIR
-        the README table of every run.json under DIR
+        the table (docs/studies/HARD_ATTENTION.md) of every run.json under DIR
     python tools/hard_attention_study.py likelihood --data DATA.json CKPT...
         each model's teacher-forced NLL per token of the test split's reference captions: with the
         expected context (how every model decodes by default), with the argmax cell, and with the
@@ -152,7 +152,7 @@ def cmd_speed(args) -> None:
 def cmd_variance(args) -> None:
     import torch
 
-    from captioning.storage.checkpoint import load_module
+    from captioning.storage.load import load_module  # the training module: its objective's settings and state
     from captioning.objectives import HardAttentionReinforce
 
     base = load_module(args.checkpoint)
@@ -398,7 +398,7 @@ def cmd_likelihood(args) -> None:
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    from captioning.storage.checkpoint import load_module
+    from captioning.storage.load import load_model
     from captioning.data.datamodule import CaptionDataModule
     from captioning.data.datasets import CaptionPairDataset, Collate
     from captioning.models.decoder import DecoderState
@@ -407,13 +407,12 @@ def cmd_likelihood(args) -> None:
     torch.set_grad_enabled(False)
     result = {}
     for ckpt in args.checkpoints:
-        module = load_module(ckpt)
-        model = module.model.eval()
+        model = load_model(ckpt)
         dec = model.decoder
         if dec.luong or dec.attention_splits != [dec.attention_dim, 1, 0] or dec.heads != 1:
             raise SystemExit(f"{ckpt}: the likelihood measure supports the paper's attention only (one head, Bahdanau placement)")
         dm = CaptionDataModule(annotations=args.data, batch_size=args.batch_size, num_workers=0,
-                               image_size=module.image_size)
+                               image_size=model.spec.image_size)
         dataset = dm._dataset(CaptionPairDataset, args.split, vocab=model.vocab, max_length=args.max_length)
         loader = DataLoader(dataset, batch_size=args.batch_size,
                             collate_fn=Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, captions=True))

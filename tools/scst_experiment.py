@@ -1,4 +1,4 @@
-"""The README's SCST table: cross-entropy, then SCST (greedy / mean baseline), soft and hard attention,
+"""The SCST table of docs/studies/SCST.md: cross-entropy, then SCST (greedy / mean baseline), soft and hard attention,
 on the demo's shapes data; each model evaluated on the test split with beam search (3 beams).
 
     python tools/scst_experiment.py --data outputs/demo/data/dataset_shapes.json --out runs/scst run ce_soft

@@ -49,7 +49,7 @@ class GenerationConfig:
             under softmax(log alpha / attention_temperature): 1 is the expected context, below 1
             sharpens it towards the likeliest location's (towards "argmax" as it nears 0). A hard
             model's decoder, trained on sampled locations for part of its captions, can score better
-            with a sharper context (README, "Hard attention"); choose it on the validation split.
+            with a sharper context (docs/studies/HARD_ATTENTION.md); choose it on the validation split.
             Soft-attention models, and the modes "argmax" and "sample", ignore it.
         num_return_sequences: the best beams to return for each image (at most num_beams).
         forbid_bad_endings: never end a caption after an article, preposition or conjunction
