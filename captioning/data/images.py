@@ -3,8 +3,14 @@
 ``load_image`` gives an RGB image for every file Pillow can decode: EXIF orientation is applied,
 animated images give their first frame, transparency is composited over white, 16-bit and
 floating-point images are scaled to 8 bits. Anything else (missing, empty, truncated, not an
-image, a decompression bomb) raises :class:`ImageError` with one line naming the file.
-Truncated files are never padded silently: ``ImageFile.LOAD_TRUNCATED_IMAGES`` is left alone.
+image, a decompression bomb, a format outside :data:`IMAGE_FORMATS`) raises :class:`ImageError`
+with one line naming the file. Truncated files are never padded silently:
+``ImageFile.LOAD_TRUNCATED_IMAGES`` is left alone.
+
+Only the formats of :data:`IMAGE_FORMATS` are ever opened, on every route (files, uploads,
+datasets): Pillow's other plugins include formats that call out to other programs (EPS and PS
+run Ghostscript) or that nobody captions. Whatever a decoder raises on a damaged file becomes an
+:class:`ImageError` of that file, so one bad image never fails the images read beside it.
 """
 from __future__ import annotations
 
@@ -23,6 +29,18 @@ from captioning.errors import ConfigError, ImageError
 from captioning.files import require_file
 
 
+#: the image formats every route opens (Pillow's format names); nothing else is handed to a decoder
+IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
+
+#: file signatures of formats that are refused by name (the message says which and why)
+_REFUSED_SIGNATURES = (
+    (b"%!PS", "PostScript/EPS"), (b"\xc5\xd0\xd3\xc6", "EPS"), (b"%PDF", "PDF"),
+)
+
+#: pixels converted at a time from 16-bit and floating-point images (bounds the temporary arrays)
+_BAND_PIXELS = 1 << 20
+
+
 def _describe_bomb(err: Exception) -> str:
     """Pixel count and limit of a refused image, from Pillow's decompression-bomb message."""
     match = re.search(r"\((\d+) pixels\)", str(err))
@@ -39,22 +57,37 @@ def _not_an_image(path: str) -> str:
     if head.startswith((b"<!doctype html", b"<html", b"<?xml", b"<svg")):
         kind = "SVG" if b"<svg" in head else "HTML/XML"
         return f"not an image file ({kind} text; cannot identify image format)"
-    return "not an image file (cannot identify image format)"
+    for signature, kind in _REFUSED_SIGNATURES:
+        if head.startswith(signature.lower()):
+            return f"refused: {kind} is not an accepted image format (accepted: {', '.join(IMAGE_FORMATS)})"
+    return f"not an image file of an accepted format ({', '.join(IMAGE_FORMATS)}; cannot identify image format)"
+
+
+def _grey_bands(img: Image.Image, convert) -> Image.Image:
+    """A one-channel high-bit-depth image -> 8-bit grey ("L"), ``convert`` (values array -> uint8
+    array) applied to bands of rows, so that the temporary arrays stay small whatever the size."""
+    width, height = img.size
+    out = np.empty((height, width), dtype=np.uint8)
+    rows = max(1, _BAND_PIXELS // max(1, width))
+    for top in range(0, height, rows):
+        bottom = min(height, top + rows)
+        out[top:bottom] = convert(np.asarray(img.crop((0, top, width, bottom))))
+    return Image.fromarray(out, "L")
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:
     """Any Pillow mode -> a new RGB image; alpha over white, high bit depths scaled to 8 bits."""
-    if img.mode.startswith("I;16"):  # 16-bit grey: 0..65535 -> 0..255
-        grey = np.asarray(img, dtype=np.float64) / 257.0
-        return Image.fromarray(np.clip(np.rint(grey), 0, 255).astype(np.uint8), "L").convert("RGB")
+    if img.mode.startswith("I;16"):  # 16-bit grey: 0..65535 -> 0..255, rint(x / 257) in integers (no ties)
+        return _grey_bands(img, lambda x: ((x.astype(np.uint32) + 128) // 257).astype(np.uint8)).convert("RGB")
     if img.mode in ("I", "F"):  # 32-bit int or float grey: guess the range from the values
-        grey = np.asarray(img, dtype=np.float64)
-        top = float(grey.max()) if grey.size else 0.0
+        top = img.getextrema()[1] if img.width and img.height else 0
         if img.mode == "F" and top <= 1.0:
-            grey = grey * 255.0  # [0, 1] floats
+            scaled = lambda g: g * 255.0  # noqa: E731 -- [0, 1] floats
         elif top > 255.0:
-            grey = np.clip(grey, 0, 65535) / 257.0  # 16-bit values stored as 32-bit
-        return Image.fromarray(np.clip(np.rint(grey), 0, 255).astype(np.uint8), "L").convert("RGB")
+            scaled = lambda g: np.clip(g, 0, 65535) / 257.0  # noqa: E731 -- 16-bit values stored as 32-bit
+        else:
+            scaled = lambda g: g  # noqa: E731
+        return _grey_bands(img, lambda x: np.clip(np.rint(scaled(x.astype(np.float64))), 0, 255).astype(np.uint8)).convert("RGB")
     if img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info:
         rgba = img.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -119,7 +152,7 @@ def load_image(path: PathLike) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
+            with Image.open(path, formats=IMAGE_FORMATS) as img:
                 img.load()  # decode everything now, so that truncation is detected here
                 return to_rgb(img)
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
@@ -128,8 +161,9 @@ def load_image(path: PathLike) -> Image.Image:
         raise ImageError(f"{path}: {_not_an_image(path)}") from None
     except PermissionError:
         raise ImageError(f"{path}: cannot read (permission denied)") from None
-    except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as err:
-        detail = " ".join(str(err).split()) or type(err).__name__
+    except Exception as err:  # noqa: BLE001 -- a decoder may raise anything on a damaged file (OSError,
+        # SyntaxError, ValueError, EOFError, MemoryError, NotImplementedError, OverflowError, ...)
+        detail = " ".join(str(err).split())[:200] or type(err).__name__
         raise ImageError(f"{path}: unreadable image, damaged or truncated ({detail})") from None
 
 
