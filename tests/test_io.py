@@ -71,6 +71,13 @@ def test_safe_torch_load_refuses_code(tmp_path):
     assert "NotWeights" in one_line_error(tmp_path / "evil.pt")
 
 
+def test_a_legacy_pickle_is_refused_unread(tmp_path, monkeypatch):
+    torch.save({"w": torch.zeros(3)}, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was called on a legacy pickle"))
+    message = one_line_error(tmp_path / "old.pt")
+    assert "refused to load" in message and "legacy pickle" in message
+
+
 def test_safe_torch_load_bad_files(tmp_path):
     assert one_line_error(tmp_path / "missing.ckpt").endswith(": no such file")
     assert "directory" in one_line_error(tmp_path)
