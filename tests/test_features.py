@@ -104,11 +104,11 @@ def test_shards_merge(data, encoder, full_cache, tmp_path):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_datamodule_reads_features(data, full_cache, workers):
-    dm = CaptionDataModule(str(data), features=str(full_cache), batch_size=4, num_workers=workers, min_word_freq=1)
+    dm = CaptionDataModule(str(data), features=str(full_cache), image_size=SIZE, batch_size=4, num_workers=workers, min_word_freq=1)
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert "images" not in batch and batch["features"].shape == (4, 4, 2048) and batch["features"].dtype == torch.float16
-    grouped = CaptionDataModule(str(data), features=str(full_cache), batch_size=2, min_word_freq=1, group_captions=True)
+    grouped = CaptionDataModule(str(data), features=str(full_cache), image_size=SIZE, batch_size=2, min_word_freq=1, group_captions=True)
     b = next(iter(grouped.train_dataloader()))  # 2 images with all 3 captions each: features once per image
     assert b["features"].shape == (2, 4, 2048) and b["captions"].size(0) == 6
     assert b["image_index"].tolist() == [0, 0, 0, 1, 1, 1]
@@ -118,7 +118,7 @@ def test_datamodule_reads_features(data, full_cache, workers):
 
 def test_datamodule_refuses_incomplete_cache(data, encoder, tmp_path):
     extract(data, encoder, tmp_path, max_batches=1)
-    dm = CaptionDataModule(str(data), features=str(tmp_path), batch_size=4, min_word_freq=1)
+    dm = CaptionDataModule(str(data), features=str(tmp_path), image_size=SIZE, batch_size=4, min_word_freq=1)
     with pytest.raises(ConfigError, match="no complete features for .* of the 10 train images"):
         dm.train_dataloader()
     with pytest.raises(ConfigError, match="no such feature cache folder"):

@@ -168,6 +168,7 @@ class CaptionDataModule(L.LightningDataModule):
         """The feature cache (opened once; its memmaps open lazily in each process), or None."""
         if self.features is not None and self._feature_cache is None:
             self._feature_cache = FeatureCache(self.features)
+            self._feature_cache.check(image_size=self.image_size)
         return self._feature_cache
 
     def _dataset(self, kind, split: str, **kwargs) -> ImageDataset:

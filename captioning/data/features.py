@@ -28,6 +28,37 @@ from captioning.common import PathLike
 
 
 
+def _read_index(path: str) -> dict:
+    """A part's index, checked: {"image_ids": [int, ...], "grid": [L, D], "meta": {...}}; one line of
+    ConfigError naming the file otherwise."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            index = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ConfigError(f"{path}: not a readable feature-cache index ({' '.join(str(err).split())[:120]})") from None
+    if not isinstance(index, dict):
+        raise ConfigError(f"{path}: a feature-cache index must be a JSON object, got {type(index).__name__}")
+    ids, grid = index.get("image_ids"), index.get("grid")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ConfigError(f"{path}: \"image_ids\" must be a list of integers")
+    if not (isinstance(grid, list) and len(grid) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in grid)):
+        raise ConfigError(f"{path}: \"grid\" must be [L, D], two positive integers, got {grid!r}")
+    return index
+
+
+def _check_sizes(base: str, rows: int, grid: tuple) -> None:
+    """The data and done files of a part hold exactly the rows its index lists."""
+    expected = {".f16": rows * grid[0] * grid[1] * np.dtype(np.float16).itemsize, ".done": rows}
+    for suffix, size in expected.items():
+        path = base + suffix
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path}: missing (the cache part's index lists {rows} images); rerun `captioning extract-features`")
+        actual = os.path.getsize(path)
+        if actual != size:
+            raise ConfigError(f"{path}: {actual:,} bytes, but its index lists {rows} images of grid {list(grid)} "
+                              f"({size:,} bytes); the cache is damaged or mixes extractions: rerun `captioning extract-features`")
+
+
 class FeatureCache:
     """Read-only view of a cache folder: ``cache[image_id]`` -> (L, D) float16 tensor."""
 
@@ -39,13 +70,14 @@ class FeatureCache:
         self.parts: list[str] = []
         ids, parts, rows, grid = [], [], [], None
         for k, path in enumerate(indexes):
-            with open(path) as f:
-                index = json.load(f)
+            index = _read_index(path)
             if grid is not None and tuple(index["grid"]) != grid:
                 raise ConfigError(f"{path}: grid {index['grid']} differs from the other parts' {list(grid)}")
             grid = tuple(index["grid"])
-            self.parts.append(path[: -len(".index.json")])
+            base = path[: -len(".index.json")]
             n = len(index["image_ids"])
+            _check_sizes(base, n, grid)
+            self.parts.append(base)
             ids.append(np.asarray(index["image_ids"], dtype=np.int64))
             parts.append(np.full(n, k, dtype=np.int32))
             rows.append(np.arange(n, dtype=np.int64))
@@ -56,9 +88,18 @@ class FeatureCache:
         if dup.size:
             raise ConfigError(f"{self.root}: image {int(dup[0])} is in two parts (shards of different extractions?)")
         self.grid_shape = grid  # (L, D)
-        self.meta = index.get("meta", {})
+        self.meta = index.get("meta") if isinstance(index.get("meta"), dict) else {}
         self._maps: Optional[list] = None
         self._pid: Optional[int] = None
+
+    def check(self, image_size: Optional[int] = None, encoder: Optional[str] = None, grid_size: Optional[int] = None) -> None:
+        """One line of ConfigError, naming the setting, if the cache was extracted with another image
+        size, encoder or grid size than the run's (settings the cache did not record are not checked)."""
+        for setting, ours in (("image_size", image_size), ("encoder", encoder), ("grid_size", grid_size)):
+            theirs = self.meta.get(setting)
+            if ours is not None and theirs is not None and theirs != ours:
+                raise ConfigError(f"{self.root}: features extracted with {setting} {theirs!r}, this run has {ours!r}; "
+                                  f"extract them again for these settings (captioning extract-features) or match {setting}")
 
     def __getstate__(self) -> dict:  # DataLoader workers reopen the memmaps themselves
         state = dict(self.__dict__)
