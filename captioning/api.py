@@ -23,6 +23,7 @@ from captioning.common import default_device
 from captioning.data.images import as_rgb, to_tensor
 from captioning.decoding.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
+from captioning.models.spec import ModelSpec
 
 ImageInput = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 
@@ -39,35 +40,50 @@ class Captioner:
     the model's caption length); each call may override any of them by name.
     """
 
-    def __init__(self, model: ShowAttendTell, image_size: int, generation: Optional[GenerationConfig] = None,
+    def __init__(self, model: ShowAttendTell, image_size: Optional[int] = None, generation: Optional[GenerationConfig] = None,
                  description: Optional[dict] = None, device: Optional[Union[str, torch.device]] = None,
-                 hparams: Optional[dict] = None):
+                 spec: Optional[ModelSpec] = None):
         self.device = default_device(device)
         self.model = model.eval().to(self.device)
+        self.spec = spec or getattr(model, "spec", None)  # the model's description, for save_pretrained
+        if image_size is None and self.spec is None:
+            raise ValueError("Captioner needs the image size of a model without a spec (image_size=...)")
         self.vocab = model.vocab
-        self.image_size = int(image_size)
+        self.image_size = int(image_size if image_size is not None else self.spec.image_size)
         self.attention_kind = model.attention_kind
         self.generation = generation or GenerationConfig()
         self.description = dict(description or {})
-        self.hparams = dict(hparams) if hparams is not None else None  # the checkpoint's, for save_pretrained
+
+    @classmethod
+    def from_model(cls, model: ShowAttendTell, device: Optional[Union[str, torch.device]] = None,
+                   spec: Optional[ModelSpec] = None, card: Optional[dict] = None) -> "Captioner":
+        """The captioner of a model and its spec (``model.spec`` unless given) and card (``model.card``):
+        a model :func:`~captioning.storage.load.load_model` gives. The default decoding is the spec's
+        with one beam (Hugging Face's default)."""
+        spec = spec or model.spec
+        card = dict(card if card is not None else getattr(model, "card", None) or {})
+        generation = spec.generation.replace(num_beams=1, num_return_sequences=1)
+        description = {"encoder": spec.encoder.name, "training_data": card.get("training_data"),
+                       "test_scores": card.get("test_scores"), "card": card}
+        return cls(model, spec.image_size, generation, description, device, spec=spec)
 
     @classmethod
     def from_module(cls, module, device: Optional[Union[str, torch.device]] = None,
                     training_data: Optional[str] = None) -> "Captioner":
-        """The captioner of a trained CaptioningModule (e.g. the one a fit returned)."""
-        generation = module.test_generation.replace(num_beams=1, num_return_sequences=1)
-        card = getattr(module, "card", None) or {}
-        description = {"encoder": module.encoder_config.name, "training_data": training_data or card.get("training_data"),
-                       "test_scores": card.get("test_scores"), "card": card}
-        return cls(module.model, module.image_size, generation, description, device, hparams=dict(module.hparams))
+        """The captioner of a trained CaptioningModule (e.g. the one a fit returned): its model."""
+        spec = getattr(module.model, "spec", None) or ModelSpec(module.encoder_config, module.decoder_config,
+                                                                 module.image_size, module.test_generation)
+        card = dict(getattr(module, "card", None) or {})
+        if training_data:
+            card["training_data"] = training_data
+        return cls.from_model(module.model, device, spec, card)
 
     @classmethod
     def from_checkpoint(cls, path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None) -> "Captioner":
         """The captioner of a checkpoint file (``captioning fit``'s) or of a model folder (``captioning export``'s)."""
-        from captioning.storage.checkpoint import load_module
+        from captioning.storage.load import load_model
 
-        module = load_module(path)
-        return cls.from_module(module, device, training_data=getattr(module, "training_data", None))
+        return cls.from_model(load_model(path), device)
 
     @classmethod
     def from_pretrained(cls, name_or_path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None,
@@ -79,24 +95,27 @@ class Captioner:
         in) huggingface_hub's cache; ``local_files_only`` (default: true when ``HF_HUB_OFFLINE`` is
         set) uses the cache only, and a model not there is a one-line error.
         """
-        from captioning.storage.checkpoint import load_module
-        from captioning.storage.folder_json import resolve_folder
         from captioning.storage.folder import read_folder
+        from captioning.storage.folder_json import looks_like_hub_id
+        from captioning.storage.load import load_model, model_of
 
-        folder = resolve_folder(name_or_path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir)
-        module = load_module(folder, ckpt=read_folder(folder))
-        return cls.from_module(module, device, training_data=getattr(module, "training_data", None))
+        name = os.fspath(name_or_path)
+        if looks_like_hub_id(name):
+            return cls.from_model(load_model(name, revision=revision, local_files_only=local_files_only,
+                                             cache_dir=cache_dir), device)
+        return cls.from_model(model_of(read_folder(name)), device)  # a folder only, never a pickle
 
     def save_pretrained(self, folder: Union[str, os.PathLike]) -> str:
         """Write this model as a model folder (model.safetensors, config.json, vocab.json, README.md)."""
+        import dataclasses
+
         from captioning.storage.folder import save_folder
 
-        if self.hparams is None:
-            raise ValueError("save_pretrained needs the model's settings: make the Captioner with from_checkpoint, "
-                             "from_pretrained or from_module")
-        hparams = dict(self.hparams, image_size=self.image_size)
-        return str(save_folder(folder, self.model, hparams, self.description.get("card") or
-                               {"training_data": self.description.get("training_data")}))
+        if self.spec is None:
+            raise ValueError("save_pretrained needs the model's spec: make the Captioner with from_checkpoint, "
+                             "from_pretrained, from_model or from_module")
+        card = self.description.get("card") or {"training_data": self.description.get("training_data")}
+        return str(save_folder(folder, self.model, card, dataclasses.replace(self.spec, image_size=self.image_size)))
 
     def push_to_hub(self, repo_id: str, private: Optional[bool] = None, token: Optional[str] = None,
                     commit_message: str = "Upload a Show, Attend and Tell captioner") -> str:

@@ -307,7 +307,7 @@ def test_bad_variant_settings_are_one_line_errors():
 
 
 def test_a_checkpoint_from_before_the_variants_loads_as_the_papers_model(tiny_checkpoint, tmp_path):
-    from captioning.storage.checkpoint import load_module
+    from captioning.storage.load import load_model
 
     ckpt = torch.load(tiny_checkpoint, weights_only=True)
     new_fields = ("score", "heads", "placement", "window", "local_sigma", "refiner_layers", "refiner_heads")
@@ -316,10 +316,10 @@ def test_a_checkpoint_from_before_the_variants_loads_as_the_papers_model(tiny_ch
         del ckpt["hyper_parameters"]["decoder"][f]
     old = tmp_path / "old.ckpt"
     torch.save(ckpt, old)
-    module = load_module(old)
-    assert module.model.decoder.config == DecoderConfig(**{**ckpt["hyper_parameters"]["decoder"]})
-    assert module.model.decoder.config.variant == "additive" and module.model.decoder.heads == 1
-    for (k, a), b in zip(load_module(tiny_checkpoint).state_dict().items(), module.state_dict().values()):
+    model = load_model(old)
+    assert model.decoder.config == DecoderConfig(**{**ckpt["hyper_parameters"]["decoder"]})
+    assert model.decoder.config.variant == "additive" and model.decoder.heads == 1
+    for (k, a), b in zip(load_model(tiny_checkpoint).state_dict().items(), model.state_dict().values()):
         assert torch.equal(a, b), k
 
 

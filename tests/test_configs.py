@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.storage.checkpoint import load_module
+from captioning.training.loading import load_module
 from captioning.training.cli import run_lightning_cli
 from conftest import ROOT, fit_args
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from captioning.api import Captioner
-from captioning.storage.checkpoint import load_module
+from captioning.storage.load import load_model
 from captioning.cli import main
 from captioning.errors import CheckpointError
 from conftest import ROOT, fit_args
@@ -121,11 +121,12 @@ def test_every_checkpoint_command_takes_a_folder(tiny_checkpoint, soft_folder, t
 
 
 def test_init_from_a_folder(tiny_shapes, soft_folder, tmp_path):
-    from captioning.training.module import initial_weights
+    from captioning.training.init_from import initial_model
 
-    module = load_module(soft_folder)
-    vocab, weights = initial_weights(str(soft_folder), dict(module.hparams))
-    assert vocab == module.vocab and all(torch.equal(weights[k], v) for k, v in module.model.state_dict().items())
+    model = load_model(soft_folder)
+    start = initial_model(str(soft_folder), model.spec)
+    weights = start.state_dict()
+    assert start.vocab == model.vocab and all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
 
 
 def test_hub_ids_resolve_through_the_cache_and_an_offline_miss_is_one_line(soft_folder, images, tmp_path, monkeypatch):
@@ -150,8 +151,7 @@ def test_onnx_steps_match_the_decoder_within_1e4(tiny_checkpoint, soft_onnx, ima
     from captioning.data.images import load_image, to_tensor
     from captioning.export.onnx_captioner import OnnxCaptioner
 
-    module = load_module(tiny_checkpoint)
-    model, onnx = module.model, OnnxCaptioner(soft_onnx)
+    model, onnx = load_model(tiny_checkpoint), OnnxCaptioner(soft_onnx)
     batch = torch.stack([to_tensor(load_image(p), 64) for p in images[:8]])
     with torch.no_grad():
         features = model.encoder(batch)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.storage.checkpoint import load_module
+from captioning.storage.load import load_model
 from captioning.training.cli import run_lightning_cli
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
@@ -22,9 +22,9 @@ def test_bf16_and_channels_last_fit_and_checkpoint(config, tiny_shapes, tmp_path
     assert cli.trainer.global_step == 3
     loss = cli.trainer.callback_metrics["train/loss"]
     assert math.isfinite(float(loss))
-    module = load_module(Path(cli.trainer.checkpoint_callback.last_model_path))
-    assert module.encoder_config.channels_last and module.model.encoder.channels_last
-    out = module.model.generate(images=torch.rand(2, 3, 64, 64), config=GenerationConfig(num_beams=2))
+    model = load_model(Path(cli.trainer.checkpoint_callback.last_model_path))
+    assert model.spec.encoder.channels_last and model.encoder.channels_last
+    out = model.generate(images=torch.rand(2, 3, 64, 64), config=GenerationConfig(num_beams=2))
     assert out.sequences.shape[0] == 2
 
 

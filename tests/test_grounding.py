@@ -122,10 +122,10 @@ def test_objects_are_matched_per_image_and_sizes_read_from_files(tmp_path):
 def test_evaluate_reports_grounding(tiny_checkpoint, tiny_shapes):
     from captioning.cli.evaluate import evaluate
 
-    from captioning.storage.checkpoint import load_module
+    from captioning.storage.load import load_model
     from captioning.decoding.search import GenerationConfig
 
-    report = evaluate(load_module(tiny_checkpoint), str(tiny_shapes), split="test", generation=GenerationConfig(max_new_tokens=12),
+    report = evaluate(load_model(tiny_checkpoint), str(tiny_shapes), split="test", generation=GenerationConfig(max_new_tokens=12),
                       grounding=True, device="cpu", progress=False)
     g = report["scores"]["grounding"]
     assert {"attention_correctness", "pointing_game", "count", "uniform", "center_prior"} <= set(g)

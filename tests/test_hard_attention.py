@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.storage.checkpoint import load_module
+from captioning.training.loading import load_module
 from captioning.data import shapes
 from captioning.data.karpathy import load_karpathy
 from captioning.errors import ConfigError

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from captioning.storage.checkpoint import load_module
+from captioning.storage.load import load_model
 from captioning.errors import CaptioningError, CheckpointError
 from captioning.files import atomic_write_json, safe_torch_load
 from captioning.models.decoder import DecoderConfig
@@ -43,10 +43,10 @@ def evil_checkpoint(tmp_path, source=None):
     return path, marker
 
 
-def test_code_running_checkpoint_is_refused_by_load_module(tmp_path, tiny_checkpoint):
+def test_code_running_checkpoint_is_refused_by_load_model(tmp_path, tiny_checkpoint):
     path, marker = evil_checkpoint(tmp_path, tiny_checkpoint)
     with pytest.raises(CheckpointError) as info:
-        load_module(path)
+        load_model(path)
     message = str(info.value)
     assert "\n" not in message and "evil.ckpt" in message and "refused" in message
     assert not marker.exists()
@@ -74,7 +74,7 @@ def mutated(tmp_path, tiny_checkpoint, change):
 
 def checkpoint_error(path):
     with pytest.raises(CheckpointError) as info:
-        load_module(path)
+        load_model(path)
     assert "\n" not in str(info.value) and "other.ckpt" in str(info.value)
     return str(info.value)
 
@@ -104,7 +104,7 @@ def test_checkpoint_of_another_vocabulary_or_architecture(tmp_path, tiny_checkpo
         assert "do not fit this version" in checkpoint_error(mutated(tmp_path, tiny_checkpoint, change))
     assert "unknown objective 'os.system'" in checkpoint_error(mutated(tmp_path, tiny_checkpoint, unknown_objective))
     with pytest.raises(CaptioningError):
-        load_module(mutated(tmp_path, tiny_checkpoint, bad_vocab))
+        load_model(mutated(tmp_path, tiny_checkpoint, bad_vocab))
     assert "no 'vocabulary'" in checkpoint_error(mutated(tmp_path, tiny_checkpoint, lambda c: c.pop("vocabulary")))
     torch.save([1, 2], tmp_path / "other.ckpt")
     assert "expected a dictionary" in checkpoint_error(tmp_path / "other.ckpt")

@@ -200,9 +200,11 @@ def test_bad_ending_rate_and_forbidding_bad_endings():
     torch.manual_seed(0)
     plain = [vocab.decode(r) for r in model.generate(features=features, config=config).sequences.tolist()]
     assert bad_ending_rate(plain) > 0.1
+    assert model.decoder.bad_ending_ids == bad_ending_ids(vocab)  # the model sets them when it is built
+    model.decoder.bad_ending_ids = None  # a decoder that does not know its words cannot forbid them
     with pytest.raises(Exception, match="vocabulary"):
         model.generate(features=features, config=config.replace(forbid_bad_endings=True))
-    model.decoder.bad_ending_ids = bad_ending_ids(vocab)  # what CaptioningModule.set_vocab does
+    model.decoder.bad_ending_ids = bad_ending_ids(vocab)
     out = model.generate(features=features, config=config.replace(forbid_bad_endings=True))
     sampled = [w for w, row in zip((vocab.decode(r) for r in out.sequences.tolist()), out.sequences.tolist())
                if vocab.eos_id in row]
@@ -228,7 +230,7 @@ def test_bad_ending_rate_and_forbidding_bad_endings():
 
 # --------------------------------------------------------------------------- the training stage
 def test_fit_from_a_cross_entropy_checkpoint_and_resume(tiny_shapes, tiny_checkpoint, tmp_path):
-    from captioning.storage.checkpoint import load_module
+    from captioning.storage.load import load_model
     from captioning.training.cli import run_lightning_cli
 
     ce = torch.load(tiny_checkpoint, weights_only=True)
@@ -252,8 +254,8 @@ def test_fit_from_a_cross_entropy_checkpoint_and_resume(tiny_shapes, tiny_checkp
     assert ckpt["hyper_parameters"]["objective"]["init_args"]["baseline"] == "mean"
     state = ckpt["objective_state"]["cider_d"]
     assert state["num_images"] == 40  # the training split's references
-    module = load_module(last)  # the evaluation and the API read it like any other checkpoint
-    assert module.vocab.to_dict() == ce["vocabulary"]
+    model = load_model(last)  # the evaluation and the API read it like any other checkpoint
+    assert model.vocab.to_dict() == ce["vocabulary"]
 
     # a resumed run takes the document frequencies from the checkpoint, not from the data
     objective = cli.model.objective

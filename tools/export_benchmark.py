@@ -35,41 +35,47 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from captioning.api import Captioner  # noqa: E402
-from captioning.storage.checkpoint import load_module, module_from_hparams  # noqa: E402
+from captioning.models.decoder import DecoderConfig  # noqa: E402
+from captioning.models.encoders import EncoderConfig  # noqa: E402
+from captioning.models.spec import ModelSpec, build_model  # noqa: E402
+from captioning.decoding.generation import GenerationConfig  # noqa: E402
 from captioning.storage.folder import folder_summary, save_folder  # noqa: E402
+from captioning.storage.load import load_model  # noqa: E402
 from captioning.export.onnx_captioner import OnnxCaptioner  # noqa: E402
 from captioning.export.onnx import export_onnx  # noqa: E402
 from captioning.vocab import Vocabulary  # noqa: E402
 
 
-def resnet101_module(vocab_size: int, seed: int = 0):
+def resnet101_model(vocab_size: int, seed: int = 0):
     """configs/coco_soft.yaml's model with random weights and a vocabulary of ``vocab_size`` made-up words."""
     torch.manual_seed(seed)
-    generation = {"num_beams": 3, "max_new_tokens": 30}
-    module = module_from_hparams({
-        "encoder": {"name": "resnet101", "pretrained": False, "grid_size": 14},
-        "decoder": {"embed_dim": 512, "hidden_dim": 512, "attention_dim": 512, "dropout": 0.5, "attention_kind": "soft"},
-        "objective": {"class_path": "CrossEntropy", "init_args": {}}, "optimizer": {},
-        "val_generation": dict(generation, num_beams=1), "test_generation": generation,
-        "nonfinite_loss": "error", "image_size": 224,
-    })
-    module.set_vocab(Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(vocab_size - 4)]))
-    return module.eval()
+    spec = ModelSpec(EncoderConfig("resnet101", pretrained=False, grid_size=14),
+                     DecoderConfig(embed_dim=512, hidden_dim=512, attention_dim=512, dropout=0.5, attention_kind="soft"),
+                     image_size=224, generation=GenerationConfig(num_beams=3, max_new_tokens=30))
+    model = build_model(spec, Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(vocab_size - 4)]))
+    model.card = {}
+    return model.eval()
 
 
-def synthetic_checkpoint(module, path: Path) -> str:
+def synthetic_checkpoint(model, path: Path) -> str:
     """A checkpoint laid out as `captioning fit` writes one (weights, hyperparameters, vocabulary and
     Adam's two moments of every trainable parameter after one step), for its size."""
-    from captioning.training.optim import build_optimizer
+    from captioning.training.optim import OptimizerConfig, build_optimizer
 
-    optimizer = build_optimizer(module.model, module.optimizer_config, False)
-    for p in module.model.parameters():
+    optimizer = build_optimizer(model, OptimizerConfig(), False)
+    for p in model.parameters():
         if p.requires_grad:
             p.grad = torch.zeros_like(p)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    torch.save({"state_dict": module.state_dict(), "optimizer_states": [optimizer.state_dict()],
-                "hyper_parameters": dict(module.hparams), "vocabulary": module.vocab.to_dict()}, path)
+    spec = model.spec.to_dict()
+    hparams = {"encoder": spec["encoder"], "decoder": spec["decoder"], "image_size": spec["image_size"],
+               "test_generation": spec["generation"], "val_generation": dict(spec["generation"], num_beams=1),
+               "objective": {"class_path": "captioning.objectives.CrossEntropy", "init_args": {}}, "optimizer": {},
+               "nonfinite_loss": "error"}
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                "optimizer_states": [optimizer.state_dict()], "hyper_parameters": hparams,
+                "vocabulary": model.vocab.to_dict()}, path)
     return str(path)
 
 
@@ -88,9 +94,9 @@ def timed(fn) -> tuple[float, list]:
     return time.perf_counter() - start, out
 
 
-def bench_model(name: str, module, images: list, args, checkpoint: str | None, work: Path) -> list[dict]:
-    folder = save_folder(work / f"{name}_safetensors", module.model, dict(module.hparams))
-    onnx_folder = export_onnx(module, work / f"{name}_onnx")
+def bench_model(name: str, model, images: list, args, checkpoint: str | None, work: Path) -> list[dict]:
+    folder = save_folder(work / f"{name}_safetensors", model, model.card)
+    onnx_folder = export_onnx(model, work / f"{name}_onnx")
     sizes = {"checkpoint_mb": round(os.path.getsize(checkpoint) / 1e6, 2) if checkpoint else None,
              "safetensors_folder_mb": round(sum(folder_summary(folder).values()) / 1e6, 2),
              "onnx_folder_mb": round(sum(folder_summary(onnx_folder).values()) / 1e6, 2)}
@@ -140,11 +146,11 @@ def main() -> int:
     images = test_images(args.annotations, max(args.images, args.resnet_images))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        rows += bench_model("demo", load_module(args.checkpoint), images[: args.images], args, args.checkpoint, Path(tmp))
+        rows += bench_model("demo", load_model(args.checkpoint), images[: args.images], args, args.checkpoint, Path(tmp))
         if not args.skip_resnet:
-            module = resnet101_module(args.vocab_size)
-            checkpoint = synthetic_checkpoint(module, Path(tmp) / "resnet101.ckpt")
-            rows += bench_model("resnet101_soft", module, images[: args.resnet_images], args, checkpoint, Path(tmp))
+            model = resnet101_model(args.vocab_size)
+            checkpoint = synthetic_checkpoint(model, Path(tmp) / "resnet101.ckpt")
+            rows += bench_model("resnet101_soft", model, images[: args.resnet_images], args, checkpoint, Path(tmp))
 
     print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"threads {args.threads}, batch {args.batch_size}, median of {args.repeats} interleaved runs")

@@ -152,7 +152,7 @@ def cmd_speed(args) -> None:
 def cmd_variance(args) -> None:
     import torch
 
-    from captioning.storage.load import load_module  # the training module: its objective's settings and state
+    from captioning.training.loading import load_module  # the training module: its objective's settings and state
     from captioning.objectives import HardAttentionReinforce
 
     base = load_module(args.checkpoint)

@@ -32,7 +32,7 @@ def config_path(name: str) -> Path:
 
 def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int] = None, examples: int = 4) -> dict:
     from captioning.api import Captioner
-    from captioning.storage.checkpoint import load_module
+    from captioning.storage.load import load_model
     from captioning.viz.curves import plot_curves
     from captioning.data.shapes import generate
     from captioning.cli.evaluate import evaluate
@@ -63,8 +63,8 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     plot_curves(cli.trainer.log_dir, out_dir / "curves.png")  # loss and validation scores against the step
 
     print(f"[3/4] evaluating {best} on the test split (beam search, 3 beams)")
-    module = load_module(best)
-    report = evaluate(module, str(annotations), split="test", generation=module.test_generation.replace(num_beams=3),
+    model = load_model(best)
+    report = evaluate(model, str(annotations), split="test", generation=model.spec.generation.replace(num_beams=3),
                       metrics_path=str(out_dir / "metrics.json"), results_path=str(out_dir / "results.json"),
                       checkpoint=best)
 
@@ -72,7 +72,7 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     from captioning.data.karpathy import load_karpathy
 
     test = [r for r in load_karpathy(str(annotations)) if r.split == "test"][:examples]
-    captioner = Captioner.from_module(module, device="cpu", training_data=str(annotations))
+    captioner = Captioner.from_model(model, device="cpu", card={**model.card, "training_data": str(annotations)})
     paths = [str(out_dir / "data" / r.path) for r in test]
     results = captioner(paths, num_beams=3, return_attention=True)
     (out_dir / "attention").mkdir(exist_ok=True)

@@ -23,7 +23,7 @@ from captioning.decoding.search import GenerationConfig
 
 
 def evaluate(
-    module,
+    model,
     annotations: str,
     images_root: Optional[str] = None,
     split: str = "test",
@@ -38,19 +38,21 @@ def evaluate(
     checkpoint: Optional[str] = None,
     progress: bool = True,
 ) -> dict:
-    """Decode ``split`` with a trained CaptioningModule and score it. Returns the report written to ``metrics_path``.
+    """Decode ``split`` with a trained model and score it. Returns the report written to ``metrics_path``.
 
-    ``generation``: the decoding settings (default: the module's test settings). The report holds
+    ``model``: a ShowAttendTell with its ``spec`` (storage/load.py's load_model gives one), whose
+    image size the images are resized to. ``generation``: the decoding settings (default: the
+    spec's, the model's test decoding). The report holds
     "scores" (BLEU-1..4, METEOR, ROUGE_L, CIDEr, SPICE when it can run, object F1 for datasets
     with object annotations, grounding scores if asked), "notes" (why a metric is missing), the
     decoding settings and the images skipped. ``results_path`` gets the COCO results file
     [{"image_id", "caption"}].
     """
-    generation = generation or module.test_generation
+    generation = generation or model.spec.generation
     dev = default_device(device)
-    model = module.model.eval().to(dev)
+    model = model.eval().to(dev)
     data = CaptionDataModule(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
-                             image_size=module.image_size, on_bad_image="skip")
+                             image_size=model.spec.image_size, on_bad_image="skip")
     data.set_vocab(model.vocab)
     evaluator = Evaluator(METRICS, spice=spice, keep_alignments=grounding)
 

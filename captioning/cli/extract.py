@@ -22,7 +22,6 @@ from captioning.data.datasets import Collate, ImageDataset
 from captioning.data.karpathy import ImageRecord
 from captioning.errors import ConfigError
 from captioning.models.encoders import build_encoder
-from captioning.training.cli import run_lightning_cli
 
 
 def part_name(shard: int, num_shards: int) -> str:
@@ -128,6 +127,8 @@ def extract_from_config(config: PathLike, out_dir: PathLike, batch_size: int = 6
     ``--data.x`` / ``--model.x`` arguments, as for fit). Returns extract_features' report."""
     if not os.path.isfile(config):
         raise ConfigError(f"{config}: no such config file")
+    from captioning.training.cli import run_lightning_cli  # the config is read as fit reads it
+
     cli = run_lightning_cli(["--config", str(config), *overrides], run=False)
     encoder_config, data = cli.model.encoder_config, cli.datamodule
     if encoder_config.name == "small_cnn":

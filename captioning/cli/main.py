@@ -151,14 +151,14 @@ def cmd_attend(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from captioning.storage.checkpoint import load_module
     from captioning.cli.evaluate import evaluate
+    from captioning.storage.load import load_model
 
     apply_image_limit(args)
-    module = load_module(args.checkpoint)
+    model = load_model(args.checkpoint)
     report = evaluate(
-        module, args.annotations, images_root=args.images_root, split=args.split,
-        generation=module.test_generation.replace(**generation_overrides(args)),
+        model, args.annotations, images_root=args.images_root, split=args.split,
+        generation=model.spec.generation.replace(**generation_overrides(args)),
         batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, spice=args.spice,
         grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=args.checkpoint,
     )

@@ -19,14 +19,14 @@ EOS = Vocabulary.eos_id
 def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", device) -> Optional[Tensor]:
     """(V,) bool: after which tokens EOS is forbidden (None unless ``config.forbid_bad_endings``).
 
-    The ids come from the decoder's ``bad_ending_ids``, which CaptioningModule.set_vocab sets (the
-    decoder itself does not know its words)."""
+    The ids come from the decoder's ``bad_ending_ids``, which ShowAttendTell sets from its vocabulary
+    when it is built (the decoder itself does not know its words)."""
     if not config.forbid_bad_endings:
         return None
     ids = getattr(decoder, "bad_ending_ids", None)
     if ids is None:
-        raise ConfigError("forbid_bad_endings needs the model's vocabulary: load the model with "
-                          "captioning.storage.checkpoint.load_module (or set decoder.bad_ending_ids = bad_ending_ids(vocab))")
+        raise ConfigError("forbid_bad_endings needs the model's vocabulary: decode with a ShowAttendTell (build_model, "
+                          "load_model), or set decoder.bad_ending_ids = bad_ending_ids(vocab)")
     table = torch.zeros(decoder.vocab_size, dtype=torch.bool, device=device)
     table[list(ids)] = True
     return table

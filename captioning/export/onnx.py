@@ -151,9 +151,9 @@ def onnx_unsupported(config) -> str:
     return ", ".join(f"{k}={getattr(config, k)!r}" for k, v in PAPER_ATTENTION.items() if getattr(config, k, v) != v)
 
 
-def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) -> Path:
-    """Write the ONNX folder of a CaptioningModule: encoder.onnx, decoder_step*.onnx, config.json,
-    vocab.json, README.md. Returns the folder."""
+def export_onnx(model, out, card: Optional[dict] = None, opset: int = OPSET) -> Path:
+    """Write the ONNX folder of a ShowAttendTell with its ``spec`` (as storage/load.py's load_model gives
+    it): encoder.onnx, decoder_step*.onnx, config.json, vocab.json, README.md. Returns the folder."""
     from captioning.errors import ConfigError
     from captioning.storage.folder import model_card, model_config
 
@@ -161,16 +161,17 @@ def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) ->
         import onnx  # noqa: F401  (torch.onnx writes the graphs through it)
     except ImportError:
         raise ConfigError("export --format onnx needs the onnx package: pip install 'captioning[onnx]'") from None
-    unsupported = onnx_unsupported(module.model.decoder.config)
+    unsupported = onnx_unsupported(model.decoder.config)
     if unsupported:
         raise ConfigError(f"export --format onnx: the ONNX step graph is the paper's attention (additive score, one head, "
                           f"Bahdanau placement, global, no refiner); this model has {unsupported}: export it as a "
                           "safetensors folder (the default format) instead")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model = copy.deepcopy(module.model).cpu().float().eval()
-    S = int(module.image_size)
-    config = model_config(model, dict(module.hparams), card)
+    spec = model.spec
+    model = copy.deepcopy(model).cpu().float().eval()
+    S = int(spec.image_size)
+    config = model_config(model, card, spec)
     B, K = 2, 3  # example sizes, distinct so that no size is mistaken for another
     with torch.no_grad():
         encoder = EncoderGraph(model, S).eval()
@@ -180,7 +181,7 @@ def export_onnx(module, out, card: Optional[dict] = None, opset: int = OPSET) ->
                 {"images": {0: "images"}, **{name: {0: "images"} for name in ENCODER_OUTPUTS}}, opset)
         hard = model.attention_kind == "hard"
         modes = ("expected", "argmax") if hard else ("expected",)
-        tau = float(module.test_generation.attention_temperature) if hard else 1.0
+        tau = float(spec.generation.attention_temperature) if hard else 1.0
         args = (torch.full((B * K,), 1, dtype=torch.long), h0.repeat_interleave(K, 0), c0.repeat_interleave(K, 0),
                 features, projected)
         axes = {"tokens": {0: "rows"}, "h": {0: "rows"}, "c": {0: "rows"}, "features": {0: "images"},

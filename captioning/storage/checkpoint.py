@@ -1,47 +1,156 @@
-"""Loading a trained captioner from its checkpoint or model folder, safely and with clear errors.
+"""Checkpoints written by ``fit``, read safely into the one model description (:class:`ModelFile`).
 
-A checkpoint describes itself: the module's hyperparameters and the vocabulary are inside, so
-nothing else is needed to rebuild the model. It is read with ``torch.load(weights_only=True)``:
-a file that would run code when unpickled is refused. A model folder (``captioning export``:
-model.safetensors, config.json, vocab.json; see model_folder.py) is read into the same
-dictionary, so :func:`load_module` -- the loader of every command -- takes either.
+A checkpoint describes itself: Lightning keeps the LightningModule's settings as plain values
+("hyper_parameters"), and the module adds the vocabulary. :func:`read_checkpoint_file` reads it
+with ``torch.load(weights_only=True)`` (a file that would run code when unpickled is refused) and
+maps those settings to a :class:`~captioning.models.spec.ModelSpec`: ``encoder``, ``decoder``,
+``image_size`` and ``test_generation`` (the model's default decoding). The settings of training
+(:data:`TRAINING_KEYS`, :data:`RUN_KEYS`) are kept aside for the model card and config.json; any
+other setting is one that this version does not know, and is refused.
+
+A model folder (storage/folder.py) is read into the same :class:`ModelFile`; storage/load.py builds
+the model from either. Nothing here imports Lightning or builds an objective or an optimizer.
 """
 from __future__ import annotations
 
 import os
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
 
 import torch
 
 from captioning.errors import CaptioningError, CheckpointError
-from captioning.storage.folder import checkpoint_card, read_checkpoint
+from captioning.files import safe_torch_load
+from captioning.models.spec import ModelSpec
+from captioning.vocab import Vocabulary
+
+#: settings of how a model was trained that a checkpoint keeps besides its spec (config.json's "training")
+TRAINING_KEYS = ("objective", "optimizer", "val_generation", "nonfinite_loss", "init_from")
+#: settings of how the training step ran (speed only): read, not kept in a model folder
+RUN_KEYS = ("static_shapes", "length_buckets", "cuda_graphs", "tf32")
+#: a checkpoint's names of the spec's fields (the model's default decoding is the test split's)
+SPEC_KEYS = {"encoder": "encoder", "decoder": "decoder", "image_size": "image_size", "test_generation": "generation"}
 
 
-def module_from_hparams(hparams: dict):
-    """A CaptioningModule (no model yet: see set_vocab) from the plain values a checkpoint keeps."""
-    from captioning.models.decoder import DecoderConfig
-    from captioning.models.encoders import EncoderConfig
-    from captioning.decoding.search import GenerationConfig
-    from captioning.training.module import CaptioningModule
-    from captioning.training.optim import OptimizerConfig
-    from captioning.objectives import objective_from_spec
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model came from: ``path`` as given (a file, a folder or a Hub id ``owner/name``),
+    its ``kind`` and the ``local`` file or folder read (a Hub model's snapshot in the cache)."""
 
-    h = {k: v for k, v in hparams.items() if not k.startswith("_")}
-    unknown = set(h) - {"encoder", "decoder", "objective", "optimizer", "val_generation", "test_generation",
-                        "nonfinite_loss", "image_size", "init_from",  # init_from: provenance only, not reloaded
-                        "static_shapes", "length_buckets", "cuda_graphs", "tf32"}  # how it trained
+    path: str
+    kind: Literal["checkpoint", "folder", "hub"]
+    local: str
+
+
+@dataclass
+class ModelFile:
+    """A model file of any format, read: what a captioner is built from.
+
+    Attributes:
+        spec: the model description.
+        vocab: the vocabulary it writes in.
+        weights: the model's tensors, named as ``ShowAttendTell.state_dict()`` names them.
+        card: what a model card says: training_data, global_step, epoch, validation
+            ({"monitor", "best"}), test_scores, ... and "training", the training settings
+            (:data:`TRAINING_KEYS`: objective, optimizer, ...) where the file records them.
+        source: where it came from.
+        files: the files errors name: {"config": ..., "weights": ...}.
+        training_state: a checkpoint's tensors that are not the model's (an objective's running
+            state, e.g. a learned baseline); empty for a model folder.
+        run: a checkpoint's :data:`RUN_KEYS` settings.
+    """
+
+    spec: ModelSpec
+    vocab: Vocabulary
+    weights: dict
+    card: dict
+    source: ModelSource
+    files: dict
+    training_state: dict = field(default_factory=dict)
+    run: dict = field(default_factory=dict)
+
+    def hyper_parameters(self) -> dict:
+        """The settings in a checkpoint's form ("hyper_parameters": spec fields and training settings)."""
+        plain = self.spec.to_dict()
+        return {"encoder": plain["encoder"], "decoder": plain["decoder"], "image_size": plain["image_size"],
+                "test_generation": plain["generation"], **(self.card.get("training") or {}), **self.run}
+
+
+def to_plain(value: Any) -> Any:
+    """JSON types: tuples to lists, tensors to numbers, recursively."""
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value.tolist()
+    return value
+
+
+def checkpoint_card(ckpt: dict) -> dict:
+    """What a model card can say of a checkpoint: its training data, steps and best validation score
+    (Lightning's ModelCheckpoint state)."""
+    card: dict[str, Any] = {"training_data": ckpt.get("training_data"), "global_step": ckpt.get("global_step"),
+                            "epoch": ckpt.get("epoch")}
+    for key, state in (ckpt.get("callbacks") or {}).items():
+        if str(key).startswith("ModelCheckpoint") and isinstance(state, dict) and state.get("best_model_score") is not None:
+            card["validation"] = {"monitor": state.get("monitor"), "best": to_plain(state["best_model_score"])}
+            break
+    return to_plain(card)
+
+
+def spec_from_hparams(hparams: dict, where: str) -> tuple[ModelSpec, dict, dict]:
+    """(spec, training settings, run settings) of a checkpoint's hyperparameters; one line of
+    :class:`CheckpointError` naming ``where`` for a setting this version does not know or cannot use."""
+    from captioning.objectives import OBJECTIVES
+
+    def misfit(problem) -> CheckpointError:
+        return CheckpointError(f"{where}: hyperparameters do not fit this version of the model ({problem})")
+
+    if not isinstance(hparams, dict):
+        raise misfit(f"expected a mapping, got {type(hparams).__name__}")
+    h = {k: v for k, v in hparams.items() if not str(k).startswith("_")}
+    unknown = sorted(set(h) - set(SPEC_KEYS) - set(TRAINING_KEYS) - set(RUN_KEYS))
     if unknown:
-        raise TypeError(f"unknown setting(s) {', '.join(sorted(unknown))}")
-    # the weights come from the checkpoint: nothing to download
-    encoder = dict(h["encoder"], pretrained=False, weights=None)
-    return CaptioningModule(
-        encoder=EncoderConfig(**encoder), decoder=DecoderConfig(**h["decoder"]),
-        objective=objective_from_spec(h["objective"]), optimizer=OptimizerConfig(**h["optimizer"]),
-        val_generation=GenerationConfig(**h["val_generation"]), test_generation=GenerationConfig(**h["test_generation"]),
-        nonfinite_loss=h["nonfinite_loss"], image_size=h["image_size"],
-        **{k: h[k] for k in ("static_shapes", "cuda_graphs", "tf32") if k in h},
-        **({"length_buckets": tuple(h["length_buckets"])} if "length_buckets" in h else {}),
-    )
+        raise misfit(f"unknown setting(s) {', '.join(map(str, unknown))}")
+    objective = h.get("objective")
+    if objective is not None:  # a name only (nothing is built): a checkpoint of a known objective
+        name = str(objective.get("class_path", "") if isinstance(objective, dict) else objective).rsplit(".", 1)[-1]
+        if name not in OBJECTIVES:
+            class_path = objective.get("class_path") if isinstance(objective, dict) else objective
+            raise misfit(f"unknown objective {class_path!r}; expected one of {', '.join(OBJECTIVES)}")
+    try:
+        spec = ModelSpec.from_dict({SPEC_KEYS[k]: v for k, v in h.items() if k in SPEC_KEYS})
+    except CaptioningError as err:
+        raise misfit(err) from None
+    return (spec, to_plain({k: h[k] for k in TRAINING_KEYS if k in h}), to_plain({k: h[k] for k in RUN_KEYS if k in h}))
+
+
+def read_checkpoint_file(path: str, source: Optional[ModelSource] = None) -> ModelFile:
+    """A checkpoint file written by ``fit``, read (nothing that runs code) and checked."""
+    path = os.fspath(path)
+    ckpt = safe_torch_load(path, map_location="cpu")
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path}: not a captioning checkpoint (expected a dictionary)")
+    for key in ("state_dict", "hyper_parameters", "vocabulary"):
+        if key not in ckpt:
+            raise CheckpointError(f"{path}: not a captioning checkpoint (no {key!r} inside)")
+    spec, training, run = spec_from_hparams(ckpt["hyper_parameters"], path)
+    try:
+        vocab = Vocabulary.from_dict(ckpt["vocabulary"])
+    except CaptioningError as err:
+        raise CheckpointError(f"{path}: hyperparameters do not fit this version of the model ({err})") from None
+    state = ckpt["state_dict"]
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a captioning checkpoint ('state_dict' is not a mapping of tensors)")
+    card = ckpt["card"] if isinstance(ckpt.get("card"), dict) else checkpoint_card(ckpt)
+    return ModelFile(
+        spec=spec, vocab=vocab,
+        weights={k[len("model."):]: v for k, v in state.items() if k.startswith("model.")},
+        card={**card, **({"training": training} if training else {})},
+        source=source or ModelSource(path, "checkpoint", path),
+        files={"config": path, "weights": path},
+        training_state={k: v for k, v in state.items() if not k.startswith("model.")}, run=run)
 
 
 def state_mismatch(expected: dict, given: dict) -> Optional[str]:
@@ -58,37 +167,5 @@ def state_mismatch(expected: dict, given: dict) -> Optional[str]:
     return None
 
 
-def load_module(path: str, device: Optional[str] = None, ckpt: Optional[dict] = None):
-    """Rebuild a :class:`~captioning.training.module.CaptioningModule` in eval mode from a checkpoint file
-    or a model folder (``ckpt``: its :func:`read_checkpoint` dictionary, if already read)."""
-    from captioning.vocab import Vocabulary
-
-    path = os.fspath(path)
-    ckpt = read_checkpoint(path) if ckpt is None else ckpt
-    files = ckpt.get("_files") or {}  # a model folder: errors name its config.json / model.safetensors
-    try:
-        module = module_from_hparams(ckpt["hyper_parameters"])
-        module.set_vocab(Vocabulary.from_dict(ckpt["vocabulary"]))
-    except (TypeError, KeyError, CaptioningError) as err:
-        raise CheckpointError(f"{files.get('config', path)}: hyperparameters do not fit this version of the model ({err})") from None
-    what = "config.json" if files else "the architecture and vocabulary it describes"
-    expected = module.state_dict()
-    if files:  # a folder holds the model's weights only, not the objective's running state (e.g. a baseline)
-        expected = {k: v for k, v in expected.items() if k.startswith("model.")}
-    # running state an objective sizes or fills in itself when loading (e.g. a lazily sized learned baseline)
-    optional = {f"objective.{k}" for k in getattr(module.objective, "optional_state", ())}
-    expected = {k: v for k, v in expected.items() if k not in optional}
-    mismatch = state_mismatch(expected, {k: v for k, v in ckpt["state_dict"].items() if k not in optional})
-    if mismatch:
-        raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({mismatch})")
-    try:
-        module.load_state_dict(ckpt["state_dict"], strict=not files)
-    except RuntimeError as err:
-        detail = " ".join(str(err).split())[:200]
-        raise CheckpointError(f"{files.get('weights', path)}: weights do not fit {what} ({detail})") from None
-    module.training_data = ckpt.get("training_data")
-    module.card = ckpt["card"] if isinstance(ckpt.get("card"), dict) else checkpoint_card(ckpt)  # for model cards
-    module.eval()
-    if device is not None:
-        module.to(torch.device(device))
-    return module
+__all__ = ["ModelFile", "ModelSource", "read_checkpoint_file", "spec_from_hparams", "checkpoint_card", "state_mismatch", "to_plain",
+           "TRAINING_KEYS", "RUN_KEYS"]

@@ -1,47 +1,37 @@
-"""Model folders in the Hugging Face layout: write one from a checkpoint, read one back, push it.
+"""Model folders in the Hugging Face layout: write one from a model, read one back, push it.
 
-``captioning export --checkpoint CKPT --out DIR`` writes (model_files.py describes the layout)
+``captioning export --checkpoint CKPT --out DIR`` writes (folder_json.py describes the layout)
 model.safetensors (the weights only: no optimizer state, no training loop), config.json, vocab.json
-and a README.md model card. :func:`read_folder` gives back what a checkpoint holds (plain
-hyperparameters, vocabulary, weights), and :func:`read_checkpoint` reads a checkpoint file, a
-folder or a Hub id into that dictionary, so that ``checkpoint.load_module`` -- the one loader of
-every command -- takes any of them. Nothing is unpickled: safetensors holds
-a JSON header and raw tensor bytes, and the rest is JSON.
+and a README.md model card. :func:`save_folder` writes a model and its
+:class:`~captioning.models.spec.ModelSpec`; :func:`read_folder` reads them back into the
+:class:`~captioning.storage.checkpoint.ModelFile` a checkpoint is also read into, from which
+storage/load.py builds the model. Nothing is unpickled: safetensors holds a JSON header and raw
+tensor bytes, and the rest is JSON.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
 from captioning import __version__
 from captioning.viz.attention_maps import grid_shape
-from captioning.errors import CheckpointError
-from captioning.files import atomic_write_json, atomic_write_text, safe_torch_load
+from captioning.errors import CaptioningError, CheckpointError
+from captioning.files import atomic_write_json, atomic_write_text
+from captioning.models.spec import ModelSpec
+from captioning.storage.checkpoint import TRAINING_KEYS, ModelFile, ModelSource, to_plain
 from captioning.storage.folder_json import (CARD_FILE, CONFIG_FILE, FORMAT, FORMAT_VERSION, VOCAB_FILE, WEIGHTS_FILE,
-                                    read_config, read_vocab)
+                                            read_config, read_vocab)
 
-#: the hyperparameters that describe training rather than the model (kept in config.json's "training")
-TRAINING_KEYS = ("objective", "optimizer", "val_generation", "nonfinite_loss", "init_from")
-
-
-def _plain(value: Any) -> Any:
-    """JSON types: tuples to lists, tensors to numbers, recursively."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, torch.Tensor):
-        return value.item() if value.numel() == 1 else value.tolist()
-    return value
-
-
-def model_config(model, hparams: dict, card: Optional[dict] = None) -> dict:
-    """config.json of a ShowAttendTell ``model`` built from a checkpoint's ``hparams``."""
-    image_size = int(hparams["image_size"])
-    encoder = dict(hparams["encoder"], pretrained=False, weights=None)  # the weights are in the folder
+def model_config(model, card: Optional[dict] = None, spec: Optional[ModelSpec] = None) -> dict:
+    """config.json of a ShowAttendTell ``model`` (its ``spec``, unless given). ``card``: what the model
+    card says; its "training" entry (the training settings) becomes config.json's "training"."""
+    spec = (spec or model.spec).without_pretrained()  # the weights are in the folder
+    plain, card = spec.to_dict(), dict(card or {})
+    training = card.pop("training", None) or {}
+    image_size = spec.image_size
     with torch.no_grad():  # the grid the encoder gives at this image size (one blank image)
         was_training = model.training
         model.eval()
@@ -49,15 +39,15 @@ def model_config(model, hparams: dict, card: Optional[dict] = None) -> dict:
         features = model.encoder(torch.zeros(1, 3, image_size, image_size, dtype=probe.dtype, device=probe.device))
         model.train(was_training)
     L, D = int(features.size(1)), int(features.size(2))
-    return _plain({
+    return to_plain({
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "library": "captioning",
         "library_version": __version__,
         "architecture": "ShowAttendTell",
         "model": {
-            "encoder": encoder,
-            "decoder": hparams["decoder"],
+            "encoder": plain["encoder"],
+            "decoder": plain["decoder"],
             "vocab_size": len(model.vocab),
             "num_locations": L,
             "feature_dim": D,
@@ -70,22 +60,10 @@ def model_config(model, hparams: dict, card: Optional[dict] = None) -> dict:
             "mean": model.encoder.mean.flatten().tolist(),
             "std": model.encoder.std.flatten().tolist(),
         },
-        "generation": hparams["test_generation"],
-        "training": {k: hparams[k] for k in TRAINING_KEYS if k in hparams},
-        "card": card or {},
+        "generation": plain["generation"],
+        "training": {k: training[k] for k in TRAINING_KEYS if k in training},
+        "card": card,
     })
-
-
-def checkpoint_card(ckpt: dict) -> dict:
-    """What a model card can say of a checkpoint: its training data, steps and best validation score
-    (Lightning's ModelCheckpoint state)."""
-    card: dict[str, Any] = {"training_data": ckpt.get("training_data"), "global_step": ckpt.get("global_step"),
-                            "epoch": ckpt.get("epoch")}
-    for key, state in (ckpt.get("callbacks") or {}).items():
-        if str(key).startswith("ModelCheckpoint") and isinstance(state, dict) and state.get("best_model_score") is not None:
-            card["validation"] = {"monitor": state.get("monitor"), "best": _plain(state["best_model_score"])}
-            break
-    return _plain(card)
 
 
 def metrics_card(report: dict) -> dict:
@@ -96,7 +74,7 @@ def metrics_card(report: dict) -> dict:
             scores[key] = value
         elif isinstance(value, dict):
             scores.update({f"{key}.{k}": v for k, v in value.items() if isinstance(v, float)})
-    return _plain({"test_scores": scores,
+    return to_plain({"test_scores": scores,
                    "test_split": {k: report.get(k) for k in ("annotations", "split", "num_images")},
                    "test_generation": report.get("generation")})
 
@@ -153,14 +131,15 @@ def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> 
     return "\n".join(lines) + "\n"
 
 
-def save_folder(out, model, hparams: dict, card: Optional[dict] = None) -> Path:
-    """Write ``model`` (a ShowAttendTell) as a model folder: model.safetensors, config.json,
-    vocab.json, README.md. Returns the folder."""
+def save_folder(out, model, card: Optional[dict] = None, spec: Optional[ModelSpec] = None) -> Path:
+    """Write ``model`` (a ShowAttendTell with its ``spec``, unless given) as a model folder:
+    model.safetensors, config.json, vocab.json, README.md. ``card``: what the model card says
+    (:class:`~captioning.storage.checkpoint.ModelFile`'s card). Returns the folder."""
     from safetensors.torch import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    config = model_config(model, hparams, card)
+    config = model_config(model, card, spec)
     weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
     tmp = out / f".{WEIGHTS_FILE}.tmp"
     save_file(weights, str(tmp), metadata={"format": "pt", "library": "captioning"})
@@ -183,29 +162,20 @@ def read_metrics(path: Optional[str]) -> Optional[dict]:
     return report
 
 
-def hparams_from_config(config: dict) -> dict:
-    """The checkpoint-style hyperparameters of a config.json (training settings: as recorded, else defaults)."""
-    training = config.get("training") or {}
-    kind = config["model"]["decoder"].get("attention_kind", "soft")
-    default_objective = "HardAttentionReinforce" if kind == "hard" else "CrossEntropy"
-    return {
-        "encoder": config["model"]["encoder"], "decoder": config["model"]["decoder"],
-        "objective": training.get("objective") or {"class_path": default_objective, "init_args": {}},
-        "optimizer": training.get("optimizer") or {}, "val_generation": training.get("val_generation") or {},
-        "test_generation": config["generation"], "nonfinite_loss": training.get("nonfinite_loss", "error"),
-        "image_size": config["preprocessing"]["image_size"],
-    }
-
-
-def read_folder(folder: str) -> dict:
-    """A model folder as a checkpoint's dictionary: {"hyper_parameters", "vocabulary", "state_dict"
-    (keys "model.*"), "training_data", "card"}, plus "_files" naming config.json and
-    model.safetensors for the errors of whoever builds the model from it."""
+def read_folder(folder: str, source: Optional[ModelSource] = None) -> ModelFile:
+    """A model folder written by ``captioning export`` (config.json, vocab.json, model.safetensors),
+    read (nothing is unpickled) and checked; every problem is one line naming the file."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = os.fspath(folder)
     config = read_config(folder, "safetensors")
+    config_path = os.path.join(folder, CONFIG_FILE)
+    try:
+        spec = ModelSpec.from_dict({"encoder": config["model"]["encoder"], "decoder": config["model"]["decoder"],
+                                    "image_size": config["preprocessing"]["image_size"], "generation": config["generation"]})
+    except CaptioningError as err:
+        raise CheckpointError(f"{config_path}: hyperparameters do not fit this version of the model ({err})") from None
     vocab = read_vocab(folder, int(config["model"]["vocab_size"]))
     path = os.path.join(folder, WEIGHTS_FILE)
     try:
@@ -213,35 +183,9 @@ def read_folder(folder: str) -> dict:
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         detail = " ".join(str(err).split())[:150]
         raise CheckpointError(f"{path}: not a readable safetensors file, damaged or truncated ({detail})") from None
-    card = config.get("card") or {}
-    return {
-        "hyper_parameters": hparams_from_config(config),
-        "vocabulary": vocab.to_dict(),
-        "state_dict": {f"model.{k}": v for k, v in weights.items()},
-        "training_data": card.get("training_data"),
-        "card": card,
-        "_files": {"config": os.path.join(folder, CONFIG_FILE), "weights": path},
-    }
-
-
-def read_checkpoint(path: str) -> dict:
-    """A checkpoint file's dictionary, or a model folder's (a path, or a Hub id ``owner/name``) in the
-    same form (model_folder.read_folder):
-    {"state_dict", "hyper_parameters", "vocabulary", "training_data", ...}. Nothing that runs code is read."""
-    from captioning.storage.folder_json import looks_like_hub_id, resolve_folder
-
-    path = os.fspath(path)
-    if looks_like_hub_id(path):  # owner/name: a model of the Hugging Face Hub (its cache when offline)
-        path = resolve_folder(path)
-    if os.path.isdir(path):
-        return read_folder(path)
-    ckpt = safe_torch_load(path, map_location="cpu")
-    if not isinstance(ckpt, dict):
-        raise CheckpointError(f"{path}: not a captioning checkpoint (expected a dictionary)")
-    for key in ("state_dict", "hyper_parameters", "vocabulary"):
-        if key not in ckpt:
-            raise CheckpointError(f"{path}: not a captioning checkpoint (no {key!r} inside)")
-    return ckpt
+    card, training = config.get("card") or {}, config.get("training") or {}
+    return ModelFile(spec=spec, vocab=vocab, weights=weights, card={**card, **({"training": training} if training else {})},
+                     source=source or ModelSource(folder, "folder", folder), files={"config": config_path, "weights": path})
 
 
 def push_to_hub(folder: str, repo_id: str, private: Optional[bool] = None, token: Optional[str] = None,
@@ -262,5 +206,5 @@ def folder_summary(folder: str) -> dict:
     return {p.name: p.stat().st_size for p in sorted(Path(folder).iterdir()) if p.is_file() and not p.name.startswith(".")}
 
 
-__all__ = ["save_folder", "read_folder", "read_checkpoint", "push_to_hub", "model_config", "model_card",
-           "checkpoint_card", "metrics_card", "hparams_from_config", "folder_summary"]
+__all__ = ["save_folder", "read_folder", "push_to_hub", "model_config", "model_card",
+           "metrics_card", "folder_summary"]

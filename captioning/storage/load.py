@@ -1,0 +1,79 @@
+"""One loader: a checkpoint file, a model folder or a Hugging Face Hub id -> a ShowAttendTell in eval mode.
+
+    from captioning.storage.load import load_model
+    model = load_model("best.ckpt")            # or "model_folder", or "owner/name"
+    model.spec      # ModelSpec: encoder, decoder, image_size, generation (the default decoding)
+    model.source    # ModelSource: path as given, kind "checkpoint" | "folder" | "hub", the local file or folder
+    model.card      # what a model card says: training_data, global_step, epoch, validation, test_scores, training
+
+One reader per format (storage/checkpoint.py: ``fit``'s checkpoints, read with
+``torch.load(weights_only=True)``; storage/folder.py: safetensors + config.json) gives one
+:class:`~captioning.storage.checkpoint.ModelFile`; :func:`load_model` builds the model of its spec
+(:func:`~captioning.models.spec.build_model`), checks that the weights fit and loads them. No
+Lightning, no objective, no optimizer: the training code is not imported.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Union
+
+import torch
+
+from captioning.errors import CheckpointError
+from captioning.models.spec import build_model
+from captioning.models.show_attend_tell import ShowAttendTell
+from captioning.storage.checkpoint import ModelFile, ModelSource, read_checkpoint_file, state_mismatch
+from captioning.storage.folder import read_folder
+from captioning.storage.folder_json import looks_like_hub_id, resolve_folder
+
+PathLike = Union[str, os.PathLike]
+
+
+def read_model_file(path: PathLike, revision: Optional[str] = None, local_files_only: Optional[bool] = None,
+                    cache_dir: Optional[str] = None) -> ModelFile:
+    """The :class:`ModelFile` of a checkpoint file, a model folder or a Hub id ``owner/name`` (fetched
+    into, or found in, huggingface_hub's cache; the other arguments are for it: see
+    :func:`~captioning.storage.folder_json.resolve_folder`)."""
+    path = os.fspath(path)
+    if looks_like_hub_id(path):
+        local = resolve_folder(path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir)
+        return read_folder(local, ModelSource(path, "hub", local))
+    if os.path.isdir(path):
+        return read_folder(path)
+    return read_checkpoint_file(path)
+
+
+def model_of(file: ModelFile) -> ShowAttendTell:
+    """The model a :class:`ModelFile` describes, with its weights, in eval mode on the CPU; ``spec``,
+    ``source`` and ``card`` set. The weights must fit exactly (one line naming the file if not)."""
+    spec = file.spec.without_pretrained()  # the weights come from the file: nothing to download
+    model = build_model(spec, file.vocab)
+    what = "config.json" if file.source.kind != "checkpoint" else "the architecture and vocabulary it describes"
+    mismatch = state_mismatch(model.state_dict(), file.weights)
+    if mismatch:
+        raise CheckpointError(f"{file.files['weights']}: weights do not fit {what} ({mismatch})")
+    try:
+        model.load_state_dict(file.weights)
+    except RuntimeError as err:
+        detail = " ".join(str(err).split())[:200]
+        raise CheckpointError(f"{file.files['weights']}: weights do not fit {what} ({detail})") from None
+    model.source, model.card = file.source, file.card
+    return model.eval()
+
+
+def load_model(path: PathLike, device: Optional[Union[str, torch.device]] = None, revision: Optional[str] = None,
+               local_files_only: Optional[bool] = None, cache_dir: Optional[str] = None) -> ShowAttendTell:
+    """The captioner of a checkpoint file (``captioning fit``'s), a model folder (``captioning export``'s)
+    or a Hugging Face Hub model ``owner/name``, in eval mode on ``device`` (default: the CPU).
+
+    The model carries ``model.spec`` (:class:`~captioning.models.spec.ModelSpec`), ``model.source``
+    (:class:`~captioning.storage.checkpoint.ModelSource`) and ``model.card`` (a dict: training_data,
+    global_step, epoch, validation, test_scores and the training settings "training", as far as the
+    file records them). Hub arguments: see :func:`~captioning.storage.folder_json.resolve_folder`.
+    Every problem with the file is one line of :class:`~captioning.errors.CheckpointError` naming it.
+    """
+    model = model_of(read_model_file(path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir))
+    return model if device is None else model.to(torch.device(device))
+
+
+__all__ = ["load_model", "read_model_file", "model_of"]
