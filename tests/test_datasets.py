@@ -236,7 +236,7 @@ def test_prepare_reports_every_problem_of_coco_caption_files(tmp_path, capsys, c
                  "--min-word-freq", "1", "--out", str(vocab)])
     err = capsys.readouterr().err
     assert code == 1
-    for expected in ("annotations[0]: expected an object with 'image_id' and 'caption'",
+    for expected in ("annotations[0]: expected an object with 'id', 'image_id' and 'caption'",
                      "image 2 (train2014/COCO_train2014_000000000002.jpg): no usable captions", "image 7 is also in"):
         assert err.count(expected) == 1, (expected, err)  # each problem, once, in one run
     assert "in no caption file" not in err  # image 2 is reported for its own problem, not as missing

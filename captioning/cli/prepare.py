@@ -19,6 +19,9 @@ from captioning.errors import CaptioningError
 def length_report(lengths: Sequence[int], width: int = 40, out: Optional[TextIO] = None) -> None:
     """min / mean / percentiles / max of caption lengths (words), and a text histogram."""
     out = out or sys.stdout
+    if len(lengths) == 0:
+        print("caption length (words): no captions", file=out)
+        return
     a = np.asarray(lengths)
     p = np.percentile(a, [50, 90, 95, 99])
     print(f"caption length (words): min {a.min()}  mean {a.mean():.1f}  median {p[0]:.0f}  p90 {p[1]:.0f}  "
@@ -68,7 +71,9 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         print(f"  {split:<8} {per_split[split]:>8} images {caps[split]:>9} captions")
     if problems:
         problems = [f"{len(problems)} image(s) or row(s) of the annotation file have problems (listed above)"]
-    if "train" not in per_split:
+    if not records:
+        problems.append("no usable images in the annotation file")
+    elif "train" not in per_split:
         problems.append("no training images (split 'train')")
     for split in ("val", "test"):
         if split not in per_split:

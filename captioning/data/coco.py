@@ -16,7 +16,7 @@ import os
 import re
 from typing import Optional, Sequence, Union
 
-from captioning.data.karpathy import SPLITS, ImageRecord, read_json
+from captioning.data.karpathy import SPLITS, ImageRecord, image_path, is_int, read_json
 from captioning.errors import AnnotationError
 from captioning.vocab import tokenize
 from captioning.common import PathLike
@@ -35,18 +35,26 @@ def _coco(path: str, data: dict, problems: Optional[list] = None):
     Malformed entries are errors, or with a ``problems`` list noted there and left out."""
     from pycocotools.coco import COCO
 
+    if not isinstance(data, dict):
+        raise AnnotationError(f"{path}: expected a JSON object with 'images' and 'annotations' (not a COCO caption file?)")
     for key in ("images", "annotations"):
         if not isinstance(data.get(key), list):
             raise AnnotationError(f"{path}: missing or ill-typed top-level field {key!r} (not a COCO caption file?)")
     annotations, images = [], []
     for i, ann in enumerate(data["annotations"]):
-        if not isinstance(ann, dict) or not {"image_id", "caption"} <= ann.keys():
-            _report(f"{path}: annotations[{i}]: expected an object with 'image_id' and 'caption'", problems)
+        if not isinstance(ann, dict) or not {"id", "image_id", "caption"} <= ann.keys():
+            _report(f"{path}: annotations[{i}]: expected an object with 'id', 'image_id' and 'caption'", problems)
+        elif not is_int(ann["image_id"]):
+            _report(f"{path}: annotations[{i}].image_id: expected an integer, got {ann['image_id']!r}", problems)
         else:
             annotations.append(ann)
     for i, img in enumerate(data["images"]):
         if not isinstance(img, dict) or not {"id", "file_name"} <= img.keys():
             _report(f"{path}: images[{i}]: expected an object with 'id' and 'file_name'", problems)
+        elif not is_int(img["id"]):
+            _report(f"{path}: images[{i}].id: expected an integer, got {img['id']!r}", problems)
+        elif not isinstance(img["file_name"], str) or not img["file_name"].strip():
+            _report(f"{path}: images[{i}].file_name: expected a non-empty string", problems)
         else:
             images.append(img)
     coco = COCO()
@@ -65,12 +73,14 @@ def read_split_file(path: PathLike, merge_restval: bool = True) -> dict[int, str
         for i, img in enumerate(data["images"]):
             if not isinstance(img, dict) or "cocoid" not in img or "split" not in img:
                 raise AnnotationError(f"{path}: images[{i}]: missing field 'cocoid' or 'split'")
-            splits[int(img["cocoid"])] = img["split"]
+            if not is_int(img["cocoid"]):
+                raise AnnotationError(f"{path}: images[{i}].cocoid: expected an integer, got {img['cocoid']!r}")
+            splits[img["cocoid"]] = img["split"]
     elif isinstance(data, dict):
         for split, ids in data.items():
-            if not isinstance(ids, list):
-                raise AnnotationError(f"{path}: {split}: expected a list of cocoids")
-            splits.update({int(i): split for i in ids})
+            if not isinstance(ids, list) or not all(is_int(i) for i in ids):
+                raise AnnotationError(f"{path}: {split}: expected a list of cocoids (integers)")
+            splits.update({i: split for i in ids})
     else:
         raise AnnotationError(f"{path}: expected a Karpathy split file or an object {{split: [cocoid, ...]}}")
     for cocoid, split in splits.items():
@@ -127,7 +137,11 @@ def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: O
                 if words:
                     captions.append(" ".join(raw.split()))
                     tokens.append(words)
-            rel = os.path.normpath(os.path.join(folder, img["file_name"]))
+            try:
+                rel = image_path(path, f"image {cocoid}", folder, img["file_name"])
+            except AnnotationError as err:
+                _report(str(err), problems)
+                continue
             if not captions:
                 _report(f"{path}: image {cocoid} ({rel}): no usable captions", problems)
                 continue

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Optional
 
-from captioning.data.karpathy import SPLITS, ImageRecord
+from captioning.data.karpathy import image_path, SPLITS, ImageRecord
 from captioning.errors import AnnotationError
 from captioning.vocab import tokenize
 from captioning.common import PathLike
@@ -55,7 +55,7 @@ def _add_row(path: str, line: int, row: dict, records: dict, merge_restval: bool
         raise AnnotationError(f"{path}: line {line}: unknown split {split!r} (expected one of {', '.join(SPLITS)})")
     if merge_restval and split == "restval":
         split = "train"
-    rel = os.path.normpath(image.strip())
+    rel = image_path(path, f"line {line}", image.strip())
     rec = records.get(rel)
     if rec is None:
         n = len(records)

@@ -34,7 +34,8 @@ class ImageRecord:
     height: Optional[int] = None
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
+    """An integer of JSON (True and False are not)."""
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -48,8 +49,20 @@ def read_json(path: str) -> Any:
         raise AnnotationError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
     except UnicodeDecodeError:
         raise AnnotationError(f"{path}: not UTF-8 text (is it really a JSON annotation file?)") from None
+    except RecursionError:
+        raise AnnotationError(f"{path}: JSON nested too deeply to be an annotation file") from None
     except OSError as err:
         raise AnnotationError(f"{path}: cannot read ({err.strerror or err})") from None
+
+
+def image_path(path: str, where: str, *parts: str) -> str:
+    """A record's image path, relative to the images folder: normalised, and refused (one line naming
+    ``where`` in the annotation file ``path``) when absolute or above the folder (``..``)."""
+    rel = os.path.normpath(os.path.join(*parts))
+    if os.path.isabs(rel) or os.path.splitdrive(rel)[0] or rel in (".", "..") or rel.startswith(".." + os.sep):
+        raise AnnotationError(f"{path}: {where}: image path {rel!r} is outside the images folder (absolute, "
+                              "or '..' above it); give paths relative to --data.images_root")
+    return rel
 
 
 def _captions(path: str, where: str, sentences: Any) -> tuple[list[str], list[list[str]]]:
@@ -96,15 +109,15 @@ def _record(path: str, i: int, img: Any, merge_restval: bool) -> ImageRecord:
     imgid = img.get("imgid", i)
     image_id = img.get("cocoid", imgid)
     for name, value in (("imgid", imgid), ("cocoid", image_id)):
-        if not _is_int(value):
+        if not is_int(value):
             raise AnnotationError(f"{path}: {where}.{name}: expected an integer, got {value!r}")
     for name in ("width", "height"):
-        if img.get(name) is not None and not _is_int(img[name]):
+        if img.get(name) is not None and not is_int(img[name]):
             raise AnnotationError(f"{path}: {where}.{name}: expected an integer, got {img[name]!r}")
     objects = img.get("objects") or []
     if not isinstance(objects, list) or not all(isinstance(o, dict) for o in objects):
         raise AnnotationError(f"{path}: {where}.objects: expected a list of objects")
-    rel = os.path.normpath(os.path.join(filepath, filename))
+    rel = image_path(path, where, filepath, filename)
     captions, tokens = _captions(path, where, img["sentences"])
     if not captions:
         raise AnnotationError(f"{path}: {where} ({rel}): no usable captions (all missing or empty)")
