@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,19 +17,29 @@ from captioning.common import PathLike
 
 
 
+def _temporary_file(folder: Path, name: str) -> tuple[int, str]:
+    """A new file ``.NAME.XXXXXXXX.tmp`` in ``folder``, opened for writing with the mode a plain
+    ``open`` would give (0o666 less the process's umask, applied by the kernel: the umask is never
+    read or changed, so other threads are not disturbed)."""
+    for _ in range(100):
+        tmp = folder / f".{name}.{os.urandom(6).hex()}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), str(tmp)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: no free temporary file name for {name}")
+
+
 def _atomic_write(path: PathLike, write: Callable[[Any], None]) -> None:
     """Call ``write(file)`` on a temporary file next to ``path``, fsync it, then move it onto ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temporary_file(path.parent, path.name)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual mode
         os.replace(tmp, path)
     except BaseException:
         try:

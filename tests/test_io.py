@@ -38,6 +38,13 @@ def test_atomic_write_replaces_and_gets_the_usual_mode(tmp_path):
     assert (path.stat().st_mode & 0o777) == (0o666 & ~umask)
 
 
+def test_atomic_write_leaves_the_process_umask_alone(tmp_path, monkeypatch):
+    # the umask is process-wide: changing it, even for a moment, races with other threads' files
+    monkeypatch.setattr(os, "umask", lambda *a: pytest.fail("os.umask was called"))
+    atomic_write_text(tmp_path / "y.txt", "text")
+    assert (tmp_path / "y.txt").read_text() == "text"
+
+
 def test_failed_json_write_leaves_previous_file(tmp_path):
     path = tmp_path / "m.json"
     atomic_write_json(path, {"a": 1})
