@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from captioning.models.attention import AdditiveAttention, DotAttention, gaussian_window, glimpse, window_log
+from captioning.models import unroll
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.decoding.search import GenerationConfig, beam_search, greedy_search
 from captioning.objectives.cross_entropy import CrossEntropy, doubly_stochastic_penalty
@@ -280,15 +281,20 @@ def test_batched_search_equals_per_image_search(variant, num_beams):
 
 @pytest.mark.parametrize("variant", ["luong", "multihead", "local", "refiner"])
 def test_search_scores_are_the_teacher_forced_log_likelihood(variant):
-    """The step used in decoding and the fast teacher-forced pass are the same model."""
+    """The step used in decoding and the fast teacher-forced pass are the same model, and decoding
+    keeps the model's float64 throughout: the scores and maps are float64 and equal the teacher-forced
+    pass's to float64 precision (a float32 step or score would be off by ~1e-7, and of another dtype)."""
     dec = make_decoder(**VARIANTS[variant]).eval()
     features = torch.randn(3, L, D, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    out = beam_search(dec, features, GenerationConfig(num_beams=2, max_new_tokens=6, length_penalty=0.0))
-    captions = torch.cat([torch.ones(3, 1, dtype=torch.long), out.sequences], 1)
-    ll, _, tf = fast(dec, features, captions, out.lengths + 1)
-    torch.testing.assert_close(ll, out.scores.double())
-    n = int(out.lengths.min())
-    torch.testing.assert_close(tf.alphas[:, :n], out.alphas[:, :n].double(), rtol=1e-5, atol=1e-6)
+    for search in (beam_search, greedy_search):
+        out = search(dec, features, GenerationConfig(num_beams=2 if search is beam_search else 1, max_new_tokens=6,
+                                                     length_penalty=0.0))
+        assert out.scores.dtype == out.alphas.dtype == torch.float64
+        captions = torch.cat([torch.ones(3, 1, dtype=torch.long), out.sequences], 1)
+        ll, _, tf = fast(dec, features, captions, out.lengths + 1)
+        torch.testing.assert_close(ll, out.scores, rtol=1e-12, atol=1e-12)
+        n = int(out.lengths.min())
+        torch.testing.assert_close(tf.alphas[:, :n], out.alphas[:, :n], rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------- configs and checkpoints
@@ -329,7 +335,7 @@ def test_luong_pass_is_the_same_whatever_the_grouping(group, monkeypatch):
     features, captions, lengths = make_batch()
     ll, alphas, _ = fast(dec, features, captions, lengths)
     grads = torch.autograd.grad(ll.sum(), list(dec.parameters()))
-    monkeypatch.setattr(ShowAttendTellDecoder, "LUONG_GROUP", group)
+    monkeypatch.setattr(unroll, "LUONG_GROUP", group)
     ll2, alphas2, _ = fast(dec, features, captions, lengths)
     torch.testing.assert_close(ll2, ll)
     torch.testing.assert_close(alphas2, alphas)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from captioning.models.attention import glimpse, graph_safe_sampling
+from captioning.models.attention import glimpse
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.objectives.cross_entropy import CrossEntropy
 from captioning.objectives.reinforce import HardAttentionReinforce
@@ -46,10 +46,9 @@ def make_batch(B=5, pad_to=None, seed=0):
 
 
 def loss_and_grads(decoder, features, captions, lengths, static, **kwargs):
-    decoder.static_shapes = static
     decoder.zero_grad()
     f = features.clone().requires_grad_(True)
-    out = decoder(f, captions, lengths, **kwargs)
+    out = decoder(f, captions, lengths, static=static, **kwargs)
     objective = CrossEntropy()
     loss, ll, _ = objective.likelihood_terms(out, captions)
     if out.location_log_probs is not None:  # the REINFORCE-shaped terms of hard attention
@@ -101,16 +100,28 @@ def test_graph_safe_sampling_draws_from_alpha():
     torch.manual_seed(0)
     n = 20000
     counts = torch.zeros(3, L)
-    with graph_safe_sampling():
-        g = glimpse(alpha.repeat(n, 1), features.repeat(n, 1, 1), "sample")
+    g = glimpse(alpha.repeat(n, 1), features.repeat(n, 1, 1), "sample", graph_safe=True)
     counts.scatter_add_(1, g.location.view(n, 3).T, torch.ones(3, n))
     assert (counts / n - alpha).abs().max() < 0.015
-    with graph_safe_sampling(False):  # and the flag is restored
-        pass
     torch.manual_seed(0)
     plain = glimpse(alpha, features, "sample").location
     torch.manual_seed(0)
     assert torch.equal(glimpse(alpha, features, "sample").location, plain)  # multinomial outside
+
+
+@pytest.mark.parametrize("case", ["hard", "luong_hard_heads"])
+def test_static_pass_samples_graph_safely_and_the_default_pass_with_multinomial(case, monkeypatch):
+    """The static pass hands graph_safe down to the glimpse: torch.multinomial (which a CUDA graph
+    cannot replay) is never called in it; the shrinking-batch pass still draws with it."""
+    decoder = make_decoder(**CASES[case])
+    features, captions, lengths = make_batch()
+    calls = []
+    multinomial = torch.multinomial
+    monkeypatch.setattr(torch, "multinomial", lambda *a, **k: calls.append(1) or multinomial(*a, **k))
+    out = decoder(features, captions, lengths, mode="sample", static=True)
+    assert not calls and out.location_log_probs is not None
+    decoder(features, captions, lengths, mode="sample")
+    assert calls
 
 
 def test_hard_objective_reads_nothing_back_in_the_static_pass():

@@ -21,7 +21,8 @@ from torch import Tensor
 from captioning.cuda_graphs import ShapeGraphs, graphs_available
 from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
 from captioning.decoding.generation import GenerationConfig
-from captioning.decoding.parts import GenerationOutput, _ban_table, _forbid_eos, _normalise, _sample_token, backtrack
+from captioning.decoding.parts import (GenerationOutput, _ban_table, _forbid_eos, _normalise, _sample_token, _score_dtype,
+                                      backtrack)
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -105,16 +106,17 @@ def greedy(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationC
     B, device = features.size(0), features.device
     state = decoder.initial_state(features)
     carry = [torch.full((B,), BOS, dtype=torch.long, device=device), state.h, state.c,
-             torch.zeros(B, dtype=torch.bool, device=device), features.new_zeros(B, dtype=torch.float),
+             torch.zeros(B, dtype=torch.bool, device=device), features.new_zeros(B, dtype=_score_dtype(features.dtype)),
              torch.zeros(B, dtype=torch.long, device=device)]
     step = greedy_step(decoder, config, _ban_table(decoder, config, device), generator)
     history = _run(step, carry, [state.features, state.projected], config, check_every)
     _, scores, lengths = history[-1][:3]
     columns = list(zip(*history))[3:]  # tokens, alpha, location[, head alphas]
+    dtype = _score_dtype(columns[1][0].dtype)
     return GenerationOutput(
-        sequences=torch.stack(columns[0], 1), alphas=torch.stack(columns[1], 1).float(),
+        sequences=torch.stack(columns[0], 1), alphas=torch.stack(columns[1], 1).to(dtype),
         locations=torch.stack(columns[2], 1), scores=_normalise(scores, lengths, config.length_penalty),
-        lengths=lengths, head_alphas=torch.stack(columns[3], 1).float() if len(columns) > 3 else None,
+        lengths=lengths, head_alphas=torch.stack(columns[3], 1).to(dtype) if len(columns) > 3 else None,
     )
 
 
@@ -148,7 +150,7 @@ def beam(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationCon
     """:func:`captioning.decoding.search.beam_search`."""
     B, K, device = features.size(0), config.num_beams, features.device
     state = decoder.initial_state(features).expand_beams(K)
-    beam_scores = features.new_zeros(B, K, dtype=torch.float)
+    beam_scores = features.new_zeros(B, K, dtype=_score_dtype(features.dtype))
     beam_scores[:, 1:] = float("-inf")
     carry = [torch.full((B * K,), BOS, dtype=torch.long, device=device), state.h, state.c,
              torch.zeros(B * K, dtype=torch.bool, device=device), beam_scores,

@@ -54,6 +54,12 @@ class GenerationOutput:
     head_alphas: Optional[Tensor] = None  # (B, T, heads, L) with multi-head attention (alphas is their mean)
 
 
+def _score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of scores and returned attention maps: the model's, at least float32 (bf16 under
+    autocast gives float32; a float64 model keeps float64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _normalise(scores: Tensor, lengths: Tensor, length_penalty: float) -> Tensor:
     return scores / lengths.clamp(min=1).to(scores.dtype).pow(length_penalty)
 
@@ -87,9 +93,9 @@ def backtrack(history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: in
             heads.append(ha[0][row])
         row = parent[row]
     sequences = torch.stack(seq[::-1], 1).view(B, N, -1)  # (B, N, T)
-    alphas = torch.stack(alpha[::-1], 1).float().view(B, N, len(history), -1)  # (B, N, T, L)
+    alphas = torch.stack(alpha[::-1], 1).to(_score_dtype(alpha[0].dtype)).view(B, N, len(history), -1)  # (B, N, T, L)
     locations = torch.stack(loc[::-1], 1).view((B, N, len(history)) + loc[0].shape[1:])
-    head_alphas = torch.stack(heads[::-1], 1).float().view((B, N, len(history)) + heads[0].shape[1:]) if heads else None
+    head_alphas = torch.stack(heads[::-1], 1).to(_score_dtype(heads[0].dtype)).view((B, N, len(history)) + heads[0].shape[1:]) if heads else None
     return GenerationOutput(
         sequences=sequences[:, 0], alphas=alphas[:, 0], locations=locations[:, 0],
         scores=top_scores[:, 0], lengths=out_lengths[:, 0],

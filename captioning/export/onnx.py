@@ -15,9 +15,9 @@ expected context (the model's default mode), for a hard model at its generation'
 ``attention_temperature`` (softmax(log alpha / tau), a constant of the graph, recorded in config.json's
 "onnx" section). Sampling is not exported.
 
-The step is the decoder's own arithmetic (decoder.py's recurrent_step and deep_output, attention.py's
-sigmoid form of Eq. 4-5), written without the Python branches and chunking the PyTorch loop uses,
-so that one traced graph serves every batch size. Adaptive average pooling to a fixed grid, which
+Both graphs trace the decoder's own code: decoder.initial_state, and decoder.step (its cell's step,
+models/cells.py, and the deep output); traced, the attention scores take their one-product form
+(not the CPU loop's chunks), so that one graph serves every batch size. Adaptive average pooling to a fixed grid, which
 ONNX cannot express when the grid does not divide the input, is exported as the two averaging
 matrix products it is.
 """
@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from captioning.files import atomic_write_json, atomic_write_text
-from captioning.models.attention import tempered
+from captioning.models.cells import DecoderState
 from captioning.storage.folder_json import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
 
 OPSET = 17
@@ -88,50 +87,28 @@ class EncoderGraph(nn.Module):
     def __init__(self, model, image_size: int):
         super().__init__()
         self.encoder = exportable_encoder(model.encoder, image_size)
-        self.init_state = model.decoder.init_state
-        self.feature_proj = model.decoder.f_att.feature_proj
+        self.decoder = model.decoder
 
     def forward(self, images: Tensor):
-        features = self.encoder(images)  # (B, 3, S, S) -> (B, L, D), normalised inside
-        h0, c0 = torch.tanh(self.init_state(features.mean(1))).chunk(2, dim=-1)  # (B, D) -> 2 x (B, H)
-        return features, self.feature_proj(features), h0, c0  # projected: (B, L, A)
+        state = self.decoder.initial_state(self.encoder(images))  # (B, 3, S, S) -> (B, L, D), normalised inside
+        return state.features, state.projected, state.h, state.c  # (B, L, D), (B, L, A), 2 x (B, H)
 
 
 class StepGraph(nn.Module):
-    """One generation step of the decoder (decoder.step) for N = B * K rows over B images."""
+    """One generation step, the decoder's own (decoder.step: its cell's step and the deep output),
+    for N = B * K rows over B images; K = N / B is read from the shapes, so that the traced graph
+    serves every batch size and beam count."""
 
     def __init__(self, decoder, mode: str = "expected", attention_temperature: float = 1.0):
         super().__init__()
-        self.d = decoder
+        self.decoder = decoder
         self.mode = mode
         self.attention_temperature = attention_temperature  # mode "expected": softmax(log alpha / tau)
 
     def forward(self, tokens: Tensor, h: Tensor, c: Tensor, features: Tensor, projected: Tensor):
-        d = self.d
-        A, H = d.attention_dim, d.hidden_dim
-        B, L, D = projected.size(0), projected.size(1), features.size(2)
-        embedded = d.embedding(tokens)  # (N, M)
-        h_att, h_beta, h_gates = d.from_hidden(h).split([A, 1, 4 * H], dim=1)  # (N, A), (N, 1), (N, 4H)
-        # Eq. 4-5 as attention.py computes it: (2w)^T sigmoid(2 W_a a + 2 W_h h + 2b) + b_w - sum(w)
-        score = d.f_att.score
-        hidden = (2 * h_att).view(B, -1, 1, A)  # (B, K, 1, A)
-        y2 = torch.add(hidden, projected.unsqueeze(1), alpha=2)  # (B, K, L, A)
-        e = torch.matmul(torch.sigmoid(y2), 2 * score.weight.view(A))  # (B, K, L)
-        alpha = torch.softmax((e + (score.bias - score.weight.sum())).view(-1, L), dim=-1)  # (N, L)
-        if self.mode == "argmax":  # a_{argmax alpha}: a one-hot row picks the annotation vector exactly
-            weights = F.one_hot(alpha.argmax(dim=-1), L).to(alpha.dtype)
-        elif self.attention_temperature != 1.0:  # the tempered expected context (GenerationConfig.attention_temperature)
-            weights = tempered(alpha, self.attention_temperature)
-        else:
-            weights = alpha
-        context = torch.bmm(weights.view(B, -1, L), features).view(-1, D)  # (B, K, L) x (B, L, D) -> (N, D)
-        z = torch.sigmoid(h_beta) * context  # beta_t z_t: (N, 1) * (N, D)
-        gates = d.embed_gates(embedded) + h_gates + d.context_gates(z)  # (N, 4H)
-        i, f, g, o = gates.chunk(4, dim=-1)
-        c_next = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h_next = torch.sigmoid(o) * torch.tanh(c_next)
-        logits = d.deep_output(embedded, h_next, z)  # (N, V)
-        return F.log_softmax(logits, dim=-1), h_next, c_next, alpha
+        state = DecoderState(h, c, features, projected, beams=h.size(0) // features.size(0))
+        log_probs, state, g = self.decoder.step(tokens, state, self.mode, self.attention_temperature)
+        return log_probs, state.h, state.c, g.alpha
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: list, axes: dict, opset: int) -> None:

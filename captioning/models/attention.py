@@ -35,8 +35,6 @@ Whatever depends on the image only (W_a a, W a, W_k a) is made once per batch by
 """
 from __future__ import annotations
 
-import contextlib
-
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -97,7 +95,7 @@ class AdditiveAttention(nn.Module):
         hidden = (2 * h_att).view(B, beams, 1, A)
         w2 = 2 * self.score.weight.view(A)  # (A,)
         shift = self.score.bias - self.score.weight.sum()  # b_w - sum(w): tanh = 2 sigmoid(2y) - 1
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or torch.jit.is_tracing():  # a traced (ONNX) graph: one form for every batch size
             y2 = torch.add(hidden, projected.unsqueeze(1), alpha=2)  # 2y: (B, K, L, A)
             e = torch.matmul(torch.sigmoid(y2), w2)  # (B, K, L)
         else:
@@ -278,25 +276,13 @@ def location_context(location: Tensor, features: Tensor, beams: int = 1) -> Tens
     return features[image, location]
 
 
-_GRAPH_SAFE = [False]
+def sample_location(alpha: Tensor, generator: Optional[torch.Generator] = None, graph_safe: bool = False) -> Tensor:
+    """One location per row drawn from alpha (B, L) -> (B,).
 
-
-@contextlib.contextmanager
-def graph_safe_sampling(enabled: bool = True):
-    """Within: hard attention draws s_t ~ Cat(alpha_t) as argmax_i alpha_ti / E_i with E_i ~ Exp(1)
-    (the same distribution), from random numbers a captured CUDA graph replays, instead of
-    torch.multinomial (the static-shape training pass uses it)."""
-    before = _GRAPH_SAFE[0]
-    _GRAPH_SAFE[0] = enabled
-    try:
-        yield
-    finally:
-        _GRAPH_SAFE[0] = before
-
-
-def sample_location(alpha: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
-    """One location per row drawn from alpha (B, L) -> (B,)."""
-    if _GRAPH_SAFE[0]:
+    ``graph_safe``: draw s_t ~ Cat(alpha_t) as argmax_i alpha_ti / E_i with E_i ~ Exp(1) (the same
+    distribution), from random numbers a captured CUDA graph replays, instead of torch.multinomial
+    (the static-shape training pass asks for it)."""
+    if graph_safe:
         e = torch.empty(alpha.shape, device=alpha.device, dtype=torch.float32).exponential_(generator=generator)
         return (alpha.float() / e).argmax(-1)
     return torch.multinomial(alpha.float(), 1, generator=generator).squeeze(-1)
@@ -311,6 +297,7 @@ def glimpse(
     location: Optional[Tensor] = None,
     beams: int = 1,
     temperature: float = 1.0,
+    graph_safe: bool = False,
 ) -> Glimpse:
     """Turn alpha_t into a context vector.
 
@@ -332,9 +319,11 @@ def glimpse(
     mode "gumbel" (training only; NOT the paper's estimator) draws the location by straight-through
     Gumbel-softmax at ``temperature``: the forward pass reads the one sampled location (a one-hot
     weight vector), the backward pass differentiates softmax((log alpha + g) / temperature).
+
+    ``graph_safe``: mode "sample" draws with random numbers a CUDA graph replays (see :func:`sample_location`).
     """
     if alpha.dim() == 3:
-        return _multihead_glimpse(alpha, features, mode, use_expected, generator, location, beams, temperature)
+        return _multihead_glimpse(alpha, features, mode, use_expected, generator, location, beams, temperature, graph_safe)
     if mode == "expected":
         location = alpha.argmax(dim=-1)
         weights = alpha if temperature == 1.0 else tempered(alpha, temperature)
@@ -347,7 +336,7 @@ def glimpse(
     if mode != "sample":
         raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES}")
     if location is None:
-        location = sample_location(alpha.detach(), generator)  # s_t ~ Cat(alpha_t), (B,)
+        location = sample_location(alpha.detach(), generator, graph_safe)  # s_t ~ Cat(alpha_t), (B,)
     log_alpha = torch.log(alpha.clamp_min(1e-12))
     log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)  # log p(s_t | a), (B,)
     entropy = -(alpha * log_alpha).sum(-1)  # H[alpha_t], (B,)
@@ -362,14 +351,14 @@ def glimpse(
 
 def _multihead_glimpse(alpha: Tensor, features: Tensor, mode: str, use_expected: Optional[Tensor],
                        generator: Optional[torch.Generator], location: Optional[Tensor], beams: int,
-                       temperature: float = 1.0) -> Glimpse:
+                       temperature: float = 1.0, graph_safe: bool = False) -> Glimpse:
     """:func:`glimpse` of every head at once: the heads are more rows of the same image
     (rows image, beam, head), so each is one more "beam" over the image's features."""
     N, K, L = alpha.shape
     D = features.size(-1)
     g = glimpse(alpha.reshape(N * K, L), features, mode,
                 None if use_expected is None else use_expected.repeat_interleave(K),
-                generator, None if location is None else location.reshape(N * K), beams * K, temperature)
+                generator, None if location is None else location.reshape(N * K), beams * K, temperature, graph_safe)
     mean = alpha.mean(1)
     where = mean.argmax(dim=-1) if mode == "expected" else g.location.view(N, K)
     return Glimpse(g.context.view(N, K * D), mean, where,
