@@ -431,12 +431,14 @@ def cmd_likelihood(args) -> None:
                     break
                 embedded = dec.embedding(words)
                 x_gates = dec.embed_gates(embedded)
-                h, c, z, g, _ = dec.recurrent_step(x_gates, state, "expected")
+                step = dec.cell.step(x_gates, state, "expected")
+                h, c, z, g = step.h, step.c, step.z, step.glimpse
                 logp = F.log_softmax(dec.deep_output(embedded, h, z).float(), -1).gather(1, target[:, None]).squeeze(1)
                 # every cell of every image: B * L rows, the context a_i (times beta_t)
                 rows = DecoderState(state.h.repeat_interleave(L, 0), state.c.repeat_interleave(L, 0),
                                     state.features.repeat_interleave(L, 0), state.projected.repeat_interleave(L, 0))
-                h_i, _, z_i, _, _ = dec.recurrent_step(x_gates.repeat_interleave(L, 0), rows, "sample", location=every)
+                at_cell = dec.cell.step(x_gates.repeat_interleave(L, 0), rows, "sample", location=every)
+                h_i, z_i = at_cell.h, at_cell.z
                 logp_i = F.log_softmax(dec.deep_output(embedded.repeat_interleave(L, 0), h_i, z_i).float(), -1)
                 logp_i = logp_i.gather(1, target.repeat_interleave(L, 0)[:, None]).view(B, L)
                 marginal = torch.logsumexp(logp_i + g.alpha.clamp_min(1e-12).log(), 1)
