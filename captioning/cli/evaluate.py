@@ -41,13 +41,14 @@ def evaluate(
     """Decode ``split`` with a trained model and score it. Returns the report written to ``metrics_path``.
 
     ``model``: a ShowAttendTell with its ``spec`` (storage/load.py's load_model gives one), whose
-    image size the images are resized to. ``generation``: the decoding settings (default: the
-    spec's, the model's test decoding). The report holds
+    image size the images are resized to, or a trained CaptioningModule (its model is taken).
+    ``generation``: the decoding settings (default: the spec's, the model's test decoding). The report holds
     "scores" (BLEU-1..4, METEOR, ROUGE_L, CIDEr, SPICE when it can run, object F1 for datasets
     with object annotations, grounding scores if asked), "notes" (why a metric is missing), the
     decoding settings and the images skipped. ``results_path`` gets the COCO results file
     [{"image_id", "caption"}].
     """
+    model = getattr(model, "model", model)  # a CaptioningModule holds its ShowAttendTell as .model
     generation = generation or model.spec.generation
     dev = default_device(device)
     model = model.eval().to(dev)
