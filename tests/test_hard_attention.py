@@ -17,6 +17,7 @@ from captioning.models.attention import glimpse
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.decoding.search import GenerationConfig, generate
 from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.objectives.gumbel import HardAttentionGumbel
 from captioning.objectives.reinforce import (HardAttentionReinforce, leave_one_out_baseline, location_grad_sq,
                                              reinforce_loss)
 from captioning.training.cli import run_lightning_cli
@@ -202,8 +203,12 @@ OPTIONS = {
                    "--model.objective.init_args.semi_sampling_anneal_steps", "2"],
     "expectation": ["--model.objective.init_args.semi_sampling_per", "expectation",
                     "--model.objective.init_args.semi_sampling_p", "0.5", "--model.objective.init_args.semi_sampling_p_final", "null"],
+    # the Gumbel objective by its earlier spelling (HardAttentionReinforce, estimator gumbel) and by its class
     "gumbel": ["--model.objective.init_args.estimator", "gumbel", "--model.objective.init_args.gumbel_temperature", "1.0",
                "--model.objective.init_args.gumbel_temperature_final", "0.5", "--model.objective.init_args.gumbel_anneal_steps", "2"],
+    "gumbel_class": ["--model.objective", "HardAttentionGumbel", "--model.objective.init_args.gumbel_temperature", "1.0",
+                     "--model.objective.init_args.gumbel_temperature_final", "0.5",
+                     "--model.objective.init_args.gumbel_anneal_steps", "2"],
 }
 
 
@@ -216,14 +221,19 @@ def test_every_estimator_option_fits_steps_from_its_config(option, tiny_shapes, 
     assert objective.baseline.item() < 0  # it tracked the (negative) log-likelihood rewards
     if option == "learned":
         assert objective.baseline_weight.numel() == 256 and objective.baseline_weight.abs().sum() > 0
-    if option == "gumbel":
-        assert objective.current_temperature() == pytest.approx(0.5)
+    if option.startswith("gumbel"):
+        assert isinstance(objective, HardAttentionGumbel) and objective.current_temperature() == pytest.approx(0.5)
+    else:
+        assert isinstance(objective, HardAttentionReinforce)
     if option == "p_schedule":
         assert objective.current_semi_sampling_p() == pytest.approx(0.25)
     # the checkpoint rebuilds the objective with its settings and running state
     module = load_module(Path(cli.trainer.checkpoint_callback.last_model_path))
-    assert module.objective.settings == objective.settings
-    assert torch.equal(module.objective.baseline_weight, objective.baseline_weight.cpu())
+    assert type(module.objective) is type(objective) and module.objective.settings == objective.settings
+    buffers = dict(objective.named_buffers())
+    assert dict(module.objective.named_buffers()).keys() == buffers.keys()
+    for name, value in module.objective.named_buffers():
+        assert torch.equal(value, buffers[name].cpu()), name
 
 
 def test_bad_estimator_options_are_config_errors():
@@ -232,7 +242,11 @@ def test_bad_estimator_options_are_config_errors():
     with pytest.raises(ConfigError, match="estimator"):
         HardAttentionReinforce(estimator="straight")
     with pytest.raises(ConfigError, match="gumbel_temperature"):
-        HardAttentionReinforce(gumbel_temperature=0.0)
+        HardAttentionGumbel(gumbel_temperature=0.0)
+    with pytest.raises(ConfigError, match="gumbel_anneal_steps"):
+        HardAttentionGumbel(gumbel_temperature_final=0.5, gumbel_anneal_steps=-1)
+    with pytest.raises(ConfigError, match="estimator: gumbel is the objective HardAttentionGumbel"):
+        HardAttentionReinforce(estimator="gumbel")
     with pytest.raises(ConfigError, match="semi_sampling_p_final: expected a probability"):
         HardAttentionReinforce(semi_sampling_p_final=1.5)
     with pytest.raises(ConfigError, match="semi_sampling_anneal_steps"):

@@ -211,7 +211,7 @@ def test_nan_loss_skip_leaves_the_weights_unchanged(caplog):
     before = {k: v.clone() for k, v in module.state_dict().items()}
     assert module.training_step(nan_batches()[0], 0) is None
     trainer = tiny_trainer(limit_val_batches=0)
-    with caplog.at_level("WARNING", logger="captioning.training.module"):
+    with caplog.at_level("WARNING", logger="captioning.training.guards"):
         trainer.fit(module, train_dataloaders=nan_loader())
     changed = [k for k, v in module.named_parameters() if not torch.equal(before[k], v)]
     assert changed == []  # no optimizer step was taken

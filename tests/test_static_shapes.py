@@ -141,10 +141,9 @@ def test_hard_objective_reads_nothing_back_in_the_static_pass():
     batch = {"captions": captions, "lengths": lengths}
     results = []
     for static in (False, True):
-        decoder.static_shapes = static
         objective = HardAttentionReinforce(semi_sampling_per="image").double()
         torch.manual_seed(3)  # the same draws of use_expected; the locations are sampled: compare given ones below
-        out = objective(model, features, batch)
+        out = objective(model, features, batch, static=static)
         results.append(out)
     assert set(results[0].logs) <= set(results[1].logs)
     # The sampled locations differ between the passes (different samplers), so compare what does
@@ -174,9 +173,10 @@ def test_cuda_graphs_step_falls_back_on_cpu_and_equals_lightnings_step(tiny_shap
     static_cli, static = fit_weights(tiny_shapes, tmp_path / "static", config, ["--model.static_shapes", "true"])
     graphs_cli, graphs = fit_weights(tiny_shapes, tmp_path / "graphs", config, ["--model.cuda_graphs", "true"])
     assert static_cli.model.automatic_optimization and not graphs_cli.model.automatic_optimization
-    assert graphs_cli.model.graph_clip_val == 0.05 and graphs_cli.trainer.gradient_clip_val is None
+    assert graphs_cli.model.step_strategy.clip_val == 0.05 and graphs_cli.trainer.gradient_clip_val is None
     assert graphs_cli.trainer.global_step == static_cli.trainer.global_step == 3
-    assert graphs_cli.model._graphs is not None and not graphs_cli.model._graphs.captured  # ran, not captured
+    captured = graphs_cli.model.step_strategy.graphs
+    assert captured is not None and not captured.captured  # ran, not captured
     # atol 1e-5: a parameter whose gradient is zero up to rounding (the score's bias, under a
     # softmax) moves by Adam's normalised rounding noise; a real difference moves weights by ~lr (1e-4)
     for k in static:
@@ -210,11 +210,11 @@ def test_cuda_graphs_refuses_steps_it_cannot_capture():
 def test_buckets_pad_captions():
     from captioning.training.module import CaptioningModule
 
-    module = CaptioningModule(length_buckets=(8, 12))
+    bucketed = CaptioningModule(static_shapes=True, length_buckets=(12, 8)).step_strategy.bucketed
     captions = torch.ones(2, 7, dtype=torch.long)
-    assert module.bucketed(captions).shape == (2, 8) and not module.bucketed(captions)[:, 7:].any()
-    assert module.bucketed(torch.ones(2, 12, dtype=torch.long)).shape == (2, 12)
-    assert module.bucketed(torch.ones(2, 13, dtype=torch.long)).shape == (2, 13)  # longer: its own length
+    assert bucketed(captions).shape == (2, 8) and not bucketed(captions)[:, 7:].any()
+    assert bucketed(torch.ones(2, 12, dtype=torch.long)).shape == (2, 12)
+    assert bucketed(torch.ones(2, 13, dtype=torch.long)).shape == (2, 13)  # longer: its own length
 
 
 def test_nonfinite_loss_in_a_captured_step_stops_the_run(tiny_shapes, tmp_path):

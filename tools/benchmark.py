@@ -643,12 +643,12 @@ def gpu_busy(fn, device, steps: int = 5):
 
 
 def graphs_step_fn(dec, opt, features, captions, lengths, amp, how: str):
-    """One training step: ``how`` = "dynamic" (the default pass), "static" or "graph" (captured)."""
+    """One training step: ``how`` = "dynamic" (the default pass), "static" or "graph" (captured; both
+    run the objective on the static-shape pass: GraphedTrainingStep passes ``static=True``)."""
     from captioning.training.captured_step import GraphedTrainingStep
 
     if how == "dynamic":
         return train_step_fn(dec, opt, features, captions, lengths, amp)
-    dec.static_shapes = True
     objective = (HardAttentionReinforce if dec.attention_kind == "hard" else CrossEntropy)(doubly_stochastic=1.0).to(features.device)
     bucket = next(n for n in (16, 24, 32, 48, 64) if n >= captions.size(1))  # CaptioningModule.length_buckets
     captions = F.pad(captions, (0, bucket - captions.size(1)), value=PAD)

@@ -153,7 +153,7 @@ def cmd_variance(args) -> None:
     import torch
 
     from captioning.training.loading import load_module  # the training module: its objective's settings and state
-    from captioning.objectives import HardAttentionReinforce
+    from captioning.objectives import objective_from_spec
 
     base = load_module(args.checkpoint)
     _, dm = build("hard", args.data)
@@ -182,7 +182,8 @@ def cmd_variance(args) -> None:
                     pass
         if args.semi_sampling_p is not None:
             settings["semi_sampling_p"] = args.semi_sampling_p
-        objective = HardAttentionReinforce(**settings)
+        # (estimator gumbel: the Gumbel objective, of the settings it shares with REINFORCE)
+        objective = objective_from_spec({"class_path": "HardAttentionReinforce", "init_args": settings})
         objective.load_state_dict({k: v for k, v in base.objective.state_dict().items()}, strict=False)
         if settings.get("baseline") == "learned":  # fit b(a) first, as training would have
             for _ in range(args.warmup):

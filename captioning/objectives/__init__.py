@@ -2,6 +2,8 @@
 
 * :class:`CrossEntropy`: soft attention (NLL + doubly stochastic attention).
 * :class:`HardAttentionReinforce`: hard attention (NLL through sampled locations + REINFORCE).
+* :class:`HardAttentionGumbel`: hard attention by straight-through Gumbel-softmax (not the paper's;
+  ``HardAttentionReinforce`` with ``estimator: gumbel`` is its earlier spelling: see current_spelling).
 * :class:`SCST`: self-critical sequence training (CIDEr-D rewards), soft or hard, after cross-entropy.
 
 Configs name one as ``model.objective`` (``class_path`` + ``init_args``); without one the decoder's
@@ -9,16 +11,18 @@ attention kind picks its paper objective. A new objective is a new file here, ad
 """
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 from captioning.errors import ConfigError
 from captioning.objectives.base import Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import CrossEntropy
+from captioning.objectives.gumbel import HardAttentionGumbel
 from captioning.objectives.reinforce import HardAttentionReinforce
 from captioning.objectives.scst import SCST
 
 #: the objectives a config or checkpoint may name (nothing else is imported from a checkpoint)
-OBJECTIVES = {cls.__name__: cls for cls in (CrossEntropy, HardAttentionReinforce, SCST)}
+OBJECTIVES = {cls.__name__: cls for cls in (CrossEntropy, HardAttentionReinforce, HardAttentionGumbel, SCST)}
 
 
 def objective_for(attention_kind: str, objective: Optional[Objective] = None) -> Objective:
@@ -33,13 +37,28 @@ def objective_for(attention_kind: str, objective: Optional[Objective] = None) ->
     return objective
 
 
+def current_spelling(class_path: str, init_args: dict) -> tuple[str, dict]:
+    """(class_path, init_args) of an objective entry in this version's spelling.
+
+    ``HardAttentionReinforce`` with ``estimator: gumbel`` (how the Gumbel objective was named before
+    it was a class of its own) becomes ``HardAttentionGumbel`` with the settings the two share;
+    REINFORCE's own (lambda_r and the baseline's) were unused by that estimator and are dropped.
+    Every other entry is returned as it is. Checkpoints (:func:`objective_from_spec`) and configs
+    (training/cli.py) are read through it."""
+    if class_path.rsplit(".", 1)[-1] != "HardAttentionReinforce" or init_args.get("estimator") != "gumbel":
+        return class_path, init_args
+    shared = inspect.signature(HardAttentionGumbel.__init__).parameters
+    return "captioning.objectives.HardAttentionGumbel", {k: v for k, v in init_args.items() if k in shared}
+
+
 def objective_from_spec(spec: dict) -> Objective:
     """The objective of a {"class_path", "init_args"} entry (a checkpoint's), from OBJECTIVES only."""
-    name = str(spec.get("class_path", "")).rsplit(".", 1)[-1]
+    class_path, init_args = current_spelling(str(spec.get("class_path", "")), dict(spec.get("init_args") or {}))
+    name = class_path.rsplit(".", 1)[-1]
     if name not in OBJECTIVES:
         raise ConfigError(f"unknown objective {spec.get('class_path')!r}; expected one of {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[name](**(spec.get("init_args") or {}))
+    return OBJECTIVES[name](**init_args)
 
 
-__all__ = ["Objective", "ObjectiveOutput", "CrossEntropy", "HardAttentionReinforce", "SCST", "OBJECTIVES",
-           "objective_for", "objective_from_spec"]
+__all__ = ["Objective", "ObjectiveOutput", "CrossEntropy", "HardAttentionReinforce", "HardAttentionGumbel", "SCST", "OBJECTIVES",
+           "objective_for", "objective_from_spec", "current_spelling"]

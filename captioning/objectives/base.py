@@ -32,8 +32,11 @@ class Objective(nn.Module):
         super().__init__()
         self.settings = dict(settings)
 
-    def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
-        """The loss of one batch. model: a ShowAttendTell; features: (B, L, D); batch: captions, lengths..."""
+    def forward(self, model, features: Tensor, batch: dict, static: bool = False) -> ObjectiveOutput:
+        """The loss of one batch. model: a ShowAttendTell; features: (B, L, D); batch: captions, lengths...;
+        ``static``: teacher forcing by the decoder's static-shape pass (``model(..., static=True)``:
+        every row at every step, nothing read back to the host; the training module's static and
+        captured steps ask for it)."""
         raise NotImplementedError
 
     def static_step_problem(self) -> Optional[str]:

@@ -77,8 +77,8 @@ class CrossEntropy(Objective):
         logs = {"nll_per_token": -log_likelihood.sum() / out.mask.sum(), "attention_penalty": penalty}
         return loss, log_likelihood, logs
 
-    def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
+    def forward(self, model, features: Tensor, batch: dict, static: bool = False) -> ObjectiveOutput:
         captions = batch["captions"]
-        out = model(features, captions, batch["lengths"])
+        out = model(features, captions, batch["lengths"], static=static)
         loss, _, logs = self.likelihood_terms(out, captions)
         return ObjectiveOutput(loss, captions.size(0), logs)

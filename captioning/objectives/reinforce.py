@@ -30,15 +30,13 @@ the baseline does not depend on the sampled locations):
   still near uniform, and the sampled share grows to the paper's half). The estimator of each step
   is the paper's; the schedule of its mixing probability is this codebase's.
 
-``estimator: gumbel`` is NOT the paper's estimator: the location is drawn by straight-through
-Gumbel-softmax (``glimpse(mode="gumbel")``): the forward pass reads one location, the backward pass
-differentiates the tempered softmax (biased, low variance; Jang et al. 2017). The temperature goes
-from ``gumbel_temperature`` to ``gumbel_temperature_final`` geometrically over ``gumbel_anneal_steps``.
-No REINFORCE term is added (lambda_r and the baseline are unused).
+The straight-through Gumbel estimator (not the paper's) is its own objective, gumbel.py's
+:class:`~captioning.objectives.gumbel.HardAttentionGumbel`; a config or checkpoint that names this
+class with ``estimator: gumbel`` (its earlier spelling) is read as one. What the two share (the
+semi-sampling draw and its schedule, the entropy bonus, the reward's moving average) is in hard.py.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -47,11 +45,11 @@ from torch import Tensor
 
 from captioning.errors import ConfigError
 from captioning.objectives.base import ObjectiveOutput
-from captioning.objectives.cross_entropy import CrossEntropy
+from captioning.objectives.hard import (SEMI_SAMPLING, HardAttentionObjective, anneal, caption_reward,  # noqa: F401
+                                        update_baseline, weighted_mean, weighted_sum_mean)
 
 BASELINES = ("moving_average", "leave_one_out", "learned")
 ESTIMATORS = ("reinforce", "gumbel")
-SEMI_SAMPLING = ("batch", "image", "expectation")
 
 
 @dataclass
@@ -60,17 +58,6 @@ class ReinforceTerms:
     reward: Tensor  # (B,) log p(y | s, a) per caption (mean over its steps)
     advantage: Tensor  # (B,) reward - baseline
     entropy: Tensor  # scalar mean attention entropy per step
-
-
-def caption_reward(log_likelihood: Tensor, mask: Tensor, reward_per_step: bool = True) -> Tensor:
-    """R per caption (B,), detached: log p(y | s, a) averaged over the caption's real steps (or summed)."""
-    steps = mask.sum(1).clamp(min=1)  # (B,)
-    return (log_likelihood / steps if reward_per_step else log_likelihood).detach()
-
-
-def weighted_sum_mean(x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
-    """mean_b weight_b x_b (B,): a batch mean of per-row loss terms with row weights (None: 1)."""
-    return (x if weight is None else x * weight).mean()
 
 
 def reinforce_loss(
@@ -108,19 +95,6 @@ def reinforce_loss(
     return ReinforceTerms(loss, reward, advantage, mean_entropy)
 
 
-def weighted_mean(x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
-    """The mean over rows of x (B, ...), or its weighted mean with the row weights ``weight`` (B,)."""
-    if weight is None:
-        return x.mean(0)
-    return (x * weight.view(-1, *(1,) * (x.dim() - 1))).sum(0) / weight.sum().clamp(min=1e-12)
-
-
-def update_baseline(baseline: Tensor, reward: Tensor, decay: float = 0.9, weight: Optional[Tensor] = None) -> Tensor:
-    """Exponential moving average b_k = decay * b_{k-1} + (1 - decay) * mean reward (Section 4.1);
-    with row weights (``semi_sampling_per: expectation``), the weighted mean reward."""
-    return decay * baseline + (1.0 - decay) * weighted_mean(reward, weight).detach()
-
-
 def leave_one_out_baseline(reward: Tensor, k: int) -> Tensor:
     """Each sample's baseline: the mean reward of the other k - 1 samples of its caption.
 
@@ -145,17 +119,9 @@ def location_grad_sq(advantage: Tensor, alphas: Tensor, locations: Tensor, locat
     return ((lambda_r * advantage) ** 2 * per_step.sum(1)).mean()
 
 
-def anneal(start: float, end: Optional[float], steps: int, step, geometric: bool = False):
-    """``start`` moved to ``end`` over ``steps`` steps (linearly, or geometrically), then ``end``.
-
-    ``step`` an int gives a number; a 0-d tensor gives a 0-d tensor on its device (nothing read back)."""
-    if end is None or steps <= 0:
-        return start
-    f = (step.float() / steps).clamp(0.0, 1.0) if isinstance(step, Tensor) else min(max(step / steps, 0.0), 1.0)
-    return start * (end / start) ** f if geometric else start + f * (end - start)
 
 
-class HardAttentionReinforce(CrossEntropy):
+class HardAttentionReinforce(HardAttentionObjective):
     """Hard (stochastic) attention trained as in the paper: NLL through sampled locations + REINFORCE.
 
     Args:
@@ -166,7 +132,6 @@ class HardAttentionReinforce(CrossEntropy):
         semi_sampling_p: probability of using the expected context instead of a sample (0.5).
         semi_sampling_per: draw that choice once per "batch" (the authors' code) or per "image" (the paper),
             or "expectation": decode every caption both ways, the losses weighted p and 1 - p.
-        semi_sampling_p_final, semi_sampling_anneal_steps: semi_sampling_p's schedule (None / 0: constant).
         num_samples: location sequences sampled per caption (each a row of the batch).
         reward_per_step: the reward is the caption's mean token log-likelihood (true, the authors'
             code) or its sum.
@@ -175,11 +140,16 @@ class HardAttentionReinforce(CrossEntropy):
         baseline_lr: the learned baseline's step size (normalised LMS, in (0, 2)).
         normalize_reward: divide the advantage by a running standard deviation of the advantages.
         lambda_e_final, entropy_anneal_steps: the entropy bonus's schedule (None / 0: constant lambda_e).
-        estimator: "reinforce" (the paper) or "gumbel" (straight-through Gumbel-softmax; not the paper's).
-        gumbel_temperature, gumbel_temperature_final, gumbel_anneal_steps: its temperature schedule.
+        semi_sampling_p_final, semi_sampling_anneal_steps: semi_sampling_p's schedule (None / 0: constant).
+        estimator, gumbel_temperature, gumbel_temperature_final, gumbel_anneal_steps: the earlier
+            spelling of :class:`~captioning.objectives.gumbel.HardAttentionGumbel`, accepted so that
+            configs and checkpoints that name them still parse: a config or checkpoint entry with
+            ``estimator: gumbel`` is read as a HardAttentionGumbel (objectives/__init__.py:
+            current_spelling). Here ``estimator`` must be "reinforce" and the gumbel settings are
+            not used.
     """
 
-    attention_kinds = ("hard",)
+    _NEWER_BUFFERS = ("advantage_var", "steps_done", "baseline_weight", "baseline_bias")
 
     def __init__(
         self,
@@ -204,102 +174,36 @@ class HardAttentionReinforce(CrossEntropy):
         semi_sampling_anneal_steps: int = 0,
     ):
         super().__init__(
-            doubly_stochastic, lambda_r=lambda_r, lambda_e=lambda_e, baseline_decay=baseline_decay,
-            semi_sampling_p=semi_sampling_p, semi_sampling_per=semi_sampling_per, num_samples=num_samples,
-            reward_per_step=reward_per_step, baseline=baseline, baseline_lr=baseline_lr,
-            normalize_reward=normalize_reward, lambda_e_final=lambda_e_final,
-            entropy_anneal_steps=entropy_anneal_steps, estimator=estimator,
-            gumbel_temperature=gumbel_temperature, gumbel_temperature_final=gumbel_temperature_final,
-            gumbel_anneal_steps=gumbel_anneal_steps, semi_sampling_p_final=semi_sampling_p_final,
-            semi_sampling_anneal_steps=semi_sampling_anneal_steps,
+            doubly_stochastic, lambda_e=lambda_e, baseline_decay=baseline_decay, semi_sampling_p=semi_sampling_p,
+            semi_sampling_per=semi_sampling_per, num_samples=num_samples, reward_per_step=reward_per_step,
+            lambda_e_final=lambda_e_final, entropy_anneal_steps=entropy_anneal_steps,
+            semi_sampling_p_final=semi_sampling_p_final, semi_sampling_anneal_steps=semi_sampling_anneal_steps,
+            lambda_r=lambda_r, baseline=baseline, baseline_lr=baseline_lr, normalize_reward=normalize_reward,
         )
         field = "model.objective."
-        if semi_sampling_per not in SEMI_SAMPLING:
-            raise ConfigError(f"{field}semi_sampling_per: expected one of {', '.join(SEMI_SAMPLING)}, got {semi_sampling_per!r}")
-        for name, value in (("semi_sampling_p", semi_sampling_p), ("semi_sampling_p_final", semi_sampling_p_final)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0.0 <= value <= 1.0):
-                raise ConfigError(f"{field}{name}: expected a probability in [0, 1], got {value!r}")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ConfigError(f"{field}num_samples: expected an integer >= 1, got {num_samples!r}")
+        if estimator == "gumbel":
+            raise ConfigError(f"{field}estimator: gumbel is the objective HardAttentionGumbel "
+                              "(class_path captioning.objectives.HardAttentionGumbel)")
+        if estimator != "reinforce":
+            raise ConfigError(f"{field}estimator: expected one of {', '.join(ESTIMATORS)}, got {estimator!r}")
         if baseline not in BASELINES:
             raise ConfigError(f"{field}baseline: expected one of {', '.join(BASELINES)}, got {baseline!r}")
-        if semi_sampling_per == "expectation" and num_samples > 1:
-            raise ConfigError(f"{field}num_samples: semi_sampling_per expectation takes one location sample per caption "
-                              f"(got {num_samples})")
         if baseline == "leave_one_out" and num_samples < 2:
             raise ConfigError(f"{field}baseline: leave_one_out needs num_samples >= 2 (got {num_samples})")
-        if estimator not in ESTIMATORS:
-            raise ConfigError(f"{field}estimator: expected one of {', '.join(ESTIMATORS)}, got {estimator!r}")
         if not 0.0 < baseline_lr < 2.0:
             raise ConfigError(f"{field}baseline_lr: expected a number in (0, 2), got {baseline_lr!r}")
-        for name, value in (("gumbel_temperature", gumbel_temperature), ("gumbel_temperature_final", gumbel_temperature_final)):
-            if value is not None and not value > 0:
-                raise ConfigError(f"{field}{name}: expected a number > 0, got {value!r}")
-        for name, value in (("entropy_anneal_steps", entropy_anneal_steps), ("gumbel_anneal_steps", gumbel_anneal_steps),
-                            ("semi_sampling_anneal_steps", semi_sampling_anneal_steps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{field}{name}: expected an integer >= 0, got {value!r}")
-        if lambda_e_final is not None and lambda_e_final < 0:
-            raise ConfigError(f"{field}lambda_e_final: expected a number >= 0, got {lambda_e_final!r}")
-        self.lambda_r, self.lambda_e, self.baseline_decay = lambda_r, lambda_e, baseline_decay
-        self.semi_sampling_p, self.semi_sampling_per = semi_sampling_p, semi_sampling_per
-        self.num_samples, self.reward_per_step = num_samples, reward_per_step
-        self.baseline_kind, self.baseline_lr, self.normalize_reward = baseline, baseline_lr, normalize_reward
-        self.lambda_e_final, self.entropy_anneal_steps = lambda_e_final, entropy_anneal_steps
-        self.estimator = estimator
-        self.gumbel_temperature, self.gumbel_temperature_final = gumbel_temperature, gumbel_temperature_final
-        self.gumbel_anneal_steps = gumbel_anneal_steps
-        self.semi_sampling_p_final, self.semi_sampling_anneal_steps = semi_sampling_p_final, semi_sampling_anneal_steps
-        # Running state, saved in checkpoints with the weights:
-        self.register_buffer("baseline", torch.zeros(()))  # b, the moving average of the reward
+        self.lambda_r, self.baseline_kind = lambda_r, baseline
+        self.baseline_lr, self.normalize_reward = baseline_lr, normalize_reward
+        # Running state, saved in checkpoints with the weights (besides hard.py's baseline and steps_done):
         self.register_buffer("advantage_var", torch.ones(()))  # running variance of the advantage (normalize_reward)
-        self.register_buffer("steps_done", torch.zeros((), dtype=torch.long))  # for the schedules
         self.register_buffer("baseline_weight", torch.zeros(0))  # (D,) the learned baseline's w, sized on first use
         self.register_buffer("baseline_bias", torch.zeros(()))  # its c
 
-    #: running state added after the first checkpoints: an older checkpoint without them loads with their start values
-    _NEWER_BUFFERS = ("advantage_var", "steps_done", "baseline_weight", "baseline_bias")
-    #: what checkpoint loading may find missing (filled in above) or sized otherwise (baseline_weight, sized by the file)
-    optional_state = _NEWER_BUFFERS
-
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        for name in self._NEWER_BUFFERS:
-            if prefix + name not in state_dict and prefix + "baseline" in state_dict:
-                state_dict[prefix + name] = getattr(self, name).clone()
         weight = state_dict.get(prefix + "baseline_weight")
         if weight is not None and weight.shape != self.baseline_weight.shape:
             self.baseline_weight = self.baseline_weight.new_zeros(weight.shape)  # sized by the checkpoint
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    # ------------------------------------------------------------------ schedules
-    # (the step count is read from the device only when a schedule is set: the static-shape step
-    # reads nothing back otherwise)
-    def current_lambda_e(self) -> float:
-        if self.lambda_e_final is None or self.entropy_anneal_steps <= 0:
-            return self.lambda_e
-        return anneal(self.lambda_e, self.lambda_e_final, self.entropy_anneal_steps, int(self.steps_done))
-
-    def current_temperature(self) -> float:
-        if self.gumbel_temperature_final is None or self.gumbel_anneal_steps <= 0:
-            return self.gumbel_temperature
-        return anneal(self.gumbel_temperature, self.gumbel_temperature_final, self.gumbel_anneal_steps,
-                      int(self.steps_done), geometric=True)
-
-    def current_semi_sampling_p(self) -> float:
-        return float(self.semi_sampling_p_now())
-
-    def semi_sampling_p_now(self):
-        """The expected-context probability of this step: a number, or with a schedule a 0-d tensor
-        computed on the device from the step count (nothing read back: a captured step replays it)."""
-        return anneal(self.semi_sampling_p, self.semi_sampling_p_final, self.semi_sampling_anneal_steps, self.steps_done)
-
-    def static_step_problem(self) -> Optional[str]:
-        if self.entropy_anneal_steps > 0 and self.lambda_e_final is not None:
-            return "the entropy schedule (lambda_e_final) reads the step count on the host at every step"
-        if self.estimator == "gumbel" and self.gumbel_anneal_steps > 0 and self.gumbel_temperature_final is not None:
-            return "the Gumbel temperature schedule reads the step count on the host at every step"
-        return None
 
     # ------------------------------------------------------------------ baselines
     def learned_baseline(self, features: Tensor) -> tuple[Tensor, Tensor]:
@@ -319,43 +223,14 @@ class HardAttentionReinforce(CrossEntropy):
         return self.baseline.expand_as(reward), {}
 
     # ------------------------------------------------------------------ the loss
-    def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
-        captions, lengths = batch["captions"], batch["lengths"]
-        both = self.semi_sampling_per == "expectation"
-        if self.num_samples > 1 or both:  # several rows per caption (samples, or both kinds of context)
-            k = 2 if both else self.num_samples
-            features, captions, lengths = (x.repeat_interleave(k, 0) for x in (features, captions, lengths))
-        B = captions.size(0)
-        p_expected = self.semi_sampling_p_now()
-        weight = None  # row weights of the loss
-        if both:  # no draw: rows 0, 2, ... the expected context (weight 2p), rows 1, 3, ... sampled (2(1 - p))
-            use_expected = torch.arange(B, device=captions.device) % 2 == 0
-            p = torch.as_tensor(p_expected, dtype=features.dtype, device=captions.device)
-            weight = torch.where(use_expected, 2.0 * p, 2.0 * (1.0 - p))
-        elif self.semi_sampling_per == "image":  # the paper: a draw per image
-            use_expected = torch.rand(B, device=captions.device) < p_expected
-            if self.num_samples > 1:  # one draw per caption, shared by its samples
-                use_expected = use_expected.view(-1, self.num_samples)[:, :1].expand(-1, self.num_samples).reshape(-1)
-        else:  # the authors' code: one draw per minibatch
-            use_expected = (torch.rand((), device=captions.device) < p_expected).expand(B)
-        weight_state = {} if weight is None else {"weight": weight}  # for commit(): the baseline's weighted mean
+    def forward(self, model, features: Tensor, batch: dict, static: bool = False) -> ObjectiveOutput:
+        rows = self.semi_sampled(features, batch)
+        captions, use_expected, weight, p_expected = rows.captions, rows.use_expected, rows.weight, rows.p_expected
         lambda_e = self.current_lambda_e()
-        if self.estimator == "gumbel":
-            temperature = self.current_temperature()
-            out = model(features, captions, lengths, mode="gumbel", use_expected=use_expected, temperature=temperature)
-            loss, log_likelihood, logs = self.likelihood_terms(out, captions, weight)
-            mask = out.mask
-            entropy = (out.entropies * mask).sum() / mask.sum().clamp(min=1)
-            loss = loss - lambda_e * weighted_sum_mean((out.entropies * mask).sum(1), weight)
-            reward = caption_reward(log_likelihood, mask, self.reward_per_step)
-            logs.update(reward=reward.mean(), entropy=entropy, temperature=torch.tensor(temperature),
-                        expected_fraction=use_expected.float().mean())
-            return ObjectiveOutput(loss, B, logs, state={"reward": reward, **weight_state})
-
-        out = model(features, captions, lengths, mode="sample", use_expected=use_expected)
+        out = model(rows.features, captions, rows.lengths, mode="sample", use_expected=use_expected, static=static)
         loss, log_likelihood, logs = self.likelihood_terms(out, captions, weight)
         reward = caption_reward(log_likelihood, out.mask, self.reward_per_step)
-        baseline, state = self.baselines(reward, features)
+        baseline, state = self.baselines(reward, rows.features)
         scale = self.advantage_var.sqrt().clamp(min=1e-4) if self.normalize_reward else None
         terms = reinforce_loss(log_likelihood, out.location_log_probs, out.entropies, out.mask, baseline,
                                self.lambda_r, lambda_e, self.reward_per_step, scale, weight)
@@ -363,7 +238,7 @@ class HardAttentionReinforce(CrossEntropy):
         with torch.no_grad():
             row_advantage = terms.advantage if weight is None else terms.advantage * weight
             score_weight = self.lambda_r * row_advantage  # what multiplies d log p(s | a) per row
-            if getattr(model, "decoder", model).static_shapes:  # read nothing back: nan when fewer than two rows sampled
+            if static:  # read nothing back: nan when fewer than two rows sampled
                 n = sampled.sum()
                 mean = (score_weight * sampled).sum() / n
                 weight_var = {"reinforce_weight_var": (((score_weight - mean) ** 2) * sampled).sum() / (n - 1)}
@@ -381,15 +256,13 @@ class HardAttentionReinforce(CrossEntropy):
                 logs["lambda_e"] = torch.tensor(lambda_e)
             if isinstance(p_expected, Tensor):  # a schedule is set
                 logs["semi_sampling_p"] = p_expected
-        state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach(), **weight_state)
-        return ObjectiveOutput(loss + terms.loss, B, logs, state=state)
+        state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach(),
+                     **({} if weight is None else {"weight": weight}))
+        return ObjectiveOutput(loss + terms.loss, captions.size(0), logs, state=state)
 
     def commit(self, output: ObjectiveOutput) -> dict[str, Tensor]:
-        state = output.state
-        self.steps_done += 1
-        weight = state.get("weight")  # row weights (semi_sampling_per: expectation)
-        self.baseline.copy_(update_baseline(self.baseline, state["reward"], self.baseline_decay, weight))
-        logs = {"baseline": self.baseline.clone()}
+        logs = super().commit(output)  # the clock and the moving average
+        state, weight = output.state, output.state.get("weight")  # row weights (semi_sampling_per: expectation)
         if "raw_advantage" in state:
             a = state["raw_advantage"]
             self.advantage_var.copy_(self.baseline_decay * self.advantage_var

@@ -176,7 +176,7 @@ class SCST(Objective):
     def static_step_problem(self) -> Optional[str]:
         return "self-critical training decodes captions of varying length inside its step"
 
-    def forward(self, model, features: Tensor, batch: dict) -> ObjectiveOutput:
+    def forward(self, model, features: Tensor, batch: dict, static: bool = False) -> ObjectiveOutput:
         ids = batch["image_ids"]  # (B,) images; features: a row per caption of a grouped batch
         if "image_index" in batch:
             ids = ids[batch["image_index"]]
@@ -200,7 +200,7 @@ class SCST(Objective):
             greedy = model.generate(features=features.detach(), config=GenerationConfig(max_new_tokens=self.max_new_tokens))
             # log p(sample): a teacher-forced pass over the samples (hard attention: at the sampled locations)
             captions = torch.cat([sampled.sequences.new_full((B * K, 1), Vocabulary.bos_id), sampled.sequences], 1)
-            out = model(features.repeat_interleave(K, 0), captions, sampled.lengths + 1,
+            out = model(features.repeat_interleave(K, 0), captions, sampled.lengths + 1, static=static,
                         **(dict(mode="sample", locations=sampled.locations) if hard else {}))
         log_p = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)  # (B*K,)
         if hard and self.location_gradient:

@@ -13,11 +13,11 @@ from captioning.cuda_graphs import ShapeGraphs
 class GraphedTrainingStep:
     """Forward, losses, backward and gradient clipping of a training batch, captured per shape.
 
-    ``model``: a ShowAttendTell (or anything ``objective`` accepts as its model, with the decoder's
-    static-shape pass switched on by the caller); ``params``: the trainable parameters, whose
-    ``.grad`` holds the step's gradients after a call (the optimiser steps after it). The warm-up
-    calls of a new shape change nothing that stays: buffers (running statistics) and the CUDA random
-    state are put back before the first replay.
+    ``model``: a ShowAttendTell (or anything ``objective`` accepts as its model), run by the
+    objective on the decoder's static-shape pass (``static=True``); ``params``: the trainable
+    parameters, whose ``.grad`` holds the step's gradients after a call (the optimiser steps after
+    it). The warm-up calls of a new shape change nothing that stays: buffers (running statistics)
+    and the CUDA random state are put back before the first replay.
 
         step = GraphedTrainingStep(model, objective, params, clip=5.0)
         loss, logs, state, finite = step(features, captions, lengths)   # tensors on the device
@@ -36,7 +36,7 @@ class GraphedTrainingStep:
             p.grad = None  # fresh gradients (allocated inside the graph when captured)
         batch = {"captions": captions, "lengths": lengths, **({"image_index": image_index[0]} if image_index else {})}
         features = self.encode(inputs, batch) if self.encode else inputs
-        out = self.objective(self.model, features, batch)
+        out = self.objective(self.model, features, batch, static=True)
         out.loss.backward()
         if self.clip:
             torch.nn.utils.clip_grad_norm_([p for p in self.params if p.grad is not None], self.clip, foreach=True)

@@ -14,9 +14,11 @@ import sys
 from typing import Sequence
 
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from captioning.data.datamodule import CaptionDataModule
+from captioning.objectives import current_spelling
 from captioning.training.module import CaptioningModule
 from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 
@@ -87,6 +89,19 @@ class CaptioningCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.image_size", "model.image_size")
 
+    def before_instantiate_classes(self) -> None:
+        """An objective named in an earlier spelling (``HardAttentionReinforce`` with ``estimator:
+        gumbel``) is built as this version names it (objectives/__init__.py: current_spelling)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        objective = config.get("model.objective")
+        if objective is None or not objective.get("class_path"):
+            return
+        init_args = objective.get("init_args")
+        init_args = init_args.as_dict() if isinstance(init_args, Namespace) else dict(init_args or {})
+        class_path, init_args = current_spelling(objective["class_path"], init_args)
+        if class_path != objective["class_path"]:
+            config["model.objective"] = Namespace(class_path=class_path, init_args=Namespace(**init_args))
+
     def before_fit(self) -> None:
         """``--ckpt_path last``: the newest last.ckpt under the run's root folder. (Lightning looks only
         in the new run's own checkpoint folder, and with the default logger every run gets a new
@@ -109,9 +124,9 @@ class CaptioningCLI(LightningCLI):
             callbacks.append(LineProgress(every=trainer.get("log_every_n_steps") or 50))
         kwargs["callbacks"] = callbacks
         model = getattr(self, "model", None)
-        if getattr(model, "cuda_graphs", False) and trainer.get("gradient_clip_val"):
+        if model is not None and not model.automatic_optimization and trainer.get("gradient_clip_val"):
             # Lightning clips only in automatic optimisation; the captured step clips itself
-            model.graph_clip_val = float(trainer["gradient_clip_val"])
+            model.step_strategy.clip_val = float(trainer["gradient_clip_val"])
             kwargs["gradient_clip_val"] = None
         return super().instantiate_trainer(**kwargs)
 
