@@ -246,7 +246,9 @@ def _truncated_jpeg(test_images) -> bytes:
 
 
 BAD = {
-    "not an image": (lambda imgs: b"%PDF-1.4 this is not a picture\n" * 20, "doc.jpg", 415, "doc.jpg: not an image file"),
+    "not an image": (lambda imgs: b"this is not a picture\n" * 20, "doc.jpg", 415, "doc.jpg: not an image file"),
+    "pdf": (lambda imgs: b"%PDF-1.4 this is not a picture\n" * 20, "doc.jpg", 415,
+            "doc.jpg: refused: PDF is not an accepted image format"),
     "html page": (lambda imgs: b"<!DOCTYPE html><html><body>404</body></html>", "page.png", 415, "HTML/XML text"),
     "empty": (lambda imgs: b"", "empty.jpg", 400, "empty.jpg: empty file (0 bytes)"),
     "truncated": (_truncated_jpeg, "cut.jpg", 400, "cut.jpg: unreadable image, damaged or truncated"),

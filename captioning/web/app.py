@@ -9,25 +9,153 @@ Routes:
                               ``attention_mode``, ``num_return_sequences``, ``return_gif``,
                               ``return_image`` -> JSON (see docs/WEB.md)
     GET  /examples/{i}        the i-th example image offered on the page
-    GET  /healthz             {"status": "ok", "pending": n}
+    GET  /healthz             {"status": "ok", "pending": n, ...}; 503 {"status": "stuck", ...} when
+                              the worker has been on one batch longer than ``Limits.stuck_after``
 
 Every error is JSON ``{"error": "one line"}`` with a 4xx status for the client's mistakes (400 bad
-field or unreadable image, 404 unknown model, 413 upload or image too large, 415 not an image or
-not a multipart form) and 503 when too many requests are waiting.
+field, unreadable image or Host header not allowed, 404 unknown model, 408 body not sent in time,
+413 upload or image too large, 415 not an image or not a multipart form), 500 with a generic
+message when the server fails on a request (the detail is logged), and 503 (with Retry-After)
+when too many requests are waiting or being handled, or the model does not answer in time.
+
+:class:`Guard` (outermost) checks the Host header, counts the requests being handled and gives
+each request's body a deadline; the headers' deadline and the cap on open sockets are the
+server's (captioning/web/protocol.py).
 """
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from captioning.web.service import Busy, InferenceQueue, Job, RequestError, ServedModel, Settings, truthy
+from captioning.web.service import (DEFAULT_GIF_PIXELS, DEFAULT_MAX_RENDER, Busy, InferenceQueue, InternalError, Job,
+                                    RequestError, ServedModel, Settings, log, truthy)
 
 MB = 1024 * 1024
 CHUNK = 256 * 1024
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may hold of the server, and for how long (seconds)."""
+
+    header_timeout: float = 10.0  # to send a request's line and headers (the server's protocol enforces it)
+    body_timeout: float = 60.0  # to send a request's body, from its headers (408 beyond)
+    request_timeout: float = 60.0  # to wait for the model: queue, captioning, drawing (503 beyond)
+    stuck_after: float = 120.0  # /healthz answers 503 when the worker has been on one batch longer
+    keep_alive: float = 5.0  # an idle kept-alive connection is closed after this
+    max_active: int = 256  # requests being handled at once, idle connections not counted (503 beyond)
+    max_sockets: int = 1024  # open connections at most; one more is closed at once
+    max_render: int = DEFAULT_MAX_RENDER  # requests waiting for their GIF / image (503 beyond)
+    max_gif_pixels: int = DEFAULT_GIF_PIXELS  # frames x width x height of one GIF (shrunk to fit)
+    allowed_hosts: tuple[str, ...] = ()  # Host header names accepted besides the bound host and localhost
+
+    def __post_init__(self):
+        for name in ("header_timeout", "body_timeout", "request_timeout", "stuck_after", "keep_alive"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("max_active", "max_sockets", "max_render", "max_gif_pixels"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+class BodyTimeout(RequestError):
+    def __init__(self, seconds: float):
+        super().__init__(f"the request's body was not sent within {seconds:g} s", 408)
+
+
+def allowed_host_names(bound: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The Host header names a server bound to ``bound`` accepts: the bound name, this machine's
+    loopback names and ``extra`` (``*.example.org`` for a domain's names, ``*`` for any). Names
+    that are IP addresses are always accepted (a rebinding attack needs a domain name); bound to
+    every interface (0.0.0.0, ::), this machine's host names are accepted too."""
+    names = [bound.strip("[]").lower(), *LOCAL_HOSTS, *(h.strip().lower() for h in extra if h.strip())]
+    if bound.strip("[]") in ("0.0.0.0", "::", ""):  # every interface: this machine's own names too
+        import socket
+
+        names += [socket.gethostname().lower(), socket.getfqdn().lower()]
+    return tuple(dict.fromkeys(names))
+
+
+def host_allowed(header: str, allowed: Sequence[str]) -> bool:
+    """Whether a Host header (``name``, ``name:port``, ``[v6]:port``) names an allowed host."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        name = header[1:header.find("]")] if "]" in header else header
+    else:
+        name = header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    if not name:
+        return False
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    name = name.rstrip(".")
+    return any(a == "*" or a == name or (a.startswith("*.") and name.endswith(a[1:])) for a in allowed)
+
+
+class Guard:
+    """ASGI middleware, outermost: the Host header check (DNS rebinding), the cap on requests being
+    handled at once (``/healthz`` is never refused), and the deadline of each request's body.
+
+    ``receive`` is wrapped: a body message that does not arrive before the deadline raises
+    :class:`BodyTimeout` in the app (the caption route answers 408); when the app lets it escape
+    before answering, the 408 is sent here. Either way the connection is closed.
+    """
+
+    def __init__(self, app, limits: Limits, allowed_hosts: Sequence[str]):
+        self.app, self.limits, self.allowed_hosts = app, limits, tuple(allowed_hosts)
+        self.active = 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+        if not host_allowed(host, self.allowed_hosts):
+            return await _send_json(send, 400, {"error": f"Host header not allowed: {host[:80]!r} (the server's "
+                                                         "--allowed-hosts names the hosts it answers to)"})
+        if self.active >= self.limits.max_active and scope.get("path") != "/healthz":
+            return await _send_json(send, 503, {"error": f"too many requests being handled ({self.limits.max_active}); "
+                                                         "try again in a moment"}, retry_after=1)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.body_timeout
+        body_done = False
+        started = False
+
+        async def timed_receive():
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            remaining = deadline - loop.time()
+            try:
+                if remaining <= 0:
+                    raise asyncio.TimeoutError
+                message = await asyncio.wait_for(receive(), remaining)
+            except asyncio.TimeoutError:
+                raise BodyTimeout(self.limits.body_timeout) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def watched_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        self.active += 1
+        try:
+            await self.app(scope, timed_receive, watched_send)
+        except BodyTimeout as err:
+            if not started:
+                await _send_json(send, 408, {"error": str(err)})
+        finally:
+            self.active -= 1
 
 
 class UploadTooLarge(RequestError):
@@ -60,13 +188,16 @@ class LimitBody:
                 return await _send_json(send, 400, {"error": "bad Content-Length header"})
             if length > self.max_bytes:
                 drained = 0
-                while drained <= self.drain_bytes:
-                    message = await receive()
-                    if message["type"] != "http.request":
-                        return
-                    drained += len(message.get("body", b""))
-                    if not message.get("more_body"):
-                        break
+                try:
+                    while drained <= self.drain_bytes:
+                        message = await receive()
+                        if message["type"] != "http.request":
+                            return
+                        drained += len(message.get("body", b""))
+                        if not message.get("more_body"):
+                            break
+                except BodyTimeout:  # the deadline of Guard: answer now, the connection closes
+                    pass
                 return await _send_json(send, 413, {"error": UploadTooLarge(self.upload_limit).args[0]})
         seen = 0
 
@@ -82,13 +213,16 @@ class LimitBody:
         return await self.app(scope, counted, send)
 
 
-async def _send_json(send, status: int, payload: dict) -> None:
+async def _send_json(send, status: int, payload: dict, retry_after: Optional[int] = None) -> None:
+    """A JSON answer sent from a middleware; the connection is closed after it."""
     import json
 
     body = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -99,8 +233,10 @@ def _safe_name(name: Optional[str]) -> str:
 
 
 def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, max_batch: int = 8,
-               max_pending: int = 64, workdir: Optional[str] = None):
-    """The ASGI application serving ``models`` (the first is the default of the API)."""
+               max_pending: int = 64, workdir: Optional[str] = None, limits: Limits = Limits(),
+               host: str = "127.0.0.1"):
+    """The ASGI application serving ``models`` (the first is the default of the API), bound to
+    ``host`` (for the Host header check: see :func:`allowed_host_names`)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import FileResponse, HTMLResponse, JSONResponse
@@ -129,14 +265,18 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
 
     async def health(request: Request):
         queue = state.get("queue")
-        return JSONResponse({"status": "ok", "models": list(by_name), "pending": queue.pending() if queue else 0,
-                             "batches": queue.batches if queue else 0,
-                             "largest_batch": queue.largest_batch if queue else 0})
+        if queue is None:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        watch = queue.health(limits.stuck_after)
+        payload = {"status": "stuck" if watch.pop("stuck") else "ok", "models": list(by_name),
+                   "pending": queue.pending(), "rendering": queue.rendering(), "active": guard.active,
+                   "batches": queue.batches, "largest_batch": queue.largest_batch, **watch}
+        return JSONResponse(payload, status_code=503 if payload["status"] != "ok" else 200)
 
     async def list_models(request: Request):
         return JSONResponse({"models": [m.info() for m in models],
                              "examples": [{"url": f"/examples/{i}", "name": p.name} for i, p in enumerate(examples)],
-                             "max_upload_bytes": max_upload_bytes})
+                             "max_upload_bytes": max_upload_bytes, "max_gif_pixels": limits.max_gif_pixels})
 
     async def example(request: Request):
         i = request.path_params["index"]
@@ -153,6 +293,8 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
         try:
             try:
                 form = await request.form(max_files=1, max_fields=20)
+            except BodyTimeout as err:
+                return error(str(err), err.status, Connection="close")
             except UploadTooLarge as err:
                 return error(str(err), 413)
             except Exception as err:  # noqa: BLE001 - a malformed multipart body
@@ -184,14 +326,19 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
             job = Job(model, settings, upload_path, name, want_gif=truthy(fields.get("return_gif")),
                       want_image=truthy(fields.get("return_image")))
             future = state["queue"].submit(job)
-            payload = await asyncio.wrap_future(future)
+            try:
+                payload = await asyncio.wait_for(asyncio.wrap_future(future), limits.request_timeout)
+            except asyncio.TimeoutError:  # a waiting job is cancelled (the worker skips it); a running one is dropped
+                future.cancel()
+                raise Busy(f"the model did not answer within {limits.request_timeout:g} s; try again in a moment") from None
             return JSONResponse(payload)
         except Busy as err:
             return error(str(err), err.status, **{"Retry-After": "1"})
         except RequestError as err:
             return error(str(err), err.status)
-        except Exception as err:  # noqa: BLE001 - a failure of the model: the server stays up
-            return error(f"internal error: {type(err).__name__}: {' '.join(str(err).split())[:300]}", 500)
+        except Exception as err:  # noqa: BLE001 - a failure of the server: logged, a generic answer
+            log.error("%s %s failed", request.method, request.url.path, exc_info=err)
+            return error(InternalError("the server failed on this request").args[0], 500)
         finally:
             if upload_path is not None:
                 try:
@@ -208,7 +355,8 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
 
     @asynccontextmanager
     async def lifespan(app):
-        state["queue"] = InferenceQueue(max_batch=max_batch, max_pending=max_pending, workdir=workdir)
+        state["queue"] = InferenceQueue(max_batch=max_batch, max_pending=max_pending, workdir=workdir,
+                                        max_render=limits.max_render, max_gif_pixels=limits.max_gif_pixels)
         try:
             yield
         finally:
@@ -227,4 +375,6 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
     # room for the form's other fields and boundaries; the file itself is held to max_upload_bytes above
-    return LimitBody(app, max_upload_bytes + 64 * 1024, upload_limit=max_upload_bytes)
+    limited = LimitBody(app, max_upload_bytes + 64 * 1024, upload_limit=max_upload_bytes)
+    guard = Guard(limited, limits, allowed_host_names(host, limits.allowed_hosts))
+    return guard

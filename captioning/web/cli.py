@@ -10,6 +10,7 @@ import argparse
 
 from captioning.cli.options import at_least
 from captioning.web.server import DEFAULT_HOST, DEFAULT_MAX_PIXELS, DEFAULT_PORT
+from captioning.web.service import DEFAULT_GIF_PIXELS, DEFAULT_MAX_RENDER
 
 
 def port_number(text: str) -> int:
@@ -38,19 +39,43 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "decompression bombs")
     p.add_argument("--max-batch", type=at_least(1), default=8, help="requests captioned together at most")
     p.add_argument("--max-pending", type=at_least(1), default=64, help="requests waiting at most (HTTP 503 beyond)")
-    p.add_argument("--max-connections", type=at_least(1), default=256, help="open connections at most (HTTP 503 beyond)")
+    p.add_argument("--max-connections", type=at_least(1), default=256,
+                   help="requests being handled at once (HTTP 503 beyond); idle connections are not counted")
+    p.add_argument("--max-sockets", type=at_least(1), default=1024,
+                   help="open connections at most, idle ones included; one more is closed at once")
+    p.add_argument("--header-timeout", type=at_least(0.001, float), default=10.0, metavar="S",
+                   help="seconds a client has to send a request's headers (the connection is closed beyond)")
+    p.add_argument("--body-timeout", type=at_least(0.001, float), default=60.0, metavar="S",
+                   help="seconds a client has to send a request's body, from its headers (HTTP 408 beyond)")
+    p.add_argument("--request-timeout", type=at_least(0.001, float), default=60.0, metavar="S",
+                   help="seconds a request waits for the model, queue included (HTTP 503 beyond)")
+    p.add_argument("--stuck-after", type=at_least(0.001, float), default=120.0, metavar="S",
+                   help="/healthz answers 503 when the model has been on one batch longer than this")
+    p.add_argument("--max-render", type=at_least(1), default=DEFAULT_MAX_RENDER,
+                   help="requests waiting for their GIF or display image at most (HTTP 503 beyond)")
+    p.add_argument("--max-gif-pixels", type=at_least(1), default=DEFAULT_GIF_PIXELS,
+                   help="frames x width x height of one GIF at most; larger ones are shrunk to fit")
+    p.add_argument("--allowed-hosts", nargs="+", default=[], metavar="NAME",
+                   help="Host header names answered besides the --host address and localhost (IP addresses "
+                        "always are): the names clients use to reach the server, *.example.org for a domain, "
+                        "* for any (this turns off the DNS-rebinding guard)")
     p.add_argument("--threads", type=at_least(1), default=None, help="torch threads (default: torch's, one per core)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from captioning.web.app import Limits
     from captioning.web.server import serve
 
+    limits = Limits(header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                    request_timeout=args.request_timeout, stuck_after=args.stuck_after,
+                    max_active=args.max_connections, max_sockets=args.max_sockets, max_render=args.max_render,
+                    max_gif_pixels=args.max_gif_pixels, allowed_hosts=tuple(args.allowed_hosts))
     return serve(args.checkpoint, host=args.host, port=args.port, device=args.device, examples=args.examples,
                  max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels, max_batch=args.max_batch,
                  max_pending=args.max_pending, max_connections=args.max_connections, threads=args.threads,
-                 log_level=args.log_level)
+                 log_level=args.log_level, limits=limits)
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:

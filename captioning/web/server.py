@@ -1,6 +1,7 @@
 """Loading the checkpoints to serve and running the web server (uvicorn)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -11,7 +12,9 @@ from captioning.errors import ConfigError
 from captioning.web.service import ServedModel
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 7860
-DEFAULT_MAX_PIXELS = 50_000_000  # a decoded image is at most 150 MB as RGB
+# a decoded image is at most 72 MB as RGB; reading one costs at most about 3x that (docs/WEB.md, measured)
+DEFAULT_MAX_PIXELS = 24_000_000
+HEADER_BYTES = 16 * 1024  # a request's line and headers at most (h11's limit; 400 beyond)
 
 
 def split_spec(spec: str) -> tuple[Optional[str], str]:
@@ -62,16 +65,39 @@ def load_models(checkpoints: Sequence[str], device: str = "cpu", examples: Seque
 
 
 def _expand_examples(items: Sequence[str]) -> list[Path]:
-    """Image files, and the images of folders (sorted), in the order given."""
-    suffixes = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+    """The image files named, and the image files of the folders named (sorted), in the order given.
+
+    Every example is a file of an image suffix that ``load_image`` reads; a folder's entries must
+    lie inside it (a link out of it is skipped), and a named file that is not such an image is a
+    ConfigError. Only these files are ever served as examples.
+    """
+    from captioning.web.service import _within, is_image_file
+
     paths: list[Path] = []
-    for item in items:
-        item = Path(item)
-        paths += sorted(p for p in item.iterdir() if p.suffix.lower() in suffixes) if item.is_dir() else [item]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise ConfigError(f"--examples: no such image file: {missing[0]}")
+    for item in map(Path, items):
+        if item.is_dir():
+            paths += [p for p in sorted(item.iterdir()) if _within(p, item) and is_image_file(p)]
+        elif not item.is_file():
+            raise ConfigError(f"--examples: no such image file: {item}")
+        elif not is_image_file(item):
+            raise ConfigError(f"--examples: not an image file (JPEG, PNG, WebP, BMP, GIF or TIFF): {item}")
+        else:
+            paths.append(item)
     return paths
+
+
+def uvicorn_config(app, host: str, port: int, limits, log_level: str = "info"):
+    """The ``uvicorn.Config`` of the server: its h11 protocol with the headers' deadline and the
+    socket cap (captioning/web/protocol.py), headers of at most :data:`HEADER_BYTES`, idle
+    connections closed after ``limits.keep_alive`` s; uvicorn's own ``limit_concurrency`` is left
+    off (it counts idle sockets): :class:`captioning.web.app.Guard` counts the requests handled."""
+    import uvicorn
+
+    from captioning.web.protocol import guarded_protocol
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+                          http=guarded_protocol(limits.header_timeout, limits.max_sockets),
+                          timeout_keep_alive=limits.keep_alive, h11_max_incomplete_event_size=HEADER_BYTES)
 
 
 def serve_command(checkpoint, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
@@ -87,8 +113,11 @@ def serve_command(checkpoint, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
 def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "cpu",
           examples: Sequence[str] = (), max_upload_mb: float = 10.0, max_pixels: int = DEFAULT_MAX_PIXELS,
           max_batch: int = 8, max_pending: int = 64, max_connections: int = 256, threads: Optional[int] = None,
-          log_level: str = "info") -> int:
-    """Load the checkpoints and serve the page and the API until interrupted."""
+          log_level: str = "info", limits=None) -> int:
+    """Load the checkpoints and serve the page and the API until interrupted.
+
+    ``limits`` (:class:`captioning.web.app.Limits`) holds the deadlines and the other caps; its
+    ``max_active`` is ``max_connections`` (requests being handled at once, 503 beyond)."""
     try:
         import uvicorn
         import starlette  # noqa: F401
@@ -98,15 +127,17 @@ def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFA
     import torch
     from PIL import Image
 
-    from captioning.web.app import MB, create_app
+    from captioning.web.app import MB, Limits, create_app
 
     if max_pixels < 1 or max_upload_mb <= 0:
         raise ConfigError("--max-pixels and --max-upload-mb must be positive")
     Image.MAX_IMAGE_PIXELS = int(max_pixels)  # load_image refuses anything larger (decompression bombs)
     if threads:
         torch.set_num_threads(threads)
+    limits = dataclasses.replace(limits or Limits(), max_active=max_connections)
     models = load_models(checkpoints, device=device, examples=examples)
-    app = create_app(models, max_upload_bytes=int(max_upload_mb * MB), max_batch=max_batch, max_pending=max_pending)
+    app = create_app(models, max_upload_bytes=int(max_upload_mb * MB), max_batch=max_batch, max_pending=max_pending,
+                     limits=limits, host=host)
     shown = f"[{host}]" if ":" in host else host
     print(f"serving {', '.join(m.name for m in models)} on http://{shown}:{port}  "
           f"(the page at /, the API at POST /api/caption; Ctrl+C stops)", flush=True)
@@ -114,6 +145,5 @@ def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFA
         print(f"warning: --host {host} makes the page and the API reachable by anyone who can reach this machine "
               "on that address (no login, no TLS): they can send images and read the model's description",
               file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, limit_concurrency=max_connections,
-                timeout_graceful_shutdown=5)
+    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run()
     return 0
