@@ -13,6 +13,12 @@ with h_0 = f_init,h(mean_i a_i), c_0 = f_init,c(mean_i a_i) (tanh layers). The t
 and the dropout follow the authors' code, not the paper's text: dropout on the input of the
 initialisation layers, on h_t before the output layer and on the deep output.
 
+The code in three files: this one holds the layers (their names are the checkpoints' keys), the
+initial state, the deep output and the entry points (:meth:`ShowAttendTellDecoder.forward`, a
+teacher-forced pass; :meth:`~ShowAttendTellDecoder.step`, one generation step); cells.py the time
+step, one cell per placement, and what it gives (StepOutput); unroll.py the teacher-forced
+unrollings of the step (the shrinking batch, Luong's whole-sequence pass, static shapes).
+
 Nothing per step is done that can be done once: the image-side attention projection W_a a and the
 embedding part of the LSTM input are computed for all steps before the loop; the three products of
 h_{t-1} (attention, gate, LSTM) are one matrix product; only the captions still running take part
@@ -174,9 +180,6 @@ class ShowAttendTellDecoder(nn.Module):
         #: the step every pass calls: the cell's, or with ``compile_step`` its torch.compile (dynamic
         #: shapes: the number of running captions shrinks from step to step)
         self.cell_step = torch.compile(self.cell.step, dynamic=True) if config.compile_step else self.cell.step
-        #: run teacher forcing as the static-shape pass; prefer forward(static=True) (set by the
-        #: training module until it passes the argument)
-        self.static_shapes = False
 
     # ------------------------------------------------------------------ building blocks
     def initial_state(self, features: Tensor) -> DecoderState:
@@ -229,17 +232,11 @@ class ShowAttendTellDecoder(nn.Module):
         the shrinking batch (Bahdanau) or the whole-sequence pass (Luong).
         """
         mode = self._mode(mode)
-        if static or self.static_shapes:
+        if static:
             run = unroll.static
         else:
             run = unroll.whole_sequence if self.cell.whole_sequence else unroll.packed
         return run(self, features, captions, lengths, mode, use_expected, locations, temperature)
-
-    def static_forward(self, features: Tensor, captions: Tensor, lengths: Tensor, mode: Optional[str] = None,
-                       use_expected: Optional[Tensor] = None, locations: Optional[Tensor] = None,
-                       temperature: float = 1.0) -> DecoderOutput:
-        """forward(..., static=True)."""
-        return self.forward(features, captions, lengths, mode, use_expected, locations, temperature, static=True)
 
     # ------------------------------------------------------------------ generation
     def step(self, tokens: Tensor, state: DecoderState, mode: Optional[str] = None,
