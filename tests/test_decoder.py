@@ -101,3 +101,20 @@ def test_hard_attention_sampling_pass():
     assert (out.location_log_probs[0][out.mask[0]] < 0).all()
     assert (out.entropies[out.mask] > 0).all() and (out.entropies[~out.mask] == 0).all()
     assert ((out.locations >= 0) & (out.locations < features.size(1))).all()
+
+
+def test_parameter_names_are_the_checkpoints_keys():
+    """The cells hold the decoder's layers and own none: the state_dict keys are those every
+    checkpoint has (the paper's model and the Luong / local / multi-head variant)."""
+    paper = ShowAttendTellDecoder(20, 16, DecoderConfig(8, 12, 10))
+    assert list(paper.state_dict()) == [
+        "embedding.weight", "init_state.weight", "init_state.bias", "f_att.feature_proj.weight", "f_att.feature_proj.bias",
+        "f_att.score.weight", "f_att.score.bias", "from_hidden.weight", "from_hidden.bias", "embed_gates.weight",
+        "context_gates.weight", "out_hidden.weight", "out_hidden.bias", "out_context.weight", "out_context.bias",
+        "out_logits.weight", "out_logits.bias"]
+    luong = ShowAttendTellDecoder(20, 16, DecoderConfig(8, 12, 10, score="scaled_dot", heads=2, placement="luong",
+                                                        window="local"))
+    assert [k for k in luong.state_dict() if not k.startswith(("embedding", "init_state", "out_"))] == [
+        "f_att.key_proj.weight", "f_att.key_proj.bias", "lstm.weight_ih_l0", "lstm.weight_hh_l0", "lstm.bias_ih_l0",
+        "lstm.bias_hh_l0", "from_output.weight", "from_output.bias", "combine.weight", "combine.bias",
+        "local_centre.v_p.weight", "local_centre.v_p.bias", "head_proj.weight"]

@@ -367,3 +367,32 @@ def test_attention_variant_exports_as_a_folder_and_onnx_says_it_cannot(tiny_shap
     assert main(["export", "--format", "onnx", "--checkpoint", ckpt, "--out", str(tmp_path / "onnx")]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "placement='luong'" in err and "heads=2" in err
+
+
+@pytest.mark.parametrize("kind, mode, tau", [("soft", "expected", 1.0), ("hard", "argmax", 1.0), ("hard", "expected", 0.5)])
+def test_step_graph_is_the_decoders_step_at_every_batch_and_beam_count(kind, mode, tau, tmp_path):
+    """The step graph traces decoder.step (the cell's step): traced at B = 2, K = 3, it gives the
+    PyTorch step's numbers at other batch sizes and beam counts (K is read from the shapes)."""
+    ort = pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
+    from captioning.export.onnx import STEP_INPUTS, STEP_OUTPUTS, StepGraph, _export
+    from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+
+    torch.manual_seed(0)
+    V, D, L = 30, 16, 9
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(8, 12, 10, attention_kind=kind)).eval()
+    with torch.no_grad():
+        state = dec.initial_state(torch.randn(2, L, D)).expand_beams(3)
+        axes = {"tokens": {0: "rows"}, "h": {0: "rows"}, "c": {0: "rows"}, "features": {0: "images"},
+                "projected": {0: "images"}, **{name: {0: "rows"} for name in STEP_OUTPUTS}}
+        _export(StepGraph(dec, mode, tau).eval(), (torch.ones(6, dtype=torch.long), state.h, state.c, state.features,
+                state.projected), tmp_path / "step.onnx", STEP_INPUTS, STEP_OUTPUTS, axes, 17)
+        session = ort.InferenceSession(str(tmp_path / "step.onnx"))
+        for B, K in ((5, 4), (1, 1), (3, 2)):
+            state = dec.initial_state(torch.randn(B, L, D)).expand_beams(K)
+            state = state.with_recurrent(state.h + 0.1 * torch.randn_like(state.h), state.c)
+            tokens = torch.randint(0, V, (B * K,))
+            log_probs, new, g = dec.step(tokens, state, mode, tau)
+            ours = session.run(None, {"tokens": tokens.numpy(), "h": state.h.numpy(), "c": state.c.numpy(),
+                                      "features": state.features.numpy(), "projected": state.projected.numpy()})
+            for a, b in zip(ours, (log_probs, new.h, new.c, g.alpha)):
+                np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
