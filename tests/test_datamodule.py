@@ -5,7 +5,8 @@ import pytest
 import torch
 from PIL import Image
 
-from captioning.data.datamodule import CaptionDataModule, Collate
+from captioning.data.datamodule import CaptionDataModule
+from captioning.data.datasets import Collate
 from captioning.errors import AnnotationError, ConfigError, ImageError
 from captioning.vocab import Vocabulary
 

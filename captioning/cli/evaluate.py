@@ -15,7 +15,7 @@ from typing import Optional
 from tqdm.auto import tqdm
 
 from captioning.common import default_device
-from captioning.data.datamodule import CaptionDataModule
+from captioning.data.captions import CaptionData
 from captioning.decoding.evaluator import Evaluator
 from captioning.files import atomic_write_json
 from captioning.metrics import METRICS
@@ -52,7 +52,7 @@ def evaluate(
     generation = generation or model.spec.generation
     dev = default_device(device)
     model = model.eval().to(dev)
-    data = CaptionDataModule(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
+    data = CaptionData(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
                              image_size=model.spec.image_size, on_bad_image="skip")
     data.set_vocab(model.vocab)
     evaluator = Evaluator(METRICS, spice=spice, keep_alignments=grounding)

@@ -3,7 +3,7 @@
 Validation and ``captioning test`` call it from the LightningModule, ``captioning evaluate`` from a
 plain loop (evaluate.py); the decoding, the gathering and the scoring are the same code. Scores
 are the coco-caption metrics plus whatever the dataset adds through its hook (the shapes data:
-object F1 and, when asked, attention grounding; see ``CaptionDataModule.dataset_scores``).
+object F1 and, when asked, attention grounding; see ``CaptionData.dataset_scores``).
 """
 from __future__ import annotations
 

@@ -1,0 +1,236 @@
+"""Caption data: annotation file -> vocabulary, datasets and loaders (no Lightning here: evaluation
+and tools use :class:`CaptionData` itself; training uses its LightningDataModule,
+data/datamodule.py's :class:`CaptionDataModule`).
+
+The annotation file may be a Karpathy split JSON, raw COCO caption JSON (with an optional Karpathy
+split file) or a captions CSV / JSON-lines file next to a folder of images (see formats.py).
+
+Training yields one sample per (image, caption) pair, evaluation one sample per image (the
+datasets and the collate function are in datasets.py); ``setup`` only reads the annotation file,
+never the images.
+
+Batches (B samples, S = image_size, T = longest caption in the batch incl. BOS and EOS):
+    train:      {"images": (B, 3, S, S) float, "captions": (B, T) long [BOS w.. EOS PAD..],
+                 "lengths": (B,) long, "image_ids": (B,) long, "bad_images": list[str]}
+    val / test: {"images": (B, 3, S, S) float, "image_ids": (B,) long, "bad_images": list[str]}
+With ``features`` (a cache written by ``captioning extract-features``) the visual input is
+``"features": (B, L, D) float16`` instead of ``"images"``.
+"bad_images" holds the messages of unreadable images dropped from the batch (``on_bad_image="skip"``);
+:meth:`CaptionData.drop_bad_images` removes it, counts them in ``skipped_samples`` and logs each file
+once (in training, the data module's ``on_before_batch_transfer`` calls it).
+With ``on_bad_image="error"`` the first one is raised as an :class:`ImageError` (one line, also when
+it happened in a worker process). A batch whose images are all unreadable has B = 0.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Literal, Optional, Union
+
+import torch
+from torch.utils.data import DataLoader
+
+from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Collate, ImageDataset
+from captioning.data.features import FeatureCache
+from captioning.data.formats import default_images_root, load_records
+from captioning.data.karpathy import ImageRecord, split_records
+from captioning.data.sampling import ResumableLoader
+from captioning.errors import AnnotationError, ConfigError, ImageError
+from captioning.vocab import Vocabulary
+
+log = logging.getLogger(__name__)
+
+
+class CaptionData:
+    """Annotation file -> loaders of images (or cached features) and captions.
+
+    Args:
+        annotations: a Karpathy split JSON, COCO caption JSON (or a list of them), or a captions
+            CSV / JSON-lines file; the format is told from the file (data/formats.py).
+        split_file: for COCO caption files, a Karpathy split file (dataset_coco.json) assigning splits by cocoid.
+        images_root: folder the records' paths are relative to (default: the annotation file's folder).
+        batch_size: training batch size (caption pairs); eval_batch_size: val/test batch size (images),
+            default batch_size.
+        num_workers: loader worker processes (persistent when > 0). pin_memory: pin batches for the GPU.
+        image_size: images are resized to S x S. max_length: captions are cut to this many words.
+        min_word_freq: words seen fewer times in the training captions become <unk>.
+        max_vocab_size: keep at most this many words (besides the special tokens).
+        merge_restval: train on the "restval" images too.
+        features: a feature cache folder (``captioning extract-features``) to read instead of images;
+            the model's encoder must be the one that wrote it (its grid (L, D) is checked).
+        on_bad_image: "error" raises on an unreadable image; "skip" drops it from its batch.
+        group_captions: train on images with all their captions at once (batch_size then counts
+            images): each image is encoded once per epoch instead of once per caption. Every
+            (image, caption) pair is still trained on once per epoch.
+        bucket_by_length: batch training captions of similar length together (as the authors'
+            code does), so that fewer padded steps are computed; caption pairs only (not with
+            group_captions). Batches are still drawn at random, and resume exactly.
+        vocabulary: a vocabulary JSON (``captioning prepare --out FILE``) to use instead of
+            building one from the training captions (e.g. to share one across runs).
+    """
+
+    def __init__(
+        self,
+        annotations: Union[str, list[str]],
+        images_root: Optional[str] = None,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        image_size: int = 224,
+        min_word_freq: int = 5,
+        max_length: int = 30,
+        merge_restval: bool = True,
+        features: Optional[str] = None,
+        eval_batch_size: Optional[int] = None,
+        pin_memory: bool = False,
+        max_vocab_size: Optional[int] = None,
+        on_bad_image: Literal["error", "skip"] = "error",
+        group_captions: bool = False,
+        split_file: Optional[str] = None,
+        bucket_by_length: bool = False,
+        vocabulary: Optional[str] = None,
+    ):
+        super().__init__()
+        for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
+                                   ("image_size", image_size, 1), ("min_word_freq", min_word_freq, 1),
+                                   ("max_length", max_length, 1), ("eval_batch_size", eval_batch_size, 1),
+                                   ("max_vocab_size", max_vocab_size, 0)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ConfigError(f"data.{name}: expected an integer >= {least}, got {value!r}")
+        if bucket_by_length and group_captions:
+            raise ConfigError("data.bucket_by_length works on caption pairs: set data.group_captions false to use it")
+        if on_bad_image not in ("error", "skip"):
+            raise ConfigError(f"data.on_bad_image: expected 'error' or 'skip', got {on_bad_image!r}")
+        if isinstance(annotations, (list, tuple)):
+            self.annotations = [os.fspath(a) for a in annotations]
+        else:
+            self.annotations = os.fspath(annotations)
+        if features is not None and not os.path.isdir(features):
+            raise ConfigError(f"data.features={features!r}: no such feature cache folder (write one with `captioning extract-features`)")
+        self.split_file = split_file
+        self.features = features
+        self._feature_cache: Optional[FeatureCache] = None
+        self.images_root = images_root or default_images_root(self.annotations)
+        self.vocabulary = vocabulary
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.image_size, self.max_length = image_size, max_length
+        self.min_word_freq, self.max_vocab_size = min_word_freq, max_vocab_size
+        self.merge_restval, self.on_bad_image = merge_restval, on_bad_image
+        self.group_captions, self.bucket_by_length = group_captions, bucket_by_length
+        self.vocab: Optional[Vocabulary] = None
+        self.skipped_samples = 0  # samples dropped for unreadable images (on_bad_image="skip")
+        self._bad_files: set[str] = set()
+        self._records: Optional[list[ImageRecord]] = None
+
+    # ------------------------------------------------------------------ data
+    def set_vocab(self, vocab: Union[Vocabulary, dict]) -> None:
+        """Use this vocabulary (e.g. a checkpoint's) instead of building one from the training captions."""
+        self.vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_dict(vocab)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        """Read the annotation file (once) and build the vocabulary from train tokens unless one was set."""
+        self.all_records()
+        if self.vocab is None and self.vocabulary is not None:
+            self.vocab = Vocabulary.load(self.vocabulary)
+        if self.vocab is None:
+            train = self.records("train")
+            self.vocab = Vocabulary.build((t for r in train for t in r.tokens), self.min_word_freq, self.max_vocab_size)
+
+    def all_records(self) -> list[ImageRecord]:
+        """Every image of the annotation file, read once."""
+        if self._records is None:
+            self._records = load_records(self.annotations, self.split_file, merge_restval=self.merge_restval)
+        return self._records
+
+    def records(self, split: str) -> list[ImageRecord]:
+        """The images of a split; an :class:`AnnotationError` if it has none."""
+        records = split_records(self.all_records(), split)
+        if not records:
+            raise AnnotationError(f"{self.annotations}: no images in split {split!r}")
+        return records
+
+    def references(self, split: str) -> dict[int, list[str]]:
+        """image_id -> raw reference captions of every image in the split."""
+        return {r.image_id: list(r.captions) for r in self.records(split)}
+
+    def dataset_scores(self, split: str, predictions: dict[int, str], alignments: Optional[dict] = None) -> dict:
+        """Scores that only this dataset can give (the hook the evaluator calls after coco-caption).
+
+        For data whose images list their objects (the shapes data): object F1 and, given the
+        captions' ``alignments`` (words, alphas, locations), attention grounding. Otherwise none.
+        """
+        records = [r for r in self.records(split) if r.image_id in predictions]
+        if not any(r.objects for r in records):
+            return {}
+        from captioning.data.shapes import shapes_scores
+
+        return shapes_scores(records, predictions, alignments, self.images_root)
+
+    def feature_cache(self) -> Optional[FeatureCache]:
+        """The feature cache (opened once; its memmaps open lazily in each process), or None."""
+        if self.features is not None and self._feature_cache is None:
+            self._feature_cache = FeatureCache(self.features)
+            self._feature_cache.check(image_size=self.image_size)
+        return self._feature_cache
+
+    def _dataset(self, kind, split: str, **kwargs) -> ImageDataset:
+        records, cache = self.records(split), self.feature_cache()
+        if cache is not None:
+            missing = cache.missing(r.image_id for r in records)
+            if missing:
+                raise ConfigError(
+                    f"{self.features}: no complete features for {len(missing)} of the {len(records)} {split} images "
+                    f"(e.g. image_id {missing[:3]}); run or resume `captioning extract-features` for them"
+                )
+        return kind(records, self.images_root, self.image_size, features=cache, **kwargs)
+
+    # ------------------------------------------------------------------ loaders
+    def _loader(self, dataset: ImageDataset, batch_size: int, train: bool) -> DataLoader:
+        """Training loaders shuffle and carry captions; evaluation loaders keep the file order."""
+        collate = Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, self.on_bad_image, captions=train)
+        kwargs = dict(num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                      pin_memory=self.pin_memory, collate_fn=collate)
+        if train:  # shuffled (or bucketed) per epoch from the run's seed, split over DDP ranks; resumable mid-epoch
+            world, rank = self.replicas()
+            lengths = dataset.caption_lengths() if self.bucket_by_length else None
+            return ResumableLoader(dataset, batch_size, seed=torch.initial_seed() % 2**31, lengths=lengths,
+                                   num_replicas=world, rank=rank, **kwargs)
+        # Evaluation: under DDP Lightning puts in its DistributedSampler.
+        return DataLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
+
+    def train_dataloader(self) -> DataLoader:
+        if self.vocab is None:
+            self.setup("fit")
+        kind = CaptionGroupDataset if self.group_captions else CaptionPairDataset
+        dataset = self._dataset(kind, "train", vocab=self.vocab, max_length=self.max_length)
+        return self._loader(dataset, self.batch_size, train=True)
+
+    def eval_dataloader(self, split: str) -> DataLoader:
+        """One batch entry per image of ``split``, in file order (also for splits other than val/test)."""
+        return self._eval_loader(split)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        return self._loader(self._dataset(ImageDataset, split), self.eval_batch_size, train=False)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")
+
+    def replicas(self) -> tuple[int, int]:
+        """(processes, this process's rank) the training loader splits the data over: one here."""
+        return 1, 0
+
+    def drop_bad_images(self, batch: dict) -> dict:
+        """Raise or count the unreadable images a batch dropped (runs in the main process)."""
+        bad = batch.pop("bad_images", None) if isinstance(batch, dict) else None
+        if bad:
+            if self.on_bad_image == "error":
+                raise ImageError(bad[0])
+            self.skipped_samples += len(bad)
+            for message in bad:
+                if message not in self._bad_files:
+                    self._bad_files.add(message)
+                    log.warning("skipped unreadable image: %s", message)
+        return batch
