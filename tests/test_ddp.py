@@ -120,12 +120,12 @@ def digest(t):
     return hashlib.sha1(t.detach().cpu().numpy().tobytes()).hexdigest()[:12]
 
 
-def recording(self, model, features, batch):
+def recording(self, model, features, batch, static=False):
     """Per step: the generator state the step draws from, its first dropout mask, its sampled locations."""
     masks = []
     hook = model.decoder.dropout.register_forward_hook(lambda m, i, o: masks.append(((o == 0) & (i[0] != 0), i[0] != 0)))
     state = digest(torch.random.get_rng_state())
-    out = original(self, model, features, batch)
+    out = original(self, model, features, batch, static=static)
     hook.remove()
     dropped, nonzero = masks[0]
     records.append({"rng": state, "dropout": digest(dropped), "dropped": (dropped.sum() / nonzero.sum()).item(),
