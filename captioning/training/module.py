@@ -25,7 +25,7 @@ from captioning.models.encoders import EncoderConfig
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec, build_model
 from captioning.objectives import Objective, objective_for
-from captioning.training.guards import TF32, StepSeeding, step_seed  # noqa: F401  (step_seed: its old home)
+from captioning.training.guards import TF32, StepSeeding, step_seed  # noqa: F401  (step_seed: re-exported)
 from captioning.training.init_from import check_vocabulary, initial_model
 from captioning.training.optim import OptimizerConfig, build_optimizer
 from captioning.training.strategies import step_strategy
