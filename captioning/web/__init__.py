@@ -10,8 +10,10 @@ attention GIF and a per-word view of the maps; each model's description. The API
 :mod:`captioning.web.client` for a Python client.
 
 Modules: ``service`` (models, settings, the bounded batching queue; no HTTP), ``app`` (the
-Starlette application and the upload limit), ``page`` (the HTML), ``server`` (loading and
-uvicorn), ``cli`` (the ``serve`` subcommand), ``client`` (a standard-library client).
+Starlette application, the upload limit and :class:`~captioning.web.app.Guard`: Host header,
+requests handled, body deadline), ``protocol`` (uvicorn's h11 protocol with a headers deadline
+and a socket cap), ``page`` (the HTML), ``server`` (loading and uvicorn), ``cli`` (the ``serve``
+subcommand), ``client`` (a standard-library client).
 """
 from captioning.web.server import serve, serve_command
 
