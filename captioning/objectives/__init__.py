@@ -18,6 +18,7 @@ from captioning.errors import ConfigError
 from captioning.objectives.base import Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import CrossEntropy
 from captioning.objectives.gumbel import HardAttentionGumbel
+from captioning.objectives.hard import HardAttentionObjective
 from captioning.objectives.reinforce import HardAttentionReinforce
 from captioning.objectives.scst import SCST
 
@@ -47,7 +48,8 @@ def current_spelling(class_path: str, init_args: dict) -> tuple[str, dict]:
     (training/cli.py) are read through it."""
     if class_path.rsplit(".", 1)[-1] != "HardAttentionReinforce" or init_args.get("estimator") != "gumbel":
         return class_path, init_args
-    shared = inspect.signature(HardAttentionGumbel.__init__).parameters
+    shared = {name for cls in (HardAttentionGumbel, HardAttentionObjective)
+              for name, p in inspect.signature(cls.__init__).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD}
     return "captioning.objectives.HardAttentionGumbel", {k: v for k, v in init_args.items() if k in shared}
 
 

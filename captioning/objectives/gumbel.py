@@ -41,31 +41,11 @@ class HardAttentionGumbel(HardAttentionObjective):
     #: state, never updated by this estimator: dropped on loading
     _OTHER_BUFFERS = ("advantage_var", "baseline_weight", "baseline_bias")
 
-    def __init__(
-        self,
-        doubly_stochastic: float = 1.0,
-        lambda_e: float = 0.002,
-        baseline_decay: float = 0.9,
-        semi_sampling_p: float = 0.5,
-        semi_sampling_per: Literal["batch", "image", "expectation"] = "batch",
-        num_samples: int = 1,
-        reward_per_step: bool = True,
-        lambda_e_final: Optional[float] = None,
-        entropy_anneal_steps: int = 0,
-        gumbel_temperature: float = 1.0,
-        gumbel_temperature_final: Optional[float] = None,
-        gumbel_anneal_steps: int = 0,
-        semi_sampling_p_final: Optional[float] = None,
-        semi_sampling_anneal_steps: int = 0,
-    ):
-        super().__init__(
-            doubly_stochastic, lambda_e=lambda_e, baseline_decay=baseline_decay, semi_sampling_p=semi_sampling_p,
-            semi_sampling_per=semi_sampling_per, num_samples=num_samples, reward_per_step=reward_per_step,
-            lambda_e_final=lambda_e_final, entropy_anneal_steps=entropy_anneal_steps,
-            semi_sampling_p_final=semi_sampling_p_final, semi_sampling_anneal_steps=semi_sampling_anneal_steps,
-            gumbel_temperature=gumbel_temperature, gumbel_temperature_final=gumbel_temperature_final,
-            gumbel_anneal_steps=gumbel_anneal_steps,
-        )
+    def __init__(self, gumbel_temperature: float = 1.0, gumbel_temperature_final: Optional[float] = None,
+                 gumbel_anneal_steps: int = 0, **settings):
+        """``settings``: the options both hard-attention objectives have (:class:`HardAttentionObjective`)."""
+        super().__init__(gumbel_temperature=gumbel_temperature, gumbel_temperature_final=gumbel_temperature_final,
+                         gumbel_anneal_steps=gumbel_anneal_steps, **settings)
         for name, value in (("gumbel_temperature", gumbel_temperature), ("gumbel_temperature_final", gumbel_temperature_final)):
             if value is not None and not value > 0:
                 raise ConfigError(f"model.objective.{name}: expected a number > 0, got {value!r}")

@@ -153,33 +153,20 @@ class HardAttentionReinforce(HardAttentionObjective):
 
     def __init__(
         self,
-        doubly_stochastic: float = 1.0,
         lambda_r: float = 0.1,
-        lambda_e: float = 0.002,
-        baseline_decay: float = 0.9,
-        semi_sampling_p: float = 0.5,
-        semi_sampling_per: Literal["batch", "image", "expectation"] = "batch",
-        num_samples: int = 1,
-        reward_per_step: bool = True,
         baseline: Literal["moving_average", "leave_one_out", "learned"] = "moving_average",
         baseline_lr: float = 0.1,
         normalize_reward: bool = False,
-        lambda_e_final: Optional[float] = None,
-        entropy_anneal_steps: int = 0,
         estimator: Literal["reinforce", "gumbel"] = "reinforce",
         gumbel_temperature: float = 1.0,
         gumbel_temperature_final: Optional[float] = None,
         gumbel_anneal_steps: int = 0,
-        semi_sampling_p_final: Optional[float] = None,
-        semi_sampling_anneal_steps: int = 0,
+        **settings,
     ):
-        super().__init__(
-            doubly_stochastic, lambda_e=lambda_e, baseline_decay=baseline_decay, semi_sampling_p=semi_sampling_p,
-            semi_sampling_per=semi_sampling_per, num_samples=num_samples, reward_per_step=reward_per_step,
-            lambda_e_final=lambda_e_final, entropy_anneal_steps=entropy_anneal_steps,
-            semi_sampling_p_final=semi_sampling_p_final, semi_sampling_anneal_steps=semi_sampling_anneal_steps,
-            lambda_r=lambda_r, baseline=baseline, baseline_lr=baseline_lr, normalize_reward=normalize_reward,
-        )
+        """``settings``: the options both hard-attention objectives have (:class:`HardAttentionObjective`);
+        ``estimator`` and ``gumbel_*`` are read for configs of earlier versions (see the class docstring)."""
+        super().__init__(lambda_r=lambda_r, baseline=baseline, baseline_lr=baseline_lr,
+                         normalize_reward=normalize_reward, **settings)
         field = "model.objective."
         if estimator == "gumbel":
             raise ConfigError(f"{field}estimator: gumbel is the objective HardAttentionGumbel "
@@ -188,8 +175,8 @@ class HardAttentionReinforce(HardAttentionObjective):
             raise ConfigError(f"{field}estimator: expected one of {', '.join(ESTIMATORS)}, got {estimator!r}")
         if baseline not in BASELINES:
             raise ConfigError(f"{field}baseline: expected one of {', '.join(BASELINES)}, got {baseline!r}")
-        if baseline == "leave_one_out" and num_samples < 2:
-            raise ConfigError(f"{field}baseline: leave_one_out needs num_samples >= 2 (got {num_samples})")
+        if baseline == "leave_one_out" and self.num_samples < 2:
+            raise ConfigError(f"{field}baseline: leave_one_out needs num_samples >= 2 (got {self.num_samples})")
         if not 0.0 < baseline_lr < 2.0:
             raise ConfigError(f"{field}baseline_lr: expected a number in (0, 2), got {baseline_lr!r}")
         self.lambda_r, self.baseline_kind = lambda_r, baseline
