@@ -96,7 +96,7 @@ class Captioner:
         set) uses the cache only, and a model not there is a one-line error.
         """
         from captioning.storage.folder import read_folder
-        from captioning.storage.folder_json import looks_like_hub_id
+        from captioning.storage.hub import looks_like_hub_id
         from captioning.storage.load import load_model, model_of
 
         name = os.fspath(name_or_path)

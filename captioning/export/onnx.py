@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from captioning.files import atomic_write_json, atomic_write_text
 from captioning.models.cells import DecoderState
-from captioning.storage.folder_json import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
+from captioning.storage.layout import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
 
 OPSET = 17
 ENCODER_INPUTS, ENCODER_OUTPUTS = ["images"], ["features", "projected", "h0", "c0"]

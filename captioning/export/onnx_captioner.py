@@ -23,7 +23,8 @@ import numpy as np
 from captioning.viz.attention_maps import grid_shape
 from captioning.data.images import as_rgb, to_array
 from captioning.errors import CheckpointError, ConfigError
-from captioning.storage.folder_json import ENCODER_ONNX, read_config, read_vocab, resolve_folder
+from captioning.storage.hub import resolve_folder
+from captioning.storage.layout import ENCODER_ONNX, read_config, read_vocab
 from captioning.decoding.generation import GenerationConfig, bad_ending_ids
 from captioning.vocab import Vocabulary
 

@@ -1,6 +1,6 @@
 """Model folders in the Hugging Face layout: write one from a model, read one back, push it.
 
-``captioning export --checkpoint CKPT --out DIR`` writes (folder_json.py describes the layout)
+``captioning export --checkpoint CKPT --out DIR`` writes (layout.py describes the layout)
 model.safetensors (the weights only: no optimizer state, no training loop), config.json, vocab.json
 and a README.md model card. :func:`save_folder` writes a model and its
 :class:`~captioning.models.spec.ModelSpec`; :func:`read_folder` reads them back into the
@@ -22,7 +22,7 @@ from captioning.errors import CaptioningError, CheckpointError
 from captioning.files import atomic_write_json, atomic_write_text
 from captioning.models.spec import ModelSpec
 from captioning.storage.checkpoint import TRAINING_KEYS, ModelFile, ModelSource, to_plain
-from captioning.storage.folder_json import (CARD_FILE, CONFIG_FILE, FORMAT, FORMAT_VERSION, VOCAB_FILE, WEIGHTS_FILE,
+from captioning.storage.layout import (CARD_FILE, CONFIG_FILE, FORMAT, FORMAT_VERSION, VOCAB_FILE, WEIGHTS_FILE,
                                             read_config, read_vocab)
 
 def model_config(model, card: Optional[dict] = None, spec: Optional[ModelSpec] = None) -> dict:
@@ -154,7 +154,7 @@ def read_metrics(path: Optional[str]) -> Optional[dict]:
     """An ``evaluate`` report (its "scores"), for the model card; None without a path."""
     if path is None:
         return None
-    from captioning.storage.folder_json import read_json
+    from captioning.storage.layout import read_json
 
     report = read_json(path)
     if not isinstance(report, dict) or not isinstance(report.get("scores"), dict):

@@ -24,7 +24,7 @@ from captioning.models.spec import build_model
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.storage.checkpoint import ModelFile, ModelSource, read_checkpoint_file, state_mismatch
 from captioning.storage.folder import read_folder
-from captioning.storage.folder_json import looks_like_hub_id, resolve_folder
+from captioning.storage.hub import looks_like_hub_id, resolve_folder
 
 PathLike = Union[str, os.PathLike]
 
@@ -33,7 +33,7 @@ def read_model_file(path: PathLike, revision: Optional[str] = None, local_files_
                     cache_dir: Optional[str] = None) -> ModelFile:
     """The :class:`ModelFile` of a checkpoint file, a model folder or a Hub id ``owner/name`` (fetched
     into, or found in, huggingface_hub's cache; the other arguments are for it: see
-    :func:`~captioning.storage.folder_json.resolve_folder`)."""
+    :func:`~captioning.storage.hub.resolve_folder`)."""
     path = os.fspath(path)
     if looks_like_hub_id(path):
         local = resolve_folder(path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir)
@@ -69,7 +69,7 @@ def load_model(path: PathLike, device: Optional[Union[str, torch.device]] = None
     The model carries ``model.spec`` (:class:`~captioning.models.spec.ModelSpec`), ``model.source``
     (:class:`~captioning.storage.checkpoint.ModelSource`) and ``model.card`` (a dict: training_data,
     global_step, epoch, validation, test_scores and the training settings "training", as far as the
-    file records them). Hub arguments: see :func:`~captioning.storage.folder_json.resolve_folder`.
+    file records them). Hub arguments: see :func:`~captioning.storage.hub.resolve_folder`.
     Every problem with the file is one line of :class:`~captioning.errors.CheckpointError` naming it.
     """
     model = model_of(read_model_file(path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir))

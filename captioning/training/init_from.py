@@ -14,7 +14,7 @@ def initial_model(path: str, spec: ModelSpec) -> ShowAttendTell:
     """The model of the checkpoint, model folder or Hub id ``path`` (storage/load.py: load_model);
     one line of :class:`CheckpointError` if it is none, or not a model of ``spec``'s architecture
     (the settings its weights' meaning depends on: ModelSpec.architecture)."""
-    from captioning.storage.folder_json import looks_like_hub_id
+    from captioning.storage.hub import looks_like_hub_id
     from captioning.storage.load import load_model
 
     if not os.path.exists(path) and not looks_like_hub_id(path):

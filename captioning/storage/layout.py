@@ -10,16 +10,15 @@ A model folder (written by ``captioning export``) holds
     README.md           the model card
     encoder.onnx, decoder_step*.onnx   instead of the weights, in a folder of ``--format onnx``
 
-This module reads config.json and vocab.json and finds a folder by path or Hugging Face Hub id;
-it imports neither torch nor onnxruntime, so that both the PyTorch loader (model_folder.py) and
-the ONNX captioner (onnx_captioner.py) use it. Every problem is a one-line
+This module names the files, and reads config.json and vocab.json with checks; it imports neither
+torch nor onnxruntime, so that both the PyTorch loader (storage/folder.py, storage/load.py) and the
+ONNX captioner (export/onnx_captioner.py) use it. Hub ids: storage/hub.py. Every problem is a one-line
 :class:`~captioning.errors.CheckpointError` naming the file.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Optional
 
 from captioning.errors import CheckpointError
 
@@ -121,55 +120,3 @@ def read_vocab(folder: str, vocab_size: int):
         return Vocabulary.from_dict(data)
     except ConfigError as err:
         raise CheckpointError(f"{os.path.join(os.fspath(folder), VOCAB_FILE)}: {str(err).removeprefix('vocabulary: ')}") from None
-
-
-#: file name endings that make ``a/b.ckpt`` a path, never a Hub id
-_FILE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".onnx", ".json")
-
-
-def looks_like_hub_id(name: str) -> bool:
-    """``owner/name`` that is not a path here: a Hugging Face Hub repository id."""
-    parts = name.split("/")
-    return (len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and os.sep == "/"
-            and not os.path.exists(name) and not any(p in (".", "..") for p in parts)
-            and not name.lower().endswith(_FILE_SUFFIXES))
-
-
-def resolve_folder(name_or_path: str, revision: Optional[str] = None, local_files_only: Optional[bool] = None,
-                   cache_dir: Optional[str] = None) -> str:
-    """The local folder of a model: ``name_or_path`` itself if it is a folder here, else the
-    snapshot of a Hugging Face Hub repository ``owner/name`` (downloaded into, or found in,
-    huggingface_hub's cache).
-
-    ``local_files_only``: the cache only (default: true when ``HF_HUB_OFFLINE`` is set). A model
-    that is not in the cache then is a one-line error saying so.
-    """
-    name = os.fspath(name_or_path)
-    if os.path.isdir(name) or not looks_like_hub_id(name):
-        return name  # a folder, or a path whose problem read_config names
-    try:
-        import huggingface_hub
-        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-    except ImportError:
-        raise CheckpointError(f"{name}: no such folder here, and huggingface_hub (pip install huggingface_hub) is "
-                              "needed to fetch it from the Hugging Face Hub") from None
-    from huggingface_hub import constants
-
-    offline = bool(constants.HF_HUB_OFFLINE) if local_files_only is None else bool(local_files_only)
-    try:
-        return huggingface_hub.snapshot_download(name, revision=revision, cache_dir=cache_dir, local_files_only=offline,
-                                                 library_name="captioning")
-    except LocalEntryNotFoundError:
-        where = cache_dir or constants.HF_HUB_CACHE
-        if offline:
-            raise CheckpointError(f"{name}: not in the Hugging Face cache ({where}) and offline (HF_HUB_OFFLINE or "
-                                  "local_files_only): download it once with network access, or give a local folder") from None
-        raise CheckpointError(f"{name}: could not reach the Hugging Face Hub and it is not in the cache ({where}); "
-                              "check the network, or give a local folder") from None
-    except RepositoryNotFoundError:
-        raise CheckpointError(f"{name}: no such folder here and no such model on the Hugging Face Hub "
-                              "(or it is private: log in with `hf auth login`)") from None
-    except RevisionNotFoundError:
-        raise CheckpointError(f"{name}: no revision {revision!r} on the Hugging Face Hub") from None
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{name}: could not fetch from the Hugging Face Hub ({' '.join(str(err).split())[:150]})") from None
