@@ -396,3 +396,21 @@ def test_step_graph_is_the_decoders_step_at_every_batch_and_beam_count(kind, mod
                                       "features": state.features.numpy(), "projected": state.projected.numpy()})
             for a, b in zip(ours, (log_probs, new.h, new.c, g.alpha)):
                 np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("field, name", [("encoder", "/etc/passwd.onnx"), ("encoder", "../elsewhere.onnx"),
+                                         ("steps", "sub/decoder_step.onnx"), ("steps", "decoder_step.bin")])
+def test_onnx_graph_names_must_be_files_of_the_folder(soft_onnx, tmp_path, field, name):
+    from captioning.export.onnx_captioner import OnnxCaptioner
+
+    folder = tmp_path / "copy"
+    shutil.copytree(soft_onnx, folder)
+    config = json.loads((folder / "config.json").read_text())
+    if field == "encoder":
+        config["onnx"]["encoder"] = name
+    else:
+        config["onnx"]["steps"]["expected"] = name
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        OnnxCaptioner(folder)
+    assert f"onnx.{field}" in str(err.value) and "in the folder itself" in str(err.value) and "\n" not in str(err.value)

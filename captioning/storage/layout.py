@@ -63,6 +63,18 @@ def _need(config: dict, path: str, *keys: str):
     return value
 
 
+def _check_graph_names(onnx: dict, path: str) -> None:
+    """The ONNX graphs config.json names are plain ``*.onnx`` file names in the folder itself (an
+    absolute path or a ``..`` would make a shared folder read files from elsewhere)."""
+    steps = onnx.get("steps", {})
+    if not isinstance(steps, dict):
+        raise CheckpointError(f"{path}: onnx.steps must be an object {{mode: file name}}")
+    for where, name in [("onnx.encoder", onnx.get("encoder", ENCODER_ONNX))] + [(f"onnx.steps.{k}", v) for k, v in steps.items()]:
+        if not (isinstance(name, str) and name.endswith(".onnx") and not name.startswith(".")
+                and "/" not in name and "\\" not in name):
+            raise CheckpointError(f"{path}: {where} must be the name of a .onnx file in the folder itself, got {name!r}")
+
+
 def read_config(folder: str, kind: str = "safetensors") -> dict:
     """config.json of a model folder, checked: its format, version and the fields loading needs.
 
@@ -88,6 +100,8 @@ def read_config(folder: str, kind: str = "safetensors") -> dict:
     if kind == "onnx" and not isinstance(config.get("onnx"), dict):
         raise CheckpointError(f"{path}: no 'onnx' section: this folder holds PyTorch weights, not ONNX graphs "
                               "(load it with Captioner.from_pretrained / --checkpoint, or export it with --format onnx)")
+    if kind == "onnx":
+        _check_graph_names(config["onnx"], path)
     for name in REQUIRED[kind][1:]:
         file = os.path.join(folder, name)
         if not os.path.isfile(file):
