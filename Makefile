@@ -17,8 +17,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/captioning demo --out outputs/demo
 
+# Every test, the slow (learning) and browser ones included, on PYTEST_WORKERS processes (default:
+# one a core). Each worker starts on a contiguous run of the tests (whole files mostly, so a file's
+# module fixtures are made once) and an idle one takes tests over from a busy one (worksteal).
+PYTEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra --durations=15
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q -ra --durations=15
 
 # Chromium and chromedriver from Debian for tests/test_web_browser.py (it skips, saying so, without them)
 browser-setup:

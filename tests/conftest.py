@@ -8,6 +8,18 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 
+def threads_per_worker() -> int:
+    """The cores of the machine split between pytest-xdist's workers (all of them without xdist)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+# Workers that each used every core would fight over them (torch's threads spin while they wait).
+# Set before torch is imported, and inherited by the servers and training runs the tests start.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_worker()))
+
+
 @pytest.fixture(scope="session")
 def tiny_shapes(tmp_path_factory) -> Path:
     """A shapes dataset of 40/8/8 images at 64 px; returns the annotation file."""
