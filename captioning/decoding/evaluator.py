@@ -28,10 +28,14 @@ class Evaluator:
         metrics: the coco-caption metrics to compute (see :class:`~captioning.metrics.CocoScorer`).
         spice: also try SPICE.
         keep_alignments: keep each caption's attention maps and locations (for grounding scores).
+        tokenizer: the PTB tokenizer of the coco-caption scores (metrics/coco.py: "auto", "java" or
+            "python", the same tokens without a Java process: training's validation uses it).
     """
 
-    def __init__(self, metrics: Sequence[str] = ("BLEU", "CIDEr"), spice: bool = False, keep_alignments: bool = False):
+    def __init__(self, metrics: Sequence[str] = ("BLEU", "CIDEr"), spice: bool = False, keep_alignments: bool = False,
+                 tokenizer: str = "auto"):
         self.metrics, self.spice, self.keep_alignments = tuple(metrics), spice, keep_alignments
+        self.tokenizer = tokenizer
         self._scorer: Optional[CocoScorer] = None
         self.reset()
 
@@ -88,7 +92,7 @@ class Evaluator:
         if not predictions:
             return {}, {}
         if self._scorer is None:
-            self._scorer = CocoScorer(metrics=self.metrics, spice=self.spice)
+            self._scorer = CocoScorer(metrics=self.metrics, spice=self.spice, tokenizer=self.tokenizer)
         raw = self._scorer({i: references[i] for i in predictions}, predictions)
         scores = {k: v for k, v in raw.items() if isinstance(v, float)}
         notes = {k: v for k, v in raw.items() if not isinstance(v, float)}

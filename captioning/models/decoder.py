@@ -218,6 +218,7 @@ class ShowAttendTellDecoder(nn.Module):
         locations: Optional[Tensor] = None,
         temperature: float = 1.0,
         static: bool = False,
+        sample_prob: float = 0.0,
     ) -> DecoderOutput:
         """A teacher-forced pass (unroll.py).
 
@@ -230,8 +231,15 @@ class ShowAttendTellDecoder(nn.Module):
         ``static``: the static-shape pass (:func:`unroll.static`: every row at every step, nothing
         read back to the host, for CUDA graphs; logits (B, T, V)); otherwise the cell's default,
         the shrinking batch (Bahdanau) or the whole-sequence pass (Luong).
+        ``sample_prob`` > 0: scheduled sampling (:func:`unroll.scheduled`): each step reads, with this
+        probability per caption, the word sampled from the previous step's output instead of the
+        caption's (soft attention, either placement); logits (B, T, V).
         """
         mode = self._mode(mode)
+        if sample_prob > 0:
+            if self.attention_kind != "soft":
+                raise ConfigError("model.objective.scheduled_sampling_start: scheduled sampling trains soft attention only")
+            return unroll.scheduled(self, features, captions, lengths, sample_prob)
         if static:
             run = unroll.static
         else:

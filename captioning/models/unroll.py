@@ -14,6 +14,9 @@ captions[:, t + 1]. Three unrollings, chosen by ``decoder.forward``'s arguments:
   caption's end computed and masked; nothing read back to the host (no sorting, no counts, no
   boolean indexing), and hard attention samples with random numbers a CUDA graph replays, so that
   the pass, its backward and the optimiser step can be captured as one CUDA graph per (B, T).
+- :func:`scheduled` (``sample_prob`` > 0, scheduled sampling): every row at every step like the
+  static pass, the output layer inside the loop, so that the next step can read a word sampled
+  from this step's distribution.
 
 Each gives a :class:`DecoderOutput`; the static pass's logits are (B, T, V), every step's, for the
 losses to mask. A caption's real steps come first, so the padded steps after them change nothing
@@ -189,3 +192,36 @@ def static(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: s
         return values * m if values.is_floating_point() else values.masked_fill(~m, 0)
 
     return _output(logits, mask, masked, out)
+
+
+def scheduled(decoder, features: Tensor, captions: Tensor, lengths: Tensor, sample_prob: float) -> DecoderOutput:
+    """Scheduled sampling (Bengio et al. 2015, as ruotianluo/ImageCaptioning.pytorch): step t >= 1
+    reads, for each caption with probability ``sample_prob``, a word drawn from softmax of step
+    t - 1's logits (detached: no gradient through the draw) instead of captions[:, t]; step 0 reads
+    BOS. Every row runs every one of the T steps (padded steps masked, as in :func:`static`), with
+    the output layer inside the loop (the Luong cell steps too, without its whole-sequence LSTM).
+    Soft attention; logits (B, T, V)."""
+    cell = decoder.cell
+    B, T = features.size(0), captions.size(1) - 1
+    _, mask = _real_steps(captions, lengths)
+    state = decoder.initial_state(features)
+    layers = cell.layers()
+    tokens = captions[:, 0]
+    per_step, logits = [], []
+    for t in range(T):
+        if t > 0:
+            use_sample = torch.rand(B, device=captions.device) < sample_prob  # (B,)
+            sampled = torch.multinomial(torch.softmax(logits[-1].detach().float(), -1), 1).squeeze(1)
+            tokens = torch.where(use_sample, sampled, captions[:, t])
+        embedded = decoder.embedding(tokens)  # (B, M)
+        out = decoder.cell_step(cell.inputs(embedded), state, "expected", None, None, 1.0, layers=layers)
+        state = state.with_recurrent(out.h, out.c)
+        logits.append(decoder.deep_output(embedded, cell.readout(out.h, out.z), out.z))  # (B, V)
+        per_step.append(out)
+    out = StepOutput.join(per_step, lambda column: torch.stack(column, 1))  # (B, T, .) each
+
+    def masked(values: Tensor) -> Tensor:  # zero at padded steps, as the other passes leave them
+        m = mask.view(mask.shape + (1,) * (values.dim() - 2))
+        return values * m if values.is_floating_point() else values.masked_fill(~m, 0)
+
+    return _output(torch.stack(logits, 1), mask, masked, out)

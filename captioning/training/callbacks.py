@@ -236,3 +236,16 @@ class LastCheckpoint(Callback):
             raise SystemExit(128 + self._signal)
         if self.minutes and time.monotonic() - self._saved_at >= 60 * self.minutes:
             self._save(trainer)
+
+
+class FinalValidation(Callback):
+    """Validates the final weights of a run that ``trainer.max_steps`` stops, so that they are scored
+    and can become the best checkpoint. (Lightning validates at the end of an epoch, every
+    ``val_check_interval`` and when a callback stops the run, as ``max_time`` does, but not at
+    ``max_steps``: the steps since the last validation would never be scored.) Asking the run to stop
+    at its last step makes that step's validation happen; a step that validates anyway (the end of an
+    epoch) validates once."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.max_steps is not None and 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True

@@ -27,7 +27,8 @@ from captioning.models.spec import ModelSpec, build_model
 from captioning.objectives import Objective, objective_for
 from captioning.training.guards import TF32, StepSeeding, step_seed  # noqa: F401  (step_seed: re-exported)
 from captioning.training.init_from import check_vocabulary, initial_model
-from captioning.training.optim import OptimizerConfig, build_optimizer
+from captioning.training.optim import OptimizerConfig, configure_optimizers
+from captioning.training.schedules import recipe_callbacks
 from captioning.training.strategies import step_strategy
 from captioning.vocab import Vocabulary
 
@@ -40,7 +41,7 @@ class CaptioningModule(L.LightningModule):
         decoder: the attention LSTM decoder; ``attention_kind`` chooses soft or hard attention.
         objective: the training objective (default: the paper's for the decoder's attention kind:
             CrossEntropy for soft, HardAttentionReinforce for hard).
-        optimizer: Adam's settings.
+        optimizer: Adam's settings, its learning-rate schedule and the weights' moving average.
         val_generation: decoding in validation (greedy by default).
         test_generation: decoding in ``captioning test`` (and the model's default elsewhere).
         nonfinite_loss: "error" stops at a NaN/inf loss, "skip" skips that step; both name the step.
@@ -94,8 +95,8 @@ class CaptioningModule(L.LightningModule):
             **({"init_from": str(init_from)} if init_from is not None else {}),
         })
         self.model: Optional[ShowAttendTell] = None  # built once the vocabulary is known (set_vocab)
-        # Validation scores what picks the best checkpoint (no Java process beyond the tokenizer's).
-        self.evaluators = {"val": Evaluator(("BLEU", "CIDEr")), "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"))}
+        # Validation picks the best checkpoint, with no Java (metrics/ptb.py's tokens); test scores with Java's.
+        self.evaluators = {"val": Evaluator(("BLEU", "CIDEr"), tokenizer="python"), "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"))}
 
     @property
     def vocab(self) -> Optional[Vocabulary]:
@@ -141,10 +142,10 @@ class CaptioningModule(L.LightningModule):
             self.objective.load_checkpoint_state(checkpoint["objective_state"])
 
     def configure_optimizers(self):
-        return build_optimizer(self.model, self.optimizer_config, "mixed" in str(self.trainer.precision))
+        return configure_optimizers(self, self.optimizer_config)
 
     def configure_callbacks(self) -> list:
-        return [StepSeeding(), *([TF32()] if self.tf32 else []), *self.step_strategy.callbacks()]
+        return [StepSeeding(), *([TF32()] if self.tf32 else []), *self.step_strategy.callbacks(), *recipe_callbacks(self)]
 
     # ------------------------------------------------------------------ training, validation and test
     def training_step(self, batch: dict, batch_idx: int) -> Optional[Tensor]:
@@ -153,7 +154,7 @@ class CaptioningModule(L.LightningModule):
         out = self.step_strategy(self, batch, batch_idx)
         if out is None:  # a skipped step
             return None
-        logs = {**out.logs, **self.objective.commit(out)}
+        logs = {**out.logs, **self.objective.commit(out), "lr": self.optimizers().param_groups[0]["lr"]}
         self.log("train/loss", out.loss, prog_bar=True, batch_size=out.batch_size)
         self.log_dict({f"train/{k}": v for k, v in logs.items()}, batch_size=out.batch_size)
         return out.loss if self.automatic_optimization else None

@@ -1,0 +1,40 @@
+"""An exponential moving average of the weights (``model.optimizer.ema_decay``): Lightning's
+EMAWeightAveraging, which keeps the average in a copy of the module (torch's AveragedModel),
+swaps it in for validation and saves it as the checkpoint's weights (the training weights are kept
+beside it, under ``current_model_state``, for resuming).
+
+After each optimizer step from ``start_step`` on (0-based), the average w_ema becomes
+decay * w_ema + (1 - decay) * w; its first update copies the weights.
+"""
+from __future__ import annotations
+
+from lightning.pytorch.callbacks import EMAWeightAveraging
+
+
+class WeightEMA(EMAWeightAveraging):
+    """The average of the module's weights with ``decay`` per step, from optimizer step ``start_step``.
+
+    The copy is made when fitting starts (or a checkpoint is restored): the module builds its model
+    in its own ``setup``, which Lightning calls after the callbacks'.
+    """
+
+    def __init__(self, decay: float, start_step: int = 0):
+        super().__init__(decay=decay, update_starting_at_step=start_step)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        pass  # the model does not exist yet: see _ensure
+
+    def _ensure(self, trainer, pl_module) -> None:
+        if self._average_model is None and trainer.state.fn == "fit":
+            super().setup(trainer, pl_module, "fit")
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._ensure(trainer, pl_module)
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        self._ensure(trainer, pl_module)
+        super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        self._ensure(trainer, pl_module)
+        super().on_validation_epoch_start(trainer, pl_module)
