@@ -195,8 +195,9 @@ def test_the_weight_average_equals_a_hand_computed_average(tiny_shapes, tmp_path
 
 
 # ---------------------------------------------------------------------- the final weights are validated
-def test_a_run_stopped_by_max_steps_validates_its_final_weights(tiny_shapes, tmp_path):
+def test_a_run_stopped_by_max_steps_validates_its_final_weights(tiny_shapes, tmp_path, capfd):
     record, folder = fit(tiny_shapes, tmp_path, 4, ["--trainer.max_epochs", "3", "--trainer.max_steps", "6"])
+    assert "PTBTokenizer" not in "".join(capfd.readouterr())  # validation's tokens are metrics/ptb.py's, no Java
     assert [step for step, _ in record.validated] == [4, 6]  # the epoch's end, then the last step
     assert safe_torch_load(os.path.join(folder, "last.ckpt"))["global_step"] == 6
     (best,) = glob.glob(os.path.join(folder, "best-*.ckpt"))
@@ -247,3 +248,10 @@ def test_the_checkpoint_of_an_earlier_version_reads_its_optimizer_settings():
     assert config.schedule == ScheduleConfig() and config.ema_decay is None
     saved = {"lr": 1e-3, "schedule": {"kind": "step", "every": 2}}  # this version's, as plain values
     assert OptimizerConfig(**saved).schedule == ScheduleConfig(kind="step", every=2)
+
+
+def test_validation_tokenizes_in_python_and_test_with_java_where_present():
+    from captioning.training.module import CaptioningModule
+
+    evaluators = CaptioningModule().evaluators
+    assert evaluators["val"].tokenizer == "python" and evaluators["test"].tokenizer == "auto"
