@@ -19,7 +19,9 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   step's matrix products alone (batch x beams rows against beams rows): a one-image loop reads
   every weight matrix at each step for K rows, a batch does it for B x K, so this ratio bounds
   what batching can gain where the rest of the step costs the same per image either way.
-- ``encode``: resnet101 and vgg16 (random weights) at 224 and 256 px.
+- ``encode``: resnet101 and vgg16 (random weights) at 224 and 256 px; then, with the ecosystem
+  extra, timm and OpenCLIP backbones (timm:<model>, open_clip:<model>) and resnet101 again at
+  224 px, batch 16.
 - ``load``: DataLoader throughput from JPEG files and from a feature cache (captioning.data.features).
 - ``scst``: one self-critical training step (captioning.objectives.SCST: K = 5 samples of B = 48
   images decoded at once, the greedy captions, the teacher-forced pass over the samples, backward,
@@ -318,7 +320,19 @@ def bench_encode(device, quick: bool, amp_modes: list) -> list[dict]:
     names = ("resnet101",) if quick else ("resnet101", "vgg16")
     sizes = (224,) if quick else (224, 256)
     B = 2 if quick else (4 if device.type == "cpu" else 64)
-    for name in names:
+    runs = [(name, sizes, B) for name in names]
+    try:  # timm / OpenCLIP backbones (the ecosystem extra) at 224 px, batch 16, beside resnet101's
+        import open_clip  # noqa: F401
+        import timm  # noqa: F401
+    except ImportError:
+        print("  encode: no timm / open_clip (pip install 'captioning[ecosystem]'): their rows left out", flush=True)
+    else:
+        Be = 2 if quick else 16
+        ecosystem = ("timm:resnet18",) if quick else (
+            "resnet101", "timm:resnet18", "timm:convnext_tiny", "timm:convnext_base", "timm:vit_tiny_patch16_224",
+            "timm:vit_base_patch16_224", "open_clip:ViT-B-32", "open_clip:ViT-B-16")
+        runs += [(name, (224,), Be) for name in ecosystem]
+    for name, sizes, B in runs:
         enc = build_encoder(EncoderConfig(name, pretrained=False)).to(device).eval()
         for size in sizes:
             for amp_name in amp_modes:

