@@ -3,6 +3,7 @@
 - Karpathy split JSON (top-level ``"images"``): karpathy.py
 - raw COCO caption JSON (top-level ``"annotations"``), optionally with a Karpathy split file: coco.py
 - a captions CSV (``image,caption[,split]``) or JSON-lines file: folder.py
+- a Hub dataset ``hf://owner/name[@revision]`` or a ``save_to_disk`` folder (``datasets``): hub.py
 Several COCO caption files may be given as a list (train2014 and val2014 for the Karpathy split).
 """
 from __future__ import annotations
@@ -22,12 +23,20 @@ _COCO_KEY = re.compile(rb'"annotations"\s*:')
 def default_images_root(annotations: Union[PathLike, Sequence[PathLike]]) -> str:
     """Where image paths are relative to unless told: the (first) annotation file's folder."""
     first = annotations if isinstance(annotations, (str, os.PathLike)) else (list(annotations) or [""])[0]
+    from captioning.data.hub import hub_images_root, is_hub_dataset
+
+    if is_hub_dataset(first):
+        return hub_images_root(os.fspath(first))
     return os.path.dirname(os.path.abspath(os.fspath(first)))
 
 
 def detect_format(path: PathLike) -> str:
-    """"karpathy", "coco" or "folder", from the suffix and (for JSON) a scan for an "annotations" key."""
+    """"karpathy", "coco", "folder" or "hub", from the suffix and (for JSON) a scan for an "annotations" key."""
+    from captioning.data.hub import is_hub_dataset
+
     path = os.fspath(path)
+    if is_hub_dataset(path):
+        return "hub"
     if path.lower().endswith((".csv", ".jsonl")):
         return "folder"
     if not os.path.isfile(path):
@@ -51,6 +60,12 @@ def load_records(path: Union[PathLike, Sequence[PathLike]], split_file: Optional
     if len(paths) > 1 and set(kinds.values()) != {"coco"}:
         raise AnnotationError(f"several annotation files are only supported for COCO caption files, got {kinds}")
     kind = kinds[paths[0]]
+    if kind == "hub":
+        from captioning.data.hub import load_hub
+
+        if split_file:
+            raise AnnotationError(f"{paths[0]}: a split file only applies to COCO caption files (this is a Hub dataset)")
+        return load_hub(paths[0], merge_restval, problems)
     if kind == "coco":
         from captioning.data.coco import load_coco
 
