@@ -62,7 +62,7 @@ class Captioner:
         with one beam (Hugging Face's default)."""
         spec = spec or model.spec
         card = dict(card if card is not None else getattr(model, "card", None) or {})
-        generation = spec.generation.replace(num_beams=1, num_return_sequences=1)
+        generation = spec.generation.one_beam()
         description = {"encoder": spec.encoder.name, "training_data": card.get("training_data"),
                        "test_scores": card.get("test_scores"), "card": card}
         return cls(model, spec.image_size, generation, description, device, spec=spec)
@@ -148,8 +148,10 @@ class Captioner:
         """Caption one image or a list of them, ``batch_size`` at a time.
 
         ``generation``: any field of :class:`~captioning.decoding.search.GenerationConfig`
-        (num_beams, max_new_tokens, length_penalty, do_sample, temperature, top_k,
-        attention_mode, attention_temperature, num_return_sequences), over :attr:`generation`.
+        (num_beams, max_new_tokens, length_penalty, do_sample, temperature, top_k, top_p,
+        attention_mode, attention_temperature, num_return_sequences, num_beam_groups,
+        diversity_penalty, no_repeat_ngram_size, repetition_penalty, min_new_tokens,
+        suppress_tokens), over :attr:`generation`.
 
         Returns one dict per image: {"generated_text", "score", "tokens"}; with
         ``num_return_sequences`` > 1 also "beams": [{"generated_text", "score"}, ...] best first;
@@ -160,7 +162,7 @@ class Captioner:
         multi-head model's "locations" are the mean map's maxima and "head_locations" (T, heads)
         each head's chosen cell.
         """
-        config = self.generation.replace(**generation)
+        config = self.generation.replace(**generation).resolve_tokens(self.vocab)  # suppress_tokens may name words
         single = not isinstance(images, (list, tuple))
         pils = [as_pil(im) for im in ([images] if single else images)]
         results = []

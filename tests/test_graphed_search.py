@@ -32,6 +32,9 @@ CASES = [
     ("hard_argmax", dict(attention_kind="hard"), dict(attention_mode="argmax")),
     ("heads_luong", dict(heads=2, placement="luong", score="scaled_dot", eos=EOS_LUONG), {}),
     ("forbid", {}, dict(forbid_bad_endings=True)),
+    ("no_repeat_ngram", {}, dict(no_repeat_ngram_size=2)),
+    ("repetition_penalty", {}, dict(repetition_penalty=1.3)),
+    ("min_new_suppress", {}, dict(min_new_tokens=2, suppress_tokens=(4, 7))),
 ]
 
 
@@ -63,10 +66,21 @@ def test_graphed_beam_search_returns_several_sequences():
     torch.testing.assert_close(plain.beam_scores, graphed.beam_scores)
 
 
+def test_graphed_diverse_beam_search():
+    decoder = make_decoder()
+    features = torch.randn(5, L, D, generator=torch.Generator().manual_seed(3))
+    config = GenerationConfig(num_beams=4, num_beam_groups=2, diversity_penalty=0.8, num_return_sequences=4,
+                              max_new_tokens=12, no_repeat_ngram_size=3)
+    plain, graphed = generate(decoder, features, config), generate(decoder, features, config.replace(cuda_graphs=True))
+    assert torch.equal(plain.beam_sequences, graphed.beam_sequences)
+    torch.testing.assert_close(plain.beam_scores, graphed.beam_scores, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(plain.alphas, graphed.alphas, rtol=1e-6, atol=1e-7)
+
+
 def test_sampling_is_not_captured_and_keeps_its_draws():
     decoder = make_decoder()
     features = torch.randn(3, L, D)
-    config = GenerationConfig(do_sample=True, max_new_tokens=8)
+    config = GenerationConfig(do_sample=True, max_new_tokens=8, top_p=0.8)
     a = generate(decoder, features, config, torch.Generator().manual_seed(5))
     b = generate(decoder, features, config.replace(cuda_graphs=True), torch.Generator().manual_seed(5))
     assert torch.equal(a.sequences, b.sequences)

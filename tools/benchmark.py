@@ -6,6 +6,7 @@
     python tools/benchmark.py --device cpu --sections train --compile  # adds torch.compile rows
     python tools/benchmark.py --device cpu --profile                 # torch.profiler of one soft step
     python tools/benchmark.py --device cuda --amp --sections graphs,load --out bench_graphs.json  # issue 15
+    python tools/benchmark.py --device cpu --quick --sections decoding_options   # each decoding option beside beam 3
 
 Sections (each a list of rows in the JSON, and a table on stdout):
 
@@ -53,6 +54,13 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   (GenerationConfig.cuda_graphs), and the COCO epoch (566,747 pairs) at the fastest step rate beside
   the feature cache's read rate (the ``load`` section's warm-cache figure: run both sections in one
   command, ``--sections graphs,load``).
+- ``decoding_options``: the decoding options of GenerationConfig beside plain beam search, at
+  batch 64 (features given, the soft decoder; an untrained model, so every caption runs
+  ``max_new_tokens``): beam 3 plain, with no_repeat_ngram_size 3, repetition_penalty 1.2,
+  min_new_tokens 5, suppress_tokens <unk>, all four together, and diverse beam search (3 groups of
+  one beam, diversity_penalty 0.5); then sampling with and without top_p 0.9. Each also with
+  cuda_graphs on CUDA. Timed round-robin (``--rounds``, the median of each), ``ratio`` is the
+  row's images/s over its baseline's (plain beam 3, or plain sampling) in the same run.
 
 Memory: on CUDA the peak of torch.cuda.max_memory_allocated for each row; on CPU the process's
 peak RSS (ru_maxrss) after the row and its growth during the row (a high-water mark: a row that
@@ -310,6 +318,50 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
                 row.update(mem.result)
                 rows.append(row)
                 print("  decode", row, flush=True)
+    return rows
+
+
+def bench_decoding_options(device, quick: bool, rounds: int) -> list[dict]:
+    V, dim, D, Lside = (2000, 256, 512, 7) if quick else (10000, 512, 2048, 14)
+    max_new, B = (8 if quick else 20), 64
+    dec = build_decoder("soft", D, V, dim, device).eval()
+    feats = torch.randn(B, Lside * Lside, D, generator=torch.Generator().manual_seed(1)).to(device)
+    beam = GenerationConfig(num_beams=3, max_new_tokens=max_new)
+    sample = GenerationConfig(do_sample=True, max_new_tokens=max_new)
+    options = [
+        ("beam3", beam, "beam3"),
+        ("beam3 no_repeat_ngram_size=3", beam.replace(no_repeat_ngram_size=3), "beam3"),
+        ("beam3 repetition_penalty=1.2", beam.replace(repetition_penalty=1.2), "beam3"),
+        ("beam3 min_new_tokens=5", beam.replace(min_new_tokens=5), "beam3"),
+        ("beam3 suppress_tokens=<unk>", beam.replace(suppress_tokens=(Vocabulary.unk_id,)), "beam3"),
+        ("beam3 all four", beam.replace(no_repeat_ngram_size=3, repetition_penalty=1.2, min_new_tokens=5,
+                                        suppress_tokens=(Vocabulary.unk_id,)), "beam3"),
+        ("diverse 3x1 penalty=0.5", beam.replace(num_beam_groups=3, diversity_penalty=0.5), "beam3"),
+        ("sample", sample, "sample"),
+        ("sample top_p=0.9", sample.replace(top_p=0.9), "sample"),
+    ]
+    if device.type == "cuda":
+        options += [(f"{name} graphed", config.replace(cuda_graphs=True), f"{base} graphed")
+                    for name, config, base in options if not config.do_sample]
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def run(config):
+        if config.num_beams == 1:
+            return greedy_search(dec, feats, config, generator)
+        return beam_search(dec, feats, config)
+
+    for _, config, _ in options:  # warm-up (and CUDA graph capture) of every option
+        run(config)
+    times = {name: [] for name, _, _ in options}
+    for _ in range(max(rounds, 1)):
+        for name, config, _ in options:
+            times[name].append(timed(lambda: run(config), device, warmup=0, iters=1))
+    rows, rates = [], {name: B / float(np.median(t)) for name, t in times.items()}
+    for name, config, base in options:
+        row = {"option": name, "batch": B, "max_new_tokens": max_new, "images_per_s": round(rates[name], 1),
+               "ms_per_batch": round(1e3 * B / rates[name], 1), "ratio": round(rates[name] / rates[base], 2)}
+        rows.append(row)
+        print("  decoding_options", row, flush=True)
     return rows
 
 
@@ -812,7 +864,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
     p.add_argument("--compile", action="store_true", help="also training rows with the decoder step under torch.compile")
-    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants,luong,graphs")
+    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants,luong,graphs,decoding_options")
     p.add_argument("--rounds", type=int, default=5, help="'variants': round-robin rounds (the median of each variant is kept)")
     p.add_argument("--variant-sizes", choices=("demo", "coco"), default="demo", help="'variants': the shapes demo's sizes or COCO's")
     p.add_argument("--variants", default=",".join(VARIANTS), help="'variants': which configs/shapes_<name>.yaml, comma-separated")
@@ -853,9 +905,11 @@ def main(argv=None) -> int:
         result["luong"] = bench_luong(device, args.quick, args.rounds)
     if "graphs" in sections:
         result["graphs"] = bench_graphs(device, args.quick, amp_modes, result.get("load", []))
+    if "decoding_options" in sections:
+        result["decoding_options"] = bench_decoding_options(device, args.quick, args.rounds)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     print()
-    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants", "luong", "graphs"):
+    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants", "luong", "graphs", "decoding_options"):
         if name in result:
             print(table(name, result[name]))
     print(f"total {result['seconds']} s")

@@ -17,9 +17,18 @@ from tqdm.auto import tqdm
 from captioning.common import default_device
 from captioning.data.captions import CaptionData
 from captioning.decoding.evaluator import Evaluator
+from captioning.errors import AnnotationError
 from captioning.files import atomic_write_json
 from captioning.metrics import METRICS
 from captioning.decoding.search import GenerationConfig
+
+
+def _training_captions(data: CaptionData) -> Optional[list[str]]:
+    """The training split's references (for the share of novel captions); None without a training split."""
+    try:
+        return [c for r in data.records("train") for c in r.captions]
+    except AnnotationError:
+        return None
 
 
 def evaluate(
@@ -55,7 +64,7 @@ def evaluate(
     data = CaptionData(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
                              image_size=model.spec.image_size, on_bad_image="skip")
     data.set_vocab(model.vocab)
-    evaluator = Evaluator(METRICS, spice=spice, keep_alignments=grounding)
+    evaluator = Evaluator(METRICS, spice=spice, keep_alignments=grounding, training_captions=_training_captions(data))
 
     start = time.perf_counter()
     skipped = []

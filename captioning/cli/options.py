@@ -6,6 +6,7 @@ light: nothing here imports torch.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from captioning.models import ATTENTION_MODES
@@ -31,6 +32,37 @@ def at_least(least: float, kind: type = int):
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
+
+
+def finite(least: float, strict: bool = False):
+    """An argparse type: a finite number >= ``least`` (> ``least`` when ``strict``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value < least or (strict and value == least):
+            raise argparse.ArgumentTypeError(f"expected a finite number {'>' if strict else '>='} {least:g}, got {text}")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
+def probability(text: str) -> float:
+    """An argparse type: a number in (0, 1]."""
+    value = finite(0.0, strict=True)(text)
+    if value > 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
+    return value
+
+
+def token_list(text: str) -> tuple:
+    """An argparse type: comma-separated token ids or words ("<unk>,3"), as a tuple of ints and strings."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids or words, got {text!r}")
+    return tuple(int(t) if t.lstrip("-").isdigit() else t for t in items)
 
 
 def fraction(text: str) -> float:
@@ -74,6 +106,23 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
                    help="never end a caption on an article, preposition or conjunction ('a', 'with', 'and'...)")
     p.add_argument("--location-samples", type=at_least(1), default=None, metavar="K",
                    help="hard attention: decode each image K times with sampled locations and keep the best-scoring caption")
+    p.add_argument("--num-beam-groups", type=at_least(1), default=None, metavar="G",
+                   help="diverse beam search: the beams form G groups (G divides --num-beams), each penalised for "
+                        "the words the earlier groups chose at the same step (needs --diversity-penalty)")
+    p.add_argument("--diversity-penalty", type=finite(0.0), default=None,
+                   help="diverse beam search: subtracted from a word's score per earlier group that chose it")
+    p.add_argument("--no-repeat-ngram-size", type=at_least(0), default=None, metavar="N",
+                   help="never repeat an n-gram of N words within a caption (3: block trigrams)")
+    p.add_argument("--repetition-penalty", type=finite(0.0, strict=True), default=None,
+                   help="multiply the log-probability of words already in the caption by this (> 1 discourages repeats)")
+    p.add_argument("--do-sample", action="store_true", default=None,
+                   help="sample each word from the model's distribution (one beam: --num-beams 1)")
+    p.add_argument("--top-p", type=probability, default=None,
+                   help="with --do-sample: sample among the likeliest words of total probability P (nucleus sampling)")
+    p.add_argument("--min-new-tokens", type=at_least(0), default=None, metavar="N",
+                   help="captions of at least N words (EOS is forbidden before)")
+    p.add_argument("--suppress-tokens", type=token_list, default=None, metavar="TOKENS",
+                   help="comma-separated words or token ids never generated, e.g. '<unk>'")
     p.add_argument("--cuda-graphs", action="store_true", default=None,
                    help="on a CUDA device, replay each decoding step as a captured CUDA graph (the same captions)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
@@ -88,7 +137,10 @@ def generation_overrides(args) -> dict:
             "attention_temperature": getattr(args, "attention_temperature", None),
             "forbid_bad_endings": args.forbid_bad_endings,
             "location_samples": getattr(args, "location_samples", None),
-            "cuda_graphs": getattr(args, "cuda_graphs", None)}
+            "cuda_graphs": getattr(args, "cuda_graphs", None),
+            **{field: getattr(args, field, None) for field in (
+                "num_beam_groups", "diversity_penalty", "no_repeat_ngram_size", "repetition_penalty", "do_sample",
+                "top_p", "min_new_tokens", "suppress_tokens")}}
 
 
 def apply_image_limit(args) -> None:

@@ -2,23 +2,30 @@
 
 Validation and ``captioning test`` call it from the LightningModule, ``captioning evaluate`` from a
 plain loop (evaluate.py); the decoding, the gathering and the scoring are the same code. Scores
-are the coco-caption metrics plus whatever the dataset adds through its hook (the shapes data:
-object F1 and, when asked, attention grounding; see ``CaptionData.dataset_scores``).
+are the coco-caption metrics, the captions' diversity (metrics/diversity.py), the health of the
+attention maps the search returned (metrics/attention_health.py), plus whatever the dataset adds
+through its hook (the shapes data: object F1 and, when asked, attention grounding; see
+``CaptionData.dataset_scores``).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+import logging
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from captioning.metrics import CocoScorer
+from captioning.metrics.attention_health import MOVEMENT_FLOOR, UNIFORM_RATIO, AttentionHealth
+from captioning.metrics.diversity import DOMINANT_SHARE, diversity_scores
 from captioning.decoding.search import GenerationConfig, GenerationOutput
 from captioning.vocab import Vocabulary
 
 #: (words, alphas (T, L), chosen locations (T,) of hard attention or None) of one decoded
 #: caption, for grounding scores
 Alignment = tuple
+
+log = logging.getLogger(__name__)
 
 
 class Evaluator:
@@ -28,31 +35,52 @@ class Evaluator:
         metrics: the coco-caption metrics to compute (see :class:`~captioning.metrics.CocoScorer`).
         spice: also try SPICE.
         keep_alignments: keep each caption's attention maps and locations (for grounding scores).
+        training_captions: the training split's reference captions: with them, the share of
+            novel captions (found in none of them) is scored.
+        dominant_share: warn when one caption covers more than this share of the images.
+        uniform_ratio, movement_floor: warn when the attention maps' mean entropy exceeds
+            uniform_ratio * log L, or their mean movement between words is below movement_floor.
         tokenizer: the PTB tokenizer of the coco-caption scores (metrics/coco.py: "auto", "java" or
             "python", the same tokens without a Java process: training's validation uses it).
+
+    Besides the coco-caption metrics, :meth:`score` gives the diversity figures of
+    :func:`~captioning.metrics.diversity.diversity_scores` and the attention figures of
+    :class:`~captioning.metrics.attention_health.AttentionHealth` (from the maps of every decoded
+    caption); their warnings are logged and kept in the notes ("diversity_warning", "attention_warning").
     """
 
     def __init__(self, metrics: Sequence[str] = ("BLEU", "CIDEr"), spice: bool = False, keep_alignments: bool = False,
-                 tokenizer: str = "auto"):
+                 training_captions: Optional[Iterable[str]] = None, dominant_share: float = DOMINANT_SHARE,
+                 uniform_ratio: float = UNIFORM_RATIO, movement_floor: float = MOVEMENT_FLOOR, tokenizer: str = "auto"):
         self.metrics, self.spice, self.keep_alignments = tuple(metrics), spice, keep_alignments
         self.tokenizer = tokenizer
+        self.training_captions = None if training_captions is None else list(training_captions)
+        self.dominant_share = dominant_share
+        self.health = AttentionHealth(uniform_ratio, movement_floor)
+        self.vocab_size: Optional[int] = None
         self._scorer: Optional[CocoScorer] = None
         self.reset()
 
     def reset(self) -> None:
         self._ids: list[Tensor] = []
         self._sequences: list[Tensor] = []
+        self._health: list[Tensor] = []  # (B, 4) per batch: each caption's attention sums
+        self._locations = 0
+        self.health.reset()
         self.alignments: dict[int, Alignment] = {}
         self.head_alphas: dict[int, object] = {}  # multi-head models: image_id -> (T, heads, L)
 
     @torch.no_grad()
     def add(self, model, batch: dict, config: GenerationConfig) -> GenerationOutput:
         """Decode one batch (its images or cached features, on the model's device) with ``config``."""
-        out = model.generate(features=model.features(batch), config=config)
+        out = model.generate(features=model.features(batch), config=config.resolve_tokens(model.vocab))
         seq = out.sequences.new_full((out.sequences.size(0), config.max_new_tokens), Vocabulary.pad_id)
         seq[:, : out.sequences.size(1)] = out.sequences  # a fixed width, so that ranks can be gathered
         self._ids.append(batch["image_ids"].to(seq.device))
         self._sequences.append(seq)
+        sums = AttentionHealth.caption_sums(out.alphas.float().cpu().numpy(), out.lengths.cpu().numpy())  # (B, 4)
+        self._health.append(torch.as_tensor(sums, device=seq.device))
+        self._locations = out.alphas.size(-1)
         if self.keep_alignments:
             for i, image_id in enumerate(batch["image_ids"].tolist()):
                 n = int(out.lengths[i])
@@ -65,29 +93,42 @@ class Evaluator:
 
     def predictions(self, vocab: Vocabulary, all_gather: Optional[Callable] = None) -> dict[int, str]:
         """image_id -> caption over every rank (``all_gather``: the LightningModule's, under DDP);
-        each image once (distributed samplers repeat some). Clears what was collected."""
+        each image once (distributed samplers repeat some). Clears what was collected, keeping the
+        attention figures of every rank's captions (each image once) for :meth:`score`."""
+        self.vocab_size = len(vocab)
         if self._ids:
-            ids, seqs = torch.cat(self._ids), torch.cat(self._sequences)
+            ids, seqs, health = torch.cat(self._ids), torch.cat(self._sequences), torch.cat(self._health)
         else:
             ids, seqs = torch.zeros(0, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long)
-        self._ids, self._sequences = [], []
+            health = torch.zeros(0, 4, dtype=torch.float64)
+        locations = self._locations
+        self._ids, self._sequences, self._health = [], [], []
         if all_gather is not None:  # ranks may hold different counts: pad to the largest with id -1
             count = int(all_gather(torch.tensor(ids.numel(), device=ids.device)).max())
             width = int(all_gather(torch.tensor(seqs.size(1), device=ids.device)).max())
+            locations = int(all_gather(torch.tensor(locations, device=ids.device)).max())
             ids = torch.cat([ids, ids.new_full((count - ids.numel(),), -1)])
             padded = seqs.new_full((count, width), Vocabulary.pad_id)
             padded[: seqs.size(0), : seqs.size(1)] = seqs
+            health = torch.cat([health, health.new_zeros(count - health.size(0), 4)])
             ids, seqs = all_gather(ids).flatten(0, 1), all_gather(padded).flatten(0, 1)
+            health = all_gather(health).flatten(0, 1)
             keep = ids >= 0
-            ids, seqs = ids[keep], seqs[keep]
+            ids, seqs, health = ids[keep], seqs[keep], health[keep]
+        rows = list({i: row for row, i in enumerate(ids.tolist())}.values())  # each image once (its last row, as below)
+        self.health.reset()
+        if rows:
+            self.health.merge(health[rows].sum(0).cpu().numpy(), locations)
         return {i: vocab.decode_text(row) for i, row in zip(ids.tolist(), seqs.tolist())}
 
     def score(self, predictions: dict[int, str], references: dict[int, list[str]],
               dataset_scores: Optional[Callable] = None) -> tuple[dict, dict]:
         """(scores, notes) of ``predictions`` against their images' references.
 
-        Scores: floats of the coco-caption metrics, and what ``dataset_scores(predictions,
-        alignments)`` adds. Notes: why a metric could not be computed (e.g. SPICE offline).
+        Scores: floats of the coco-caption metrics, of diversity and of attention health (then
+        the attention figures gathered are cleared), and what ``dataset_scores(predictions,
+        alignments)`` adds. Notes: why a metric could not be computed (e.g. SPICE offline), and
+        the diversity and attention warnings.
         """
         if not predictions:
             return {}, {}
@@ -96,6 +137,17 @@ class Evaluator:
         raw = self._scorer({i: references[i] for i in predictions}, predictions)
         scores = {k: v for k, v in raw.items() if isinstance(v, float)}
         notes = {k: v for k, v in raw.items() if not isinstance(v, float)}
+        diversity, diversity_warnings = diversity_scores(predictions, self.vocab_size, self.training_captions,
+                                                         self.dominant_share)
+        attention, attention_warnings = self.health.scores()
+        self.health.reset()
+        scores.update(diversity)
+        scores.update(attention)
+        for key, warnings in (("diversity_warning", diversity_warnings), ("attention_warning", attention_warnings)):
+            for line in warnings:
+                log.warning(line)
+            if warnings:
+                notes[key] = "; ".join(warnings)
         if dataset_scores is not None:
             scores.update(dataset_scores(predictions, self.alignments if self.keep_alignments else None))
             if self.keep_alignments and self.head_alphas and isinstance(scores.get("grounding"), dict):

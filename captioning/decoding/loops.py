@@ -2,9 +2,11 @@
 step as a function of fixed-shape tensors, run as it is, or captured as a CUDA graph per (batch,
 beams) shape and replayed (``GenerationConfig.cuda_graphs``).
 
-Each step is :func:`greedy_step` / :func:`beam_step`: the decoder step, the banned endings,
-the choice of words, finished rows masked (they continue with PAD at no cost), all on the device.
-The loop runs up to ``max_new_tokens`` steps; every ``check_every`` steps it asks whether every row
+Each step is :func:`greedy_step` / :func:`beam_step`: the decoder step, the processing of its
+log-probabilities (parts.LogitsProcessor: banned endings, n-gram blocking, repetition penalty,
+min_new_tokens, suppressed tokens; the tokens generated so far are carried when it reads them),
+the choice of words (diverse beam search: group after group), finished rows masked (they
+continue with PAD at no cost), all on the device. The loop runs up to ``max_new_tokens`` steps; every ``check_every`` steps it asks whether every row
 has finished through a non-blocking copy to the host, read one check later (so the device is never
 waited for), and the step at which every row first finished is kept on the device, so that the
 outputs are cut at the first check at which every row had finished: the same captions, scores and
@@ -21,8 +23,8 @@ from torch import Tensor
 from captioning.cuda_graphs import ShapeGraphs, graphs_available
 from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
 from captioning.decoding.generation import GenerationConfig
-from captioning.decoding.parts import (GenerationOutput, _ban_table, _forbid_eos, _normalise, _sample_token, _score_dtype,
-                                      backtrack)
+from captioning.decoding.parts import (GenerationOutput, LogitsProcessor, _normalise, _sample_token, _score_dtype,
+                                      backtrack, extend_prefix)
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -55,11 +57,11 @@ class _AllFinished:
 
 def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationConfig,
          check_every: int) -> list[tuple[Tensor, ...]]:
-    """Run ``step(*carry, *constants)`` (carry: tokens, h, c, finished, scores, lengths) up to
-    max_new_tokens times, then cut where the plain search stops (the first multiple of
+    """Run ``step(*carry, *constants)`` (carry: tokens, h, c, finished, scores, lengths[, prefix])
+    up to max_new_tokens times, then cut where the plain search stops (the first multiple of
     ``check_every`` steps at which every row had finished). Returns, per kept step, (finished,
     scores, lengths, *the step's other outputs), cloned where a replay would overwrite them."""
-    device = carry[0].device
+    device, n_carry = carry[0].device, len(carry)
     graphs = ShapeGraphs(step, enabled=config.cuda_graphs and capturable(config) and graphs_available(device))
     limit = config.max_new_tokens
     finished_at = torch.full((), limit, dtype=torch.long, device=device)
@@ -69,8 +71,8 @@ def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationC
         out = graphs(*carry, *constants)
         if graphs.last is not None:  # replayed: the outputs are the graph's, overwritten by the next replay
             out = [x.clone() for x in out]
-        carry = list(out[:6])
-        history.append(tuple(out[3:6]) + tuple(out[6:]))
+        carry = list(out[:n_carry])
+        history.append(tuple(out[3:6]) + tuple(out[n_carry:]))
         finished = carry[3]
         if (t + 1) % check_every == 0:
             finished_at = torch.where((finished_at == limit) & finished.all(), torch.full_like(finished_at, t + 1), finished_at)
@@ -79,22 +81,33 @@ def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationC
     return history[: int(finished_at)]  # one read, after the loop
 
 
-def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Optional[Tensor],
+def _prefix(process: LogitsProcessor, rows: int, config: GenerationConfig, device) -> list[Tensor]:
+    """The carried tokens so far, (rows, max_new_tokens) of PAD, when the processor reads them."""
+    return [torch.full((rows, config.max_new_tokens), PAD, dtype=torch.long, device=device)] if process.needs_prefix else []
+
+
+def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process: LogitsProcessor,
                 generator: Optional[torch.Generator] = None):
     """One greedy step as a function of tensors (what is captured)."""
 
-    def step(tokens, h, c, finished, scores, lengths, features, projected):
+    def step(tokens, h, c, finished, scores, lengths, *rest):
+        *prefix, features, projected = rest
+        prefix = prefix[0] if prefix else None
         logp, state, g = decoder.step(tokens, DecoderState(h, c, features, projected), config.attention_mode,
                                      config.attention_temperature)
-        logp = _forbid_eos(logp, tokens, ban)
-        nxt = _sample_token(logp, config.temperature, config.top_k, generator) if config.do_sample else logp.argmax(-1)
+        logp = process(logp, tokens, lengths, prefix)
+        if config.do_sample:
+            nxt = _sample_token(logp, config.temperature, config.top_k, generator, config.top_p)
+        else:
+            nxt = logp.argmax(-1)
         running = ~finished
         scores = scores + logp.gather(1, nxt.unsqueeze(1)).squeeze(1) * running
-        lengths = lengths + running.long()
         nxt = nxt.masked_fill(finished, PAD)
+        carried = () if prefix is None else (extend_prefix(prefix, lengths, nxt),)
+        lengths = lengths + running.long()
         finished = finished | (nxt == EOS)
         extra = (g.head_alpha * running.view(-1, 1, 1),) if g.head_alpha is not None else ()
-        return (nxt, state.h, state.c, finished, scores, lengths, nxt, g.alpha * running.unsqueeze(1), g.location) + extra
+        return (nxt, state.h, state.c, finished, scores, lengths) + carried + (nxt, g.alpha * running.unsqueeze(1), g.location) + extra
 
     return step
 
@@ -105,10 +118,11 @@ def greedy(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationC
     """:func:`captioning.decoding.search.greedy_search`."""
     B, device = features.size(0), features.device
     state = decoder.initial_state(features)
+    process = LogitsProcessor(decoder, config, device)
     carry = [torch.full((B,), BOS, dtype=torch.long, device=device), state.h, state.c,
              torch.zeros(B, dtype=torch.bool, device=device), features.new_zeros(B, dtype=_score_dtype(features.dtype)),
-             torch.zeros(B, dtype=torch.long, device=device)]
-    step = greedy_step(decoder, config, _ban_table(decoder, config, device), generator)
+             torch.zeros(B, dtype=torch.long, device=device)] + _prefix(process, B, config, device)
+    step = greedy_step(decoder, config, process, generator)
     history = _run(step, carry, [state.features, state.projected], config, check_every)
     _, scores, lengths = history[-1][:3]
     columns = list(zip(*history))[3:]  # tokens, alpha, location[, head alphas]
@@ -120,26 +134,53 @@ def greedy(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationC
     )
 
 
-def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Optional[Tensor], B: int, K: int):
-    """One beam-search step as a function of tensors (what is captured)."""
+def _choose(candidates: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k best of each row of candidates (B, C): (scores (B, k), flat indices (B, k))."""
+    return candidates.topk(k, dim=1)
 
-    def step(tokens, h, c, finished, beam_scores, lengths, features, projected):
+
+def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process: LogitsProcessor, B: int, K: int):
+    """One beam-search step as a function of tensors (what is captured). With G =
+    ``num_beam_groups`` > 1, diverse beam search: the K beams of an image are G groups of K/G
+    rows, chosen group after group; each group's candidates lose ``diversity_penalty`` times the
+    count of each word the earlier groups chose at this step (Hugging Face's Hamming diversity)."""
+    G = config.num_beam_groups
+    Kg, penalty = K // G, float(config.diversity_penalty)
+
+    def step(tokens, h, c, finished, beam_scores, lengths, *rest):
+        *prefix, features, projected = rest
+        prefix = prefix[0] if prefix else None
         state = DecoderState(h, c, features, projected, K)
         logp, state, g = decoder.step(tokens, state, config.attention_mode, config.attention_temperature)  # (B*K, V)
-        logp = _forbid_eos(logp, tokens, ban)
+        logp = process(logp, tokens, lengths, prefix)
         V = logp.size(-1)
         logp = logp.masked_fill(finished.unsqueeze(1), float("-inf"))
         logp[:, PAD] = torch.where(finished, 0.0, logp[:, PAD])
-        candidates = (beam_scores.view(-1, 1) + logp).view(B, K * V)
-        beam_scores, flat = candidates.topk(K, dim=1)
-        parent = ((torch.arange(B, device=flat.device) * K).unsqueeze(1) + flat // V).view(-1)
-        tokens = (flat % V).view(-1)
+        if G == 1:
+            beam_scores, flat = _choose((beam_scores.view(-1, 1) + logp).view(B, K * V), K)
+            beam = flat // V  # (B, K) the parent beam within the image
+            tokens = (flat % V).view(-1)
+        else:
+            logp, group_scores = logp.view(B, G, Kg, V), beam_scores.view(B, G, Kg)
+            chosen = logp.new_zeros(B, V)  # how often each word was chosen at this step by the earlier groups
+            scores, beams, words = [], [], []
+            for k in range(G):
+                candidates = group_scores[:, k].unsqueeze(-1) + logp[:, k] - penalty * chosen.unsqueeze(1)  # (B, Kg, V)
+                s, flat = _choose(candidates.view(B, Kg * V), Kg)
+                scores.append(s)
+                beams.append(k * Kg + flat // V)
+                words.append(flat % V)
+                chosen = chosen.scatter_add(1, words[-1], torch.ones_like(s))
+                chosen[:, PAD] = 0  # finished beams continue with PAD: no penalty on it
+            beam_scores, beam, tokens = torch.cat(scores, 1), torch.cat(beams, 1), torch.cat(words, 1).view(-1)
+        parent = ((torch.arange(B, device=beam.device) * K).unsqueeze(1) + beam).view(-1)
         was_finished = finished[parent]
+        carried = () if prefix is None else (extend_prefix(prefix[parent], lengths[parent], tokens),)
         lengths = lengths[parent] + (~was_finished).long()
         finished = was_finished | (tokens == EOS)
         extra = () if g.head_alpha is None else (g.head_alpha[parent] * (~was_finished).view(-1, 1, 1),)
-        return (tokens, state.h[parent], state.c[parent], finished, beam_scores, lengths,
-                parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent]) + extra
+        return (tokens, state.h[parent], state.c[parent], finished, beam_scores, lengths) + carried + (
+            parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent]) + extra
 
     return step
 
@@ -148,14 +189,15 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, ban: Opt
 def beam(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
          check_every: int = 4) -> GenerationOutput:
     """:func:`captioning.decoding.search.beam_search`."""
-    B, K, device = features.size(0), config.num_beams, features.device
+    B, K, G, device = features.size(0), config.num_beams, config.num_beam_groups, features.device
     state = decoder.initial_state(features).expand_beams(K)
-    beam_scores = features.new_zeros(B, K, dtype=_score_dtype(features.dtype))
-    beam_scores[:, 1:] = float("-inf")
+    beam_scores = features.new_zeros(B, G, K // G, dtype=_score_dtype(features.dtype))
+    beam_scores[:, :, 1:] = float("-inf")  # at the start one beam of each group is alive
+    process = LogitsProcessor(decoder, config, device)
     carry = [torch.full((B * K,), BOS, dtype=torch.long, device=device), state.h, state.c,
-             torch.zeros(B * K, dtype=torch.bool, device=device), beam_scores,
-             torch.zeros(B * K, dtype=torch.long, device=device)]
-    step = beam_step(decoder, config, _ban_table(decoder, config, device), B, K)
+             torch.zeros(B * K, dtype=torch.bool, device=device), beam_scores.view(B, K),
+             torch.zeros(B * K, dtype=torch.long, device=device)] + _prefix(process, B * K, config, device)
+    step = beam_step(decoder, config, process, B, K)
     history = _run(step, carry, [state.features, state.projected], config, check_every)
     _, beam_scores, lengths = history[-1][:3]
     return backtrack([h[3:] for h in history], beam_scores, lengths, B, K, config)

@@ -1,5 +1,7 @@
 """What the plain search (search.py) and the graphed search (loops.py) share: the
-output type, the banned endings, the length normalisation and beam backtracking."""
+output type, the processing of the decoder's log-probabilities (banned endings, n-gram blocking,
+repetition penalty, min_new_tokens, suppressed tokens), sampling (temperature, top-k, top-p), the
+length normalisation and beam backtracking."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from captioning.models.decoder import ShowAttendTellDecoder
 from captioning.decoding.generation import GenerationConfig
 from captioning.vocab import Vocabulary
 
-EOS = Vocabulary.eos_id
+EOS, PAD = Vocabulary.eos_id, Vocabulary.pad_id
 
 
 def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", device) -> Optional[Tensor]:
@@ -40,6 +42,84 @@ def _forbid_eos(logp: Tensor, previous: Tensor, table: Optional[Tensor]) -> Tens
     return logp
 
 
+def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
+    """Nucleus filtering (Holtzman et al. 2020): logits (N, V) with -inf outside the smallest set
+    of likeliest tokens whose probability under softmax(logits) reaches ``top_p``; the likeliest
+    token is always kept. A token is kept when the mass of the tokens ranked before it is below
+    top_p (ties among equal probabilities are ranked by sort order)."""
+    if top_p >= 1.0:
+        return logits
+    ordered, order = logits.sort(dim=-1, descending=True)  # (N, V)
+    probs = torch.softmax(ordered, dim=-1)
+    before = probs.cumsum(-1) - probs  # mass of the tokens ranked before each
+    drop_sorted = before >= top_p
+    drop_sorted[:, 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def ngram_bans(prefix: Tensor, lengths: Tensor, n: int, vocab_size: int) -> Tensor:
+    """(N, V) bool: the tokens that would complete an n-gram already in each row's prefix.
+
+    prefix (N, T): each row's tokens so far in its first ``lengths`` (N,) columns. Fixed shapes
+    and no host reads, so that the step can be captured: every window of n tokens of the prefix is
+    compared with the row's last n - 1 tokens."""
+    N, T = prefix.shape
+    banned = torch.zeros(N, vocab_size, dtype=torch.long, device=prefix.device)
+    if T < n:
+        return banned.bool()
+    windows = prefix.unfold(1, n, 1)  # (N, W, n), W = T - n + 1
+    W = windows.size(1)
+    tail = prefix.gather(1, (lengths.unsqueeze(1) - (n - 1) + torch.arange(n - 1, device=prefix.device)).clamp(min=0))  # (N, n-1)
+    match = (windows[:, :, : n - 1] == tail.unsqueeze(1)).all(-1)  # (N, W)
+    match &= (torch.arange(W, device=prefix.device) + n - 1).unsqueeze(0) < lengths.unsqueeze(1)  # the window is in the prefix
+    return banned.scatter_add_(1, windows[:, :, n - 1], match.long()) > 0
+
+
+class LogitsProcessor:
+    """The processing of the decoder's log-probabilities (N, V) that a config asks for, decided once
+    per search (in Hugging Face's order): repetition penalty, n-gram blocking, min_new_tokens,
+    suppressed tokens, bad endings. ``needs_prefix``: whether it reads the tokens generated so far
+    (then the loops carry them, (N, max_new_tokens), through the steps)."""
+
+    def __init__(self, decoder: ShowAttendTellDecoder, config: GenerationConfig, device):
+        V = decoder.vocab_size
+        self.ban = _ban_table(decoder, config, device)
+        self.ngram, self.penalty, self.min_new = config.no_repeat_ngram_size, float(config.repetition_penalty), config.min_new_tokens
+        self.suppress = None
+        if config.suppress_tokens:
+            words = [t for t in config.suppress_tokens if not isinstance(t, int)]
+            if words:
+                raise ConfigError(f"suppress_tokens: words ({words[0]!r}) need the model's vocabulary: "
+                                  "pass config.resolve_tokens(vocab)")
+            beyond = [t for t in config.suppress_tokens if t >= V]
+            if beyond:
+                raise ConfigError(f"suppress_tokens: id {beyond[0]} is beyond the vocabulary ({V} tokens)")
+            self.suppress = torch.zeros(V, dtype=torch.bool, device=device)
+            self.suppress[list(config.suppress_tokens)] = True
+        self.needs_prefix = self.ngram > 0 or self.penalty != 1.0
+
+    def __call__(self, logp: Tensor, previous: Tensor, lengths: Tensor, prefix: Optional[Tensor]) -> Tensor:
+        """logp (N, V), previous tokens (N,), tokens generated per row (N,), prefix (N, T) or None."""
+        if self.penalty != 1.0:
+            seen = torch.zeros_like(logp, dtype=torch.bool).scatter_(1, prefix, True)
+            seen[:, PAD] = False
+            logp = torch.where(seen, torch.where(logp < 0, logp * self.penalty, logp / self.penalty), logp)
+        if self.ngram > 0:
+            logp = logp.masked_fill(ngram_bans(prefix, lengths, self.ngram, logp.size(-1)), float("-inf"))
+        if self.min_new > 0:
+            logp[:, EOS] = logp[:, EOS].masked_fill(lengths < self.min_new, float("-inf"))
+        if self.suppress is not None:
+            logp = logp.masked_fill(self.suppress, float("-inf"))
+        return _forbid_eos(logp, previous, self.ban)
+
+
+def extend_prefix(prefix: Tensor, lengths: Tensor, tokens: Tensor) -> Tensor:
+    """prefix (N, T) with ``tokens`` (N,) written at column ``lengths`` (N,) (the tokens generated
+    before them; PAD for finished rows, written past their end)."""
+    return prefix.scatter(1, lengths.clamp(max=prefix.size(1) - 1).unsqueeze(1), tokens.unsqueeze(1))
+
+
 @dataclass
 class GenerationOutput:
     sequences: Tensor  # (B, T) token ids without BOS: the words, EOS, then PAD
@@ -64,12 +144,15 @@ def _normalise(scores: Tensor, lengths: Tensor, length_penalty: float) -> Tensor
     return scores / lengths.clamp(min=1).to(scores.dtype).pow(length_penalty)
 
 
-def _sample_token(logp: Tensor, temperature: float, top_k: int, generator: Optional[torch.Generator]) -> Tensor:
-    """Draw one token per row from softmax(log p / temperature), restricted to the top k if k > 0."""
+def _sample_token(logp: Tensor, temperature: float, top_k: int, generator: Optional[torch.Generator],
+                  top_p: float = 1.0) -> Tensor:
+    """Draw one token per row from softmax(log p / temperature), restricted to the top k if k > 0
+    and to the nucleus of mass top_p if top_p < 1 (:func:`top_p_filter`)."""
     logits = logp / max(temperature, 1e-6)
     if top_k > 0:
         kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    logits = top_p_filter(logits, top_p)
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
 
 

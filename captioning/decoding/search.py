@@ -49,7 +49,8 @@ def beam_search(
     Beams are kept by their summed log-probability; at the end each image returns the beam with
     the best length-normalised score (and, with num_return_sequences N > 1, its N best). The words
     and attention maps of the returned beams are read back through the parent pointers kept at
-    each step.
+    each step. With ``num_beam_groups`` G > 1 it is diverse beam search (Vijayakumar et al. 2016):
+    G groups of K/G beams chosen in turn at each step (decoding/loops.py's beam_step).
     """
     return graphed_search.beam(decoder, features, config, check_every)
 

@@ -11,7 +11,10 @@ or ``captioning caption --onnx model_onnx photo.jpg``. The results are those of
 :class:`captioning.api.Captioner` (same keys), from the same preprocessing (data/images.py: the
 file checks, EXIF, modes, the bilinear resize) and the same search: models/search.py's batched
 greedy decoding and beam search, step for step in numpy (scores in float32, the same finished-beam
-rule and length normalisation). Sampling (``do_sample``, attention_mode "sample") is PyTorch's only.
+rule and length normalisation), with the same processing of the log-probabilities (banned
+endings, no_repeat_ngram_size, repetition_penalty, min_new_tokens, suppress_tokens: decoding/parts.py's
+LogitsProcessor in numpy). Sampling (``do_sample`` and so ``top_p``, attention_mode "sample") and
+diverse beam search (``num_beam_groups``) are PyTorch's only.
 """
 from __future__ import annotations
 
@@ -72,7 +75,7 @@ class OnnxCaptioner:
         self.attention_kind = model["decoder"].get("attention_kind", "soft")
         self.num_locations, self.feature_dim = int(model["num_locations"]), int(model["feature_dim"])
         try:
-            self.generation = GenerationConfig(**config["generation"]).replace(num_beams=1, num_return_sequences=1)
+            self.generation = GenerationConfig(**config["generation"]).one_beam()
         except (TypeError, ConfigError) as err:
             raise CheckpointError(f"{os.path.join(folder, 'config.json')}: generation settings of another version ({err})") from None
         onnx = config["onnx"]
@@ -131,8 +134,11 @@ class OnnxCaptioner:
         """The step graph ``config`` needs ("expected" or "argmax"); a one-line ConfigError for what
         this captioner cannot do (sampling, a mode the folder has no graph for)."""
         if config.do_sample or config.attention_mode == "sample" or config.location_samples > 1:
-            raise ConfigError("the ONNX captioner decodes greedily or with beam search: sampling (do_sample, "
+            raise ConfigError("the ONNX captioner decodes greedily or with beam search: sampling (do_sample, top_p, "
                               "attention_mode sample, location_samples) needs the PyTorch model")
+        if config.num_beam_groups > 1:
+            raise ConfigError("the ONNX captioner has no diverse beam search: num_beam_groups > 1 needs the PyTorch model")
+        config.resolve_tokens(self.vocab)  # words it lacks, ids beyond it: one line, before any image
         mode = "expected" if self.attention_kind == "soft" else config.attention_mode
         baked = float(self.config["onnx"].get("attention_temperature", 1.0))  # folders before the option: 1
         if mode == "expected" and self.attention_kind == "hard" and config.attention_temperature != baked:
@@ -156,6 +162,37 @@ class OnnxCaptioner:
             logp[table[previous], EOS] = -np.inf
         return logp
 
+    def _process(self, logp: np.ndarray, previous: np.ndarray, lengths: np.ndarray, prefix: np.ndarray,
+                 config: GenerationConfig, ban: Optional[np.ndarray]) -> np.ndarray:
+        """decoding/parts.py's LogitsProcessor: logp (N, V), previous tokens (N,), tokens so far
+        (N,), prefix (N, T) holding them."""
+        N = logp.shape[0]
+        if config.repetition_penalty != 1.0:
+            seen = np.zeros(logp.shape, dtype=bool)
+            seen[np.arange(N)[:, None], prefix] = True
+            seen[:, PAD] = False
+            penalty = np.float32(config.repetition_penalty)
+            logp = np.where(seen, np.where(logp < 0, logp * penalty, logp / penalty), logp).astype(np.float32)
+        n = config.no_repeat_ngram_size
+        if n > 0:
+            for i in range(N):
+                L = int(lengths[i])
+                tail = prefix[i, L - n + 1 : L].tolist() if n > 1 else []
+                for j in range(L - n + 1):
+                    if prefix[i, j : j + n - 1].tolist() == tail:
+                        logp[i, prefix[i, j + n - 1]] = -np.inf
+        if config.min_new_tokens > 0:
+            logp[lengths < config.min_new_tokens, EOS] = -np.inf
+        suppress = config.resolve_tokens(self.vocab).suppress_tokens
+        if suppress:
+            logp[:, list(suppress)] = -np.inf
+        return self._forbid_eos(logp, previous, ban)
+
+    @staticmethod
+    def _extend(prefix: np.ndarray, lengths: np.ndarray, tokens: np.ndarray) -> None:
+        """Write ``tokens`` (N,) into prefix (N, T) at column ``lengths`` (N,) (in place)."""
+        prefix[np.arange(prefix.shape[0]), np.minimum(lengths, prefix.shape[1] - 1)] = tokens
+
     # ------------------------------------------------------------------ search (models/search.py, in numpy)
     def greedy(self, encoded: tuple, config: GenerationConfig, mode: str) -> dict:
         features, projected, h, c = encoded
@@ -166,14 +203,16 @@ class OnnxCaptioner:
         lengths = np.zeros(B, dtype=np.int64)
         out_tokens, out_alpha, out_loc = [], [], []
         ban, rows = self._ban(config), np.arange(B)
+        prefix = np.full((B, config.max_new_tokens), PAD, dtype=np.int64)
         for _ in range(config.max_new_tokens):
             logp, h, c, alpha = self.step(tokens, h, c, features, projected, mode)
-            logp = self._forbid_eos(logp, tokens, ban)
+            logp = self._process(logp, tokens, lengths, prefix, config, ban)
             nxt = logp.argmax(-1)
             running = ~finished
             scores += logp[rows, nxt] * running
-            lengths += running
             nxt[finished] = PAD
+            self._extend(prefix, lengths, nxt)
+            lengths += running
             out_tokens.append(nxt)
             out_alpha.append(alpha * running[:, None])
             out_loc.append(alpha.argmax(-1))
@@ -196,9 +235,10 @@ class OnnxCaptioner:
         base = (np.arange(B) * K)[:, None]  # (B, 1): first row of each image
         history = []
         ban = self._ban(config)
+        prefix = np.full((B * K, config.max_new_tokens), PAD, dtype=np.int64)
         for _ in range(config.max_new_tokens):
             logp, h, c, alpha = self.step(tokens, h, c, features, projected, mode)  # (B*K, V)
-            logp = self._forbid_eos(logp, tokens, ban)
+            logp = self._process(logp, tokens, lengths, prefix, config, ban)
             V = logp.shape[1]
             logp[finished] = -np.inf  # a finished beam may only continue with PAD, at no cost
             logp[finished, PAD] = 0.0
@@ -209,6 +249,8 @@ class OnnxCaptioner:
             tokens = (flat % V).reshape(-1)
             h, c = h[parent], c[parent]
             was_finished = finished[parent]
+            prefix = prefix[parent]
+            self._extend(prefix, lengths[parent], tokens)
             lengths = lengths[parent] + ~was_finished
             finished = was_finished | (tokens == EOS)
             history.append((parent, tokens, alpha[parent] * ~was_finished[:, None], alpha.argmax(-1)[parent]))
@@ -248,7 +290,7 @@ class OnnxCaptioner:
                  **generation) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time; as :meth:`captioning.api.Captioner.__call__`
         (the same generation names and result keys)."""
-        config = self.generation.replace(**generation)
+        config = self.generation.replace(**generation).resolve_tokens(self.vocab)
         self.check_generation(config)
         single = not isinstance(images, (list, tuple))
         pils = [as_rgb(im) for im in ([images] if single else images)]

@@ -1,0 +1,66 @@
+"""Diversity of a split's captions: do the images get captions of their own, in words of their own?
+
+A model that writes "a man riding a horse" for half the images may still score well on BLEU; these
+figures show it (Li et al. 2016 for distinct-n; Dai et al. 2017, Shetty et al. 2017 for the share
+of unique and novel captions). Captions are compared as their lower-cased words
+(:func:`captioning.vocab.tokenize`), so "A dog." and "a dog" are the same caption.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Mapping, Optional
+
+from captioning.vocab import Vocabulary, tokenize
+
+#: the share of images one caption may cover before :func:`diversity_scores` warns
+DOMINANT_SHARE = 0.2
+
+
+def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
+    return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+
+
+def diversity_scores(captions: Mapping[int, str], vocab_size: Optional[int] = None,
+                     training_captions: Optional[Iterable[str]] = None,
+                     dominant_share: float = DOMINANT_SHARE) -> tuple[dict[str, float], list[str]]:
+    """(scores, warnings) of ``captions`` (image_id -> caption), one caption per image.
+
+    Scores (floats, shares in [0, 1]):
+
+    * ``distinct_1``, ``distinct_2``: distinct n-grams over all n-grams of all captions (corpus level);
+    * ``vocabulary_used``: the number of distinct words; ``vocabulary_share``: that over the
+      model's words (``vocab_size`` less the 4 special tokens; only when ``vocab_size`` is given);
+    * ``unique_captions``: the share of images whose caption no other image has;
+    * ``distinct_captions``: distinct captions over images (1: every caption differs);
+    * ``top_caption_share``: the share of images given the most frequent caption;
+    * ``novel_captions``: the share of captions found in none of ``training_captions`` (only when given);
+    * ``mean_length``: words per caption.
+
+    Warnings: one line when one caption covers more than ``dominant_share`` of the images.
+    """
+    if not captions:
+        return {}, []
+    words = [tokenize(c) for c in captions.values()]
+    texts = [" ".join(w) for w in words]
+    counts = Counter(texts)
+    scores: dict[str, float] = {}
+    for n in (1, 2):
+        grams = [g for w in words for g in _ngrams(w, n)]
+        scores[f"distinct_{n}"] = len(set(grams)) / len(grams) if grams else 0.0
+    used = {w for ws in words for w in ws}
+    scores["vocabulary_used"] = float(len(used))
+    if vocab_size is not None:
+        scores["vocabulary_share"] = len(used) / max(vocab_size - len(Vocabulary.SPECIALS), 1)
+    scores["unique_captions"] = sum(1 for t in texts if counts[t] == 1) / len(texts)
+    scores["distinct_captions"] = len(counts) / len(texts)
+    top, top_count = counts.most_common(1)[0]
+    scores["top_caption_share"] = top_count / len(texts)
+    if training_captions is not None:
+        seen = {" ".join(tokenize(c)) for c in training_captions}
+        scores["novel_captions"] = sum(1 for t in texts if t not in seen) / len(texts)
+    scores["mean_length"] = sum(map(len, words)) / len(words)
+    warnings = []
+    if scores["top_caption_share"] > dominant_share:
+        warnings.append(f"one caption covers {scores['top_caption_share']:.0%} of the images (more than "
+                        f"{dominant_share:.0%}): {top!r}")
+    return scores, warnings
