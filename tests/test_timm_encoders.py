@@ -40,6 +40,17 @@ def test_grid_shape_preprocessing_and_frozen_body(name, size, side):
 def test_vit_patch_grid_follows_the_image_size():
     encoder = build_encoder(EncoderConfig("timm:vit_tiny_patch16_224", pretrained=False))
     assert encoder(torch.rand(1, 3, 96, 96)).shape == (1, 36, 192)  # (96 / 16)^2 patches, class token dropped
+    registers = build_encoder(EncoderConfig("timm:vit_betwixt_patch16_reg4_gap_256", pretrained=False)).eval()
+    assert registers.net.num_prefix_tokens == 4  # 4 register tokens, dropped
+    with torch.no_grad():
+        assert registers(torch.rand(1, 3, 64, 64)).shape == (1, 16, 640)
+
+
+def test_swin_takes_any_size_too():
+    swin = build_encoder(EncoderConfig("timm:swin_tiny_patch4_window7_224", pretrained=False)).eval()
+    assert swin.input_size is None
+    with torch.no_grad():
+        assert swin(torch.rand(1, 3, 64, 64)).shape == (1, 4, 768)  # the last stage: stride 32, NCHW from NHWC
 
 
 def one_line(err) -> str:
@@ -64,7 +75,7 @@ def test_open_clip_size_mismatch_is_one_line():
     encoder = build_encoder(EncoderConfig("open_clip:ViT-B-32", pretrained=False))
     with pytest.raises(ConfigError) as err:
         encoder(torch.rand(1, 3, 64, 64))
-    assert "set --data.image_size 224" in one_line(err)
+    assert one_line(err) == "open_clip:ViT-B-32 takes 224x224 images, got 64x64: set --data.image_size 224"
 
 
 def test_local_weights_safetensors_and_pickles(tmp_path):

@@ -43,6 +43,7 @@ class Encoder(nn.Module):
     channels_last: bool = False  # feed images in the channels-last memory format (see EncoderConfig)
     #: the (height, width) the backbone takes, None where any size works
     input_size: Optional[tuple] = None
+    label: str = "this encoder"  # how errors name it
 
     def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation: str = "bilinear"):
         super().__init__()
@@ -62,7 +63,7 @@ class Encoder(nn.Module):
     def forward(self, images: Tensor) -> Tensor:
         if self.input_size is not None and tuple(images.shape[-2:]) != self.input_size:
             h, w = self.input_size
-            raise ConfigError(f"this encoder takes {h}x{w} images, got {images.shape[-2]}x{images.shape[-1]}: "
+            raise ConfigError(f"{self.label} takes {h}x{w} images, got {images.shape[-2]}x{images.shape[-1]}: "
                               f"set --data.image_size {h}")
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
@@ -314,7 +315,7 @@ class TimmEncoder(Encoder):
         config = timm.data.resolve_data_config(model=net)
         super().__init__(mean=tuple(config["mean"]), std=tuple(config["std"]), interpolation=config["interpolation"])
         self.preprocessing["input_size"] = list(config["input_size"][1:])
-        self.net = net
+        self.net, self.label = net, name
         self.out_dim = net.num_features
         self.intermediates = hasattr(net, "forward_intermediates")
         patch = getattr(net, "patch_embed", None)
@@ -384,7 +385,7 @@ class OpenClipEncoder(Encoder):
         size = visual.image_size
         self.input_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
         self.preprocessing["input_size"] = list(self.input_size)
-        self.visual = visual
+        self.visual, self.label = visual, name
         if hasattr(visual, "transformer"):
             self.out_dim = visual.transformer.width
             blocks = [list(b.parameters()) for b in visual.transformer.resblocks]
