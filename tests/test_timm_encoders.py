@@ -183,3 +183,18 @@ def test_coco_configs_name_their_backbones(config, grid, tiny_shapes, capsys):
     built = build_encoder(EncoderConfig(**dict(encoder, pretrained=False))).eval()
     with torch.no_grad():
         assert built(torch.rand(1, 3, 224, 224)).shape[1:] == grid
+
+
+def test_open_clip_weights_from_a_whole_clip_state_dict(tmp_path):
+    import open_clip
+
+    clip = open_clip.create_model("ViT-B-32", pretrained=None)
+    torch.save(clip.state_dict(), tmp_path / "clip.pt")  # keys "visual.*" beside the text tower's
+    encoder = build_encoder(EncoderConfig("open_clip:ViT-B-32", weights=str(tmp_path / "clip.pt"))).eval()
+    assert torch.equal(encoder.visual.conv1.weight, clip.visual.conv1.weight)
+    images = torch.rand(1, 3, 224, 224)
+    with torch.no_grad():
+        expected = clip.eval().visual.forward_intermediates((images - encoder.mean) / encoder.std, indices=1,
+                                                            normalize_intermediates=True, intermediates_only=True)
+        grid = expected["image_intermediates"][-1].flatten(2).transpose(1, 2)  # (1, 768, 7, 7) -> (1, 49, 768)
+        assert torch.allclose(encoder(images), grid, atol=1e-5)
