@@ -163,3 +163,21 @@ def test_hub_name_offline_and_not_cached_is_one_line(tmp_path):
     assert proc.returncode == 1
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "could not load the dataset nobody/no-such-captions" in lines[0], proc.stderr
+
+
+def test_extract_features_from_a_saved_dataset(tiny_shapes, tmp_path, capsys):
+    import yaml
+
+    from conftest import ROOT
+
+    pytest.importorskip("timm", reason="the ecosystem extra")
+    folder = flickr8k(tiny_shapes, tmp_path / "flickr8k")
+    cfg = yaml.safe_load((ROOT / "configs" / "shapes_soft.yaml").read_text())
+    cfg["model"]["encoder"] = {"name": "timm:resnet18", "pretrained": False}
+    cfg["data"].update(annotations=str(folder), num_workers=0)
+    cfg["data"].pop("images_root", None)
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "feats"
+    assert main(["extract-features", "--config", str(tmp_path / "cfg.yaml"), "--out", str(out), "--batch-size", "8",
+                 "--num-workers", "0"]) == 0
+    assert "56 of 56 images done" in capsys.readouterr().out
