@@ -33,7 +33,8 @@ class WeightEMA(EMAWeightAveraging):
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         self._ensure(trainer, pl_module)
-        super().on_load_checkpoint(trainer, pl_module, checkpoint)
+        if self._average_model is not None:  # (validate, test: the checkpoint's weights are the average)
+            super().on_load_checkpoint(trainer, pl_module, checkpoint)
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._ensure(trainer, pl_module)
