@@ -2,8 +2,9 @@
 
 Lightning saves the state of a loader that has ``state_dict`` / ``load_state_dict`` in every
 checkpoint, and hands it back when a run resumes. :class:`ResumableLoader` keeps the epoch and the
-number of batches it has handed out; the order of an epoch is drawn from ``seed + epoch``, so a
-resumed run sees exactly the batches the interrupted run had still to see.
+number of samples it has handed out; the order of an epoch is drawn from ``seed + epoch``, so a
+resumed run sees exactly the batches the interrupted run had still to see (a resume that would draw
+another order, of another seed, batch size or number of processes, is refused).
 
 The epoch's order is a list of batches. Shuffled: a random permutation cut into batches. Bucketed
 by length (``lengths`` given): captions of similar length are batched together, as the authors'
@@ -22,6 +23,8 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
+from captioning.errors import ConfigError
+
 
 class EpochShuffleSampler(DistributedSampler):
     """Indices of one epoch, batch after batch, from ``seed + epoch``; can start ``skip`` items in.
@@ -36,7 +39,7 @@ class EpochShuffleSampler(DistributedSampler):
         self.size, self.batch_size = size, batch_size
         self.lengths = None if lengths is None else torch.as_tensor(lengths)
         self.bucket_batches = bucket_batches
-        self.skip = 0
+        self.skip = 0  # items of the current epoch already served (a resumed run's): skipped once
 
     def batches(self) -> list[list[int]]:
         """This rank's batches of the current epoch (the same on every call)."""
@@ -62,6 +65,13 @@ class EpochShuffleSampler(DistributedSampler):
             batches = [full[i] for i in torch.randperm(len(full), generator=g).tolist()] + batches[len(full):]
         batches = batches[self.rank :: self.num_replicas]
         return [b.tolist() for b in batches]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Another epoch than the current one drops the skip: a position saved at the end of an epoch
+        (at its validation) resumes into the whole next epoch."""
+        if epoch != self.epoch:
+            self.skip = 0
+        super().set_epoch(epoch)
 
     def _batches_per_rank(self) -> int:
         """Under DDP: whole batches per rank after padding."""
@@ -97,8 +107,23 @@ class ResumableLoader(DataLoader):
             yield batch
 
     def state_dict(self) -> dict:
-        return {"epoch": self.sampler.epoch, "batches": self._served}
+        """The epoch and the position in it, counted in this rank's samples (``batches`` is kept for
+        earlier versions), and the settings the order is drawn from."""
+        sampler = self.sampler
+        return {"epoch": sampler.epoch, "batches": self._served, "samples": self._served * self.batch_size,
+                "batch_size": self.batch_size, "seed": sampler.seed, "num_replicas": sampler.num_replicas,
+                "bucketed": sampler.lengths is not None}
 
     def load_state_dict(self, state: dict) -> None:
-        self.sampler.set_epoch(int(state["epoch"]))
-        self.sampler.skip = int(state["batches"]) * self.batch_size
+        """Continue ``state``'s epoch where it stopped; a :class:`ConfigError` of one line if this
+        loader draws another order than the one that saved it (a state without the settings, of
+        an earlier version, is taken as it is)."""
+        sampler = self.sampler
+        here = {"batch_size": self.batch_size, "seed": sampler.seed, "num_replicas": sampler.num_replicas,
+                "bucketed": sampler.lengths is not None}
+        for key, value in here.items():
+            if key in state and state[key] != value:
+                raise ConfigError(f"the training loader's {key} is {state[key]!r} in the checkpoint, {value!r} here: "
+                                  "the resumed epoch would not continue the saved one")
+        sampler.set_epoch(int(state["epoch"]))
+        sampler.skip = int(state["samples"]) if "samples" in state else int(state["batches"]) * self.batch_size

@@ -18,6 +18,8 @@ import warnings
 
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 
+from captioning.training.stopping import StopSignals, agree, cpu_group, validation_not_begun
+
 #: messages of other packages that say nothing about the run (matched at the start of the message)
 _NOISE = (
     "💡 Tip:",  # Lightning's adverts for its cloud products
@@ -151,20 +153,29 @@ class ValidationExamples(Callback):
 
 class LastCheckpoint(Callback):
     """``last.ckpt`` beside the run's other checkpoints: after every validation, every ``minutes`` of
-    training, and when the run is stopped by Ctrl-C (SIGINT) or SIGTERM, at the end of the step under
-    way, before exiting. (ModelCheckpoint's ``save_last`` rewrites it only when it also saves a best
-    checkpoint, so between improvements it would lag behind the run.)
+    training, and when the run is stopped by Ctrl-C (SIGINT) or SIGTERM. (ModelCheckpoint's
+    ``save_last`` rewrites it only when it also saves a best checkpoint, so between improvements it
+    would lag behind the run.)
 
-    Resuming from it (``--ckpt_path .../last.ckpt``) continues the unfinished epoch exactly. Under
-    DDP the signals are left to Lightning's own handling. A second Ctrl-C stops at once.
+    Stopping (training/stopping.py): the first signal is acted on at the end of the batch under way,
+    a training or a validation batch: last.ckpt is written and the process exits with status 128 +
+    the signal's number; a second signal exits at once, without a checkpoint. Under DDP the ranks
+    agree at every batch on whether one of them was signalled and on whether the periodic save is
+    due (by rank 0's clock), so that all of them save, and stop, at the same batch.
+
+    Resuming from it (``--ckpt_path .../last.ckpt``) continues the run exactly. Stopped during a
+    validation, the checkpoint is the run as it was when that validation began (the weights do not
+    change during one): the resumed run does that validation again, from its first batch. The file
+    is written durably (checkpoint_io.py), also by a trainer that was not given that plugin.
     """
 
     def __init__(self, minutes: float = 10.0):
         super().__init__()
         self.minutes = minutes
-        self._signal = None
-        self._previous: dict = {}
+        self.signals = StopSignals()
+        self._group = None
         self._saved_at = time.monotonic()
+        self._validation_undone = False
 
     def _path(self, trainer):
         import os
@@ -172,69 +183,78 @@ class LastCheckpoint(Callback):
         folders = [c.dirpath for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
         return os.path.join(folders[0] if folders else trainer.default_root_dir, "last.ckpt")
 
-    def _request(self, signum, frame) -> None:
-        import signal
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-        if self._signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
-        self._signal = signum
+        from captioning.training.checkpoint_io import DurableCheckpointIO
+
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = DurableCheckpointIO()
 
     def on_fit_start(self, trainer, pl_module) -> None:
         import signal
-        import threading
 
         self._saved_at = time.monotonic()
-        if trainer.world_size > 1 or threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._request)
-
-    def _restore(self) -> None:
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous = {}
+        self._group = cpu_group(trainer)
+        launcher = trainer.strategy.launcher  # a second signal takes the other DDP processes along
+        self.signals.on_second = None if launcher is None else lambda: launcher.kill(getattr(signal, "SIGKILL", signal.SIGTERM))
+        self.signals.install()
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        self._restore()
+        self.signals.restore()
 
     def on_exception(self, trainer, pl_module, exception) -> None:
-        self._restore()
+        self.signals.restore()
 
     def _save(self, trainer) -> str:
-        import os
-
         path = self._path(trainer)
-        tmp = path + ".tmp"
-        trainer.save_checkpoint(tmp, weights_only=False)  # (a full checkpoint; saying so keeps Lightning quiet)
-        if trainer.is_global_zero:
-            os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
+        trainer.save_checkpoint(path, weights_only=False)  # (a full checkpoint; saying so keeps Lightning quiet)
         self._saved_at = time.monotonic()
         return path
 
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking and trainer.state.fn == "fit":
+    def _act(self, trainer, due: bool) -> None:
+        """Every rank, at the same batch: stop if a rank was signalled, else save if rank 0 says it is due."""
+        signum, due = agree(trainer, self._group, self.signals.requested, due)
+        if signum is not None:
+            self._stop(trainer, signum)
+        if due:
             self._save(trainer)
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def _stop(self, trainer, signum: int) -> None:
         import signal
 
-        # Lightning installs its own SIGTERM handler when its loop starts: keep ours in front.
-        if self._previous and signal.getsignal(signal.SIGTERM) != self._request:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, self._request)
+        name = signal.Signals(signum).name
+        if trainer.sanity_checking:
+            message = f"\n{name}: stopped in the sanity check, before training; no checkpoint written"
+        else:
+            self._validation_undone = trainer.validating
+            path = self._save(trainer)
+            message = (f"\n{name}: stopped after step {trainer.global_step}; wrote {path}\n"
+                       f"resume with the same command and --ckpt_path {path}")
+        if trainer.is_global_zero:
+            print(message, flush=True)
+        raise SystemExit(128 + signum)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if self._validation_undone:  # stopped during a validation: a run that has yet to do it
+            checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"] = validation_not_begun(
+                checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"])
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.signals.keep_in_front()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self._signal is not None:
-            import signal
+        self._act(trainer, bool(self.minutes) and time.monotonic() - self._saved_at >= 60 * self.minutes)
 
-            name = signal.Signals(self._signal).name
-            path = self._save(trainer)
-            print(f"\n{name}: stopped after step {trainer.global_step}; wrote {path}\n"
-                  f"resume with the same command and --ckpt_path {path}", flush=True)
-            raise SystemExit(128 + self._signal)
-        if self.minutes and time.monotonic() - self._saved_at >= 60 * self.minutes:
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self.signals.keep_in_front()
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.state.fn == "fit":
+            self._act(trainer, False)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
             self._save(trainer)
 
 

@@ -6,7 +6,8 @@ feeds ``model.image_size``. Checkpoints: unless the configuration names a ModelC
 own, the run keeps the best checkpoint by validation CIDEr (``best-{epoch}-{step}.ckpt``) and
 ``last.ckpt`` (at each validation, every 10 minutes of training, and when stopped by Ctrl-C or
 SIGTERM); a ModelCheckpoint in ``trainer.callbacks`` replaces that default, and
-``--trainer.enable_checkpointing false`` writes none.
+``--trainer.enable_checkpointing false`` writes none. Every checkpoint is written durably
+(training/checkpoint_io.py).
 """
 from __future__ import annotations
 
@@ -16,31 +17,20 @@ from typing import Sequence
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.fabric.plugins import CheckpointIO
 
 from captioning.data.datamodule import CaptionDataModule
 from captioning.objectives import current_spelling
 from captioning.training.module import CaptioningModule
 from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
+from captioning.training.checkpoint_io import DurableCheckpointIO
+from captioning.training.resume import last_checkpoint
 
 def default_checkpoint() -> ModelCheckpoint:
     """The best checkpoint by validation CIDEr, and the last one for resuming (written at each
     validation; LastCheckpoint writes the same file between them and when the run is stopped)."""
     return ModelCheckpoint(monitor="val/CIDEr", mode="max", save_last=True, filename="best-{epoch}-{step}",
                            enable_version_counter=False)
-
-
-def latest_last_checkpoint(root: str) -> str:
-    """The most recently written ``last.ckpt`` under ``root`` (any version folder), or a one-line error."""
-    import glob
-    import os
-
-    from captioning.errors import ConfigError
-
-    found = [p for p in glob.glob(os.path.join(glob.escape(root), "**", "last.ckpt"), recursive=True) if os.path.isfile(p)]
-    if not found:
-        raise ConfigError(f"--ckpt_path last: no last.ckpt under {os.path.abspath(root)} (trainer.default_root_dir); "
-                          "give the checkpoint's path")
-    return max(found, key=os.path.getmtime)
 
 
 def one_line_parser_error(message: str) -> str:
@@ -103,12 +93,13 @@ class CaptioningCLI(LightningCLI):
             config["model.objective"] = Namespace(class_path=class_path, init_args=Namespace(**init_args))
 
     def before_fit(self) -> None:
-        """``--ckpt_path last``: the newest last.ckpt under the run's root folder. (Lightning looks only
-        in the new run's own checkpoint folder, and with the default logger every run gets a new
-        ``version_N``, so it would never find the previous run's.)"""
+        """``--ckpt_path last``: the last.ckpt of this run's own checkpoint folders, the newest
+        version's (training/resume.py: last_checkpoint; never another file under the root folder).
+        (Lightning looks only in the new run's own checkpoint folder, and with the default logger
+        every run gets a new ``version_N``, so it would never find the previous run's.)"""
         config = self.config_init[self.subcommand]
         if config.get("ckpt_path") == "last":
-            config["ckpt_path"] = latest_last_checkpoint(self.trainer.default_root_dir)
+            config["ckpt_path"] = last_checkpoint(self.trainer)
             print(f"resuming from {config['ckpt_path']}", flush=True)
 
     def instantiate_trainer(self, **kwargs):
@@ -123,6 +114,10 @@ class CaptioningCLI(LightningCLI):
         if plain_output and trainer.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
             callbacks.append(LineProgress(every=trainer.get("log_every_n_steps") or 50))
         kwargs["callbacks"] = callbacks
+        plugins = trainer.get("plugins") or []
+        plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):  # every checkpoint written durably
+            kwargs["plugins"] = [*plugins, DurableCheckpointIO()]
         model = getattr(self, "model", None)
         if model is not None and not model.automatic_optimization and trainer.get("gradient_clip_val"):
             # Lightning clips only in automatic optimisation; the captured step clips itself

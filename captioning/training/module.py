@@ -29,6 +29,7 @@ from captioning.training.guards import TF32, StepSeeding, step_seed  # noqa: F40
 from captioning.training.init_from import check_vocabulary, initial_model
 from captioning.training.optim import OptimizerConfig, configure_optimizers
 from captioning.training.schedules import recipe_callbacks
+from captioning.training.resume import check_checkpoint, continuation
 from captioning.training.strategies import step_strategy
 from captioning.vocab import Vocabulary
 
@@ -130,14 +131,14 @@ class CaptioningModule(L.LightningModule):
             self.objective.setup(dm)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["vocabulary"] = self.vocab.to_dict()
-        dm = self.trainer.datamodule
-        checkpoint["training_data"] = str(getattr(dm, "annotations", "")) or None  # for the model's description
+        checkpoint.update(vocabulary=self.vocab.to_dict(), continuation=continuation(self.trainer, self))  # resume.py
+        checkpoint["training_data"] = str(getattr(self.trainer.datamodule, "annotations", "")) or None  # for the model's description
         if hasattr(self.objective, "checkpoint_state"):  # e.g. SCST's CIDEr-D document frequencies
             checkpoint["objective_state"] = self.objective.checkpoint_state()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.set_vocab(Vocabulary.from_dict(checkpoint["vocabulary"]))
+        check_checkpoint(self, checkpoint)  # the run's settings and the weights' shapes, in one line each
         if checkpoint.get("objective_state") and hasattr(self.objective, "load_checkpoint_state"):
             self.objective.load_checkpoint_state(checkpoint["objective_state"])
 
