@@ -363,18 +363,12 @@ class OpenClipEncoder(Encoder):
             raise ConfigError(f"{name}: no pretrained tag; name one (open_clip:{model}/TAG, tags: "
                               f"open_clip.list_pretrained_tags_by_model({model!r})), pass --model.encoder.weights PATH, "
                               f"or --model.encoder.pretrained false")
-        import logging
-
-        quiet = logging.getLogger().level
-        logging.getLogger().setLevel(logging.ERROR)  # "No pretrained weights loaded": asked for
         try:
             visual = open_clip.create_model(model, pretrained=download).visual
         except Exception as err:
             if not download:
                 raise ConfigError(f"{name}: OpenCLIP could not build it ({type(err).__name__}: {str(err).splitlines()[0][:150]})") from None
             raise _weights_error(name, err) from None
-        finally:
-            logging.getLogger().setLevel(quiet)
         if weights_path:
             _load_local_weights(visual, weights_path, strip=("visual.", "module.visual.", "module."))
         if not hasattr(visual, "forward_intermediates"):
