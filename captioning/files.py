@@ -86,12 +86,14 @@ def require_file(path: str, error: type, what: str) -> None:
         raise error(f"{path}: is a directory, not {what}")
 
 
-def safe_torch_load(path: PathLike, map_location: Any = "cpu") -> Any:
+def safe_torch_load(path: PathLike, map_location: Any = "cpu", legacy_pickle: bool = False) -> Any:
     """``torch.load(path, weights_only=True)``: tensors and plain containers only, never code.
 
     Raises :class:`CheckpointError` (one line naming the file) when the file is missing, is not
-    a checkpoint, is damaged, or holds objects that would run code when unpickled. Only torch.save's
-    zip format is read: a bare (legacy) pickle is refused before anything is unpickled.
+    a checkpoint, is damaged, or holds objects that would run code when unpickled. Checkpoints are
+    read in torch.save's zip format only (``fit`` writes nothing else): a bare (legacy) pickle is
+    refused before anything is unpickled, unless ``legacy_pickle`` (third-party weight files, e.g.
+    a pip package's ImageNet weights, read weights-only all the same).
     """
     import torch
 
@@ -101,10 +103,10 @@ def safe_torch_load(path: PathLike, map_location: Any = "cpu") -> Any:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
     with open(path, "rb") as f:
         head = f.read(4)
-    if head[:1] == b"\x80":  # a bare pickle (torch.save's legacy format): never unpickled, whatever it holds
+    if head[:1] == b"\x80" and not legacy_pickle:  # a bare pickle (torch.save's legacy format): never unpickled, whatever it holds
         raise CheckpointError(f"{path}: refused to load: not a plain-weights checkpoint (a legacy pickle, not the "
                               "zip format `captioning fit` writes; re-save it with torch.save where you trust it)")
-    if not head.startswith(b"PK\x03\x04"):  # torch.save's zip format
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip format (or, allowed, a legacy pickle)
         raise CheckpointError(f"{path}: not a checkpoint file (expected one written by `captioning fit`)")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)

@@ -85,6 +85,16 @@ def test_a_legacy_pickle_is_refused_unread(tmp_path, monkeypatch):
     assert "refused to load" in message and "legacy pickle" in message
 
 
+def test_legacy_weight_files_are_read_weights_only_when_allowed(tmp_path):
+    # third-party weight files (an encoder's ImageNet weights) may be in torch.save's older format
+    torch.save({"w": torch.ones(2)}, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
+    assert torch.equal(safe_torch_load(tmp_path / "old.pt", legacy_pickle=True)["w"], torch.ones(2))
+    with open(tmp_path / "evil.pt", "wb") as f:
+        pickle.dump({"x": NotWeights()}, f, protocol=2)
+    with pytest.raises(CheckpointError, match="refused to load: not a plain-weights checkpoint"):
+        safe_torch_load(tmp_path / "evil.pt", legacy_pickle=True)
+
+
 def test_safe_torch_load_bad_files(tmp_path):
     assert one_line_error(tmp_path / "missing.ckpt").endswith(": no such file")
     assert "directory" in one_line_error(tmp_path)

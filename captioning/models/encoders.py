@@ -118,7 +118,7 @@ def _read_weights(path: str) -> dict:
             return load_file(path)
         except Exception as err:
             raise CheckpointError(f"{path}: not a readable safetensors file ({type(err).__name__})") from None
-    state = safe_torch_load(path)
+    state = safe_torch_load(path, legacy_pickle=True)  # weights only, also in torch.save's older format
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
