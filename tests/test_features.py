@@ -157,4 +157,12 @@ def test_cli_extract_then_train_from_features(data, tmp_path, capsys):
         "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--model.val_generation.max_new_tokens", "5", "--model.test_generation.max_new_tokens", "5",
     ])
     assert cli.trainer.global_step == 2
+    # a model whose encoder did not write the cache: one line naming the setting, before any step
+    args = ["fit", "--config", str(config), "--data.features", str(out), "--data.num_workers", "0", "--data.min_word_freq", "1",
+            "--trainer.default_root_dir", str(tmp_path / "run2"), "--trainer.max_steps", "1", "--trainer.logger", "false",
+            "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu"]
+    with pytest.raises(ConfigError, match="features extracted with grid_size 2, this run has 3"):
+        run_lightning_cli(args + ["--model.encoder.grid_size", "3"])
+    with pytest.raises(ConfigError, match="features extracted with encoder 'resnet50', this run has 'resnet101'"):
+        run_lightning_cli(args + ["--model.encoder.name", "resnet101"])
     assert main(["extract-features", "--config", str(tmp_path / "none.yaml"), "--out", str(out)]) == 1

@@ -16,5 +16,11 @@ class CaptionDataModule(CaptionData, L.LightningDataModule):
         trainer = self.trainer
         return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
 
+    def setup(self, stage=None) -> None:
+        super().setup(stage)
+        spec = getattr(getattr(self.trainer, "lightning_module", None), "spec", None)
+        if self.features is not None and spec is not None:  # a cache of another encoder is one line, not wrong inputs
+            self.feature_cache().check(encoder=spec.encoder.name, grid_size=spec.encoder.grid_size)
+
     def on_before_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
         return self.drop_bad_images(batch)
