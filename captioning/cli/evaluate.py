@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from captioning.common import default_device
 from captioning.data.captions import CaptionData
 from captioning.decoding.evaluator import Evaluator
-from captioning.errors import AnnotationError
+from captioning.errors import AnnotationError, ConfigError
 from captioning.files import atomic_write_json
 from captioning.metrics import METRICS
 from captioning.decoding.search import GenerationConfig
@@ -97,4 +97,29 @@ def evaluate(
     }
     if metrics_path:
         atomic_write_json(metrics_path, report)
+    report["predictions"] = predictions  # (not in the metrics file: the results file holds them)
     return report
+
+
+#: an evaluation server's subsets, and the name its submission file must have
+SERVER_FILES = {
+    "coco": (("val2014", "test2014"), "captions_{subset}_{name}_results.json"),  # the COCO caption server's convention
+    "nocaps": (("val", "test"), "nocaps_{subset}_{name}_results.json"),
+}
+
+
+def write_server_results(predictions: dict, server: str, subset: Optional[str] = None, name: str = "captioning",
+                         folder: str = ".") -> str:
+    """The captions as an evaluation server's submission: a JSON list of {"image_id": int, "caption": str},
+    one per image, in a file named as the server asks (:data:`SERVER_FILES`). Returns its path."""
+    subsets, pattern = SERVER_FILES[server]
+    subset = subset or subsets[0]
+    if subset not in subsets:
+        raise ConfigError(f"--server-subset: the {server} server's subsets are {', '.join(subsets)}, got {subset!r}")
+    if not name or not all(c.isalnum() or c in "-_" for c in name):
+        raise ConfigError(f"--server-name: letters, digits, '-' and '_' only (it is part of the file name), got {name!r}")
+    if not predictions:
+        raise ConfigError("no captions to submit (no image of the split was decoded)")
+    path = os.path.join(folder, pattern.format(subset=subset, name=name))
+    atomic_write_json(path, [{"image_id": int(i), "caption": c} for i, c in sorted(predictions.items())])
+    return path

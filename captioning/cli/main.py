@@ -163,6 +163,12 @@ def cmd_evaluate(args) -> int:
         grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=args.checkpoint,
     )
     print(json.dumps(report["scores"], indent=2))
+    if args.server_results:
+        from captioning.cli.evaluate import write_server_results
+
+        path = write_server_results(report["predictions"], args.server_results, args.server_subset, args.server_name,
+                                    args.server_dir)
+        print(f"wrote {path} (submit it to the {args.server_results} evaluation server)", file=sys.stderr)
     for key, note in report["notes"].items():
         if key.endswith("_error"):  # a metric that could not be computed, and why
             print(f"note: {note}", file=sys.stderr)
@@ -287,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
     p.add_argument("--out", default=None, help="write the metrics JSON here")
     p.add_argument("--results", default=None, help="write the COCO results JSON here")
+    p.add_argument("--server-results", choices=("coco", "nocaps"), default=None,
+                   help="also write the captions as an evaluation server's submission file (docs/EVALUATION.md)")
+    p.add_argument("--server-subset", default=None,
+                   help="the server's subset: coco val2014 (default) or test2014; nocaps val (default) or test")
+    p.add_argument("--server-name", default="captioning", help="the method's name in the submission file's name")
+    p.add_argument("--server-dir", default=".", help="the folder the submission file is written to")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("prepare", help="check a dataset (splits, images, caption lengths) and build its vocabulary")
