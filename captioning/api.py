@@ -5,6 +5,7 @@
     [out] = captioner("photo.jpg", num_beams=3, return_attention=True)
     out["generated_text"], out["score"], out["attention"].shape   # (T, gh, gw)
     captioner.render("photo.jpg", out, "photo.gif")
+    ensemble = Captioner.from_checkpoints(["a.ckpt", "b.ckpt"], weights=[0.7, 0.3])   # decoding/ensemble.py
 
 Generation arguments carry the names of Hugging Face's ``generate``: num_beams, max_new_tokens,
 do_sample, temperature, top_k, length_penalty, num_return_sequences (and attention_mode).
@@ -21,6 +22,7 @@ from PIL import Image
 from captioning.viz.attention_maps import grid_shape
 from captioning.common import default_device
 from captioning.data.images import as_rgb, to_tensor
+from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
@@ -38,9 +40,13 @@ class Captioner:
 
     ``generation``: the default settings of :meth:`__call__` (Hugging Face's default of one beam,
     the model's caption length); each call may override any of them by name.
+
+    ``model`` may be an :class:`~captioning.decoding.ensemble.Ensemble` (:meth:`from_checkpoints`):
+    each member then reads the images at its own size, and the attention maps are the members'
+    mean map.
     """
 
-    def __init__(self, model: ShowAttendTell, image_size: Optional[int] = None, generation: Optional[GenerationConfig] = None,
+    def __init__(self, model: Union[ShowAttendTell, Ensemble], image_size: Optional[int] = None, generation: Optional[GenerationConfig] = None,
                  description: Optional[dict] = None, device: Optional[Union[str, torch.device]] = None,
                  spec: Optional[ModelSpec] = None):
         self.device = default_device(device)
@@ -86,6 +92,24 @@ class Captioner:
         return cls.from_model(load_model(path), device)
 
     @classmethod
+    def from_checkpoints(cls, paths: Sequence[Union[str, os.PathLike]], weights: Optional[Sequence[float]] = None,
+                         device: Optional[Union[str, torch.device]] = None) -> "Captioner":
+        """The captioner of an ensemble of checkpoints or model folders of one vocabulary
+        (:class:`~captioning.decoding.ensemble.Ensemble`): their log-probabilities averaged at each
+        step, weighted by ``weights`` (normalised to sum 1; equal by default). One path gives that
+        model's captioner. The default decoding is the first model's spec's, with one beam."""
+        from captioning.storage.load import load_model
+
+        paths = [os.fspath(p) for p in paths]
+        if len(paths) == 1 and weights is None:
+            return cls.from_checkpoint(paths[0], device)
+        ensemble = Ensemble([load_model(p) for p in paths], weights, names=paths)
+        description = {"encoder": " + ".join(m.spec.encoder.name for m in ensemble.members),
+                       "ensemble": [{"checkpoint": p, "weight": w} for p, w in zip(paths, ensemble.weights)]}
+        return cls(ensemble, ensemble.spec.image_size, ensemble.spec.generation.one_beam(), description, device,
+                   spec=ensemble.spec)
+
+    @classmethod
     def from_pretrained(cls, name_or_path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None,
                         revision: Optional[str] = None, local_files_only: Optional[bool] = None,
                         cache_dir: Optional[str] = None) -> "Captioner":
@@ -114,6 +138,8 @@ class Captioner:
         if self.spec is None:
             raise ValueError("save_pretrained needs the model's spec: make the Captioner with from_checkpoint, "
                              "from_pretrained, from_model or from_module")
+        if isinstance(self.model, Ensemble):
+            raise ValueError("save_pretrained writes one model: save each member of an ensemble on its own")
         card = self.description.get("card") or {"training_data": self.description.get("training_data")}
         return str(save_folder(folder, self.model, card, dataclasses.replace(self.spec, image_size=self.image_size)))
 
@@ -168,8 +194,7 @@ class Captioner:
         results = []
         for start in range(0, len(pils), batch_size):
             chunk = pils[start : start + batch_size]
-            batch = torch.stack([to_tensor(im, self.image_size) for im in chunk]).to(self.device)
-            out = self.model.generate(images=batch, config=config, generator=generator)
+            out = self.model.generate(images=self._batch(chunk), config=config, generator=generator)
             for i in range(len(chunk)):
                 n = int(out.lengths[i])
                 ids = out.sequences[i, :n].tolist()
@@ -194,6 +219,12 @@ class Captioner:
                         item["head_attention"] = out.head_alphas[i, :n].reshape(n, heads, *grid).cpu().numpy()
                 results.append(item)
         return results
+
+    def _batch(self, images: Sequence[Image.Image]):
+        """The model's input (B, 3, S, S) on its device; an ensemble's: one batch per member, at its size."""
+        if isinstance(self.model, Ensemble):
+            return [torch.stack([to_tensor(im, size) for im in images]).to(self.device) for size in self.model.image_sizes]
+        return torch.stack([to_tensor(im, self.image_size) for im in images]).to(self.device)
 
     def render(
         self,

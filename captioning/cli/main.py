@@ -15,7 +15,8 @@ from typing import Optional, Sequence
 
 from captioning.errors import CaptioningError
 from captioning import __version__
-from captioning.cli.options import ShortErrorParser, apply_image_limit, at_least, fraction, generation_args, generation_overrides, report_skipped
+from captioning.cli.options import (ShortErrorParser, apply_image_limit, at_least, checkpoints_and_weights, fraction,
+                                    generation_args, generation_overrides, report_skipped)
 
 #: the LightningCLI subcommands (captioning/training/cli.py)
 TRAINING_COMMANDS = ("fit", "validate", "test")
@@ -49,13 +50,14 @@ def gather_images(items: Sequence[str]) -> tuple[list, list]:
 
 
 def load_captioner(args):
-    """The checkpoint's Captioner (or, with --onnx, the ONNX folder's OnnxCaptioner: no torch is
-    imported then) and the generation settings of the command's arguments, checked before any image
-    is read; a note when a hard-attention setting meets a soft model."""
+    """The checkpoint's Captioner (several --checkpoint: their ensemble's; with --onnx, the ONNX
+    folder's OnnxCaptioner: no torch is imported then) and the generation settings of the command's
+    arguments, checked before any image is read; a note when a hard-attention setting meets a soft model."""
     from captioning.decoding.generation import GenerationConfig
 
     apply_image_limit(args)
     GenerationConfig(num_beams=args.num_beams).replace(**generation_overrides(args))  # one-line errors, early
+    paths, weights = checkpoints_and_weights(args)
     if getattr(args, "onnx", None):
         from captioning.export.onnx_captioner import OnnxCaptioner
 
@@ -66,7 +68,7 @@ def load_captioner(args):
     else:
         from captioning.api import Captioner
 
-        captioner = Captioner.from_checkpoint(args.checkpoint, args.device)
+        captioner = Captioner.from_checkpoints(paths, weights, args.device)
     if args.attention_mode not in (None, "expected") and captioner.attention_kind == "soft":
         print(f"note: --attention-mode {args.attention_mode} applies to hard-attention models; "
               "this one has soft attention (it reads the expected context)", file=sys.stderr)
@@ -155,12 +157,18 @@ def cmd_evaluate(args) -> int:
     from captioning.storage.load import load_model
 
     apply_image_limit(args)
-    model = load_model(args.checkpoint)
+    paths, weights = checkpoints_and_weights(args)
+    if len(paths) == 1 and weights is None:
+        model = load_model(paths[0])
+    else:  # an ensemble: its members' log-probabilities averaged (decoding/ensemble.py)
+        from captioning.decoding.ensemble import Ensemble
+
+        model = Ensemble([load_model(p) for p in paths], weights, names=paths)
     report = evaluate(
         model, args.annotations, images_root=args.images_root, split=args.split,
         generation=model.spec.generation.replace(**generation_overrides(args)),
         batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, spice=args.spice,
-        grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=args.checkpoint,
+        grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=" + ".join(paths),
     )
     print(json.dumps(report["scores"], indent=2))
     if args.server_results:
@@ -269,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help='print [{"image", "generated_text", "score"}, ...]')
     p.set_defaults(func=cmd_caption)
 
-    p = sub.add_parser("attend", help="write attention GIFs / grids: where the model looked for each word")
+    p = sub.add_parser("attend", help="write attention GIFs / grids: where the model looked for each word "
+                       "(several --checkpoint: the mean of the models' maps)")
     p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
     generation_args(p)
     p.add_argument("--out", required=True, help="FILE.gif / FILE.png for one image, else a folder")

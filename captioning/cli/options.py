@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import Optional
 
 from captioning.models import ATTENTION_MODES
 
@@ -82,6 +83,31 @@ def report_skipped(bad: list) -> None:
 
 #: what --checkpoint takes, in every command's help
 CHECKPOINT_HELP = "a checkpoint written by `captioning fit`, or a model folder written by `captioning export`"
+ENSEMBLE_HELP = ("; given several times, an ensemble of models of one vocabulary: their log-probabilities averaged "
+                 "at each step (docs/EVALUATION.md, Ensembles)")
+
+
+def weight_list(text: str) -> tuple[float, ...]:
+    """--ensemble-weights: comma-separated non-negative numbers, e.g. 0.7,0.3."""
+    try:
+        weights = tuple(float(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 0.7,0.3, got {text!r}") from None
+    if any(not (w >= 0 and math.isfinite(w)) for w in weights) or sum(weights) <= 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative numbers with a positive sum, got {text!r}")
+    return weights
+
+
+def checkpoints_and_weights(args) -> tuple[list[str], Optional[tuple[float, ...]]]:
+    """The command's --checkpoint paths (one or more) and --ensemble-weights (None: equal), checked
+    to agree in number (a one-line ConfigError otherwise)."""
+    from captioning.errors import ConfigError
+
+    paths, weights = list(args.checkpoint or []), getattr(args, "ensemble_weights", None)
+    if weights is not None and len(weights) != len(paths):
+        what = "--onnx" if not paths else f"{len(paths)} --checkpoint"
+        raise ConfigError(f"--ensemble-weights: {len(weights)} weights for {what}; give one weight per --checkpoint")
+    return paths, weights
 
 
 def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool = True, onnx: bool = False) -> None:
@@ -89,11 +115,15 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
     the decoding settings (GenerationConfig's fields) and the device of a command."""
     if checkpoint and onnx:
         model = p.add_mutually_exclusive_group(required=True)
-        model.add_argument("--checkpoint", help=CHECKPOINT_HELP)
+        model.add_argument("--checkpoint", action="append", help=CHECKPOINT_HELP + ENSEMBLE_HELP)
         model.add_argument("--onnx", metavar="FOLDER",
                            help="an ONNX folder written by `captioning export --format onnx`: runs with onnxruntime, without PyTorch")
     elif checkpoint:
-        p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+        p.add_argument("--checkpoint", action="append", required=True, help=CHECKPOINT_HELP + ENSEMBLE_HELP)
+    if checkpoint:
+        p.add_argument("--ensemble-weights", type=weight_list, default=None, metavar="W1,W2,...",
+                       help="with several --checkpoint: the models' weights in the average of their log-probabilities, "
+                            "in --checkpoint order (normalised to sum 1; default equal)")
     p.add_argument("--num-beams", type=at_least(1), default=beams, help=f"beams per image (1: greedy; default {beams})")
     p.add_argument("--max-new-tokens", type=at_least(1), default=None, help="longest caption (default: the model's)")
     p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")

@@ -30,6 +30,25 @@ from captioning.vocab import Vocabulary
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
 
 
+class PlainStates:
+    """How the loops take a :class:`DecoderState` apart and put it back together: the carried
+    recurrent state (h, c) and the per-image tensors every step reads (features, projected). A
+    decoder with another state (decoding/ensemble.py's) names its own as ``decoder.state_layout``."""
+
+    @staticmethod
+    def constants(state: DecoderState) -> list[Tensor]:
+        return [state.features, state.projected]
+
+    @staticmethod
+    def state(h: Tensor, c: Tensor, constants: list[Tensor], beams: int = 1) -> DecoderState:
+        return DecoderState(h, c, *constants, beams)
+
+
+def state_layout(decoder):
+    """The decoder's :class:`PlainStates` (or its own ``state_layout``)."""
+    return getattr(decoder, "state_layout", PlainStates)
+
+
 def capturable(config: GenerationConfig) -> bool:
     """Whether the graphed search applies: deterministic greedy or beam search of one caption each."""
     return not config.do_sample and config.attention_mode != "sample" and config.location_samples == 1
@@ -89,11 +108,11 @@ def _prefix(process: LogitsProcessor, rows: int, config: GenerationConfig, devic
 def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process: LogitsProcessor,
                 generator: Optional[torch.Generator] = None):
     """One greedy step as a function of tensors (what is captured)."""
+    layout, n_prefix = state_layout(decoder), int(process.needs_prefix)
 
     def step(tokens, h, c, finished, scores, lengths, *rest):
-        *prefix, features, projected = rest
-        prefix = prefix[0] if prefix else None
-        logp, state, g = decoder.step(tokens, DecoderState(h, c, features, projected), config.attention_mode,
+        prefix = rest[0] if n_prefix else None
+        logp, state, g = decoder.step(tokens, layout.state(h, c, list(rest[n_prefix:])), config.attention_mode,
                                      config.attention_temperature)
         logp = process(logp, tokens, lengths, prefix)
         if config.do_sample:
@@ -115,15 +134,17 @@ def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, proces
 @torch.no_grad()
 def greedy(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
            generator: Optional[torch.Generator] = None, check_every: int = 4) -> GenerationOutput:
-    """:func:`captioning.decoding.search.greedy_search`."""
-    B, device = features.size(0), features.device
+    """:func:`captioning.decoding.search.greedy_search`. features: what ``decoder.initial_state``
+    reads ((B, L, D); an ensemble's, one tensor per member)."""
     state = decoder.initial_state(features)
+    constants = state_layout(decoder).constants(state)
+    B, device, dtype = constants[0].size(0), constants[0].device, constants[0].dtype
     process = LogitsProcessor(decoder, config, device)
     carry = [torch.full((B,), BOS, dtype=torch.long, device=device), state.h, state.c,
-             torch.zeros(B, dtype=torch.bool, device=device), features.new_zeros(B, dtype=_score_dtype(features.dtype)),
+             torch.zeros(B, dtype=torch.bool, device=device), constants[0].new_zeros(B, dtype=_score_dtype(dtype)),
              torch.zeros(B, dtype=torch.long, device=device)] + _prefix(process, B, config, device)
     step = greedy_step(decoder, config, process, generator)
-    history = _run(step, carry, [state.features, state.projected], config, check_every)
+    history = _run(step, carry, constants, config, check_every)
     _, scores, lengths = history[-1][:3]
     columns = list(zip(*history))[3:]  # tokens, alpha, location[, head alphas]
     dtype = _score_dtype(columns[1][0].dtype)
@@ -146,11 +167,11 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process:
     count of each word the earlier groups chose at this step (Hugging Face's Hamming diversity)."""
     G = config.num_beam_groups
     Kg, penalty = K // G, float(config.diversity_penalty)
+    layout, n_prefix = state_layout(decoder), int(process.needs_prefix)
 
     def step(tokens, h, c, finished, beam_scores, lengths, *rest):
-        *prefix, features, projected = rest
-        prefix = prefix[0] if prefix else None
-        state = DecoderState(h, c, features, projected, K)
+        prefix = rest[0] if n_prefix else None
+        state = layout.state(h, c, list(rest[n_prefix:]), K)
         logp, state, g = decoder.step(tokens, state, config.attention_mode, config.attention_temperature)  # (B*K, V)
         logp = process(logp, tokens, lengths, prefix)
         V = logp.size(-1)
@@ -188,16 +209,18 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process:
 @torch.no_grad()
 def beam(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
          check_every: int = 4) -> GenerationOutput:
-    """:func:`captioning.decoding.search.beam_search`."""
-    B, K, G, device = features.size(0), config.num_beams, config.num_beam_groups, features.device
+    """:func:`captioning.decoding.search.beam_search`. features: as for :func:`greedy`."""
+    K, G = config.num_beams, config.num_beam_groups
     state = decoder.initial_state(features).expand_beams(K)
-    beam_scores = features.new_zeros(B, G, K // G, dtype=_score_dtype(features.dtype))
+    constants = state_layout(decoder).constants(state)
+    B, device = constants[0].size(0), constants[0].device
+    beam_scores = constants[0].new_zeros(B, G, K // G, dtype=_score_dtype(constants[0].dtype))
     beam_scores[:, :, 1:] = float("-inf")  # at the start one beam of each group is alive
     process = LogitsProcessor(decoder, config, device)
     carry = [torch.full((B * K,), BOS, dtype=torch.long, device=device), state.h, state.c,
              torch.zeros(B * K, dtype=torch.bool, device=device), beam_scores.view(B, K),
              torch.zeros(B * K, dtype=torch.long, device=device)] + _prefix(process, B * K, config, device)
     step = beam_step(decoder, config, process, B, K)
-    history = _run(step, carry, [state.features, state.projected], config, check_every)
+    history = _run(step, carry, constants, config, check_every)
     _, beam_scores, lengths = history[-1][:3]
     return backtrack([h[3:] for h in history], beam_scores, lengths, B, K, config)

@@ -79,13 +79,16 @@ def best_of_k(
     """Sampled-then-best-of-K for hard attention: K = ``config.location_samples`` decodings of each
     image, each with its own sampled locations (attention_mode "sample"; greedy or beam search as
     the config says), and the one of the best (length-normalised) score log p(y | s, a) kept.
-    features: (B, L, D)."""
-    B, K = features.size(0), config.location_samples
+    features: (B, L, D) (an ensemble's: one tensor per member)."""
+    K = config.location_samples
     single = config.replace(attention_mode="sample", location_samples=1)
     if single.num_return_sequences > 1:
         single = dataclasses.replace(single, num_return_sequences=1)
-    out = generate(decoder, features.repeat_interleave(K, 0), single, generator)  # B * K rows, image-major
+    repeated = ([f.repeat_interleave(K, 0) for f in features] if isinstance(features, (list, tuple))
+                else features.repeat_interleave(K, 0))
+    out = generate(decoder, repeated, single, generator)  # B * K rows, image-major
+    B = out.scores.size(0) // K
     best = out.scores.view(B, K).argmax(1)  # (B,)
-    row = torch.arange(B, device=features.device) * K + best
+    row = torch.arange(B, device=best.device) * K + best
     return GenerationOutput(sequences=out.sequences[row], alphas=out.alphas[row], locations=out.locations[row],
                             scores=out.scores[row], lengths=out.lengths[row])
