@@ -17,7 +17,8 @@ The code in three files: this one holds the layers (their names are the checkpoi
 initial state, the deep output and the entry points (:meth:`ShowAttendTellDecoder.forward`, a
 teacher-forced pass; :meth:`~ShowAttendTellDecoder.step`, one generation step); cells.py the time
 step, one cell per placement, and what it gives (StepOutput); unroll.py the teacher-forced
-unrollings of the step (the shrinking batch, Luong's whole-sequence pass, static shapes).
+unrollings of the step (the shrinking batch, Luong's whole-sequence pass, static shapes,
+scheduled sampling).
 
 Nothing per step is done that can be done once: the image-side attention projection W_a a and the
 embedding part of the LSTM input are computed for all steps before the loop; the three products of

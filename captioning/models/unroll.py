@@ -2,7 +2,7 @@
 
 A batch is features a (B, L, D), captions (B, T + 1) as [BOS, w_1, ..., EOS, PAD...] and lengths
 (B,), the tokens of each caption including BOS and EOS; step t reads captions[:, t] and predicts
-captions[:, t + 1]. Three unrollings, chosen by ``decoder.forward``'s arguments:
+captions[:, t + 1]. Four unrollings, chosen by ``decoder.forward``'s arguments:
 
 - :func:`packed` (the default of the Bahdanau cell): the captions sorted by length, only the ones
   still running take part in a step; the output layer runs once, after the loop, over the real
@@ -18,8 +18,8 @@ captions[:, t + 1]. Three unrollings, chosen by ``decoder.forward``'s arguments:
   static pass, the output layer inside the loop, so that the next step can read a word sampled
   from this step's distribution.
 
-Each gives a :class:`DecoderOutput`; the static pass's logits are (B, T, V), every step's, for the
-losses to mask. A caption's real steps come first, so the padded steps after them change nothing
+Each gives a :class:`DecoderOutput`; the static and scheduled passes' logits are (B, T, V), every
+step's, for the losses to mask. A caption's real steps come first, so the padded steps after them change nothing
 before them: the static pass's loss and gradients equal the others' (tests/test_static_shapes.py).
 """
 from __future__ import annotations
