@@ -157,10 +157,12 @@ class Captioner:
             return push_to_hub(tmp, repo_id, private=private, token=token, commit_message=commit_message)
 
     def describe(self) -> dict:
-        """What the model is: attention kind, encoder, vocabulary size, image size (for people and pages)."""
+        """What the model is: attention kind, encoder, vocabulary size, image size (for people and pages);
+        for an ensemble, its members and weights too."""
         return {"attention": self.attention_kind, "encoder": self.description.get("encoder"),
                 "vocab_size": len(self.vocab), "image_size": self.image_size,
-                "training_data": self.description.get("training_data"), "test_scores": self.description.get("test_scores")}
+                "training_data": self.description.get("training_data"), "test_scores": self.description.get("test_scores"),
+                **({"ensemble": self.description["ensemble"]} if self.description.get("ensemble") else {})}
 
     @torch.no_grad()
     def __call__(

@@ -468,3 +468,21 @@ def test_names_specs_and_the_serve_subcommand():
     assert args.func is cmd_serve and args.checkpoint == ["a.ckpt", "hard=b.ckpt"]
     assert (args.host, args.port, args.max_upload_mb) == ("127.0.0.1", 7860, 10.0)
     assert serve_command("runs/best.ckpt") == "captioning serve --checkpoint runs/best.ckpt"
+
+
+def test_an_ensemble_is_served_as_one_model(tiny_checkpoint, hard_checkpoint, tiny_shapes):
+    """``--checkpoint NAME=A+B``: one model on the page, the ensemble's captions."""
+    from PIL import Image
+
+    from captioning.api import Captioner
+    from captioning.web.service import ServedModel, Settings, ensemble_members
+
+    assert ensemble_members(f"{tiny_checkpoint}+{hard_checkpoint}") == [str(tiny_checkpoint), str(hard_checkpoint)]
+    assert ensemble_members(str(tiny_checkpoint)) == [str(tiny_checkpoint)]
+    served = ServedModel.load("both", f"{tiny_checkpoint}+{hard_checkpoint}")
+    assert served.checkpoint == Path(tiny_checkpoint)
+    assert [m["checkpoint"] for m in served.description["ensemble"]] == [Path(tiny_checkpoint).name, Path(hard_checkpoint).name]
+    image = Image.open(next(Path(tiny_shapes).parent.rglob("*.png"))).convert("RGB")
+    [ours] = served.caption([image], Settings())
+    [theirs] = Captioner.from_checkpoints([tiny_checkpoint, hard_checkpoint], device="cpu")(image)
+    assert ours["generated_text"] == theirs["generated_text"]

@@ -24,7 +24,8 @@ def port_number(text: str) -> int:
 def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", action="append", required=True, metavar="[NAME=]CKPT",
                    help="a checkpoint (or a model folder of `captioning export`) to serve; repeat it to compare models side by side "
-                        "(e.g. --checkpoint soft=a.ckpt --checkpoint hard=b.ckpt)")
+                        "(e.g. --checkpoint soft=a.ckpt --checkpoint hard=b.ckpt); NAME=A+B serves the ensemble of A and B "
+                        "as one model (their log-probabilities averaged at each step)")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 exposes the "
                         "page and the API to every network this machine is on)")

@@ -231,6 +231,14 @@ def _test_images(config: Optional[dict], limit: int = EXAMPLES, max_mb: float = 
         return []
 
 
+def ensemble_members(path: str) -> list[str]:
+    """``A+B+...`` -> the members of an ensemble served as one model; a path that exists as given
+    (or has no ``+``) is one model."""
+    if "+" not in path or Path(path).exists():
+        return [path]
+    return [part for part in path.split("+") if part]
+
+
 class ServedModel:
     """One checkpoint behind the page: the captioner, its description and example images."""
 
@@ -249,6 +257,9 @@ class ServedModel:
     def load(cls, name: Optional[str], checkpoint, device: str = "cpu", examples: Sequence[Path] = ()) -> "ServedModel":
         from captioning.api import Captioner
 
+        members = ensemble_members(str(checkpoint))
+        if len(members) > 1:  # A+B: an ensemble, one model on the page (its training config: the first member's)
+            return cls(name or "", Captioner.from_checkpoints(members, device=device), Path(members[0]), examples)
         captioner = Captioner.from_checkpoint(checkpoint, device=device)
         return cls(name or "", captioner, Path(checkpoint), examples)
 
@@ -260,6 +271,8 @@ class ServedModel:
         if not info.get("training_data"):
             info["training_data"] = ((config or {}).get("data") or {}).get("annotations")
         info["training_data"] = _file_names(info.get("training_data"))
+        if info.get("ensemble"):  # members by file name, as the training data: no server paths in the API
+            info["ensemble"] = [{**m, "checkpoint": Path(m["checkpoint"]).name} for m in info["ensemble"]]
         info["parameters"] = int(sum(p.numel() for p in self.captioner.model.parameters()))
         if self.checkpoint is not None:
             info["checkpoint"] = self.checkpoint.name
