@@ -46,6 +46,8 @@ def evaluate(
     results_path: Optional[str] = None,
     checkpoint: Optional[str] = None,
     progress: bool = True,
+    clip_model: Optional[str] = None,
+    clip_weights: Optional[str] = None,
 ) -> dict:
     """Decode ``split`` with a trained model and score it. Returns the report written to ``metrics_path``.
 
@@ -55,7 +57,8 @@ def evaluate(
     "scores" (BLEU-1..4, METEOR, ROUGE_L, CIDEr, SPICE when it can run, object F1 for datasets
     with object annotations, grounding scores if asked), "notes" (why a metric is missing), the
     decoding settings and the images skipped. ``results_path`` gets the COCO results file
-    [{"image_id", "caption"}].
+    [{"image_id", "caption"}]. ``clip_model`` (``MODEL/TAG``, or ``MODEL`` with ``clip_weights``, a
+    local file): CLIPScore and RefCLIPScore (metrics/clip_score.py), or a note saying why not.
     """
     model = getattr(model, "model", model)  # a CaptioningModule holds its ShowAttendTell as .model
     generation = generation or model.spec.generation
@@ -83,6 +86,8 @@ def evaluate(
         evaluator.close()
     if predictions and not spice:
         notes.setdefault("SPICE", "not computed (pass --spice; it needs Java and a Stanford CoreNLP download)")
+    if predictions:
+        clip_scores(scores, notes, data, split, predictions, clip_model, clip_weights, str(dev))
     report = {
         "checkpoint": os.fspath(checkpoint) if checkpoint else None,
         "annotations": os.fspath(annotations),
@@ -99,6 +104,26 @@ def evaluate(
         atomic_write_json(metrics_path, report)
     report["predictions"] = predictions  # (not in the metrics file: the results file holds them)
     return report
+
+
+def clip_scores(scores: dict, notes: dict, data: CaptionData, split: str, predictions: dict,
+                clip_model: Optional[str], clip_weights: Optional[str], device: str) -> None:
+    """CLIPScore and RefCLIPScore of the captions into ``scores``, or into ``notes`` why they are missing."""
+    if clip_model is None:
+        notes["CLIPScore"] = "not computed (pass --clip-model MODEL/TAG, e.g. ViT-B-32/openai, or --clip-weights FILE)"
+        return
+    from captioning.data.images import load_image
+    from captioning.errors import CaptioningError
+    from captioning.metrics.clip_score import ClipScorer
+
+    try:
+        scorer = ClipScorer.load(clip_model, clip_weights, device)
+    except CaptioningError as err:
+        notes["CLIPScore"] = f"unavailable: {err}"
+        return
+    records = [r for r in data.records(split) if r.image_id in predictions]
+    images = [load_image(os.path.join(data.images_root, r.path)) for r in records]
+    scores.update(scorer(images, [predictions[r.image_id] for r in records], [r.captions for r in records]))
 
 
 #: an evaluation server's subsets, and the name its submission file must have

@@ -169,6 +169,7 @@ def cmd_evaluate(args) -> int:
         generation=model.spec.generation.replace(**generation_overrides(args)),
         batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, spice=args.spice,
         grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=" + ".join(paths),
+        clip_model=args.clip_model, clip_weights=args.clip_weights,
     )
     print(json.dumps(report["scores"], indent=2))
     if args.server_results:
@@ -299,6 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=at_least(1), default=32)
     p.add_argument("--num-workers", type=at_least(0), default=0)
     p.add_argument("--spice", action="store_true", help="also try SPICE (needs Java and Stanford CoreNLP)")
+    p.add_argument("--clip-model", default=None, metavar="MODEL[/TAG]",
+                   help="CLIPScore and RefCLIPScore with this OpenCLIP model (e.g. ViT-B-32/openai; weights from its cache)")
+    p.add_argument("--clip-weights", default=None, metavar="FILE",
+                   help="the CLIP model's weights from a local safetensors or weights-only file instead of its cache")
     p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
     p.add_argument("--out", default=None, help="write the metrics JSON here")
     p.add_argument("--results", default=None, help="write the COCO results JSON here")
