@@ -223,7 +223,8 @@ def test_defaults_need_no_fields_and_a_soft_model_ignores_the_attention_mode(ser
     [want] = captioners["soft"]([str(test_images[1])], num_beams=3)
     assert status == 200 and out["model"] == "soft" and out["generated_text"] == want["generated_text"]
     assert out["settings"] == {"num_beams": 3, "max_new_tokens": None, "length_penalty": None,
-                               "attention_mode": None, "num_return_sequences": None}
+                               "attention_mode": None, "num_return_sequences": None, "num_beam_groups": 1,
+                               "diversity_penalty": None}
     assert "gif" not in out and "image" not in out
 
 
@@ -437,9 +438,23 @@ def test_settings_are_checked():
     for fields, message in [({"num_beams": "0"}, "num_beams: must be between 1 and 10"),
                             ({"max_new_tokens": "1.5"}, "max_new_tokens: expected an integer"),
                             ({"length_penalty": "inf"}, "length_penalty"),
-                            ({"num_beams": "2", "num_return_sequences": "3"}, "num_return_sequences: must be between 1 and 2")]:
+                            ({"num_beams": "2", "num_return_sequences": "3"}, "num_return_sequences: must be between 1 and 2"),
+                            ({"num_beams": "4", "num_beam_groups": "3"}, "num_beam_groups: must divide num_beams"),
+                            ({"num_beams": "4", "num_beam_groups": "5"}, "num_beam_groups: must be between 1 and 4"),
+                            ({"diversity_penalty": "1.0"}, "diversity_penalty: needs num_beam_groups > 1"),
+                            ({"num_beams": "4", "num_beam_groups": "2", "diversity_penalty": "0"}, "diversity_penalty: must be above 0")]:
         with pytest.raises(RequestError, match=message):
             Settings.parse(fields, hard=True)
+    diverse = Settings.parse({"num_beams": "4", "num_beam_groups": "2"}, hard=False)
+    assert (diverse.num_beam_groups, diverse.diversity_penalty) == (2, 0.5)
+
+
+def test_diverse_beams_are_listed_side_by_side(server, captioners, test_images):
+    status, out = post_image(server.url, test_images[2].read_bytes(), num_beams=4, num_beam_groups=2, diversity_penalty=1.5)
+    want = captioners["soft"]([str(test_images[2])], num_beams=4, num_beam_groups=2, diversity_penalty=1.5,
+                              num_return_sequences=4)[0]
+    assert status == 200 and len(out["beams"]) == 4
+    assert [b["generated_text"] for b in out["beams"]] == [b["generated_text"] for b in want["beams"]]
 
 
 def test_names_specs_and_the_serve_subcommand():

@@ -78,6 +78,8 @@ PAGE = r"""<!doctype html>
     </div>
     <h2>Generation</h2>
     <label class="field">beams <input id="num-beams" type="number" min="1" max="10" value="3"></label>
+    <label class="field">diverse groups <input id="num-beam-groups" type="number" min="1" max="10" value="1"></label>
+    <label class="field">diversity penalty <input id="diversity-penalty" type="number" min="0" max="10" step="0.1" placeholder="0.5"></label>
     <label class="field">maximum length <input id="max-new-tokens" type="number" min="1" max="100" placeholder="model's"></label>
     <label class="field">length penalty <input id="length-penalty" type="number" min="-5" max="5" step="0.1" placeholder="model's"></label>
     <label class="field hidden" id="mode-field">attention mode (hard models)
@@ -289,7 +291,8 @@ async function run() {
     form.append("image", state.blob, state.name || "image");
     form.append("model", model.name);
     form.append("num_beams", $("num-beams").value);
-    for (const [field, id] of [["max_new_tokens", "max-new-tokens"], ["length_penalty", "length-penalty"], ["attention_mode", "attention-mode"]])
+    for (const [field, id] of [["max_new_tokens", "max-new-tokens"], ["length_penalty", "length-penalty"], ["attention_mode", "attention-mode"],
+                               ["num_beam_groups", "num-beam-groups"], ["diversity_penalty", "diversity-penalty"]])
       if ($(id).value !== "") form.append(field, $(id).value);
     form.append("return_gif", "1");
     form.append("return_image", "1");
@@ -350,7 +353,7 @@ async function init() {
 
 $("file-input").addEventListener("change", e => { const f = e.target.files[0]; if (f) setImage(f, f.name); });
 $("run").addEventListener("click", run);
-for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode"]) $(id).addEventListener("change", run);
+for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode", "num-beam-groups", "diversity-penalty"]) $(id).addEventListener("change", run);
 const drop = $("drop");
 drop.addEventListener("dragover", e => { e.preventDefault(); drop.classList.add("over"); });
 drop.addEventListener("dragleave", () => drop.classList.remove("over"));

@@ -88,6 +88,8 @@ class Settings:
     length_penalty: Optional[float] = None
     attention_mode: Optional[str] = None
     num_return_sequences: Optional[int] = None  # top beams to list (default: all of them, at most 5)
+    num_beam_groups: int = 1  # diverse beam search: groups of num_beams / groups beams, listed side by side
+    diversity_penalty: Optional[float] = None  # the groups' penalty (default 0.5 with groups)
 
     @classmethod
     def parse(cls, fields: dict, hard: bool) -> "Settings":
@@ -113,18 +115,29 @@ class Settings:
         mode = str(fields.get("attention_mode") or "").strip() or None
         if mode is not None and mode not in ATTENTION_MODES:
             raise RequestError(f"attention_mode: expected one of {', '.join(ATTENTION_MODES)}, got {mode[:40]!r}")
+        groups = number("num_beam_groups", int, 1, beams) or 1
+        if beams % groups:
+            raise RequestError(f"num_beam_groups: must divide num_beams ({beams}), got {groups}")
+        penalty = number("diversity_penalty", float, 0.0, 10.0)
+        if penalty is not None and groups == 1:
+            raise RequestError("diversity_penalty: needs num_beam_groups > 1 (diverse beam search)")
+        if penalty is not None and penalty <= 0:
+            raise RequestError(f"diversity_penalty: must be above 0, got {penalty}")
         return cls(
             num_beams=beams,
             max_new_tokens=number("max_new_tokens", int, 1, MAX_TOKENS),
             length_penalty=number("length_penalty", float, -5.0, 5.0),
             attention_mode=mode if hard else None,
             num_return_sequences=number("num_return_sequences", int, 1, beams),
+            num_beam_groups=groups,
+            diversity_penalty=(0.5 if penalty is None else penalty) if groups > 1 else None,
         )
 
     def as_dict(self) -> dict:
         return {"num_beams": self.num_beams, "max_new_tokens": self.max_new_tokens,
                 "length_penalty": self.length_penalty, "attention_mode": self.attention_mode,
-                "num_return_sequences": self.num_return_sequences}
+                "num_return_sequences": self.num_return_sequences, "num_beam_groups": self.num_beam_groups,
+                "diversity_penalty": self.diversity_penalty}
 
 
 def truthy(value) -> bool:
@@ -301,8 +314,11 @@ class ServedModel:
                                       length_penalty=settings.length_penalty, return_attention=True)
         if self.hard:
             kwargs["attention_mode"] = settings.attention_mode
+        if settings.num_beam_groups > 1:  # every beam listed, so that each group's captions show side by side
+            kwargs.update(num_beam_groups=settings.num_beam_groups, diversity_penalty=settings.diversity_penalty)
         if self.returns_beams:
-            kwargs["num_return_sequences"] = settings.num_return_sequences or min(settings.num_beams, 5)
+            every = settings.num_beams if settings.num_beam_groups > 1 else min(settings.num_beams, 5)
+            kwargs["num_return_sequences"] = settings.num_return_sequences or every
         results = self.captioner(images, **kwargs)
         for result in results:
             if not result.get("beams"):  # an API without num_return_sequences: the best beam only
