@@ -49,20 +49,19 @@ def test_local_weights_give_the_same_model(scorer, tmp_path):
 
 
 def test_evaluate_notes_why_clip_scores_are_missing_or_gives_them(scorer, tiny_checkpoint, tiny_shapes, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    out = tmp_path / "metrics.json"
-    args = ["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--max-new-tokens", "5"]
-    assert main(args + ["--out", str(out)]) == 0
-    assert "not computed" in json.loads(out.read_text())["notes"]["CLIPScore"]
-    assert main(args + ["--out", str(out), "--clip-model", "ViT-B-32"]) == 0  # no weights named
-    assert "name its weights" in json.loads(out.read_text())["notes"]["CLIPScore"]
-    assert main(args + ["--out", str(out), "--clip-model", "NoSuchModel/x"]) == 0
-    note = json.loads(out.read_text())["notes"]["CLIPScore"]
-    assert note.startswith("unavailable") and "NoSuchModel" in note and "\n" not in note
     from safetensors.torch import save_file
 
+    from captioning.cli.evaluate import clip_scores
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for model, expected in ((None, "not computed"), ("ViT-B-32", "name its weights"), ("NoSuchModel/x", "unavailable")):
+        notes = {}
+        clip_scores({}, notes, None, "test", {1: "a cat"}, model, None, "cpu")  # (no data read before the model loads)
+        assert expected in notes["CLIPScore"] and "\n" not in notes["CLIPScore"]
     weights = tmp_path / "clip.safetensors"
     save_file({k: v.contiguous() for k, v in scorer.model.state_dict().items()}, str(weights))
-    assert main(args + ["--out", str(out), "--clip-model", "ViT-B-32", "--clip-weights", str(weights)]) == 0
+    out = tmp_path / "metrics.json"
+    assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--max-new-tokens", "5",
+                 "--out", str(out), "--clip-model", "ViT-B-32", "--clip-weights", str(weights)]) == 0
     scores = json.loads(out.read_text())["scores"]
     assert 0 <= scores["CLIPScore"] <= 2.5 and 0 <= scores["RefCLIPScore"] <= 2.5
