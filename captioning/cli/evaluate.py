@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 from tqdm.auto import tqdm
 
@@ -48,6 +48,8 @@ def evaluate(
     progress: bool = True,
     clip_model: Optional[str] = None,
     clip_weights: Optional[str] = None,
+    metrics: Sequence[str] = METRICS,
+    tokenizer: str = "auto",
 ) -> dict:
     """Decode ``split`` with a trained model and score it. Returns the report written to ``metrics_path``.
 
@@ -59,6 +61,8 @@ def evaluate(
     decoding settings and the images skipped. ``results_path`` gets the COCO results file
     [{"image_id", "caption"}]. ``clip_model`` (``MODEL/TAG``, or ``MODEL`` with ``clip_weights``, a
     local file): CLIPScore and RefCLIPScore (metrics/clip_score.py), or a note saying why not.
+    ``metrics`` and ``tokenizer``: the coco-caption scores to compute and the PTB tokenizer ("auto":
+    Java where present; "python": metrics/ptb.py's, the same tokens without a JVM), as the Evaluator takes them.
     """
     model = getattr(model, "model", model)  # a CaptioningModule holds its ShowAttendTell as .model
     generation = generation or model.spec.generation
@@ -67,7 +71,8 @@ def evaluate(
     data = CaptionData(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
                              image_size=model.spec.image_size, on_bad_image="skip")
     data.set_vocab(model.vocab)
-    evaluator = Evaluator(METRICS, spice=spice, keep_alignments=grounding, training_captions=_training_captions(data))
+    evaluator = Evaluator(metrics, spice=spice, keep_alignments=grounding, training_captions=_training_captions(data),
+                          tokenizer=tokenizer)
 
     start = time.perf_counter()
     skipped = []
