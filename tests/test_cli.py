@@ -120,3 +120,9 @@ def test_forbid_bad_endings_flag_reaches_the_generation_settings(command):
     model_default = GenerationConfig(forbid_bad_endings=True)
     assert model_default.replace(**generation_overrides(plain)).forbid_bad_endings is True  # absent: the model's
     assert GenerationConfig().replace(**generation_overrides(flagged)).forbid_bad_endings is True
+
+
+def test_the_demo_finds_its_config():
+    from captioning.cli.demo import config_path
+
+    assert config_path("shapes_soft.yaml").read_text().startswith("# Soft attention on the synthetic shapes data")

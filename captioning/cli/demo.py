@@ -24,7 +24,7 @@ DEMO_DATA = dict(n_train=2500, n_val=150, n_test=300, image_size=64)
 
 def config_path(name: str) -> Path:
     """A config file of the repository's configs/ folder."""
-    path = Path(__file__).resolve().parent.parent / "configs" / name
+    path = Path(__file__).resolve().parents[2] / "configs" / name  # captioning/cli/demo.py -> the repository
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found (the demo runs from a clone of the repository)")
     return path
