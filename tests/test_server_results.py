@@ -39,3 +39,12 @@ def test_an_unknown_server_is_one_line(tiny_checkpoint, tiny_shapes, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--server-results", "flickr"])
     assert exit_.value.code != 0 and "invalid choice" in capsys.readouterr().err
+
+
+def test_server_settings_are_checked_before_decoding(tiny_checkpoint, tiny_shapes, monkeypatch, capsys):
+    import captioning.cli.evaluate as command
+
+    monkeypatch.setattr(command, "evaluate", lambda *a, **k: pytest.fail("the split was decoded before the check"))
+    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes),
+                 "--server-results", "coco", "--server-subset", "train2014"])
+    assert code == 1 and "--server-subset" in capsys.readouterr().err

@@ -138,18 +138,24 @@ SERVER_FILES = {
 }
 
 
-def write_server_results(predictions: dict, server: str, subset: Optional[str] = None, name: str = "captioning",
-                         folder: str = ".") -> str:
-    """The captions as an evaluation server's submission: a JSON list of {"image_id": int, "caption": str},
-    one per image, in a file named as the server asks (:data:`SERVER_FILES`). Returns its path."""
+def server_file(server: str, subset: Optional[str] = None, name: str = "captioning", folder: str = ".") -> str:
+    """The path of an evaluation server's submission file (:data:`SERVER_FILES`); one line of
+    :class:`ConfigError` for a subset the server does not have or a name that cannot be a file name."""
     subsets, pattern = SERVER_FILES[server]
     subset = subset or subsets[0]
     if subset not in subsets:
         raise ConfigError(f"--server-subset: the {server} server's subsets are {', '.join(subsets)}, got {subset!r}")
     if not name or not all(c.isalnum() or c in "-_" for c in name):
         raise ConfigError(f"--server-name: letters, digits, '-' and '_' only (it is part of the file name), got {name!r}")
+    return os.path.join(folder, pattern.format(subset=subset, name=name))
+
+
+def write_server_results(predictions: dict, server: str, subset: Optional[str] = None, name: str = "captioning",
+                         folder: str = ".") -> str:
+    """The captions as an evaluation server's submission: a JSON list of {"image_id": int, "caption": str},
+    one per image, in the file :func:`server_file` names. Returns its path."""
+    path = server_file(server, subset, name, folder)
     if not predictions:
         raise ConfigError("no captions to submit (no image of the split was decoded)")
-    path = os.path.join(folder, pattern.format(subset=subset, name=name))
     atomic_write_json(path, [{"image_id": int(i), "caption": c} for i, c in sorted(predictions.items())])
     return path

@@ -158,6 +158,10 @@ def cmd_evaluate(args) -> int:
 
     apply_image_limit(args)
     paths, weights = checkpoints_and_weights(args)
+    if args.server_results:  # its settings checked now, not after decoding the whole split
+        from captioning.cli.evaluate import server_file
+
+        server_file(args.server_results, args.server_subset, args.server_name, args.server_dir)
     if len(paths) == 1 and weights is None:
         model = load_model(paths[0])
     else:  # an ensemble: its members' log-probabilities averaged (decoding/ensemble.py)

@@ -81,15 +81,16 @@ def resolve_folder(name_or_path: str, revision: Optional[str] = None, local_file
     from huggingface_hub import constants
 
     offline = bool(constants.HF_HUB_OFFLINE) if local_files_only is None else bool(local_files_only)
+    here = "" if name.startswith(PREFIX) else "no such file or folder here, and "
     try:
         return huggingface_hub.snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=offline,
                                                  allow_patterns=ALLOW_PATTERNS, library_name="captioning")
     except LocalEntryNotFoundError:
         where = cache_dir or constants.HF_HUB_CACHE
         if offline:
-            raise CheckpointError(f"{name}: not in the Hugging Face cache ({where}) and offline (HF_HUB_OFFLINE or "
+            raise CheckpointError(f"{name}: {here}not in the Hugging Face cache ({where}) and offline (HF_HUB_OFFLINE or "
                                   "local_files_only): download it once with network access, or give a local folder") from None
-        raise CheckpointError(f"{name}: could not reach the Hugging Face Hub and it is not in the cache ({where}); "
+        raise CheckpointError(f"{name}: {here}could not reach the Hugging Face Hub and it is not in the cache ({where}); "
                               "check the network, or give a local folder") from None
     except RepositoryNotFoundError:
         raise CheckpointError(f"{name}: no such folder here and no such model on the Hugging Face Hub "
