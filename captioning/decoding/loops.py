@@ -1,4 +1,4 @@
-"""The loops of greedy and beam search (models/search.py: greedy_search, beam_search): the decoding
+"""The loops of greedy and beam search (decoding/search.py: greedy_search, beam_search): the decoding
 step as a function of fixed-shape tensors, run as it is, or captured as a CUDA graph per (batch,
 beams) shape and replayed (``GenerationConfig.cuda_graphs``).
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from captioning.models.decoder import ShowAttendTellDecoder
 from captioning.decoding.generation import BAD_ENDINGS, GenerationConfig, bad_ending_ids  # noqa: F401 (their home is torch-free)
-from captioning.decoding import loops as graphed_search
+from captioning.decoding import loops
 from captioning.decoding.parts import GenerationOutput
 from captioning.vocab import Vocabulary
 
@@ -35,7 +35,7 @@ def greedy_search(
 ) -> GenerationOutput:
     """Greedy (or, with ``do_sample``, sampled) decoding of a batch. features: (B, L, D).
     The step is decoding/loops.py's, captured as a CUDA graph with ``config.cuda_graphs``."""
-    return graphed_search.greedy(decoder, features, config, generator, check_every)
+    return loops.greedy(decoder, features, config, generator, check_every)
 
 
 def beam_search(
@@ -52,7 +52,7 @@ def beam_search(
     each step. With ``num_beam_groups`` G > 1 it is diverse beam search (Vijayakumar et al. 2016):
     G groups of K/G beams chosen in turn at each step (decoding/loops.py's beam_step).
     """
-    return graphed_search.beam(decoder, features, config, check_every)
+    return loops.beam(decoder, features, config, check_every)
 
 
 def generate(

@@ -9,7 +9,7 @@ Nothing here imports PyTorch, so a machine without it captions with
 
 or ``captioning caption --onnx model_onnx photo.jpg``. The results are those of
 :class:`captioning.api.Captioner` (same keys), from the same preprocessing (data/images.py: the
-file checks, EXIF, modes, the bilinear resize) and the same search: models/search.py's batched
+file checks, EXIF, modes, the bilinear resize) and the same search: decoding/search.py's batched
 greedy decoding and beam search, step for step in numpy (scores in float32, the same finished-beam
 rule and length normalisation), with the same processing of the log-probabilities (banned
 endings, no_repeat_ngram_size, repetition_penalty, min_new_tokens, suppress_tokens: decoding/parts.py's
@@ -193,7 +193,7 @@ class OnnxCaptioner:
         """Write ``tokens`` (N,) into prefix (N, T) at column ``lengths`` (N,) (in place)."""
         prefix[np.arange(prefix.shape[0]), np.minimum(lengths, prefix.shape[1] - 1)] = tokens
 
-    # ------------------------------------------------------------------ search (models/search.py, in numpy)
+    # ------------------------------------------------------------------ search (decoding/search.py, in numpy)
     def greedy(self, encoded: tuple, config: GenerationConfig, mode: str) -> dict:
         features, projected, h, c = encoded
         B = features.shape[0]
