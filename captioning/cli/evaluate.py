@@ -51,7 +51,8 @@ def evaluate(
     metrics: Sequence[str] = METRICS,
     tokenizer: str = "auto",
 ) -> dict:
-    """Decode ``split`` with a trained model and score it. Returns the report written to ``metrics_path``.
+    """Decode ``split`` with a trained model and score it. Returns the report written to ``metrics_path``,
+    with the captions themselves added ("predictions": {image_id: caption}).
 
     ``model``: a ShowAttendTell with its ``spec`` (storage/load.py's load_model gives one), whose
     image size the images are resized to, or a trained CaptioningModule (its model is taken).
