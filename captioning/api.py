@@ -182,13 +182,16 @@ class Captioner:
         suppress_tokens), over :attr:`generation`.
 
         Returns one dict per image: {"generated_text", "score", "tokens"}; with
-        ``num_return_sequences`` > 1 also "beams": [{"generated_text", "score"}, ...] best first;
+        ``num_return_sequences`` > 1 also "beams": [{"generated_text", "score"}, ...] best first
+        (with ``num_beam_groups`` > 1 each beam also has its "group", 1 to G);
         with ``return_attention`` also "attention": (T, gh, gw) float array (one map per token, EOS
         included) and "locations": the (row, col) cell each token looked at (the chosen cell of a
         hard model; the map's maximum for a soft one). A multi-head model's "attention" is the mean of
         its heads' maps, and "head_attention" (T, heads, gh, gw) holds each head's; a hard
         multi-head model's "locations" are the mean map's maxima and "head_locations" (T, heads)
-        each head's chosen cell.
+        each head's chosen cell. An ensemble's "attention" is its members' weighted mean map (on the
+        first member's grid) and "member_attention" (T, members, gh, gw) holds each member's map
+        on that grid (an ensemble of one model: that model's maps only).
         """
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)  # suppress_tokens may name words
         single = not isinstance(images, (list, tuple))
@@ -208,6 +211,10 @@ class Captioner:
                 if out.beam_sequences is not None:
                     item["beams"] = [{"generated_text": self.vocab.decode_text(seq), "score": float(score)}
                                      for seq, score in zip(out.beam_sequences[i].tolist(), out.beam_scores[i].tolist())]
+                    if config.num_beam_groups > 1 and out.beam_indices is not None:  # diverse beam search: each beam's group
+                        per_group = config.num_beams // config.num_beam_groups
+                        for beam, row in zip(item["beams"], out.beam_indices[i].tolist()):
+                            beam["group"] = row // per_group + 1
                 if return_attention:
                     grid = grid_shape(out.alphas.size(-1))
                     item["attention"] = out.alphas[i, :n].reshape(n, *grid).cpu().numpy()
@@ -216,9 +223,10 @@ class Captioner:
                         item["locations"] = [divmod(int(l), grid[1]) for l in out.alphas[i, :n].argmax(-1).tolist()]
                     else:
                         item["locations"] = [divmod(int(l), grid[1]) for l in out.locations[i, :n].tolist()]
-                    if out.head_alphas is not None:
-                        heads = out.head_alphas.size(2)
-                        item["head_attention"] = out.head_alphas[i, :n].reshape(n, heads, *grid).cpu().numpy()
+                    if out.head_alphas is not None:  # an ensemble's: each member's map; a multi-head model's: each head's
+                        parts = out.head_alphas.size(2)
+                        key = "member_attention" if isinstance(self.model, Ensemble) and len(self.model.members) > 1 else "head_attention"
+                        item[key] = out.head_alphas[i, :n].reshape(n, parts, *grid).cpu().numpy()
                 results.append(item)
         return results
 
@@ -238,6 +246,7 @@ class Captioner:
         alpha: float = 0.6,
         style: str = "heatmap",
         heads: str = "mean",
+        members: str = "mean",
         **generate_kwargs,
     ):
         """Attention overlays for one image: a GIF (frame per word + the whole caption) or a grid PNG.
@@ -247,12 +256,16 @@ class Captioner:
         returned (the GIF's frames, or the grid). Hard-attention models show the chosen cell
         sharply over a faint soft map. A multi-head model shows the mean of its heads' maps
         (``heads="mean"``) or one picture per head (``heads="each"``: the GIF's frames side by side,
-        the grids one under another).
+        the grids one under another). An ensemble shows its members' weighted mean map, titled so
+        (``members="mean"``), or one picture per member, titled with its file and weight
+        (``members="each"``).
         """
         from captioning.viz import pictures as visualize
 
         if heads not in ("mean", "each"):
             raise ValueError(f"heads must be 'mean' or 'each', got {heads!r}")
+        if members not in ("mean", "each"):
+            raise ValueError(f"members must be 'mean' or 'each', got {members!r}")
         pil = as_pil(image)
         if result is None or "attention" not in result:
             result = self(pil, return_attention=True, **generate_kwargs)[0]
@@ -264,6 +277,8 @@ class Captioner:
             raise ValueError(f"format must be 'gif' or 'png', got {format!r}")
         if heads == "each" and "head_attention" in result:
             return self._render_heads(pil, words, result, path, format, duration_ms, alpha, style)
+        if "member_attention" in result:
+            return self._render_members(pil, words, result, hard_cells, path, format, duration_ms, alpha, style, members)
         if path is None:
             if format == "gif":
                 return visualize.render_frames(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
@@ -271,6 +286,31 @@ class Captioner:
         if format == "gif":
             return visualize.save_gif(pil, words, maps, path, duration_ms=duration_ms, hard_cells=hard_cells, alpha=alpha, style=style)
         return visualize.save_grid(pil, words, maps, path, hard_cells=hard_cells, alpha=alpha, style=style)
+
+    def member_labels(self) -> list[str]:
+        """An ensemble's members as its pictures title them: file name and weight."""
+        names = getattr(self.model, "names", None) or []
+        weights = getattr(self.model, "weights", None) or []
+        return [f"{os.path.basename(str(n).rstrip('/'))} (weight {w:.2f})" for n, w in zip(names, weights)]
+
+    def _render_members(self, pil, words, result, hard_cells, path, format, duration_ms, alpha, style, members):
+        """render() of an ensemble: the members' weighted mean map under a title saying so, or one
+        picture per member (the GIF's frames side by side, the grids one under another), titled."""
+        from captioning.viz import pictures as visualize
+
+        render = visualize.render_frames if format == "gif" else visualize.render_grid
+        if members == "mean":
+            pictures = [render(pil, words, result["attention"][: len(words)], hard_cells=hard_cells, alpha=alpha, style=style)]
+            labels = [f"weighted mean of {len(self.model.members)} models' maps"]
+        else:
+            maps = result["member_attention"][: len(words)]  # (T, members, gh, gw)
+            pictures = [render(pil, words, maps[:, k], alpha=alpha, style=style) for k in range(maps.shape[1])]
+            labels = self.member_labels()
+        if format == "gif":
+            frames = [visualize.labelled_stack(list(frame), labels, horizontal=True) for frame in zip(*pictures)]
+            return frames if path is None else visualize.save_frames(frames, path, duration_ms)
+        grid = visualize.labelled_stack(pictures, labels, horizontal=False)
+        return grid if path is None else visualize.save_png(grid, path)
 
     def _render_heads(self, pil, words, result, path, format, duration_ms, alpha, style):
         """render(heads="each"): one picture per head, labelled."""

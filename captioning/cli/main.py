@@ -81,14 +81,24 @@ def load_captioner(args):
 def cmd_caption(args) -> int:
     captioner = load_captioner(args)
     good, bad = gather_images(args.images)
-    results = captioner([im for _, im in good], **generation_overrides(args)) if good else []
+    overrides = generation_overrides(args)
+    grouped = (args.num_beam_groups or 1) > 1  # diverse beam search: every beam, labelled by its group
+    if grouped:
+        overrides["num_return_sequences"] = args.num_beams
+    results = captioner([im for _, im in good], **overrides) if good else []
     rows = [{"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)]
+    if grouped:
+        for row, result in zip(rows, results):
+            row["beams"] = sorted(({"group": b.get("group", 1), "generated_text": b["generated_text"], "score": b["score"]}
+                                   for b in result.get("beams", [])), key=lambda b: (b["group"], -b["score"]))
     if args.json:
         rows += [{"image": p, "error": reason} for p, reason in bad]
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
         for row in rows:
             print(f"{row['image']}\t{row['generated_text']}")
+            for beam in row.get("beams", []):  # each group's beams, best first within the group
+                print(f"  group {beam['group']}\t{beam['score']:.3f}\t{beam['generated_text']}")
     report_skipped(bad)
     return 1 if bad else 0
 
@@ -138,6 +148,8 @@ def writable_folder(folder: Path) -> None:
 
 def cmd_attend(args) -> int:
     captioner = load_captioner(args)
+    if args.members == "each" and len(args.checkpoint) < 2:
+        print("note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr)
     good, bad = gather_images(args.images)
     targets = attend_targets([p for p, _ in good], Path(args.out), args.format) if good else []
     for folder in {t.parent for files in targets for t, _ in files}:
@@ -146,7 +158,7 @@ def cmd_attend(args) -> int:
     for (path, image), result, files in zip(good, results, targets):
         for target, fmt in files:
             captioner.render(image, result, target, format=fmt, duration_ms=args.duration_ms, alpha=args.alpha, style=args.style,
-                            heads=args.heads)
+                            heads=args.heads, members=args.members)
             print(f"{path}\t{result['generated_text']}\t-> {target}")
     report_skipped(bad)
     return 1 if bad else 0
@@ -225,7 +237,8 @@ def cmd_prepare(args) -> int:
 
     annotations = args.annotations[0] if len(args.annotations) == 1 else args.annotations
     return prepare(annotations, images_root=args.images_root, min_word_freq=args.min_word_freq, out=args.out,
-                   split_file=args.split_file, max_vocab_size=args.max_vocab_size, check=not args.no_image_check)
+                   split_file=args.split_file, max_vocab_size=args.max_vocab_size, check=not args.no_image_check,
+                   to_webdataset=args.to_webdataset, shard_size=args.shard_size)
 
 
 def cmd_extract_features(args) -> int:
@@ -283,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_caption)
 
     p = sub.add_parser("attend", help="write attention GIFs / grids: where the model looked for each word "
-                       "(several --checkpoint: the mean of the models' maps)")
+                       "(several --checkpoint: the weighted mean of the models' maps, or each model's with --members each)")
     p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
     generation_args(p)
     p.add_argument("--out", required=True, help="FILE.gif / FILE.png for one image, else a folder")
@@ -294,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--style", choices=("heatmap", "paper"), default="heatmap")
     p.add_argument("--heads", choices=("mean", "each"), default="mean",
                    help="multi-head models: the mean of the heads' maps, or a picture per head")
+    p.add_argument("--members", choices=("mean", "each"), default="mean",
+                   help="several --checkpoint: the models' weighted mean map (titled so), or a picture per model, titled")
     p.set_defaults(func=cmd_attend)
 
     p = sub.add_parser("evaluate", help="coco-caption scores of a checkpoint on a split")
@@ -328,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-vocab-size", type=at_least(0), default=None)
     p.add_argument("--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)")
     p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
+    p.add_argument("--to-webdataset", default=None, metavar="OUT",
+                   help="then write the dataset as WebDataset shards OUT/{split}-NNNNNN.tar (train with --data.annotations OUT)")
+    p.add_argument("--shard-size", type=at_least(1), default=1000, help="images per shard (--to-webdataset)")
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("export", help="write a model folder to share (safetensors + config.json + vocab.json + "

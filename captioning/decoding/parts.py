@@ -131,6 +131,9 @@ class GenerationOutput:
     beam_sequences: Optional[Tensor] = None  # (B, N, T)
     beam_scores: Optional[Tensor] = None  # (B, N)
     beam_lengths: Optional[Tensor] = None  # (B, N)
+    # Each returned beam's row among its image's K beams: with diverse beam search (G groups of
+    # K / G rows) its group is beam_indices // (K / G).
+    beam_indices: Optional[Tensor] = None  # (B, N)
     head_alphas: Optional[Tensor] = None  # (B, T, heads, L) with multi-head attention (alphas is their mean)
 
 
@@ -183,5 +186,5 @@ def backtrack(history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: in
         sequences=sequences[:, 0], alphas=alphas[:, 0], locations=locations[:, 0],
         scores=top_scores[:, 0], lengths=out_lengths[:, 0],
         head_alphas=None if head_alphas is None else head_alphas[:, 0],
-        **(dict(beam_sequences=sequences, beam_scores=top_scores, beam_lengths=out_lengths) if N > 1 else {}),
+        **(dict(beam_sequences=sequences, beam_scores=top_scores, beam_lengths=out_lengths, beam_indices=top) if N > 1 else {}),
     )
