@@ -3,6 +3,8 @@
 Counts images and captions per split, tries to read every image (``load_image``) and lists ALL
 missing or unreadable files, builds and saves the vocabulary from the training captions, and prints
 the caption length distribution. Problems (an annotation error, unreadable images) make it exit 1.
+With ``to_webdataset`` it then writes the dataset as WebDataset shards (data/webdataset.py), unless
+it has problems: data in any format the project reads is moved once.
 """
 from __future__ import annotations
 
@@ -34,16 +36,22 @@ def length_report(lengths: Sequence[int], width: int = 40, out: Optional[TextIO]
         print(f"  {label} {'#' * round(width * c / top):<{width}} {c}", file=out)
 
 
-def check_images(records, images_root: str, progress: bool = True) -> list[str]:
-    """Messages of every missing or unreadable image (each file tried once)."""
+def check_images(records, images_root: str, progress: bool = True, shards=None) -> list[str]:
+    """Messages of every missing or unreadable image (each file tried once); ``shards``: the
+    :class:`~captioning.data.webdataset.ShardIndex` the records' images are read from."""
     from tqdm.auto import tqdm
 
     from captioning.data.images import load_image
+    from captioning.data.webdataset import decode_image
 
     problems = []
     for r in tqdm(records, desc="checking images", unit="img", disable=None if progress else True):
         try:
-            load_image(os.path.join(images_root, r.path))
+            if shards is not None:
+                member = shards.members[r.imgid]
+                decode_image(member.read(), f"{member.shard}: {member.name}")
+            else:
+                load_image(os.path.join(images_root, r.path))
         except CaptioningError as err:
             problems.append(str(err))
     return problems
@@ -51,15 +59,22 @@ def check_images(records, images_root: str, progress: bool = True) -> list[str]:
 
 def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int = 5, out: Optional[str] = None,
             split_file: Optional[str] = None, max_vocab_size: Optional[int] = None, check: bool = True,
-            progress: bool = True) -> int:
-    """Run the checks and print the report; returns the exit status (0 fine, 1 problems)."""
+            progress: bool = True, to_webdataset: Optional[str] = None, shard_size: int = 1000) -> int:
+    """Run the checks and print the report; returns the exit status (0 fine, 1 problems).
+    ``to_webdataset``: a folder to write the dataset's shards to (``shard_size`` images each)."""
     from captioning.data.formats import default_images_root, detect_format, load_records
+    from captioning.data.webdataset import is_shards, read_index
     from captioning.vocab import Vocabulary
 
     first = annotations if isinstance(annotations, str) else annotations[0]
     images_root = images_root or default_images_root(annotations)
     problems = []  # every problem of the file, each once (images or rows with one are left out)
-    records = load_records(annotations, split_file, problems=problems)  # a file-level AnnotationError: exit 1
+    shards = None
+    if is_shards(annotations):  # a file-level AnnotationError: exit 1
+        shards = read_index(annotations, problems=problems)
+        records = shards.records
+    else:
+        records = load_records(annotations, split_file, problems=problems)
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
     print(f"{first}: {detect_format(first)} format, {len(records)} images, images under {images_root}")
@@ -78,8 +93,10 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
     for split in ("val", "test"):
         if split not in per_split:
             print(f"warning: no {split!r} images: fit's validation / test would fail", file=sys.stderr)
+    if to_webdataset and not check:
+        problems.append("--to-webdataset reads every image: leave out --no-image-check")
     if check:
-        bad = check_images(records, images_root, progress)
+        bad = check_images(records, images_root, progress, shards)
         for message in bad:
             print(f"unreadable: {message}", file=sys.stderr)
         if bad:
@@ -101,4 +118,16 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
     length_report([len(t) for r in records for t in r.tokens])
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
-    return 1 if problems else 0
+    if problems:
+        return 1
+    if to_webdataset:  # a dataset with problems is not written
+        from captioning.data.webdataset import write_shards
+
+        if shards is not None:
+            print("error: the dataset is WebDataset shards already", file=sys.stderr)
+            return 1
+        written = write_shards(records, images_root, to_webdataset, shard_size, progress=progress)
+        for split, files in written.items():
+            print(f"wrote {len(files)} {split} shard(s): {files[0]}{' ...' if len(files) > 1 else ''}")
+        print(f"train from them: --data.annotations {to_webdataset}")
+    return 0

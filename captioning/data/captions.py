@@ -3,7 +3,9 @@ and tools use :class:`CaptionData` itself; training uses its LightningDataModule
 data/datamodule.py's :class:`CaptionDataModule`).
 
 The annotation file may be a Karpathy split JSON, raw COCO caption JSON (with an optional Karpathy
-split file) or a captions CSV / JSON-lines file next to a folder of images (see formats.py).
+split file), a captions CSV / JSON-lines file next to a folder of images, a Hub dataset (see
+formats.py) or WebDataset shards (webdataset.py: training streams them, evaluation reads the
+val/test images from them).
 
 Training yields one sample per (image, caption) pair, evaluation one sample per image (the
 datasets and the collate function are in datasets.py); ``setup`` only reads the annotation file,
@@ -35,6 +37,7 @@ from captioning.data.features import FeatureCache
 from captioning.data.formats import default_images_root, load_records
 from captioning.data.karpathy import ImageRecord, split_records
 from captioning.data.sampling import ResumableLoader
+from captioning.data.webdataset import ShardImageDataset, ShardIndex, ShardLoader, ShardStream, is_shards, read_index
 from captioning.errors import AnnotationError, ConfigError, ImageError
 from captioning.vocab import Vocabulary
 
@@ -67,6 +70,8 @@ class CaptionData:
             group_captions). Batches are still drawn at random, and resume exactly.
         vocabulary: a vocabulary JSON (``captioning prepare --out FILE``) to use instead of
             building one from the training captions (e.g. to share one across runs).
+        shuffle_buffer: with WebDataset shards, the (image, caption) pairs each loader worker mixes
+            its stream through (data/webdataset.py).
     """
 
     def __init__(
@@ -88,12 +93,13 @@ class CaptionData:
         split_file: Optional[str] = None,
         bucket_by_length: bool = False,
         vocabulary: Optional[str] = None,
+        shuffle_buffer: int = 1000,
     ):
         super().__init__()
         for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
                                    ("image_size", image_size, 1), ("min_word_freq", min_word_freq, 1),
                                    ("max_length", max_length, 1), ("eval_batch_size", eval_batch_size, 1),
-                                   ("max_vocab_size", max_vocab_size, 0)):
+                                   ("max_vocab_size", max_vocab_size, 0), ("shuffle_buffer", shuffle_buffer, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise ConfigError(f"data.{name}: expected an integer >= {least}, got {value!r}")
         if bucket_by_length and group_captions:
@@ -117,10 +123,12 @@ class CaptionData:
         self.min_word_freq, self.max_vocab_size = min_word_freq, max_vocab_size
         self.merge_restval, self.on_bad_image = merge_restval, on_bad_image
         self.group_captions, self.bucket_by_length = group_captions, bucket_by_length
+        self.shuffle_buffer = shuffle_buffer
         self.vocab: Optional[Vocabulary] = None
         self.skipped_samples = 0  # samples dropped for unreadable images (on_bad_image="skip")
         self._bad_files: set[str] = set()
         self._records: Optional[list[ImageRecord]] = None
+        self._shards: Optional[ShardIndex] = None  # WebDataset shards: their index
 
     # ------------------------------------------------------------------ data
     def set_vocab(self, vocab: Union[Vocabulary, dict]) -> None:
@@ -138,6 +146,11 @@ class CaptionData:
 
     def all_records(self) -> list[ImageRecord]:
         """Every image of the annotation file, read once."""
+        if self._records is None and is_shards(self.annotations):
+            if self.split_file:
+                raise AnnotationError(f"{self.annotations}: a split file only applies to COCO caption files (these are shards)")
+            self._shards = read_index(self.annotations, merge_restval=self.merge_restval)
+            self._records = self._shards.records
         if self._records is None:
             self._records = load_records(self.annotations, self.split_file, merge_restval=self.merge_restval)
         return self._records
@@ -182,6 +195,8 @@ class CaptionData:
                     f"{self.features}: no complete features for {len(missing)} of the {len(records)} {split} images "
                     f"(e.g. image_id {missing[:3]}); run or resume `captioning extract-features` for them"
                 )
+        if self._shards is not None and kind is ImageDataset:  # evaluation: images read from the shards
+            return ShardImageDataset(records, self._shards, self.image_size, features=cache)
         return kind(records, self.images_root, self.image_size, features=cache, **kwargs)
 
     # ------------------------------------------------------------------ loaders
@@ -201,9 +216,28 @@ class CaptionData:
     def train_dataloader(self) -> DataLoader:
         if self.vocab is None:
             self.setup("fit")
+        if self._shards is not None:
+            return self._shard_loader()
         kind = CaptionGroupDataset if self.group_captions else CaptionPairDataset
         dataset = self._dataset(kind, "train", vocab=self.vocab, max_length=self.max_length)
         return self._loader(dataset, self.batch_size, train=True)
+
+    def _shard_loader(self) -> ShardLoader:
+        """The training pairs of WebDataset shards, streamed over DDP ranks and loader workers."""
+        if self.bucket_by_length:
+            raise ConfigError("data.bucket_by_length needs the captions' lengths up front: set it false to stream WebDataset shards")
+        self.records("train")  # no training images: one line
+        world, rank = self.replicas()
+        stream = ShardStream(self._shards, self.vocab, self.max_length, self.image_size, self.batch_size,
+                             seed=torch.initial_seed() % 2**31, num_replicas=world, rank=rank, group=self.group_captions,
+                             shuffle_buffer=self.shuffle_buffer, features=self.feature_cache())
+        collate = Collate(Vocabulary.pad_id, stream.visual_key, stream.visual_shape, self.on_bad_image, captions=True)
+        return ShardLoader(stream, self.batch_size, epoch_of=self.epoch_of(), num_workers=self.num_workers,
+                           pin_memory=self.pin_memory, collate_fn=collate)
+
+    def epoch_of(self):
+        """A callable giving the epoch a streamed loader should read next, or None (the loader counts its passes)."""
+        return None
 
     def eval_dataloader(self, split: str) -> DataLoader:
         """One batch entry per image of ``split``, in file order (also for splits other than val/test)."""

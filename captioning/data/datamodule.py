@@ -16,6 +16,10 @@ class CaptionDataModule(CaptionData, L.LightningDataModule):
         trainer = self.trainer
         return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
 
+    def epoch_of(self):
+        """The trainer's epoch (a streamed loader's order follows it, also on resume)."""
+        return lambda: self.trainer.current_epoch if self.trainer is not None else 0
+
     def setup(self, stage=None) -> None:
         super().setup(stage)
         spec = getattr(getattr(self.trainer, "lightning_module", None), "spec", None)

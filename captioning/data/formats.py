@@ -4,7 +4,9 @@
 - raw COCO caption JSON (top-level ``"annotations"``), optionally with a Karpathy split file: coco.py
 - a captions CSV (``image,caption[,split]``) or JSON-lines file: folder.py
 - a Hub dataset ``hf://owner/name[@revision]`` or a ``save_to_disk`` folder (``datasets``): hub.py
-Several COCO caption files may be given as a list (train2014 and val2014 for the Karpathy split).
+- WebDataset shards (a ``.tar`` file, a brace pattern, a folder of ``.tar`` files): webdataset.py
+Several COCO caption files may be given as a list (train2014 and val2014 for the Karpathy split), and
+several shard files or patterns.
 """
 from __future__ import annotations
 
@@ -24,19 +26,27 @@ def default_images_root(annotations: Union[PathLike, Sequence[PathLike]]) -> str
     """Where image paths are relative to unless told: the (first) annotation file's folder."""
     first = annotations if isinstance(annotations, (str, os.PathLike)) else (list(annotations) or [""])[0]
     from captioning.data.hub import hub_images_root, is_hub_dataset
+    from captioning.data.webdataset import is_shards
 
+    if is_shards(first):  # images are read from the shards; paths are only for messages
+        first = os.fspath(first)
+        return first if os.path.isdir(first) else os.path.dirname(os.path.abspath(first))
     if is_hub_dataset(first):
         return hub_images_root(os.fspath(first))
     return os.path.dirname(os.path.abspath(os.fspath(first)))
 
 
 def detect_format(path: PathLike) -> str:
-    """"karpathy", "coco", "folder" or "hub", from the suffix and (for JSON) a scan for an "annotations" key."""
+    """"karpathy", "coco", "folder", "hub" or "webdataset", from the suffix and (for JSON) a scan for an
+    "annotations" key."""
     from captioning.data.hub import is_hub_dataset
+    from captioning.data.webdataset import is_shards
 
     path = os.fspath(path)
     if is_hub_dataset(path):
         return "hub"
+    if is_shards(path):
+        return "webdataset"
     if path.lower().endswith((".csv", ".jsonl")):
         return "folder"
     if not os.path.isfile(path):
@@ -57,9 +67,15 @@ def load_records(path: Union[PathLike, Sequence[PathLike]], split_file: Optional
     if not paths:
         raise AnnotationError("no annotation file given")
     kinds = {p: detect_format(p) for p in paths}
-    if len(paths) > 1 and set(kinds.values()) != {"coco"}:
-        raise AnnotationError(f"several annotation files are only supported for COCO caption files, got {kinds}")
+    if len(paths) > 1 and set(kinds.values()) not in ({"coco"}, {"webdataset"}):
+        raise AnnotationError(f"several annotation files are only supported for COCO caption files or shards, got {kinds}")
     kind = kinds[paths[0]]
+    if kind == "webdataset":
+        from captioning.data.webdataset import read_index
+
+        if split_file:
+            raise AnnotationError(f"{paths[0]}: a split file only applies to COCO caption files (these are shards)")
+        return read_index(paths, merge_restval, problems).records
     if kind == "hub":
         from captioning.data.hub import load_hub
 
