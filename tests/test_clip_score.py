@@ -65,3 +65,19 @@ def test_evaluate_notes_why_clip_scores_are_missing_or_gives_them(scorer, tiny_c
                  "--out", str(out), "--clip-model", "ViT-B-32", "--clip-weights", str(weights)]) == 0
     scores = json.loads(out.read_text())["scores"]
     assert 0 <= scores["CLIPScore"] <= 2.5 and 0 <= scores["RefCLIPScore"] <= 2.5
+
+
+def test_captioning_test_logs_clip_scores(scorer, tiny_checkpoint, tiny_shapes, tmp_path):
+    from safetensors.torch import save_file
+
+    from conftest import fit_args
+    from captioning.training.cli import run_lightning_cli
+
+    weights = tmp_path / "clip.safetensors"
+    save_file({k: v.contiguous() for k, v in scorer.model.state_dict().items()}, str(weights))
+    clip = ["--model.clip_score.model", "ViT-B-32", "--model.clip_score.weights", str(weights)]
+    args = fit_args(tiny_shapes, tmp_path / "test", extra=[*clip, "--ckpt_path", str(tiny_checkpoint)])
+    logged = run_lightning_cli(["test", *args[1:]]).trainer.callback_metrics
+    assert 0 <= float(logged["test/CLIPScore"]) <= 2.5 and 0 <= float(logged["test/RefCLIPScore"]) <= 2.5
+    assert 0 <= float(logged["test/novel_captions"]) <= 1
+    assert "val/CLIPScore" not in logged  # validation scores CLIP only when clip_score.validation says so

@@ -40,3 +40,52 @@ def test_caption_prints_every_group(tiny_checkpoint, images, capsys):
     assert row["generated_text"] in [b["generated_text"] for b in row["beams"]]
     assert main(args[:-4] + ["--json"]) == 0  # without groups: no beams listed, as before
     assert "beams" not in json.loads(capsys.readouterr().out)[0]
+
+
+# ---------------------------------------------------------------------- an ensemble's attention pictures
+def test_an_ensemble_returns_and_draws_each_members_map(tiny_checkpoint, images, tmp_path, capsys):
+    from PIL import Image
+
+    from captioning.api import Captioner
+
+    single = Captioner.from_checkpoint(tiny_checkpoint, "cpu")
+    pair = Captioner.from_checkpoints([tiny_checkpoint, tiny_checkpoint], device="cpu")
+    [alone] = single(images[:1], num_beams=3, return_attention=True)
+    [both] = pair(images[:1], num_beams=3, return_attention=True)
+    assert both["tokens"] == alone["tokens"] and "member_attention" not in alone
+    T, gh, gw = alone["attention"].shape
+    assert both["member_attention"].shape == (T, 2, gh, gw)
+    for k in range(2):  # a model with itself: each member's map is the model's
+        np.testing.assert_allclose(both["member_attention"][:, k], alone["attention"], atol=1e-6)
+    each, mean = pair.render(images[0], both, members="each"), pair.render(images[0], both)
+    plain = single.render(images[0], alone)
+    assert len(each) == len(mean) == len(plain)  # a frame per word, then the whole caption
+    assert each[0].width > 2 * plain[0].width and mean[0].height > plain[0].height  # side by side; under a title
+    with pytest.raises(ValueError, match="members must be"):
+        pair.render(images[0], both, members="some")
+    out = tmp_path / "pictures"
+    assert main(["attend", images[0], "--checkpoint", str(tiny_checkpoint), "--checkpoint", str(tiny_checkpoint),
+                 "--device", "cpu", "--members", "each", "--format", "both", "--out", str(out)]) == 0
+    gif, png = sorted(out.iterdir(), key=lambda p: p.suffix)
+    assert Image.open(gif).n_frames == len(each) and Image.open(png).width > 0
+
+
+# ---------------------------------------------------------------------- tools/decoding_study.py
+def test_the_decoding_study_table(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import decoding_study
+
+    out = tmp_path / "rows.json"
+    args = ["--annotations", str(tiny_shapes), "--checkpoint", str(tiny_checkpoint), "--checkpoint", str(tiny_checkpoint),
+            "--rows", "beam3", "ngram3", "ensemble", "--limit", "6", "--batch-size", "4", "--out", str(out), "--markdown-only"]
+    assert decoding_study.main(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("| data, attention | decoding |") and len(table) == 2 + 3
+    rows = json.loads(out.read_text())
+    assert [r["row"] for r in rows] == ["beam3", "ngram3", "ensemble"] and all(r["images"] == 6 for r in rows)
+    beam, ensemble = rows[0], rows[2]  # a model with itself: the model's captions
+    assert (ensemble["object_f1"], ensemble["CIDEr"], ensemble["distinct_2"]) == (beam["object_f1"], beam["CIDEr"], beam["distinct_2"])
+    assert decoding_study.short_names(["runs/a/last.ckpt", "runs/b/last.ckpt"]) == ["a", "b"]

@@ -143,3 +143,25 @@ def test_the_evaluator_counts_each_images_maps_once():
     assert evaluator.predictions(model.vocab) == {1: "a dog", 2: "a dog"}
     assert evaluator.health.sums.tolist() == [0.0, 6.0, 4.0, 4.0]  # 2 images x 3 maps, 2 moves of 1 each
     assert evaluator.vocab_size == 6
+
+
+def test_known_captions_count_novel_captions_as_the_training_captions_do():
+    from captioning.metrics.diversity import known_captions
+
+    captions = {1: "A dog.", 2: "a cat on a mat", 3: "a bird"}
+    training = ["a dog", "A cat on a mat."]
+    assert diversity_scores(captions, known=known_captions(training))[0]["novel_captions"] == pytest.approx(1 / 3)
+    assert diversity_scores(captions, training_captions=training)[0]["novel_captions"] == pytest.approx(1 / 3)
+
+
+def test_validation_logs_novel_captions_and_says_why_clip_scores_are_missing(tiny_shapes, tmp_path, caplog):
+    from conftest import fit_args
+    from captioning.training.cli import run_lightning_cli
+
+    with caplog.at_level(logging.WARNING):
+        cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=1, extra=[
+            "--model.clip_score.model", "NoSuchModel/x", "--model.clip_score.validation", "true"]))
+    logged = cli.trainer.callback_metrics
+    assert 0 <= float(logged["val/novel_captions"]) <= 1
+    assert "val/CLIPScore" not in logged
+    assert any("CLIPScore unavailable" in r.getMessage() for r in caplog.records)

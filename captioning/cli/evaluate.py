@@ -16,19 +16,12 @@ from tqdm.auto import tqdm
 
 from captioning.common import default_device
 from captioning.data.captions import CaptionData
-from captioning.decoding.evaluator import Evaluator
-from captioning.errors import AnnotationError, ConfigError
+from captioning.decoding.evaluator import Evaluator, split_images, training_captions
+from captioning.errors import ConfigError
 from captioning.files import atomic_write_json
 from captioning.metrics import METRICS
+from captioning.metrics.clip_score import ClipScoring
 from captioning.decoding.search import GenerationConfig
-
-
-def _training_captions(data: CaptionData) -> Optional[list[str]]:
-    """The training split's references (for the share of novel captions); None without a training split."""
-    try:
-        return [c for r in data.records("train") for c in r.captions]
-    except AnnotationError:
-        return None
 
 
 def evaluate(
@@ -72,8 +65,8 @@ def evaluate(
     data = CaptionData(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
                              image_size=model.spec.image_size, on_bad_image="skip")
     data.set_vocab(model.vocab)
-    evaluator = Evaluator(metrics, spice=spice, keep_alignments=grounding, training_captions=_training_captions(data),
-                          tokenizer=tokenizer)
+    evaluator = Evaluator(metrics, spice=spice, keep_alignments=grounding, training_captions=training_captions(data),
+                          tokenizer=tokenizer, clip=ClipScoring(clip_model, clip_weights, str(dev)))
 
     start = time.perf_counter()
     skipped = []
@@ -87,13 +80,12 @@ def evaluate(
         atomic_write_json(results_path, [{"image_id": i, "caption": c} for i, c in predictions.items()])
 
     try:
-        scores, notes = evaluator.score(predictions, data.references(split), lambda p, a: data.dataset_scores(split, p, a))
+        scores, notes = evaluator.score(predictions, data.references(split), lambda p, a: data.dataset_scores(split, p, a),
+                                        images=split_images(data, split))
     finally:
         evaluator.close()
     if predictions and not spice:
         notes.setdefault("SPICE", "not computed (pass --spice; it needs Java and a Stanford CoreNLP download)")
-    if predictions:
-        clip_scores(scores, notes, data, split, predictions, clip_model, clip_weights, str(dev))
     report = {
         "checkpoint": os.fspath(checkpoint) if checkpoint else None,
         "annotations": os.fspath(annotations),
@@ -114,22 +106,14 @@ def evaluate(
 
 def clip_scores(scores: dict, notes: dict, data: CaptionData, split: str, predictions: dict,
                 clip_model: Optional[str], clip_weights: Optional[str], device: str) -> None:
-    """CLIPScore and RefCLIPScore of the captions into ``scores``, or into ``notes`` why they are missing."""
-    if clip_model is None:
-        notes["CLIPScore"] = "not computed (pass --clip-model MODEL/TAG, e.g. ViT-B-32/openai, or --clip-weights FILE)"
+    """CLIPScore and RefCLIPScore of the captions into ``scores``, or into ``notes`` why they are missing
+    (the data is read only once a CLIP model has loaded). ``evaluate`` has its Evaluator compute them."""
+    clip = ClipScoring(clip_model, clip_weights, device)
+    if clip.scorer() is None:
+        notes["CLIPScore"] = clip.missing
         return
-    from captioning.data.images import load_image
-    from captioning.errors import CaptioningError
-    from captioning.metrics.clip_score import ClipScorer
-
-    try:
-        scorer = ClipScorer.load(clip_model, clip_weights, device)
-    except CaptioningError as err:
-        notes["CLIPScore"] = f"unavailable: {err}"
-        return
-    records = [r for r in data.records(split) if r.image_id in predictions]
-    images = [load_image(os.path.join(data.images_root, r.path)) for r in records]
-    scores.update(scorer(images, [predictions[r.image_id] for r in records], [r.captions for r in records]))
+    got, _ = clip(split_images(data, split), predictions, data.references(split))
+    scores.update(got)
 
 
 #: an evaluation server's subsets, and the name its submission file must have

@@ -12,7 +12,9 @@ The loops (loops.py) see an :class:`EnsembleDecoder` as a decoder: ``initial_sta
 members' features (one tensor per member) gives an :class:`EnsembleState`, whose ``h`` and ``c`` are
 the members' side by side, and ``step`` gives the averaged log-probabilities, the new state and a
 glimpse whose ``alpha`` is the members' weighted mean map (on the first member's grid; the others'
-maps are resampled to it) and whose ``location`` is that map's argmax.
+maps are resampled to it), whose ``head_alpha`` holds each member's map on that grid (N, members, L)
+(the search returns them as ``head_alphas``; the API as "member_attention") and whose ``location``
+is the mean map's argmax.
 
     ensemble = Ensemble([model_a, model_b], weights=[0.7, 0.3], names=["a.ckpt", "b.ckpt"])
     out = ensemble.generate(images=batch, config=GenerationConfig(num_beams=3))
@@ -117,30 +119,44 @@ class EnsembleDecoder:
     def step(self, tokens: Tensor, state: EnsembleState, mode: Optional[str] = None,
              attention_temperature: float = 1.0) -> tuple[Tensor, EnsembleState, Glimpse]:
         """One step of every member: previous tokens (N,) -> the weighted mean of the members' log p
-        (N, V), the new state, the glimpse of the members' weighted mean map."""
+        (N, V), the new state, the glimpse of the members' weighted mean map (with each member's
+        map, (N, members, L), as its ``head_alpha``)."""
         outs = [d.step(tokens, s, mode, attention_temperature) for d, s in zip(self.decoders, state.members)]
         new_state = EnsembleState(tuple(o[1] for o in outs))
         if len(outs) == 1:
             return outs[0][0], new_state, outs[0][2]
         log_probs = sum(w * o[0] for w, o in zip(self.weights, outs))
-        alpha = mean_map([o[2].alpha for o in outs], self.weights)
-        return log_probs, new_state, Glimpse(None, alpha, alpha.argmax(-1))
+        maps = on_first_grid([o[2].alpha for o in outs])
+        alpha = weighted_sum(maps, self.weights)
+        return log_probs, new_state, Glimpse(None, alpha, alpha.argmax(-1), head_alpha=torch.stack(maps, 1))
 
 
-def mean_map(alphas: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
-    """The weighted mean of attention maps (N, L_m), on the first map's grid: the others are
-    resampled to it (bilinear) and renormalised to sum 1. -> (N, L_0)."""
+def on_first_grid(alphas: Sequence[Tensor]) -> list[Tensor]:
+    """Attention maps (N, L_m) on the first map's grid: the others resampled to it (bilinear) and
+    renormalised to sum 1. -> one (N, L_0) map per input."""
     L = alphas[0].size(-1)
     gh, gw = grid_shape(L)
-    total = 0
-    for w, a in zip(weights, alphas):
+    out = []
+    for a in alphas:
         if a.size(-1) != L:
             h, wd = grid_shape(a.size(-1))
             a = F.interpolate(a.reshape(-1, 1, h, wd).float(), size=(gh, gw), mode="bilinear",
                               align_corners=False).reshape(-1, L).to(alphas[0].dtype)
             a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
+        out.append(a)
+    return out
+
+
+def weighted_sum(maps: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
+    total = 0
+    for w, a in zip(weights, maps):
         total = total + w * a
     return total
+
+
+def mean_map(alphas: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
+    """The weighted mean of attention maps (N, L_m), on the first map's grid (:func:`on_first_grid`). -> (N, L_0)."""
+    return weighted_sum(on_first_grid(alphas), weights)
 
 
 class Ensemble(nn.Module):

@@ -5,19 +5,23 @@ plain loop (evaluate.py); the decoding, the gathering and the scoring are the sa
 are the coco-caption metrics, the captions' diversity (metrics/diversity.py), the health of the
 attention maps the search returned (metrics/attention_health.py), plus whatever the dataset adds
 through its hook (the shapes data: object F1 and, when asked, attention grounding; see
-``CaptionData.dataset_scores``).
+``CaptionData.dataset_scores``), and CLIPScore / RefCLIPScore when a CLIP model is named
+(metrics/clip_score.py).
 """
 from __future__ import annotations
 
 import logging
+import os
 from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from captioning.metrics import CocoScorer
+from captioning.errors import AnnotationError
 from captioning.metrics.attention_health import MOVEMENT_FLOOR, UNIFORM_RATIO, AttentionHealth
-from captioning.metrics.diversity import DOMINANT_SHARE, diversity_scores
+from captioning.metrics.clip_score import ClipScoring
+from captioning.metrics.diversity import DOMINANT_SHARE, diversity_scores, known_captions
 from captioning.decoding.search import GenerationConfig, GenerationOutput
 from captioning.vocab import Vocabulary
 
@@ -28,6 +32,27 @@ Alignment = tuple
 log = logging.getLogger(__name__)
 
 
+def training_captions(data) -> Optional[list[str]]:
+    """The training split's references of a CaptionData (for the share of novel captions); None
+    without a training split."""
+    try:
+        return [c for r in data.records("train") for c in r.captions]
+    except AnnotationError:
+        return None
+
+
+def split_images(data, split: str) -> Callable[[list], list]:
+    """A function from image ids of ``split`` to their PIL images, read from ``data``'s files (what
+    CLIP scores: the images themselves, whatever the model was fed, cached features included)."""
+    from captioning.data.images import load_image
+
+    def images(ids: list) -> list:
+        paths = {r.image_id: r.path for r in data.records(split)}
+        return [load_image(os.path.join(data.images_root, paths[i])) for i in ids]
+
+    return images
+
+
 class Evaluator:
     """Collects decoded captions (:meth:`add`), then :meth:`predictions` and :meth:`score`.
 
@@ -36,12 +61,14 @@ class Evaluator:
         spice: also try SPICE.
         keep_alignments: keep each caption's attention maps and locations (for grounding scores).
         training_captions: the training split's reference captions: with them, the share of
-            novel captions (found in none of them) is scored.
+            novel captions (found in none of them) is scored (:meth:`set_training_captions` later).
         dominant_share: warn when one caption covers more than this share of the images.
         uniform_ratio, movement_floor: warn when the attention maps' mean entropy exceeds
             uniform_ratio * log L, or their mean movement between words is below movement_floor.
         tokenizer: the PTB tokenizer of the coco-caption scores (metrics/coco.py: "auto", "java" or
             "python", the same tokens without a Java process: training's validation uses it).
+        clip: CLIPScore and RefCLIPScore with this CLIP model (``score`` then needs the split's images),
+            or why not in the notes.
 
     Besides the coco-caption metrics, :meth:`score` gives the diversity figures of
     :func:`~captioning.metrics.diversity.diversity_scores` and the attention figures of
@@ -51,15 +78,21 @@ class Evaluator:
 
     def __init__(self, metrics: Sequence[str] = ("BLEU", "CIDEr"), spice: bool = False, keep_alignments: bool = False,
                  training_captions: Optional[Iterable[str]] = None, dominant_share: float = DOMINANT_SHARE,
-                 uniform_ratio: float = UNIFORM_RATIO, movement_floor: float = MOVEMENT_FLOOR, tokenizer: str = "auto"):
+                 uniform_ratio: float = UNIFORM_RATIO, movement_floor: float = MOVEMENT_FLOOR, tokenizer: str = "auto",
+                 clip: Optional[ClipScoring] = None):
         self.metrics, self.spice, self.keep_alignments = tuple(metrics), spice, keep_alignments
-        self.tokenizer = tokenizer
-        self.training_captions = None if training_captions is None else list(training_captions)
+        self.tokenizer, self.clip = tokenizer, clip
+        self.set_training_captions(training_captions)
         self.dominant_share = dominant_share
         self.health = AttentionHealth(uniform_ratio, movement_floor)
         self.vocab_size: Optional[int] = None
         self._scorer: Optional[CocoScorer] = None
         self.reset()
+
+    def set_training_captions(self, captions: Optional[Iterable[str]]) -> None:
+        """The training references novel captions are counted against (None: no novelty score)."""
+        self.training_captions = None if captions is None else list(captions)
+        self._known = None if captions is None else known_captions(self.training_captions)  # compared as words, once
 
     def reset(self) -> None:
         self._ids: list[Tensor] = []
@@ -68,7 +101,8 @@ class Evaluator:
         self._locations = 0
         self.health.reset()
         self.alignments: dict[int, Alignment] = {}
-        self.head_alphas: dict[int, object] = {}  # multi-head models: image_id -> (T, heads, L)
+        self.head_alphas: dict[int, object] = {}  # multi-head models: image_id -> (T, heads, L); ensembles: (T, members, L)
+        self._parts = "per_head"  # what head_alphas hold: "per_head", or an ensemble's "per_member"
 
     @torch.no_grad()
     def add(self, model, batch: dict, config: GenerationConfig) -> GenerationOutput:
@@ -89,6 +123,7 @@ class Evaluator:
                                              out.alphas[i, :n].cpu().numpy(), chosen)
                 if out.head_alphas is not None:
                     self.head_alphas[image_id] = out.head_alphas[i, :n].cpu().numpy()
+                    self._parts = "per_member" if len(getattr(model, "members", ())) > 1 else "per_head"
         return out
 
     def predictions(self, vocab: Vocabulary, all_gather: Optional[Callable] = None) -> dict[int, str]:
@@ -122,13 +157,14 @@ class Evaluator:
         return {i: vocab.decode_text(row) for i, row in zip(ids.tolist(), seqs.tolist())}
 
     def score(self, predictions: dict[int, str], references: dict[int, list[str]],
-              dataset_scores: Optional[Callable] = None) -> tuple[dict, dict]:
+              dataset_scores: Optional[Callable] = None, images: Optional[Callable] = None) -> tuple[dict, dict]:
         """(scores, notes) of ``predictions`` against their images' references.
 
         Scores: floats of the coco-caption metrics, of diversity and of attention health (then
-        the attention figures gathered are cleared), and what ``dataset_scores(predictions,
-        alignments)`` adds. Notes: why a metric could not be computed (e.g. SPICE offline), and
-        the diversity and attention warnings.
+        the attention figures gathered are cleared), what ``dataset_scores(predictions,
+        alignments)`` adds, and with a ``clip`` model CLIPScore and RefCLIPScore of the images
+        ``images(ids)`` gives (:func:`split_images`). Notes: why a metric could not be computed
+        (e.g. SPICE offline, CLIPScore without a CLIP model), and the diversity and attention warnings.
         """
         if not predictions:
             return {}, {}
@@ -137,8 +173,8 @@ class Evaluator:
         raw = self._scorer({i: references[i] for i in predictions}, predictions)
         scores = {k: v for k, v in raw.items() if isinstance(v, float)}
         notes = {k: v for k, v in raw.items() if not isinstance(v, float)}
-        diversity, diversity_warnings = diversity_scores(predictions, self.vocab_size, self.training_captions,
-                                                         self.dominant_share)
+        diversity, diversity_warnings = diversity_scores(predictions, self.vocab_size, dominant_share=self.dominant_share,
+                                                         known=self._known)
         attention, attention_warnings = self.health.scores()
         self.health.reset()
         scores.update(diversity)
@@ -148,12 +184,18 @@ class Evaluator:
                 log.warning(line)
             if warnings:
                 notes[key] = "; ".join(warnings)
+        if self.clip is not None:
+            if images is None:
+                raise ValueError("the Evaluator's CLIP scores need the split's images (score(..., images=split_images(data, split)))")
+            clip_scores, clip_notes = self.clip(images, predictions, references)
+            scores.update(clip_scores)
+            notes.update(clip_notes)
         if dataset_scores is not None:
             scores.update(dataset_scores(predictions, self.alignments if self.keep_alignments else None))
             if self.keep_alignments and self.head_alphas and isinstance(scores.get("grounding"), dict):
-                # multi-head attention: "grounding" scores the mean of the heads' maps; each head's own
+                # multi-head attention (an ensemble): "grounding" scores the mean of the heads' (members') maps; each one's own
                 heads = next(iter(self.head_alphas.values())).shape[1]
-                scores["grounding"]["per_head"] = [
+                scores["grounding"][self._parts] = [
                     dataset_scores(predictions, {i: (words, self.head_alphas[i][:, k], None)
                                                  for i, (words, _, _) in self.alignments.items()}).get("grounding")
                     for k in range(heads)]

@@ -8,12 +8,15 @@ averaged over the images, as the paper's code does (its text prefix included). T
 OpenCLIP one (the extra ``ecosystem``): ``MODEL/TAG`` (e.g. ``ViT-B-32/openai``), its weights from
 OpenCLIP's cache, or ``MODEL`` with ``weights=`` a local safetensors file or weights-only state dict
 of the whole CLIP. Where none can be loaded (no open_clip, offline with nothing cached), the score
-is reported unavailable with the reason, as METEOR is without Java.
+is reported unavailable with the reason, as METEOR is without Java. :class:`ClipScoring` is what the
+Evaluator calls (``evaluate``, ``captioning test`` and, when asked, validation: :class:`ClipScoreConfig`).
 """
 from __future__ import annotations
 
+import logging
 import os
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +26,74 @@ from captioning.errors import CheckpointError, ConfigError
 
 W = 2.5
 PREFIX = "A photo depicts "
+#: why the scores are missing when no CLIP model was named
+NOT_COMPUTED = "not computed (pass --clip-model MODEL/TAG, e.g. ViT-B-32/openai, or --clip-weights FILE)"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClipScoreConfig:
+    """CLIPScore and RefCLIPScore in ``captioning test`` (``--model.clip_score.model ViT-B-32/openai``)
+    and, with ``validation`` true, in every validation (slow: CLIP encodes the split's images and
+    captions each time).
+
+    Args:
+        model: the OpenCLIP ``MODEL/TAG`` (weights from OpenCLIP's cache), or ``MODEL`` with ``weights``.
+        weights: a local safetensors file or weights-only state dict of the whole CLIP.
+        validation: also score validation's captions (logged as ``val/CLIPScore``, ``val/RefCLIPScore``).
+    """
+
+    model: Optional[str] = None
+    weights: Optional[str] = None
+    validation: bool = False
+
+
+class ClipScoring:
+    """CLIPScore and RefCLIPScore of a split's captions with a CLIP model named once and loaded at the
+    first call (on ``device``; default: CUDA when present), or why they are missing.
+
+    ``scoring(images, predictions, references)`` -> (scores, notes): ``images(ids)`` gives the PIL
+    images of those image ids; notes hold "CLIPScore" (a line) when the scores are missing. A model
+    that cannot be loaded is tried once; its reason is logged once and noted every time.
+    """
+
+    def __init__(self, model: Optional[str] = None, weights: Optional[str] = None, device: Optional[str] = None):
+        self.model, self.weights, self.device = model, weights, device
+        self._scorer: Optional[ClipScorer] = None
+        self._missing: Optional[str] = NOT_COMPUTED if model is None else None
+
+    @classmethod
+    def of(cls, config: Optional[ClipScoreConfig], device: Optional[str] = None) -> Optional["ClipScoring"]:
+        """The scoring a :class:`ClipScoreConfig` asks for; None when it names no model."""
+        if config is None or config.model is None:
+            return None
+        return cls(config.model, config.weights, device)
+
+    def scorer(self) -> Optional["ClipScorer"]:
+        """The loaded CLIP model (loaded now if needed), or None with the reason in :attr:`missing`."""
+        if self._scorer is None and self._missing is None:
+            from captioning.common import default_device
+            from captioning.errors import CaptioningError
+
+            try:
+                self._scorer = ClipScorer.load(self.model, self.weights, str(default_device(self.device)))
+            except CaptioningError as err:
+                self._missing = f"unavailable: {err}"
+                log.warning("CLIPScore %s", self._missing)
+        return self._scorer
+
+    @property
+    def missing(self) -> Optional[str]:
+        return self._missing
+
+    def __call__(self, images: Callable[[list], Sequence[Image.Image]], predictions: dict,
+                 references: dict) -> tuple[dict[str, float], dict[str, str]]:
+        scorer = self.scorer()
+        if scorer is None:
+            return {}, {"CLIPScore": self._missing}
+        ids = list(predictions)
+        return scorer(images(ids), [predictions[i] for i in ids], [references[i] for i in ids]), {}
 
 
 class ClipScorer:

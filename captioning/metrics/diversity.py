@@ -8,7 +8,7 @@ of unique and novel captions). Captions are compared as their lower-cased words
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Mapping, Optional
+from typing import AbstractSet, Iterable, Mapping, Optional
 
 from captioning.vocab import Vocabulary, tokenize
 
@@ -20,9 +20,15 @@ def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
     return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
+def known_captions(captions: Iterable[str]) -> frozenset[str]:
+    """Captions as :func:`diversity_scores` compares them (their lower-cased words), for ``known``."""
+    return frozenset(" ".join(tokenize(c)) for c in captions)
+
+
 def diversity_scores(captions: Mapping[int, str], vocab_size: Optional[int] = None,
                      training_captions: Optional[Iterable[str]] = None,
-                     dominant_share: float = DOMINANT_SHARE) -> tuple[dict[str, float], list[str]]:
+                     dominant_share: float = DOMINANT_SHARE,
+                     known: Optional[AbstractSet[str]] = None) -> tuple[dict[str, float], list[str]]:
     """(scores, warnings) of ``captions`` (image_id -> caption), one caption per image.
 
     Scores (floats, shares in [0, 1]):
@@ -33,7 +39,8 @@ def diversity_scores(captions: Mapping[int, str], vocab_size: Optional[int] = No
     * ``unique_captions``: the share of images whose caption no other image has;
     * ``distinct_captions``: distinct captions over images (1: every caption differs);
     * ``top_caption_share``: the share of images given the most frequent caption;
-    * ``novel_captions``: the share of captions found in none of ``training_captions`` (only when given);
+    * ``novel_captions``: the share of captions found in none of ``training_captions`` (only when
+      given; or in none of ``known``, the same captions through :func:`known_captions`, computed once);
     * ``mean_length``: words per caption.
 
     Warnings: one line when one caption covers more than ``dominant_share`` of the images.
@@ -55,9 +62,10 @@ def diversity_scores(captions: Mapping[int, str], vocab_size: Optional[int] = No
     scores["distinct_captions"] = len(counts) / len(texts)
     top, top_count = counts.most_common(1)[0]
     scores["top_caption_share"] = top_count / len(texts)
-    if training_captions is not None:
-        seen = {" ".join(tokenize(c)) for c in training_captions}
-        scores["novel_captions"] = sum(1 for t in texts if t not in seen) / len(texts)
+    if known is None and training_captions is not None:
+        known = known_captions(training_captions)
+    if known is not None:
+        scores["novel_captions"] = sum(1 for t in texts if t not in known) / len(texts)
     scores["mean_length"] = sum(map(len, words)) / len(words)
     warnings = []
     if scores["top_caption_share"] > dominant_share:

@@ -17,9 +17,10 @@ from typing import Literal, Optional
 import lightning as L
 from torch import Tensor
 
-from captioning.decoding.evaluator import Evaluator
+from captioning.decoding.evaluator import Evaluator, split_images, training_captions
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
+from captioning.metrics.clip_score import ClipScoreConfig, ClipScoring
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
 from captioning.models.show_attend_tell import ShowAttendTell
@@ -61,6 +62,8 @@ class CaptioningModule(L.LightningModule):
             (strategies.py: CapturedStep; elsewhere it runs without capture). Implies static_shapes.
             Non-finite losses are counted on the device, read every 50 steps and before validation.
         tf32: TensorFloat-32 matmuls and convolutions on GPUs that have them.
+        clip_score: CLIPScore and RefCLIPScore in ``captioning test`` (and validation, when it says
+            so) with a CLIP model (metrics/clip_score.py); an evaluation setting, not kept in the checkpoint.
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class CaptioningModule(L.LightningModule):
         length_buckets: tuple[int, ...] = (16, 24, 32, 48, 64),
         cuda_graphs: bool = False,
         tf32: bool = True,
+        clip_score: Optional[ClipScoreConfig] = None,
     ):
         super().__init__()
         self.encoder_config, self.decoder_config, self.optimizer_config = encoder, decoder, optimizer
@@ -97,7 +101,9 @@ class CaptioningModule(L.LightningModule):
         })
         self.model: Optional[ShowAttendTell] = None  # built once the vocabulary is known (set_vocab)
         # Validation picks the best checkpoint, with no Java (metrics/ptb.py's tokens); test scores with Java's.
-        self.evaluators = {"val": Evaluator(("BLEU", "CIDEr"), tokenizer="python"), "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"))}
+        clip = ClipScoring.of(clip_score)
+        self.evaluators = {"val": Evaluator(("BLEU", "CIDEr"), tokenizer="python", clip=clip if clip_score and clip_score.validation else None),
+                           "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"), clip=clip)}
 
     @property
     def vocab(self) -> Optional[Vocabulary]:
@@ -127,6 +133,9 @@ class CaptioningModule(L.LightningModule):
             dm.set_vocab(self.vocab)
         dm.setup(stage)
         self.set_vocab(dm.vocab)
+        references = training_captions(dm)  # the share of novel captions
+        for evaluator in self.evaluators.values():
+            evaluator.set_training_captions(references)
         if stage == "fit" and hasattr(self.objective, "setup"):  # e.g. SCST: the training references
             self.objective.setup(dm)
 
@@ -169,7 +178,8 @@ class CaptioningModule(L.LightningModule):
     def _score(self, split: str) -> dict[str, float]:
         evaluator, dm = self.evaluators[split], self.trainer.datamodule
         predictions = evaluator.predictions(self.vocab, self.all_gather if self.trainer.world_size > 1 else None)
-        scores, _ = evaluator.score(predictions, dm.references(split), lambda p, a: dm.dataset_scores(split, p, a))
+        scores, _ = evaluator.score(predictions, dm.references(split), lambda p, a: dm.dataset_scores(split, p, a),
+                                    images=split_images(dm, split))
         return {k: v for k, v in scores.items() if isinstance(v, float)}
 
     def on_validation_epoch_end(self) -> None:

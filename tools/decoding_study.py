@@ -1,0 +1,188 @@
+"""The decoding options and checkpoint ensembles against plain beam search, on one split: the table of
+docs/studies/DECODING.md.
+
+    python tools/decoding_study.py --annotations DATA.json --checkpoint A.ckpt --checkpoint B.ckpt \
+        [--checkpoint C.ckpt] [--split test] [--label "demo, soft"] [--out rows.json] [--rows beam3 ngram3 ...]
+
+Each row decodes the split with the first checkpoint (the ``member`` rows: each checkpoint alone, the
+``ensemble`` row: all of them, decoding/ensemble.py) and scores it with the Evaluator that validation,
+``captioning test`` and ``captioning evaluate`` use: object F1 (the shapes data), CIDEr (Python PTB
+tokens), distinct-2. Speed: images per second of the decoding itself (the encoder and the search,
+``Evaluator.add``), batches of ``--batch-size`` (64) images already in memory, on the threads
+``--threads`` allows. The split's images are read once, before any row. Sampling rows draw from
+``torch.manual_seed(--seed)``.
+
+Prints a Markdown table (and writes the rows as JSON with ``--out``); ``--markdown-only`` leaves out
+the progress lines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: row name -> (what the table calls it, GenerationConfig fields over the model's test decoding)
+ROWS = {
+    "beam3": ("beam 3 (the baseline)", dict(num_beams=3)),
+    "greedy": ("greedy", dict(num_beams=1)),
+    "diverse3x1": ("diverse beams, 3 groups x 1 beam, penalty 0.5",
+                   dict(num_beams=3, num_beam_groups=3, diversity_penalty=0.5)),
+    "diverse3x2": ("diverse beams, 3 groups x 2 beams, penalty 0.5",
+                   dict(num_beams=6, num_beam_groups=3, diversity_penalty=0.5)),
+    "ngram3": ("beam 3, no_repeat_ngram_size 3", dict(num_beams=3, no_repeat_ngram_size=3)),
+    "repetition1.2": ("beam 3, repetition_penalty 1.2", dict(num_beams=3, repetition_penalty=1.2)),
+    "min_tokens8": ("beam 3, min_new_tokens 8", dict(num_beams=3, min_new_tokens=8)),
+    "suppress_unk": ("beam 3, suppress_tokens <unk>", dict(num_beams=3, suppress_tokens=("<unk>",))),
+    "top_p0.9": ("sampling, top_p 0.9", dict(num_beams=1, do_sample=True, top_p=0.9)),
+    "members": ("each checkpoint alone, beam 3", dict(num_beams=3)),
+    "ensemble": ("ensemble of the checkpoints, beam 3", dict(num_beams=3)),
+}
+
+
+def short_names(paths: list[str]) -> list[str]:
+    """The checkpoints' names for the table: the parts of their paths that differ (e.g. the run
+    folders of runs/a/.../last.ckpt and runs/b/.../last.ckpt), else the file names."""
+    parts = [os.path.normpath(p).split(os.sep) for p in paths]
+    if len(parts) > 1 and len({len(p) for p in parts}) == 1:
+        differ = [k for k in range(len(parts[0])) if len({p[k] for p in parts}) > 1]
+        if differ:
+            return [os.sep.join(p[differ[0] : differ[-1] + 1]) for p in parts]
+    return [os.path.basename(p) for p in paths]
+
+
+def load_split(annotations: str, split: str, image_size: int, vocab, batch_size: int, limit: int | None):
+    """(the CaptionData, its batches of ``split`` in memory): images read and resized once."""
+    from captioning.data.captions import CaptionData
+
+    data = CaptionData(annotations, eval_batch_size=batch_size, num_workers=0, image_size=image_size, on_bad_image="skip")
+    data.set_vocab(vocab)
+    batches, count = [], 0
+    for batch in data.eval_dataloader(split):
+        batch.pop("bad_images", None)
+        if limit is not None:
+            batch = {k: v[: limit - count] for k, v in batch.items()}
+        if batch["image_ids"].numel():
+            batches.append(batch)
+            count += int(batch["image_ids"].numel())
+        if limit is not None and count >= limit:
+            break
+    return data, batches
+
+
+def training_captions(data) -> list[str] | None:
+    from captioning.decoding.evaluator import training_captions as of_data
+
+    return of_data(data)
+
+
+def measure(model, data, batches, split: str, generation, seed: int, novel) -> dict:
+    """One row's scores and speed: the split decoded with ``generation`` and scored."""
+    import torch
+
+    from captioning.decoding.evaluator import Evaluator
+
+    evaluator = Evaluator(("CIDEr",), tokenizer="python", training_captions=novel)
+    torch.manual_seed(seed)
+    evaluator.add(model, batches[0], generation)  # a warm-up batch, not timed
+    evaluator.predictions(model.vocab)
+    torch.manual_seed(seed)
+    images, start = 0, time.perf_counter()
+    for batch in batches:
+        evaluator.add(model, batch, generation)
+        images += int(batch["image_ids"].numel())
+    seconds = time.perf_counter() - start
+    predictions = evaluator.predictions(model.vocab)
+    try:
+        scores, _ = evaluator.score(predictions, data.references(split), lambda p, a: data.dataset_scores(split, p, a))
+    finally:
+        evaluator.close()
+    return {"images": images, "images_per_s": images / seconds, "object_f1": scores.get("object_f1"),
+            "CIDEr": scores.get("CIDEr"), "distinct_2": scores.get("distinct_2"),
+            "novel_captions": scores.get("novel_captions"), "mean_length": scores.get("mean_length")}
+
+
+def run(annotations: str, checkpoints: list[str], split: str = "test", rows=tuple(ROWS), batch_size: int = 64,
+        seed: int = 0, limit: int | None = None, label: str = "", progress=print) -> list[dict]:
+    """The table's rows (dicts: label, row, what, model, the generation fields and the measures)."""
+    from captioning.decoding.ensemble import Ensemble
+    from captioning.storage.load import load_model
+
+    models = [load_model(p).eval() for p in checkpoints]
+    first = models[0]
+    data, batches = load_split(annotations, split, max(int(m.spec.image_size) for m in models), first.vocab,
+                               batch_size, limit)
+    novel = training_captions(data)
+    names = short_names(checkpoints)
+    out = []
+    for name in rows:
+        what, fields = ROWS[name]
+        if name == "ensemble" and len(models) < 2:
+            continue
+        if name == "members":
+            runs = list(zip(names, models))
+        elif name == "ensemble":
+            runs = [(" + ".join(names), Ensemble(models, names=checkpoints).eval())]
+        else:
+            runs = [(names[0], first)]
+        for model_name, model in runs:
+            generation = first.spec.generation.replace(**fields)
+            row = {"label": label, "row": name, "what": what, "model": model_name, "generation": fields,
+                   **measure(model, data, batches, split, generation, seed, novel)}
+            progress(json.dumps(row))
+            out.append(row)
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    """The rows as a Markdown table: figures to 3 decimals, speed as images/s and x the baseline's."""
+    lines = ["| data, attention | decoding | model | object F1 | CIDEr | distinct-2 | images/s |",
+             "|---|---|---|---|---|---|---|"]
+    base = {r["label"]: r["images_per_s"] for r in rows if r["row"] == "beam3"}
+
+    def num(v) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    for r in rows:
+        speed = f"{r['images_per_s']:.0f}"
+        if r["label"] in base and r["row"] not in ("beam3", "members"):
+            speed += f" ({r['images_per_s'] / base[r['label']]:.2f}x)"
+        lines.append(f"| {r['label']} | {r['what']} | {r['model']} | {num(r['object_f1'])} | {num(r['CIDEr'])} | "
+                     f"{num(r['distinct_2'])} | {speed} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--annotations", required=True, help="the data set's annotation file")
+    p.add_argument("--checkpoint", action="append", required=True,
+                   help="a checkpoint or model folder (repeat: the ensemble row uses every one; the first decodes the option rows)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS), help="the rows to measure, in this order")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--limit", type=int, default=None, help="only the split's first N images")
+    p.add_argument("--seed", type=int, default=0, help="the sampling rows' seed")
+    p.add_argument("--threads", type=int, default=1, help="torch's CPU threads (default 1: comparable on a shared machine)")
+    p.add_argument("--label", default="", help="the table's first column, e.g. 'demo, soft'")
+    p.add_argument("--out", default=None, help="write the rows as JSON here (appended to the file's rows if it exists)")
+    p.add_argument("--markdown-only", action="store_true", help="print the table only")
+    args = p.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    rows = run(args.annotations, args.checkpoint, args.split, args.rows, args.batch_size, args.seed, args.limit,
+               args.label, progress=(lambda line: None) if args.markdown_only else (lambda line: print(line, file=sys.stderr)))
+    if args.out:
+        before = json.load(open(args.out)) if os.path.isfile(args.out) else []
+        with open(args.out, "w") as f:
+            json.dump(before + rows, f, indent=1)
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
