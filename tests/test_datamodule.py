@@ -195,3 +195,32 @@ def test_a_prepared_vocabulary_file_is_used(tiny_karpathy, tmp_path):
     built = CaptionDataModule(str(tiny_karpathy), image_size=8, min_word_freq=1)
     built.setup("fit")
     assert built.vocab != vocab
+
+
+def test_cached_images_are_the_files_images_read_once(tiny_karpathy, monkeypatch):
+    """cache_images: every batch equals the uncached one, and each image file is decoded once."""
+    import captioning.data.datasets as datasets
+
+    plain = tiny_dm(tiny_karpathy, batch_size=8)
+    cached = tiny_dm(tiny_karpathy, batch_size=8, cache_images=True)
+    reads = []
+    real_load = datasets.load_image
+    monkeypatch.setattr(datasets, "load_image", lambda path: reads.append(path) or real_load(path))
+    train = cached.train_dataloader()
+    for epoch in range(3):
+        for a, b in zip(plain.train_dataloader(), train):
+            assert torch.equal(a["images"], b["images"]) and torch.equal(a["captions"], b["captions"])
+    pairs = len(train.dataset)  # 8 training captions of 4 images (train + restval)
+    assert pairs == 8 and len(set(reads)) == 4
+    assert len(reads) == 3 * pairs + 4  # the uncached loader read an image per caption and epoch, the cached one each image once
+    val = cached.val_dataloader()
+    first, again = next(iter(val)), next(iter(val))
+    assert torch.equal(first["images"], again["images"]) and torch.equal(first["images"], next(iter(plain.val_dataloader()))["images"])
+
+
+def test_unreadable_images_are_not_cached(tiny_karpathy):
+    (tiny_karpathy.parent / "images" / "1.jpg").unlink()
+    dm = tiny_dm(tiny_karpathy, batch_size=8, on_bad_image="skip", cache_images=True)
+    for _ in range(2):  # reported again in every epoch, as without the cache
+        batch = next(iter(dm.train_dataloader()))
+        assert len(batch["bad_images"]) == 3 and 101 not in batch["image_ids"].tolist()

@@ -2,8 +2,9 @@
 
 Training yields one sample per (image, caption) pair (or per image with all its captions),
 evaluation one sample per image. Images are read lazily by :meth:`ImageDataset.visual` (the one
-place that swaps in a feature cache). An unreadable image gives a sample ``{"error": message}``
-that :class:`Collate` drops from its batch and reports.
+place that swaps in a feature cache, or keeps the decoded images in memory with
+``cache_images``). An unreadable image gives a sample ``{"error": message}`` that :class:`Collate`
+drops from its batch and reports.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, get_worker_info
 
 from captioning.data.features import FeatureCache
-from captioning.data.images import load_image, to_tensor
+from captioning.data.images import load_image, pixels_to_float, to_pixels
 from captioning.data.karpathy import ImageRecord
 from captioning.errors import ImageError
 from captioning.vocab import Vocabulary
@@ -26,12 +27,16 @@ class ImageDataset(Dataset):
     """One sample per image: ``{"images": (3, S, S), "image_ids": int}``, or ``{"error": message}``.
 
     With a feature cache the sample is ``{"features": (L, D) float16, "image_ids": int}``.
+    With ``cache_images`` each image is decoded and resized once and kept in memory, as uint8
+    (3 x S x S bytes an image; the same tensor as a fresh read): for data small enough to hold, where
+    decoding would otherwise be repeated every epoch (each loader worker keeps its own copy).
     """
 
     def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 features: Optional[FeatureCache] = None):
+                 features: Optional[FeatureCache] = None, cache_images: bool = False):
         self.records, self.images_root, self.image_size = list(records), images_root, image_size
         self.features = features
+        self.pixels: Optional[dict[int, np.ndarray]] = {} if cache_images and features is None else None
         self.visual_key = "features" if features is not None else "images"  # the batch key of the visual input
         # of one sample's visual input
         self.visual_shape = tuple(features.grid_shape) if features is not None else (3, image_size, image_size)
@@ -43,7 +48,16 @@ class ImageDataset(Dataset):
         """The visual input of a sample: its cached grid (L, D), or its image file resized to (3, S, S)."""
         if self.features is not None:
             return self.features[record.image_id]
-        return to_tensor(load_image(os.path.join(self.images_root, record.path)), self.image_size)
+        if self.pixels is None:
+            return torch.from_numpy(pixels_to_float(self._read(record)))
+        pixels = self.pixels.get(record.image_id)
+        if pixels is None:
+            pixels = self.pixels[record.image_id] = self._read(record)
+        return torch.from_numpy(pixels_to_float(pixels))
+
+    def _read(self, record: ImageRecord) -> np.ndarray:
+        """The record's image file as uint8 (3, S, S)."""
+        return to_pixels(load_image(os.path.join(self.images_root, record.path)), self.image_size)
 
     def _sample(self, record: ImageRecord) -> dict:
         try:
@@ -59,8 +73,9 @@ class CaptionPairDataset(ImageDataset):
     """One sample per (image, caption) pair; adds ``"captions"``: (T,) long ids [BOS w.. EOS]."""
 
     def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None):
-        super().__init__(records, images_root, image_size, features)
+                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None,
+                 cache_images: bool = False):
+        super().__init__(records, images_root, image_size, features, cache_images)
         self.vocab, self.max_length = vocab, max_length
         counts = [len(r.tokens) for r in self.records]
         # (record index, caption index) of every pair, as arrays: cheap to share with workers
@@ -93,8 +108,9 @@ class CaptionGroupDataset(ImageDataset):
     """
 
     def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None):
-        super().__init__(records, images_root, image_size, features)
+                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None,
+                 cache_images: bool = False):
+        super().__init__(records, images_root, image_size, features, cache_images)
         self.vocab, self.max_length = vocab, max_length
 
     def __getitem__(self, i: int) -> dict:

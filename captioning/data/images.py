@@ -167,9 +167,9 @@ def load_image(path: PathLike) -> Image.Image:
         raise ImageError(f"{path}: unreadable image, damaged or truncated ({detail})") from None
 
 
-def to_array(img: Image.Image, image_size: int) -> np.ndarray:
-    """RGB image -> float32 array (3, S, S) in [0, 1], S = ``image_size``: the one resize of every
-    route (PyTorch and ONNX alike; no torch needed here).
+def to_pixels(img: Image.Image, image_size: int) -> np.ndarray:
+    """RGB image -> uint8 array (3, S, S), S = ``image_size``: the one resize of every route
+    (PyTorch and ONNX alike; no torch needed here).
 
     A plain bilinear resize (antialiased when shrinking) with no crop, so an attention grid maps
     back onto the whole original image by stretching. Normalisation is the encoder's job.
@@ -179,8 +179,17 @@ def to_array(img: Image.Image, image_size: int) -> np.ndarray:
     if img.mode != "RGB":
         img = _to_rgb(img)
     img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
-    pixels = np.array(img, dtype=np.uint8)  # (S, S, 3)
-    return np.ascontiguousarray(pixels.transpose(2, 0, 1)).astype(np.float32) / np.float32(255.0)  # (3, S, S)
+    return np.ascontiguousarray(np.array(img, dtype=np.uint8).transpose(2, 0, 1))  # (S, S, 3) -> (3, S, S)
+
+
+def pixels_to_float(pixels: np.ndarray) -> np.ndarray:
+    """uint8 (3, S, S) -> float32 (3, S, S) in [0, 1]."""
+    return pixels.astype(np.float32) / np.float32(255.0)
+
+
+def to_array(img: Image.Image, image_size: int) -> np.ndarray:
+    """RGB image -> float32 array (3, S, S) in [0, 1], S = ``image_size`` (see :func:`to_pixels`)."""
+    return pixels_to_float(to_pixels(img, image_size))
 
 
 def to_tensor(img: Image.Image, image_size: int) -> "torch.Tensor":
