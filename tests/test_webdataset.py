@@ -129,6 +129,10 @@ def test_img2dataset_shards_and_their_problems(tiny_shapes, tmp_path, capsys):
     assert [(r.split, r.captions) for r in records] == [("train", [f"picture number {i}"]) for i in range(6)]
     _, loader = train_loader(tmp_path / "00000.tar", batch_size=4)
     assert [len(b["image_ids"]) for b in loader] == [4, 2]
+    _, grouped = train_loader(tmp_path / "00000.tar", batch_size=4, group_captions=True, workers=2)
+    batches = list(grouped)
+    assert sorted(i for b in batches for i in b["image_ids"].tolist()) == list(range(6))
+    assert all(b["image_index"].tolist() == list(range(len(b["image_ids"]))) for b in batches)  # one caption each
 
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -164,3 +168,35 @@ def test_fit_resume_and_evaluate_from_shards(shards, tmp_path):
                  "--max-new-tokens", "6", "--out", str(metrics), "--results", str(results)]) == 0
     assert len(json.loads(results.read_text())) == 8
     assert "object_f1" in json.dumps(json.loads(metrics.read_text()))  # the shapes' objects travel in KEY.json
+
+
+def test_a_resumed_fit_sees_the_batches_the_interrupted_one_had_left(shards, tmp_path):
+    """Stopped inside its second epoch (3 batches in, 2 loader workers) and resumed from last.ckpt,
+    a run trains on the same batches as an uninterrupted one."""
+    from lightning.pytorch.callbacks import Callback
+
+    from captioning.training.cli import run_lightning_cli
+
+    class Record(Callback):
+        def __init__(self):
+            self.batches = {}
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.batches[trainer.global_step] = (batch["image_ids"].tolist(), batch["captions"].tolist())
+
+    def fit(root, steps, ckpt=None):
+        cli = run_lightning_cli(fit_args(shards, root, extra=[
+            "--trainer.limit_train_batches", "1.0", "--trainer.max_epochs", "2", "--trainer.max_steps", str(steps),
+            "--trainer.limit_val_batches", "0", "--data.num_workers", "2",
+            "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
+            "--trainer.callbacks.save_last", "true", "--trainer.callbacks.save_top_k", "0"])[1:], run=False)
+        record = Record()
+        cli.trainer.callbacks.append(record)
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
+        return record.batches
+
+    whole = fit(tmp_path / "whole", 30)  # 200 pairs of 8: 25 steps an epoch
+    fit(tmp_path / "stopped", 28)
+    (last,) = (tmp_path / "stopped").rglob("last.ckpt")
+    resumed = fit(tmp_path / "stopped", 30, str(last))
+    assert sorted(resumed) == [28, 29] and all(resumed[s] == whole[s] for s in resumed)
