@@ -289,9 +289,9 @@ class Captioner:
 
     def member_labels(self) -> list[str]:
         """An ensemble's members as its pictures title them: file name and weight."""
-        names = getattr(self.model, "names", None) or []
-        weights = getattr(self.model, "weights", None) or []
-        return [f"{os.path.basename(str(n).rstrip('/'))} (weight {w:.2f})" for n, w in zip(names, weights)]
+        from captioning.decoding.ensemble import short_names
+
+        return [f"{name} (weight {w:.2f})" for name, w in zip(short_names(self.model.names), self.model.weights)]
 
     def _render_members(self, pil, words, result, hard_cells, path, format, duration_ms, alpha, style, members):
         """render() of an ensemble: the members' weighted mean map under a title saying so, or one

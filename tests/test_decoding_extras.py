@@ -88,4 +88,21 @@ def test_the_decoding_study_table(tiny_checkpoint, tiny_shapes, tmp_path, capsys
     assert [r["row"] for r in rows] == ["beam3", "ngram3", "ensemble"] and all(r["images"] == 6 for r in rows)
     beam, ensemble = rows[0], rows[2]  # a model with itself: the model's captions
     assert (ensemble["object_f1"], ensemble["CIDEr"], ensemble["distinct_2"]) == (beam["object_f1"], beam["CIDEr"], beam["distinct_2"])
-    assert decoding_study.short_names(["runs/a/last.ckpt", "runs/b/last.ckpt"]) == ["a", "b"]
+    from captioning.decoding.ensemble import short_names
+
+    assert short_names(["runs/a/last.ckpt", "runs/b/last.ckpt"]) == ["a", "b"] and short_names(["x/a.ckpt"]) == ["a.ckpt"]
+
+
+def test_grounding_scores_each_member_of_an_ensemble(tiny_checkpoint, tiny_shapes):
+    from captioning.cli.evaluate import evaluate
+    from captioning.decoding.ensemble import Ensemble
+    from captioning.storage.load import load_model
+
+    model = load_model(tiny_checkpoint)
+    report = evaluate(Ensemble([model, model]), str(tiny_shapes), grounding=True, device="cpu", progress=False,
+                      metrics=("CIDEr",), tokenizer="python")
+    grounding = report["scores"]["grounding"]
+    assert len(grounding["per_member"]) == 2 and "per_head" not in grounding
+    mean = {k: v for k, v in grounding.items() if k != "per_member"}
+    for member in grounding["per_member"]:  # a model with itself: each member's maps are the mean's
+        assert member == mean  # (0.5 a + 0.5 a is a, exactly)

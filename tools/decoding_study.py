@@ -43,17 +43,6 @@ ROWS = {
 }
 
 
-def short_names(paths: list[str]) -> list[str]:
-    """The checkpoints' names for the table: the parts of their paths that differ (e.g. the run
-    folders of runs/a/.../last.ckpt and runs/b/.../last.ckpt), else the file names."""
-    parts = [os.path.normpath(p).split(os.sep) for p in paths]
-    if len(parts) > 1 and len({len(p) for p in parts}) == 1:
-        differ = [k for k in range(len(parts[0])) if len({p[k] for p in parts}) > 1]
-        if differ:
-            return [os.sep.join(p[differ[0] : differ[-1] + 1]) for p in parts]
-    return [os.path.basename(p) for p in paths]
-
-
 def load_split(annotations: str, split: str, image_size: int, vocab, batch_size: int, limit: int | None):
     """(the CaptionData, its batches of ``split`` in memory): images read and resized once."""
     from captioning.data.captions import CaptionData
@@ -108,7 +97,7 @@ def measure(model, data, batches, split: str, generation, seed: int, novel) -> d
 def run(annotations: str, checkpoints: list[str], split: str = "test", rows=tuple(ROWS), batch_size: int = 64,
         seed: int = 0, limit: int | None = None, label: str = "", progress=print) -> list[dict]:
     """The table's rows (dicts: label, row, what, model, the generation fields and the measures)."""
-    from captioning.decoding.ensemble import Ensemble
+    from captioning.decoding.ensemble import Ensemble, short_names
     from captioning.storage.load import load_model
 
     models = [load_model(p).eval() for p in checkpoints]

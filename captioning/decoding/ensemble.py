@@ -22,6 +22,7 @@ is the mean map's argmax.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -215,6 +216,17 @@ class Ensemble(nn.Module):
 
     def decode_text(self, sequences: Tensor) -> list[str]:
         return [self.vocab.decode_text(row) for row in sequences.tolist()]
+
+
+def short_names(paths: Sequence[str]) -> list[str]:
+    """Members' files as people tell them apart: the parts of their paths that differ (the run folders
+    of runs/a/.../last.ckpt and runs/b/.../last.ckpt: "a", "b"), else the file names."""
+    parts = [os.path.normpath(str(p)).split(os.sep) for p in paths]
+    if len(parts) > 1 and len({len(p) for p in parts}) == 1:
+        differ = [k for k in range(len(parts[0])) if len({p[k] for p in parts}) > 1]
+        if differ:
+            return [os.sep.join(p[differ[0] : differ[-1] + 1]) for p in parts]
+    return [p[-1] for p in parts]
 
 
 def resize(images: Tensor, size: int) -> Tensor:
