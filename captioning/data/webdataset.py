@@ -134,19 +134,19 @@ class ShardIndex:
     shard_of: dict[int, int]  # imgid -> index into shards
 
 
-def _text(data: bytes, where: str) -> str:
+def _text(data: bytes, member: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise AnnotationError(f"{where}: not UTF-8 text") from None
+        raise AnnotationError(f"{member}: not UTF-8 text") from None
 
 
-def _sample_record(where: str, imgid: int, files: dict, image: Optional[Member]) -> ImageRecord:
+def _sample_record(imgid: int, files: dict, image: Optional[Member]) -> ImageRecord:
     """The record of one sample's text files (``files``: extension -> bytes); AnnotationError for a problem."""
     meta = {}
     if "json" in files:
         try:
-            meta = json.loads(_text(files["json"], where + ".json"))
+            meta = json.loads(_text(files["json"], ".json"))
         except json.JSONDecodeError as err:
             raise AnnotationError(f".json: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
         if not isinstance(meta, dict):
@@ -155,7 +155,7 @@ def _sample_record(where: str, imgid: int, files: dict, image: Optional[Member])
         raise AnnotationError(f"no image ({'|'.join(IMAGE_EXTS[:4])} member)")
     captions = meta.get("captions", meta.get("caption"))
     if captions is None and "txt" in files:
-        captions = _text(files["txt"], where + ".txt")
+        captions = _text(files["txt"], ".txt")
     captions = [captions] if isinstance(captions, str) else [] if captions is None else captions
     if not isinstance(captions, list) or not all(isinstance(c, str) for c in captions):
         raise AnnotationError(".json captions: expected a string or a list of strings")
@@ -220,7 +220,7 @@ def read_index(path, merge_restval: bool = True, problems: Optional[list] = None
             try:
                 if len(image) > 1:
                     raise AnnotationError(f"{len(image)} images ({', '.join(m.name for m in image)}): expected one")
-                record = _sample_record(where, position, files, image[0] if image else None)
+                record = _sample_record(position, files, image[0] if image else None)
                 if record.image_id in seen:
                     raise AnnotationError(f"image_id {record.image_id} already used by {seen[record.image_id]}")
             except AnnotationError as err:
