@@ -62,19 +62,14 @@ def load_split(annotations: str, split: str, image_size: int, vocab, batch_size:
     return data, batches
 
 
-def training_captions(data) -> list[str] | None:
-    from captioning.decoding.evaluator import training_captions as of_data
-
-    return of_data(data)
-
-
 def measure(model, data, batches, split: str, generation, seed: int, novel) -> dict:
     """One row's scores and speed: the split decoded with ``generation`` and scored."""
     import torch
 
     from captioning.decoding.evaluator import Evaluator
 
-    evaluator = Evaluator(("CIDEr",), tokenizer="python", training_captions=novel)
+    evaluator = Evaluator(("CIDEr",), tokenizer="python")
+    evaluator.set_training_captions(known=novel)
     torch.manual_seed(seed)
     evaluator.add(model, batches[0], generation)  # a warm-up batch, not timed
     evaluator.predictions(model.vocab)
@@ -98,13 +93,14 @@ def run(annotations: str, checkpoints: list[str], split: str = "test", rows=tupl
         seed: int = 0, limit: int | None = None, label: str = "", progress=print) -> list[dict]:
     """The table's rows (dicts: label, row, what, model, the generation fields and the measures)."""
     from captioning.decoding.ensemble import Ensemble, short_names
+    from captioning.decoding.evaluator import known_training_captions
     from captioning.storage.load import load_model
 
     models = [load_model(p).eval() for p in checkpoints]
     first = models[0]
     data, batches = load_split(annotations, split, max(int(m.spec.image_size) for m in models), first.vocab,
                                batch_size, limit)
-    novel = training_captions(data)
+    novel = known_training_captions(data)
     names = short_names(checkpoints)
     out = []
     for name in rows:

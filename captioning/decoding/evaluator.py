@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Iterable, Optional, Sequence
+from typing import AbstractSet, Callable, Iterable, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -39,6 +39,13 @@ def training_captions(data) -> Optional[list[str]]:
         return [c for r in data.records("train") for c in r.captions]
     except AnnotationError:
         return None
+
+
+def known_training_captions(data) -> Optional[frozenset[str]]:
+    """:func:`training_captions` as the novelty score compares them (``known_captions``): one set
+    that several evaluators can share; None without a training split."""
+    captions = training_captions(data)
+    return None if captions is None else known_captions(captions)
 
 
 def split_images(data, split: str) -> Callable[[list], list]:
@@ -89,10 +96,11 @@ class Evaluator:
         self._scorer: Optional[CocoScorer] = None
         self.reset()
 
-    def set_training_captions(self, captions: Optional[Iterable[str]]) -> None:
-        """The training references novel captions are counted against (None: no novelty score)."""
-        self.training_captions = None if captions is None else list(captions)
-        self._known = None if captions is None else known_captions(self.training_captions)  # compared as words, once
+    def set_training_captions(self, captions: Optional[Iterable[str]] = None,
+                              known: Optional[AbstractSet[str]] = None) -> None:
+        """The training references novel captions are counted against: ``captions``, or ``known``,
+        the same through :func:`known_training_captions` (None for both: no novelty score)."""
+        self._known = known if captions is None else known_captions(captions)  # compared as words, once
 
     def reset(self) -> None:
         self._ids: list[Tensor] = []

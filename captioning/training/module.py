@@ -17,7 +17,7 @@ from typing import Literal, Optional
 import lightning as L
 from torch import Tensor
 
-from captioning.decoding.evaluator import Evaluator, split_images, training_captions
+from captioning.decoding.evaluator import Evaluator, known_training_captions, split_images
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
 from captioning.metrics.clip_score import ClipScoreConfig, ClipScoring
@@ -133,9 +133,9 @@ class CaptioningModule(L.LightningModule):
             dm.set_vocab(self.vocab)
         dm.setup(stage)
         self.set_vocab(dm.vocab)
-        references = training_captions(dm)  # the share of novel captions
+        known = known_training_captions(dm)  # for the share of novel captions
         for evaluator in self.evaluators.values():
-            evaluator.set_training_captions(references)
+            evaluator.set_training_captions(known=known)
         if stage == "fit" and hasattr(self.objective, "setup"):  # e.g. SCST: the training references
             self.objective.setup(dm)
 
