@@ -106,3 +106,10 @@ def test_grounding_scores_each_member_of_an_ensemble(tiny_checkpoint, tiny_shape
     mean = {k: v for k, v in grounding.items() if k != "per_member"}
     for member in grounding["per_member"]:  # a model with itself: each member's maps are the mean's
         assert member == mean  # (0.5 a + 0.5 a is a, exactly)
+
+
+def test_attend_members_wrong_value_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["attend", str(tmp_path / "photo.png"), "--checkpoint", "a.ckpt", "--out", str(tmp_path), "--members", "all"])
+    err = capsys.readouterr().err
+    assert exit.value.code != 0 and "--members" in err and len(err.strip().splitlines()) == 1, err
