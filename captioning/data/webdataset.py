@@ -86,15 +86,13 @@ def is_shards(path) -> bool:
 
 def shard_paths(path) -> list[str]:
     """The shard files of a folder, brace pattern, file or list of them, in order; one-line errors."""
-    from braceexpand import braceexpand
-
     items = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     out: list[str] = []
     for item in map(os.fspath, items):
         if os.path.isdir(item):
             out += sorted(os.path.join(item, f) for f in os.listdir(item) if f.lower().endswith(".tar"))
             continue
-        for file in (braceexpand(item) if _BRACES.search(item) else [item]):
+        for file in (_expand(item) if _BRACES.search(item) else [item]):
             if "://" in file or file.startswith("pipe:"):
                 raise AnnotationError(f"{file}: shards are read from local files (copy them first)")
             if not os.path.isfile(file):
@@ -103,6 +101,15 @@ def shard_paths(path) -> list[str]:
     if not out:
         raise AnnotationError(f"{path}: no .tar shards found")
     return out
+
+
+def _expand(pattern: str) -> list[str]:
+    """The files of a brace pattern (webdataset's own expansion, braceexpand)."""
+    try:
+        from braceexpand import braceexpand
+    except ImportError:
+        raise AnnotationError(f"{pattern}: brace patterns need the webdataset package (pip install 'captioning[ecosystem]')") from None
+    return list(braceexpand(pattern))
 
 
 # ---------------------------------------------------------------------------------------- index
@@ -491,8 +498,12 @@ def write_shards(records: Sequence[ImageRecord], images_root: str, out_dir: str,
     split, image_id, and objects / width / height where the record has them). The training samples
     are written in an order drawn from ``seed`` (a stream reads shards in order: mixing them once
     makes its shuffle buffer enough). Returns {split: [shard files]}."""
-    import webdataset as wds
     from tqdm.auto import tqdm
+
+    try:
+        import webdataset as wds
+    except ImportError:
+        raise ConfigError("writing shards needs the webdataset package (pip install 'captioning[ecosystem]')") from None
 
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ConfigError(f"shard size: expected an integer >= 1, got {shard_size!r}")
