@@ -97,18 +97,21 @@ def test_two_nodes_train_from_shards_and_score_the_test_split_once(tiny_shapes, 
     for var in ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"):
         env.pop(var, None)
     port = free_port()
-    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                               "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
-                               str(script), str(tmp_path), str(shards)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for node in (0, 1)]
-    try:
-        outputs = [node.communicate(timeout=300)[0] for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()
-    for node, output in zip(nodes, outputs):
-        assert node.returncode == 0, output[-4000:]
+    logs = [tmp_path / f"node-{node}.log" for node in (0, 1)]  # files, not pipes: a full pipe would stall a node
+    with logs[0].open("w") as out0, logs[1].open("w") as out1:
+        nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                                   "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                                   str(script), str(tmp_path), str(shards)],
+                                  cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+                 for node, out in ((0, out0), (1, out1))]
+        try:
+            for node in nodes:
+                node.wait(timeout=300)
+        finally:
+            for node in nodes:
+                node.kill()
+    for node, log in zip(nodes, logs):
+        assert node.returncode == 0, log.read_text()[-4000:]
 
     data = CaptionData(str(shards), min_word_freq=1, max_length=30)
     data.setup()
