@@ -21,7 +21,7 @@ from PIL import Image
 
 from captioning.viz.attention_maps import grid_shape
 from captioning.common import default_device
-from captioning.data.images import as_rgb, to_tensor
+from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, to_tensor
 from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
@@ -56,6 +56,8 @@ class Captioner:
             raise ValueError("Captioner needs the image size of a model without a spec (image_size=...)")
         self.vocab = model.vocab
         self.image_size = int(image_size if image_size is not None else self.spec.image_size)
+        #: the resize's filter (data/images.py: INTERPOLATIONS), the model's
+        self.interpolation = getattr(self.spec, "interpolation", None) or DEFAULT_INTERPOLATION
         self.attention_kind = model.attention_kind
         self.generation = generation or GenerationConfig()
         self.description = dict(description or {})
@@ -231,10 +233,13 @@ class Captioner:
         return results
 
     def _batch(self, images: Sequence[Image.Image]):
-        """The model's input (B, 3, S, S) on its device; an ensemble's: one batch per member, at its size."""
+        """The model's input (B, 3, S, S) on its device, resized with the model's interpolation; an
+        ensemble's: one batch per member, at its size and with its interpolation."""
         if isinstance(self.model, Ensemble):
-            return [torch.stack([to_tensor(im, size) for im in images]).to(self.device) for size in self.model.image_sizes]
-        return torch.stack([to_tensor(im, self.image_size) for im in images]).to(self.device)
+            filters = [m.spec.interpolation or DEFAULT_INTERPOLATION for m in self.model.members]
+            return [torch.stack([to_tensor(im, size, f) for im in images]).to(self.device)
+                    for size, f in zip(self.model.image_sizes, filters)]
+        return torch.stack([to_tensor(im, self.image_size, self.interpolation) for im in images]).to(self.device)
 
     def render(
         self,

@@ -63,7 +63,8 @@ def evaluate(
     dev = default_device(device)
     model = model.eval().to(dev)
     data = CaptionData(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
-                             image_size=model.spec.image_size, on_bad_image="skip")
+                             image_size=model.spec.image_size, on_bad_image="skip",
+                             interpolation=model.spec.interpolation or "bilinear")
     data.set_vocab(model.vocab)
     evaluator = Evaluator(metrics, spice=spice, keep_alignments=grounding, training_captions=training_captions(data),
                           tokenizer=tokenizer, clip=ClipScoring(clip_model, clip_weights, str(dev)))

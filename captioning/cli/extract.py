@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -78,8 +78,13 @@ def extract_features(
     meta: Optional[dict] = None,
     progress: bool = True,
     max_batches: Optional[int] = None,
+    images: Optional[Callable[[list[ImageRecord]], ImageDataset]] = None,
 ) -> dict:
     """Run ``encoder`` over the images of this shard, resuming a previous run in ``out_dir``.
+
+    ``images``: the image dataset of a list of records (CaptionData.image_dataset: image files
+    or WebDataset shards, resized with the model's interpolation); default: the files under
+    ``images_root``, resized with the encoder's interpolation.
 
     Returns ``{"part", "rows", "done", "extracted", "unreadable": [messages]}``. Unreadable images keep
     done = 0 (training refuses them); ``max_batches`` stops early (tests of resuming).
@@ -96,7 +101,11 @@ def extract_features(
     data, done = _open_part(base, ids, grid, dict(meta or {}, image_size=image_size))
     row_of = {image_id: r for r, image_id in enumerate(ids)}
     pending = [unique[k] for k, flag in zip(ids, done) if not flag]
-    dataset = ImageDataset(pending, images_root, image_size)
+    if images is None:
+        interpolation = getattr(encoder, "preprocessing", {}).get("interpolation", "bilinear")
+        dataset = ImageDataset(pending, images_root, image_size, interpolation=interpolation)
+    else:
+        dataset = images(pending)
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, shuffle=False,
                         collate_fn=Collate(0, "images", dataset.visual_shape, on_bad_image="skip"))
     unreadable, extracted = [], 0
@@ -133,9 +142,10 @@ def extract_from_config(config: PathLike, out_dir: PathLike, batch_size: int = 6
     encoder_config, data = cli.model.encoder_config, cli.datamodule
     if encoder_config.name == "small_cnn":
         raise ConfigError(f"{config}: model.encoder.name small_cnn is trained with the decoder; caching its features makes no sense")
-    meta = {"encoder": encoder_config.name, "grid_size": encoder_config.grid_size, "pretrained": encoder_config.pretrained}
+    meta = {"encoder": encoder_config.name, "grid_size": encoder_config.grid_size, "pretrained": encoder_config.pretrained,
+            "interpolation": data.interpolation}
     encoder = build_encoder(dataclasses.replace(encoder_config, channels_last=False))
     records = data.all_records()
     return extract_features(records, encoder, data.images_root, out_dir, data.image_size, batch_size, num_workers,
-                            shard, device, meta, progress)
+                            shard, device, meta, progress, images=data.image_dataset)
 

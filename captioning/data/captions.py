@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Literal, Optional, Union
+from typing import Literal, Optional, Sequence, Union
 
 import torch
 from torch.utils.data import DataLoader
 
 from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Collate, ImageDataset
 from captioning.data.features import FeatureCache
+from captioning.data.images import check_interpolation
 from captioning.data.formats import default_images_root, load_records
 from captioning.data.karpathy import ImageRecord, split_records
 from captioning.data.sampling import ResumableLoader
@@ -56,6 +57,8 @@ class CaptionData:
             default batch_size.
         num_workers: loader worker processes (persistent when > 0). pin_memory: pin batches for the GPU.
         image_size: images are resized to S x S. max_length: captions are cut to this many words.
+        interpolation: the resize's filter (data/images.py: INTERPOLATIONS), the model's: the
+            training CLI links it from the encoder as it links image_size; bilinear by default.
         min_word_freq: words seen fewer times in the training captions become <unk>.
         max_vocab_size: keep at most this many words (besides the special tokens).
         merge_restval: train on the "restval" images too.
@@ -98,6 +101,7 @@ class CaptionData:
         vocabulary: Optional[str] = None,
         shuffle_buffer: int = 1000,
         cache_images: bool = False,
+        interpolation: str = "bilinear",
     ):
         super().__init__()
         for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
@@ -124,6 +128,7 @@ class CaptionData:
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers, self.pin_memory = num_workers, pin_memory
         self.image_size, self.max_length = image_size, max_length
+        self.interpolation = check_interpolation(interpolation)
         self.min_word_freq, self.max_vocab_size = min_word_freq, max_vocab_size
         self.merge_restval, self.on_bad_image = merge_restval, on_bad_image
         self.group_captions, self.bucket_by_length = group_captions, bucket_by_length
@@ -201,8 +206,9 @@ class CaptionData:
                     f"(e.g. image_id {missing[:3]}); run or resume `captioning extract-features` for them"
                 )
         if self._shards is not None and kind is ImageDataset:  # evaluation: images read from the shards
-            return ShardImageDataset(records, self._shards, self.image_size, features=cache)
-        return kind(records, self.images_root, self.image_size, features=cache, cache_images=self.cache_images, **kwargs)
+            return ShardImageDataset(records, self._shards, self.image_size, features=cache, interpolation=self.interpolation)
+        return kind(records, self.images_root, self.image_size, features=cache, cache_images=self.cache_images,
+                    interpolation=self.interpolation, **kwargs)
 
     # ------------------------------------------------------------------ loaders
     def _loader(self, dataset: ImageDataset, batch_size: int, train: bool) -> DataLoader:
@@ -235,7 +241,7 @@ class CaptionData:
         world, rank = self.replicas()
         stream = ShardStream(self._shards, self.vocab, self.max_length, self.image_size, self.batch_size,
                              seed=torch.initial_seed() % 2**31, num_replicas=world, rank=rank, group=self.group_captions,
-                             shuffle_buffer=self.shuffle_buffer, features=self.feature_cache())
+                             shuffle_buffer=self.shuffle_buffer, features=self.feature_cache(), interpolation=self.interpolation)
         collate = Collate(Vocabulary.pad_id, stream.visual_key, stream.visual_shape, self.on_bad_image, captions=True)
         return ShardLoader(stream, self.batch_size, epoch_of=self.epoch_of(), num_workers=self.num_workers,
                            pin_memory=self.pin_memory, collate_fn=collate)
@@ -247,6 +253,15 @@ class CaptionData:
     def eval_dataloader(self, split: str) -> DataLoader:
         """One batch entry per image of ``split``, in file order (also for splits other than val/test)."""
         return self._eval_loader(split)
+
+    def image_dataset(self, records: Sequence[ImageRecord]) -> ImageDataset:
+        """One sample per record, ``{"images": (3, S, S), "image_ids": int}``, read from the image
+        files or the WebDataset shards alike and resized as the model's are; never from the feature
+        cache (``captioning extract-features`` writes one with it)."""
+        self.all_records()  # the shards' index, once read
+        if self._shards is not None:
+            return ShardImageDataset(records, self._shards, self.image_size, interpolation=self.interpolation)
+        return ImageDataset(records, self.images_root, self.image_size, interpolation=self.interpolation)
 
     def _eval_loader(self, split: str) -> DataLoader:
         return self._loader(self._dataset(ImageDataset, split), self.eval_batch_size, train=False)

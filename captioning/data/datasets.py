@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, get_worker_info
 
 from captioning.data.features import FeatureCache
-from captioning.data.images import load_image, pixels_to_float, to_pixels
+from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation, load_image, pixels_to_float, to_pixels
 from captioning.data.karpathy import ImageRecord
 from captioning.errors import ImageError
 from captioning.vocab import Vocabulary
@@ -30,11 +30,14 @@ class ImageDataset(Dataset):
     With ``cache_images`` each image is decoded and resized once and kept in memory, as uint8
     (3 x S x S bytes an image; the same tensor as a fresh read): for data small enough to hold, where
     decoding would otherwise be repeated every epoch (each loader worker keeps its own copy).
+    Images are resized with ``interpolation`` (data/images.py: INTERPOLATIONS), the model's.
     """
 
     def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 features: Optional[FeatureCache] = None, cache_images: bool = False):
+                 features: Optional[FeatureCache] = None, cache_images: bool = False,
+                 interpolation: str = DEFAULT_INTERPOLATION):
         self.records, self.images_root, self.image_size = list(records), images_root, image_size
+        self.interpolation = check_interpolation(interpolation)
         self.features = features
         self.pixels: Optional[dict[int, np.ndarray]] = {} if cache_images and features is None else None
         self.visual_key = "features" if features is not None else "images"  # the batch key of the visual input
@@ -57,7 +60,7 @@ class ImageDataset(Dataset):
 
     def _read(self, record: ImageRecord) -> np.ndarray:
         """The record's image file as uint8 (3, S, S)."""
-        return to_pixels(load_image(os.path.join(self.images_root, record.path)), self.image_size)
+        return to_pixels(load_image(os.path.join(self.images_root, record.path)), self.image_size, self.interpolation)
 
     def _sample(self, record: ImageRecord) -> dict:
         try:
@@ -74,8 +77,8 @@ class CaptionPairDataset(ImageDataset):
 
     def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
                  vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None,
-                 cache_images: bool = False):
-        super().__init__(records, images_root, image_size, features, cache_images)
+                 cache_images: bool = False, interpolation: str = DEFAULT_INTERPOLATION):
+        super().__init__(records, images_root, image_size, features, cache_images, interpolation)
         self.vocab, self.max_length = vocab, max_length
         counts = [len(r.tokens) for r in self.records]
         # (record index, caption index) of every pair, as arrays: cheap to share with workers
@@ -109,8 +112,8 @@ class CaptionGroupDataset(ImageDataset):
 
     def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
                  vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None,
-                 cache_images: bool = False):
-        super().__init__(records, images_root, image_size, features, cache_images)
+                 cache_images: bool = False, interpolation: str = DEFAULT_INTERPOLATION):
+        super().__init__(records, images_root, image_size, features, cache_images, interpolation)
         self.vocab, self.max_length = vocab, max_length
 
     def __getitem__(self, i: int) -> dict:

@@ -167,18 +167,38 @@ def load_image(path: PathLike) -> Image.Image:
         raise ImageError(f"{path}: unreadable image, damaged or truncated ({detail})") from None
 
 
-def to_pixels(img: Image.Image, image_size: int) -> np.ndarray:
+#: the resampling filters an image may be resized with, by name (Pillow's filters)
+INTERPOLATIONS = {
+    "bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
+    "nearest": Image.Resampling.NEAREST, "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX, "hamming": Image.Resampling.HAMMING,
+}
+
+#: the resize of models that record none (every model made before the resize was recorded)
+DEFAULT_INTERPOLATION = "bilinear"
+
+
+def check_interpolation(interpolation: str) -> str:
+    """``interpolation`` if it names one of :data:`INTERPOLATIONS`, else a one-line ConfigError."""
+    if interpolation not in INTERPOLATIONS:
+        raise ConfigError(f"unknown interpolation {interpolation!r}; expected one of {', '.join(INTERPOLATIONS)}")
+    return interpolation
+
+
+def to_pixels(img: Image.Image, image_size: int, interpolation: str = DEFAULT_INTERPOLATION) -> np.ndarray:
     """RGB image -> uint8 array (3, S, S), S = ``image_size``: the one resize of every route
     (PyTorch and ONNX alike; no torch needed here).
 
-    A plain bilinear resize (antialiased when shrinking) with no crop, so an attention grid maps
-    back onto the whole original image by stretching. Normalisation is the encoder's job.
+    A plain resize with Pillow's ``interpolation`` filter (one of :data:`INTERPOLATIONS`; bilinear
+    unless the model records another; antialiased when shrinking) and no crop, so an attention grid
+    maps back onto the whole original image by stretching. Normalisation is the encoder's job.
     """
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
         raise ConfigError(f"image_size must be a positive integer, got {image_size!r}")
+    resample = INTERPOLATIONS[check_interpolation(interpolation)]
     if img.mode != "RGB":
         img = _to_rgb(img)
-    img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
+    img = img.resize((image_size, image_size), resample)
     return np.ascontiguousarray(np.array(img, dtype=np.uint8).transpose(2, 0, 1))  # (S, S, 3) -> (3, S, S)
 
 
@@ -187,16 +207,16 @@ def pixels_to_float(pixels: np.ndarray) -> np.ndarray:
     return pixels.astype(np.float32) / np.float32(255.0)
 
 
-def to_array(img: Image.Image, image_size: int) -> np.ndarray:
+def to_array(img: Image.Image, image_size: int, interpolation: str = DEFAULT_INTERPOLATION) -> np.ndarray:
     """RGB image -> float32 array (3, S, S) in [0, 1], S = ``image_size`` (see :func:`to_pixels`)."""
-    return pixels_to_float(to_pixels(img, image_size))
+    return pixels_to_float(to_pixels(img, image_size, interpolation))
 
 
-def to_tensor(img: Image.Image, image_size: int) -> "torch.Tensor":
+def to_tensor(img: Image.Image, image_size: int, interpolation: str = DEFAULT_INTERPOLATION) -> "torch.Tensor":
     """RGB image -> FloatTensor (3, S, S) in [0, 1], S = ``image_size`` (see :func:`to_array`)."""
     import torch
 
-    return torch.from_numpy(to_array(img, image_size))
+    return torch.from_numpy(to_array(img, image_size, interpolation))
 
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}

@@ -273,8 +273,9 @@ def decode_image(data: bytes, name: str):
 class ShardImageDataset(ImageDataset):
     """One sample per image of ``records``, read from its shard by offset (evaluation; map-style)."""
 
-    def __init__(self, records: Sequence[ImageRecord], index: ShardIndex, image_size: int, features=None):
-        super().__init__(records, "", image_size, features)
+    def __init__(self, records: Sequence[ImageRecord], index: ShardIndex, image_size: int, features=None,
+                 interpolation: str = "bilinear"):
+        super().__init__(records, "", image_size, features, interpolation=interpolation)
         self.members = index.members
 
     def visual(self, record: ImageRecord) -> torch.Tensor:
@@ -283,7 +284,7 @@ class ShardImageDataset(ImageDataset):
         from captioning.data.images import to_tensor
 
         member = self.members[record.imgid]
-        return to_tensor(decode_image(member.read(), f"{member.shard}: {member.name}"), self.image_size)
+        return to_tensor(decode_image(member.read(), f"{member.shard}: {member.name}"), self.image_size, self.interpolation)
 
 
 # ---------------------------------------------------------------------------------------- training
@@ -298,8 +299,9 @@ class ShardStream(IterableDataset):
 
     def __init__(self, index: ShardIndex, vocab: Vocabulary, max_length: Optional[int], image_size: int,
                  batch_size: int, seed: int = 0, num_replicas: int = 1, rank: int = 0, group: bool = False,
-                 shuffle_buffer: int = 1000, features=None):
+                 shuffle_buffer: int = 1000, features=None, interpolation: str = "bilinear"):
         self.index, self.vocab, self.max_length, self.image_size = index, vocab, max_length, image_size
+        self.interpolation = interpolation  # the resize's filter (data/images.py: INTERPOLATIONS)
         self.batch_size, self.seed, self.num_replicas, self.rank = batch_size, seed, num_replicas, rank
         self.group, self.shuffle_buffer, self.features = group, shuffle_buffer, features
         self.visual_key = "features" if features is not None else "images"
@@ -380,7 +382,7 @@ class ShardStream(IterableDataset):
                 from captioning.data.images import to_tensor
 
                 member = self.index.members[imgid]
-                visual = to_tensor(decode_image(data, f"{member.shard}: {member.name}"), self.image_size)
+                visual = to_tensor(decode_image(data, f"{member.shard}: {member.name}"), self.image_size, self.interpolation)
         except ImageError as err:
             return {"error": str(err)}
         encode = lambda t: torch.tensor(self.vocab.encode(t, self.max_length), dtype=torch.long)  # noqa: E731

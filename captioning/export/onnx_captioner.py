@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from captioning.viz.attention_maps import grid_shape
-from captioning.data.images import as_rgb, to_array
+from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, check_interpolation, to_array
 from captioning.errors import CheckpointError, ConfigError
 from captioning.storage.hub import resolve_folder
 from captioning.storage.layout import ENCODER_ONNX, read_config, read_vocab
@@ -72,6 +72,8 @@ class OnnxCaptioner:
         model = config["model"]
         self.vocab = read_vocab(folder, int(model["vocab_size"]))
         self.image_size = int(config["preprocessing"]["image_size"])
+        #: the resize's filter; folders written before it was recorded: bilinear
+        self.interpolation = check_interpolation(config["preprocessing"].get("interpolation", DEFAULT_INTERPOLATION))
         self.attention_kind = model["decoder"].get("attention_kind", "soft")
         self.num_locations, self.feature_dim = int(model["num_locations"]), int(model["feature_dim"])
         try:
@@ -284,7 +286,7 @@ class OnnxCaptioner:
 
     def preprocess(self, image) -> np.ndarray:
         """One image (path, PIL, array) -> (3, S, S) float32 in [0, 1], as the PyTorch route makes it."""
-        return to_array(as_rgb(image), self.image_size)
+        return to_array(as_rgb(image), self.image_size, self.interpolation)
 
     def __call__(self, images: Union[Any, Sequence[Any]], return_attention: bool = False, batch_size: int = 16,
                  **generation) -> list[dict[str, Any]]:
@@ -297,7 +299,7 @@ class OnnxCaptioner:
         results = []
         for start in range(0, len(pils), batch_size):
             chunk = pils[start : start + batch_size]
-            out = self.generate(np.stack([to_array(im, self.image_size) for im in chunk]), config)
+            out = self.generate(np.stack([to_array(im, self.image_size, self.interpolation) for im in chunk]), config)
             for i in range(len(chunk)):
                 n = int(out["lengths"][i])
                 ids = out["sequences"][i, :n].tolist()

@@ -6,9 +6,12 @@
 
 A checkpoint written by ``fit`` and a model folder written by ``captioning export`` are two files of
 this description (storage/checkpoint.py, storage/folder.py): the encoder and decoder settings, the
-image size and the default decoding. The image preprocessing follows from them: images are resized
-to ``image_size`` x ``image_size`` and scaled to [0, 1]; the encoder normalises them with the mean
-and standard deviation of its weights (models/encoders.py).
+image size, the resize's interpolation and the default decoding. The image preprocessing follows
+from them: images are resized to ``image_size`` x ``image_size`` with ``interpolation`` (the filter
+the encoder's weights were trained with: bicubic for most timm and OpenCLIP ViTs, bilinear
+otherwise) and scaled to [0, 1]; the encoder normalises them with the mean and standard deviation of
+its weights (models/encoders.py). Files written before the interpolation was recorded were read
+with a bilinear resize, and still are.
 
 :meth:`ModelSpec.from_dict` checks every field of a description read from a file: a wrong type, an
 unknown setting or a value out of range is a one-line :class:`~captioning.errors.ConfigError`
@@ -21,8 +24,9 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
+from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
 from captioning.models.decoder import DecoderConfig
@@ -43,25 +47,35 @@ class ModelSpec:
         image_size: the side S images are resized to, (B, 3, S, S).
         generation: the model's default decoding (``captioning test``'s, and the API's beams and
             caption length unless a call says otherwise).
+        interpolation: the filter images are resized with (data/images.py: INTERPOLATIONS); None:
+            the encoder's own (``Encoder.preprocessing``), fixed by :func:`build_model` in the
+            built model's spec. A description read from a file that records none is bilinear.
     """
 
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     image_size: int = 224
     generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(num_beams=3))
+    interpolation: Optional[str] = None
 
     def __post_init__(self):
         if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 1:
             raise ConfigError(f"image_size: expected an integer >= 1, got {self.image_size!r}")
+        if self.interpolation is not None:
+            check_interpolation(self.interpolation)
 
     def to_dict(self) -> dict:
-        """Plain JSON values: {"encoder": {...}, "decoder": {...}, "image_size": S, "generation": {...}}."""
+        """Plain JSON values: {"encoder": {...}, "decoder": {...}, "image_size": S, "generation": {...},
+        "interpolation": "bicubic" (or null: the encoder's)}."""
         return _plain(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "model") -> "ModelSpec":
         """The spec of :meth:`to_dict`'s dictionary, every field checked (``where``: the prefix of the
-        errors' field names). Missing fields take their defaults, as settings a newer version added."""
+        errors' field names). Missing fields take their defaults, as settings a newer version added;
+        a missing interpolation is bilinear, the resize of every model written before it was recorded."""
+        if isinstance(data, dict) and "interpolation" not in data:
+            data = {**data, "interpolation": DEFAULT_INTERPOLATION}
         return _from_dict(cls, data, where)
 
     def without_pretrained(self) -> "ModelSpec":
@@ -87,10 +101,35 @@ class ModelSpec:
 
 def build_model(spec: ModelSpec, vocab):
     """The :class:`~captioning.models.show_attend_tell.ShowAttendTell` of ``spec`` writing in ``vocab``
-    (fresh weights; a pretrained encoder's if ``spec.encoder`` asks for them). ``model.spec`` is ``spec``."""
+    (fresh weights; a pretrained encoder's if ``spec.encoder`` asks for them). ``model.spec`` is ``spec``,
+    its interpolation the encoder's where ``spec`` leaves it None."""
     from captioning.models.show_attend_tell import ShowAttendTell
 
-    return ShowAttendTell(spec.encoder, spec.decoder, vocab, spec=spec)
+    model = ShowAttendTell(spec.encoder, spec.decoder, vocab, spec=spec)
+    if spec.interpolation is None:
+        model.spec = dataclasses.replace(spec, interpolation=model.encoder.preprocessing["interpolation"])
+    return model
+
+
+def encoder_interpolation(encoder: EncoderConfig) -> str:
+    """The resize ``encoder``'s weights expect, from its library's configuration, without building it
+    (the value the built encoder records in ``Encoder.preprocessing``): a timm model's pretrained
+    configuration, an OpenCLIP tower's preprocessing (bicubic unless it says otherwise); bilinear
+    for the other backbones."""
+    name = encoder.name
+    if name.startswith("timm:"):
+        import timm
+
+        config = timm.models.get_pretrained_cfg(name[len("timm:"):])
+        return getattr(config, "interpolation", None) or DEFAULT_INTERPOLATION
+    if name.startswith("open_clip:"):
+        import open_clip
+
+        model, _, tag = name[len("open_clip:"):].partition("/")
+        preprocess = {**((open_clip.get_model_config(model) or {}).get("preprocess_cfg") or {}),
+                      **((open_clip.get_pretrained_cfg(model, tag) if tag else {}) or {})}
+        return preprocess.get("interpolation") or "bicubic"
+    return DEFAULT_INTERPOLATION
 
 
 # ---------------------------------------------------------------------- checked reading
@@ -178,4 +217,4 @@ def _short(value: Any) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-__all__ = ["ModelSpec", "build_model", "NOT_ARCHITECTURE"]
+__all__ = ["ModelSpec", "build_model", "encoder_interpolation", "NOT_ARCHITECTURE"]

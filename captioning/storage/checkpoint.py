@@ -4,7 +4,9 @@ A checkpoint describes itself: Lightning keeps the LightningModule's settings as
 ("hyper_parameters"), and the module adds the vocabulary. :func:`read_checkpoint_file` reads it
 with ``torch.load(weights_only=True)`` (a file that would run code when unpickled is refused) and
 maps those settings to a :class:`~captioning.models.spec.ModelSpec`: ``encoder``, ``decoder``,
-``image_size`` and ``test_generation`` (the model's default decoding). The settings of training
+``image_size`` and ``test_generation`` (the model's default decoding), and the resize's
+interpolation from the module's ``"preprocessing"`` entry (bilinear where a checkpoint written
+before it was recorded has none). The settings of training
 (:data:`TRAINING_KEYS`, :data:`RUN_KEYS`) are kept aside for the model card and config.json; any
 other setting is one that this version does not know, and is refused.
 
@@ -13,6 +15,7 @@ the model from either. Nothing here imports Lightning or builds an objective or 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
@@ -136,6 +139,12 @@ def read_checkpoint_file(path: str, source: Optional[ModelSource] = None) -> Mod
         if key not in ckpt:
             raise CheckpointError(f"{path}: not a captioning checkpoint (no {key!r} inside)")
     spec, training, run = spec_from_hparams(ckpt["hyper_parameters"], path)
+    preprocessing = ckpt.get("preprocessing") if isinstance(ckpt.get("preprocessing"), dict) else {}
+    if preprocessing.get("interpolation") is not None:
+        try:
+            spec = dataclasses.replace(spec, interpolation=preprocessing["interpolation"])
+        except CaptioningError as err:
+            raise CheckpointError(f"{path}: hyperparameters do not fit this version of the model ({err})") from None
     try:
         vocab = Vocabulary.from_dict(ckpt["vocabulary"])
     except CaptioningError as err:

@@ -32,6 +32,7 @@ def model_config(model, card: Optional[dict] = None, spec: Optional[ModelSpec] =
     plain, card = spec.to_dict(), dict(card or {})
     training = card.pop("training", None) or {}
     image_size = spec.image_size
+    interpolation = spec.interpolation or model.encoder.preprocessing["interpolation"]
     with torch.no_grad():  # the grid the encoder gives at this image size (one blank image)
         was_training = model.training
         model.eval()
@@ -55,7 +56,8 @@ def model_config(model, card: Optional[dict] = None, spec: Optional[ModelSpec] =
         },
         "preprocessing": {
             "image_size": image_size,
-            "resize": "bilinear (antialiased when shrinking), the whole image stretched to a square, no crop",
+            "interpolation": interpolation,  # PIL's filter of that name; absent in older folders: bilinear
+            "resize": f"{interpolation} (antialiased when shrinking), the whole image stretched to a square, no crop",
             "scale": "pixel / 255",  # then (x - mean) / std per channel, inside the encoder
             "mean": model.encoder.mean.flatten().tolist(),
             "std": model.encoder.std.flatten().tolist(),
@@ -95,7 +97,7 @@ def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> 
         f"| encoder | {m['encoder']['name']}: {m['grid'][0]}x{m['grid'][1]} locations of {m['feature_dim']} features |",
         f"| decoder | LSTM of {m['decoder']['hidden_dim']}, embedding {m['decoder']['embed_dim']}, attention {m['decoder']['attention_dim']} |",
         f"| vocabulary | {m['vocab_size']} tokens |",
-        f"| input | {p['image_size']}x{p['image_size']} RGB, bilinear resize of the whole image (no crop), "
+        f"| input | {p['image_size']}x{p['image_size']} RGB, {p.get('interpolation', 'bilinear')} resize of the whole image (no crop), "
         f"normalised with mean {[round(x, 4) for x in p['mean']]}, std {[round(x, 4) for x in p['std']]} |",
         f"| training data | {card.get('training_data') or 'not recorded'} |",
     ]
@@ -173,7 +175,8 @@ def read_folder(folder: str, source: Optional[ModelSource] = None) -> ModelFile:
     config_path = os.path.join(folder, CONFIG_FILE)
     try:
         spec = ModelSpec.from_dict({"encoder": config["model"]["encoder"], "decoder": config["model"]["decoder"],
-                                    "image_size": config["preprocessing"]["image_size"], "generation": config["generation"]})
+                                    "image_size": config["preprocessing"]["image_size"], "generation": config["generation"],
+                                    "interpolation": config["preprocessing"].get("interpolation", "bilinear")})
     except CaptioningError as err:
         raise CheckpointError(f"{config_path}: hyperparameters do not fit this version of the model ({err})") from None
     vocab = read_vocab(folder, int(config["model"]["vocab_size"]))

@@ -139,7 +139,7 @@ class ValidationExamples(Callback):
         if not pictures:
             return
         model = pl_module.model
-        batch = torch.stack([to_tensor(p, pl_module.image_size) for p in pictures]).to(pl_module.device)
+        batch = torch.stack([to_tensor(p, pl_module.image_size, model.spec.interpolation) for p in pictures]).to(pl_module.device)
         out = model.generate(images=batch, config=pl_module.val_generation)
         for i, picture in enumerate(pictures):
             words = model.vocab.decode(out.sequences[i].tolist())

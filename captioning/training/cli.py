@@ -2,7 +2,7 @@
 
 Configuration is the typed arguments of the two classes (``--config``, ``--print_config``,
 ``--model.decoder.hidden_dim 256`` style overrides, a saved config.yaml per run). ``data.image_size``
-feeds ``model.image_size``. Checkpoints: unless the configuration names a ModelCheckpoint of its
+feeds ``model.image_size``, and the encoder's interpolation ``data.interpolation``. Checkpoints: unless the configuration names a ModelCheckpoint of its
 own, the run keeps the best checkpoint by validation CIDEr (``best-{epoch}-{step}.ckpt``) and
 ``last.ckpt`` (at each validation, every 10 minutes of training, and when stopped by Ctrl-C or
 SIGTERM); a ModelCheckpoint in ``trainer.callbacks`` replaces that default, and
@@ -25,6 +25,15 @@ from captioning.training.module import CaptioningModule
 from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 from captioning.training.checkpoint_io import DurableCheckpointIO
 from captioning.training.resume import last_checkpoint
+
+def _encoder_interpolation(encoder) -> str:
+    """``data.interpolation`` of the ``model.encoder`` settings (an EncoderConfig or its namespace)."""
+    from captioning.models.encoders import EncoderConfig
+    from captioning.models.spec import encoder_interpolation
+
+    name = getattr(encoder, "name", None) or (encoder.get("name") if isinstance(encoder, dict) else None)
+    return encoder_interpolation(EncoderConfig(name=name)) if name else "bilinear"
+
 
 def default_checkpoint() -> ModelCheckpoint:
     """The best checkpoint by validation CIDEr, and the last one for resuming (written at each
@@ -78,6 +87,8 @@ class CaptioningCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.image_size", "model.image_size")
+        # the resize the encoder's weights expect (models/spec.py: encoder_interpolation)
+        parser.link_arguments("model.encoder", "data.interpolation", compute_fn=_encoder_interpolation)
 
     def before_instantiate_classes(self) -> None:
         """An objective named in an earlier spelling (``HardAttentionReinforce`` with ``estimator:

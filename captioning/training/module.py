@@ -142,6 +142,7 @@ class CaptioningModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint.update(vocabulary=self.vocab.to_dict(), continuation=continuation(self.trainer, self))  # resume.py
         checkpoint["training_data"] = str(getattr(self.trainer.datamodule, "annotations", "")) or None  # for the model's description
+        checkpoint["preprocessing"] = {"interpolation": self.model.spec.interpolation}  # the resize (storage/checkpoint.py)
         if hasattr(self.objective, "checkpoint_state"):  # e.g. SCST's CIDEr-D document frequencies
             checkpoint["objective_state"] = self.objective.checkpoint_state()
 

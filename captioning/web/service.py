@@ -422,20 +422,20 @@ def encode_display(image: Image.Image) -> str:
     return data_uri(buffer.getvalue(), "image/jpeg")
 
 
-def prepare(path: str, image_size: int) -> tuple[Image.Image, Image.Image, tuple[int, int]]:
+def prepare(path: str, image_size: int, interpolation: str = "bilinear") -> tuple[Image.Image, Image.Image, tuple[int, int]]:
     """Read an upload safely and shrink it at once: (model input S x S, display copy, original (W, H)).
 
-    The model input is resized exactly as ``captioning.data.images.to_tensor`` resizes, so the
-    caption is the one the original image gets. Memory: reading an image peaks at about 3.8 times
+    The model input is resized exactly as ``captioning.data.images.to_tensor`` resizes (with the
+    model's ``interpolation``), so the caption is the one the original image gets. Memory: reading an image peaks at about 3.8 times
     its size as RGB (measured for JPEG and PNG: 280 MB for the default --max-pixels of 24
     megapixels, 580 MB for 50 megapixels; 16-bit images less, converted in bands); the worker
     reads one upload at a time, so that is the bound of the whole server's decoding.
     """
-    from captioning.data.images import load_image
+    from captioning.data.images import INTERPOLATIONS, check_interpolation, load_image
 
     image = load_image(path)  # bomb guard, EXIF orientation, any mode -> RGB; ImageError otherwise
     size = image.size
-    model_input = image.resize((image_size, image_size), Image.Resampling.BILINEAR)
+    model_input = image.resize((image_size, image_size), INTERPOLATIONS[check_interpolation(interpolation)])
     display = image
     if max(size) > DISPLAY_SIDE:  # resized from the image itself: no full-size copy
         scale = DISPLAY_SIDE / max(size)
@@ -559,12 +559,12 @@ class InferenceQueue:
             finally:
                 self._mark("worker", False)
 
-    def _prepare(self, job: Job, image_size: int) -> Optional[tuple]:
+    def _prepare(self, job: Job, image_size: int, interpolation: str) -> Optional[tuple]:
         """(job, model input, display copy, (W, H)), or None with the job answered with its error."""
         from captioning.errors import ImageError
 
         try:
-            return (job, *prepare(job.upload, image_size))
+            return (job, *prepare(job.upload, image_size, interpolation))
         except ImageError as err:
             message = client_message(str(err), job.upload, job.filename)
             _fail(job, RequestError(message, _image_error_status(message)))
@@ -594,8 +594,9 @@ class InferenceQueue:
         start = time.perf_counter()
         model = batch[0].model
         image_size = int(getattr(model.captioner, "image_size", None) or model.description.get("image_size") or 224)
+        interpolation = getattr(model.captioner, "interpolation", None) or "bilinear"
         ready = [item for job in batch if job.future.set_running_or_notify_cancel()
-                 for item in [self._prepare(job, image_size)] if item is not None]
+                 for item in [self._prepare(job, image_size, interpolation)] if item is not None]
         decoded = time.perf_counter()
         if not ready:
             return
