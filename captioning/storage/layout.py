@@ -3,7 +3,8 @@
 A model folder (written by ``captioning export``) holds
 
     config.json         the architecture (encoder and decoder settings, attention kind), the
-                        encoder's preprocessing (image size, normalisation, grid), the generation
+                        encoder's preprocessing (image size, resize interpolation, normalisation,
+                        grid), the generation
                         defaults and a format version; see :func:`read_config`
     vocab.json          the vocabulary ({"itos": [...], "min_freq": n})
     model.safetensors   the weights only (a safetensors file: a JSON header and raw tensors, no code)
