@@ -35,6 +35,21 @@ def test_filters_by_name_and_bilinear_by_default(tiny_shapes):
     assert "\n" not in str(err.value) and "unknown interpolation 'cubic'" in str(err.value)
 
 
+@pytest.mark.parametrize("name,expected", [("timm:vit_tiny_patch16_224", "bicubic"), ("timm:resnet18", "bicubic"),
+                                           ("open_clip:ViT-B-32", "bicubic"), ("small_cnn", "bilinear")])
+def test_a_spec_knows_the_encoders_interpolation_without_building_it(name, expected):
+    from captioning.models.encoders import EncoderConfig, build_encoder
+    from captioning.models.spec import ModelSpec
+
+    if name != "small_cnn":
+        pytest.importorskip(name.split(":")[0], reason="the ecosystem extra: pip install -e '.[ecosystem]'")
+    config = EncoderConfig(name, pretrained=False)
+    spec = ModelSpec(config, image_size=SIZE)
+    assert spec.interpolation == expected == build_encoder(config).preprocessing["interpolation"]
+    assert ModelSpec.from_dict(spec.to_dict()) == spec
+    assert ModelSpec.from_dict({k: v for k, v in spec.to_dict().items() if k != "interpolation"}).interpolation == "bilinear"
+
+
 @pytest.fixture(scope="module")
 def vit(tiny_shapes, tmp_path_factory):
     """(CLI, checkpoint) of two training steps of a timm ViT (random weights), whose weights expect bicubic."""

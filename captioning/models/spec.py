@@ -47,9 +47,9 @@ class ModelSpec:
         image_size: the side S images are resized to, (B, 3, S, S).
         generation: the model's default decoding (``captioning test``'s, and the API's beams and
             caption length unless a call says otherwise).
-        interpolation: the filter images are resized with (data/images.py: INTERPOLATIONS); None:
-            the encoder's own (``Encoder.preprocessing``), fixed by :func:`build_model` in the
-            built model's spec. A description read from a file that records none is bilinear.
+        interpolation: the filter images are resized with (data/images.py: INTERPOLATIONS); None
+            (the default): the one the encoder's weights expect (:func:`encoder_interpolation`),
+            fixed when the spec is made. A description read from a file that records none is bilinear.
     """
 
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -61,12 +61,13 @@ class ModelSpec:
     def __post_init__(self):
         if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 1:
             raise ConfigError(f"image_size: expected an integer >= 1, got {self.image_size!r}")
-        if self.interpolation is not None:
-            check_interpolation(self.interpolation)
+        if self.interpolation is None:
+            self.interpolation = encoder_interpolation(self.encoder)
+        check_interpolation(self.interpolation)
 
     def to_dict(self) -> dict:
         """Plain JSON values: {"encoder": {...}, "decoder": {...}, "image_size": S, "generation": {...},
-        "interpolation": "bicubic" (or null: the encoder's)}."""
+        "interpolation": "bicubic"}."""
         return _plain(dataclasses.asdict(self))
 
     @classmethod
@@ -101,21 +102,17 @@ class ModelSpec:
 
 def build_model(spec: ModelSpec, vocab):
     """The :class:`~captioning.models.show_attend_tell.ShowAttendTell` of ``spec`` writing in ``vocab``
-    (fresh weights; a pretrained encoder's if ``spec.encoder`` asks for them). ``model.spec`` is ``spec``,
-    its interpolation the encoder's where ``spec`` leaves it None."""
+    (fresh weights; a pretrained encoder's if ``spec.encoder`` asks for them). ``model.spec`` is ``spec``."""
     from captioning.models.show_attend_tell import ShowAttendTell
 
-    model = ShowAttendTell(spec.encoder, spec.decoder, vocab, spec=spec)
-    if spec.interpolation is None:
-        model.spec = dataclasses.replace(spec, interpolation=model.encoder.preprocessing["interpolation"])
-    return model
+    return ShowAttendTell(spec.encoder, spec.decoder, vocab, spec=spec)
 
 
 def encoder_interpolation(encoder: EncoderConfig) -> str:
     """The resize ``encoder``'s weights expect, from its library's configuration, without building it
-    (the value the built encoder records in ``Encoder.preprocessing``): a timm model's pretrained
-    configuration, an OpenCLIP tower's preprocessing (bicubic unless it says otherwise); bilinear
-    for the other backbones."""
+    (the value the built encoder records in ``Encoder.preprocessing``, from the same configuration):
+    a timm model's pretrained configuration, an OpenCLIP tower's preprocessing (bicubic unless it
+    says otherwise); bilinear for the other backbones."""
     name = encoder.name
     if name.startswith("timm:"):
         import timm

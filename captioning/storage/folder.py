@@ -32,7 +32,7 @@ def model_config(model, card: Optional[dict] = None, spec: Optional[ModelSpec] =
     plain, card = spec.to_dict(), dict(card or {})
     training = card.pop("training", None) or {}
     image_size = spec.image_size
-    interpolation = spec.interpolation or model.encoder.preprocessing["interpolation"]
+    interpolation = spec.interpolation
     with torch.no_grad():  # the grid the encoder gives at this image size (one blank image)
         was_training = model.training
         model.eval()
