@@ -196,7 +196,7 @@ def _from_dict(cls, data: Any, where: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__} {_short(data)}")
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(str(k) for k in data if k not in names)
+    unknown = sorted(str(k) if str(k).isidentifier() else repr(str(k)) for k in data if k not in names)  # one line
     if unknown:
         raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)} (this version knows {', '.join(names)})")
     hints = typing.get_type_hints(cls)
