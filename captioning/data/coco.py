@@ -79,7 +79,7 @@ def read_split_file(path: PathLike, merge_restval: bool = True) -> dict[int, str
     elif isinstance(data, dict):
         for split, ids in data.items():
             if not isinstance(ids, list) or not all(is_int(i) for i in ids):
-                raise AnnotationError(f"{path}: {split}: expected a list of cocoids (integers)")
+                raise AnnotationError(f"{path}: {split!r}: expected a list of cocoids (integers)")
             splits.update({i: split for i in ids})
     else:
         raise AnnotationError(f"{path}: expected a Karpathy split file or an object {{split: [cocoid, ...]}}")
