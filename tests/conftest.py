@@ -28,6 +28,11 @@ def tiny_shapes(tmp_path_factory) -> Path:
     return generate(tmp_path_factory.mktemp("shapes"), n_train=40, n_val=8, n_test=8, seed=3, image_size=64, progress=False)
 
 
+def shapes_test_images(annotations: Path, n: int) -> list[str]:
+    """The paths of the first ``n`` test images of shapes data (sorted by name)."""
+    return [str(p) for p in sorted((annotations.parent / "images" / "test").glob("*.png"))][:n]
+
+
 def caption_tokens(text: str) -> list[str]:
     """The tokens of a caption as printed: words, and punctuation attached to them ("a cross, a")."""
     import re

@@ -10,8 +10,9 @@ from captioning.cli import main
 
 @pytest.fixture(scope="module")
 def images(tiny_shapes) -> list:
-    root = tiny_shapes.parent / "images"
-    return [str(p) for p in sorted((root / "test").glob("*.png"))][:4]
+    from conftest import shapes_test_images
+
+    return shapes_test_images(tiny_shapes, 4)
 
 
 # ---------------------------------------------------------------------- diverse beams by group

@@ -304,8 +304,9 @@ def test_options_in_the_graphed_loop(beams, features):
 # ---------------------------------------------------------------------- the API, the ONNX captioner, the CLI
 @pytest.fixture(scope="module")
 def images(tiny_shapes) -> list:
-    root = tiny_shapes.parent / "images"
-    return [str(p) for p in sorted((root / "test").glob("*.png"))][:12]
+    from conftest import shapes_test_images
+
+    return shapes_test_images(tiny_shapes, 12)
 
 
 def test_captioner_takes_every_option(tiny_checkpoint, images):

@@ -63,6 +63,21 @@ def test_shards_hold_the_records_of_the_karpathy_file(shards, tiny_shapes):
         assert (r.split, r.captions, r.tokens, r.objects) == (e.split, e.captions, e.tokens, e.objects)
 
 
+def test_clip_scores_read_the_images_from_the_shards(shards, tiny_shapes):
+    """What CLIPScore is given (the evaluator's split_images): the stored images, read from the shards."""
+    from PIL import ImageChops
+
+    from captioning.data.images import load_image
+    from captioning.decoding.evaluator import split_images
+
+    data = CaptionData(str(shards), image_size=32, min_word_freq=1)
+    files = {r.image_id: r.path for r in load_karpathy(tiny_shapes)}
+    ids = [r.image_id for r in data.records("test")][:3]
+    for i, image in zip(ids, split_images(data, "test")(ids)):
+        expected = load_image(str(tiny_shapes.parent / files[i]))
+        assert image.size == expected.size and ImageChops.difference(image, expected).getbbox() is None
+
+
 def test_the_index_reads_no_image(shards, monkeypatch):
     import captioning.data.webdataset as module
 

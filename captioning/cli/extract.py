@@ -98,11 +98,12 @@ def extract_features(
     encoder = encoder.to(device).eval()
     grid = tuple(encoder(torch.zeros(1, 3, image_size, image_size, device=device)).shape[1:])  # (L, D)
     base = os.path.join(os.fspath(out_dir), part_name(i, n))
-    data, done = _open_part(base, ids, grid, dict(meta or {}, image_size=image_size))
+    interpolation = getattr(encoder, "preprocessing", {}).get("interpolation", "bilinear")
+    # the resize is recorded with the image size (training refuses a cache resized otherwise)
+    data, done = _open_part(base, ids, grid, {"interpolation": interpolation, **(meta or {}), "image_size": image_size})
     row_of = {image_id: r for r, image_id in enumerate(ids)}
     pending = [unique[k] for k, flag in zip(ids, done) if not flag]
     if images is None:
-        interpolation = getattr(encoder, "preprocessing", {}).get("interpolation", "bilinear")
         dataset = ImageDataset(pending, images_root, image_size, interpolation=interpolation)
     else:
         dataset = images(pending)

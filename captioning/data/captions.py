@@ -34,11 +34,11 @@ from torch.utils.data import DataLoader
 
 from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Collate, ImageDataset
 from captioning.data.features import FeatureCache
-from captioning.data.images import check_interpolation
+from captioning.data.images import check_interpolation, load_image
 from captioning.data.formats import default_images_root, load_records
 from captioning.data.karpathy import ImageRecord, split_records
 from captioning.data.sampling import ResumableLoader
-from captioning.data.webdataset import ShardImageDataset, ShardIndex, ShardLoader, ShardStream, is_shards, read_index
+from captioning.data.webdataset import ShardImageDataset, ShardIndex, ShardLoader, ShardStream, decode_image, is_shards, read_index
 from captioning.errors import AnnotationError, ConfigError, ImageError
 from captioning.vocab import Vocabulary
 
@@ -193,7 +193,7 @@ class CaptionData:
         """The feature cache (opened once; its memmaps open lazily in each process), or None."""
         if self.features is not None and self._feature_cache is None:
             self._feature_cache = FeatureCache(self.features)
-            self._feature_cache.check(image_size=self.image_size)
+            self._feature_cache.check(image_size=self.image_size, interpolation=self.interpolation)
         return self._feature_cache
 
     def _dataset(self, kind, split: str, **kwargs) -> ImageDataset:
@@ -262,6 +262,15 @@ class CaptionData:
         if self._shards is not None:
             return ShardImageDataset(records, self._shards, self.image_size, interpolation=self.interpolation)
         return ImageDataset(records, self.images_root, self.image_size, interpolation=self.interpolation)
+
+    def read_image(self, record: ImageRecord):
+        """The record's image as stored (an RGB PIL image, not resized), from its file or its shard
+        (what CLIP scores: the image itself, whatever the model was fed)."""
+        self.all_records()  # the shards' index, once read
+        if self._shards is not None:
+            member = self._shards.members[record.imgid]
+            return decode_image(member.read(), f"{member.shard}: {member.name}")
+        return load_image(os.path.join(self.images_root, record.path))
 
     def _eval_loader(self, split: str) -> DataLoader:
         return self._loader(self._dataset(ImageDataset, split), self.eval_batch_size, train=False)

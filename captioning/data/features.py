@@ -92,10 +92,13 @@ class FeatureCache:
         self._maps: Optional[list] = None
         self._pid: Optional[int] = None
 
-    def check(self, image_size: Optional[int] = None, encoder: Optional[str] = None, grid_size: Optional[int] = None) -> None:
+    def check(self, image_size: Optional[int] = None, encoder: Optional[str] = None, grid_size: Optional[int] = None,
+              interpolation: Optional[str] = None) -> None:
         """One line of ConfigError, naming the setting, if the cache was extracted with another image
-        size, encoder or grid size than the run's (settings the cache did not record are not checked)."""
-        for setting, ours in (("image_size", image_size), ("encoder", encoder), ("grid_size", grid_size)):
+        size, encoder, grid size or resize filter than the run's (settings the cache did not record,
+        as caches written before the filter was recorded, are not checked)."""
+        for setting, ours in (("image_size", image_size), ("encoder", encoder), ("grid_size", grid_size),
+                              ("interpolation", interpolation)):
             theirs = self.meta.get(setting)
             if ours is not None and theirs is not None and theirs != ours:
                 raise ConfigError(f"{self.root}: features extracted with {setting} {theirs!r}, this run has {ours!r}; "

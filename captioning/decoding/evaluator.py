@@ -49,13 +49,13 @@ def known_training_captions(data) -> Optional[frozenset[str]]:
 
 
 def split_images(data, split: str) -> Callable[[list], list]:
-    """A function from image ids of ``split`` to their PIL images, read from ``data``'s files (what
-    CLIP scores: the images themselves, whatever the model was fed, cached features included)."""
-    from captioning.data.images import load_image
+    """A function from image ids of ``split`` to their PIL images as stored, read by ``data`` (from
+    its files or its WebDataset shards: what CLIP scores, whatever the model was fed, cached features
+    included)."""
 
     def images(ids: list) -> list:
-        paths = {r.image_id: r.path for r in data.records(split)}
-        return [load_image(os.path.join(data.images_root, paths[i])) for i in ids]
+        records = {r.image_id: r for r in data.records(split)}
+        return [data.read_image(records[i]) for i in ids]
 
     return images
 
