@@ -32,6 +32,8 @@ def untrained_and_trained(annotations, root, attention):
     args = [
         "--config", str(ROOT / "configs" / f"shapes_{attention}.yaml"), *extra,
         "--data.annotations", str(annotations), "--data.num_workers", "0",
+        # images decoded once, kept in memory (the same tensors as from the files; test_datamodule.py)
+        "--data.cache_images", "true",
         "--trainer.default_root_dir", str(root), "--trainer.max_epochs", "8", "--trainer.max_time", "null",
         "--trainer.check_val_every_n_epoch", "8", "--trainer.enable_progress_bar", "false",
         "--trainer.accelerator", "cpu",
