@@ -242,6 +242,24 @@ def test_wrong_values_are_one_line_naming_the_field(make, field):
     assert f"model.{field}" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_run_shorter_than_its_warm_up_trains_inside_the_warm_up(caplog):
+    """A trial run of a few steps of a config with a long warm-up (the demo's) is not refused:
+    its learning rate climbs the warm-up and the log says the run ends inside it."""
+    from types import SimpleNamespace
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.002)
+    config = ScheduleConfig(kind="warmup_linear", warmup_steps=100, final_lr_ratio=1.0)
+    with caplog.at_level("WARNING"):
+        scheduler = with_schedule(optimizer, config, SimpleNamespace(max_steps=3))["lr_scheduler"]["scheduler"]
+    assert "the run's 3 steps end inside the 100-step warm-up" in caplog.text
+    lrs = []
+    for _ in range(3):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([0.002 * 1 / 100, 0.002 * 2 / 100, 0.002 * 3 / 100])
+
+
 def test_the_checkpoint_of_an_earlier_version_reads_its_optimizer_settings():
     config = OptimizerConfig(**{"lr": 1e-3, "weight_decay": 0.0, "encoder_lr": None})  # no schedule, no average
     assert config.schedule == ScheduleConfig() and config.ema_decay is None

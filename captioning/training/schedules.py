@@ -16,6 +16,7 @@ state in checkpoints, so a resumed run continues the same sequence. The kinds:
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Literal, Optional, Union
@@ -24,6 +25,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from captioning.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 KINDS = ("none", "step", "plateau", "warmup_cosine", "warmup_linear")
 
@@ -137,9 +140,9 @@ def with_schedule(optimizer: torch.optim.Optimizer, config: ScheduleConfig, trai
         factor, interval = StepDecay(config.start, config.every, config.rate), config.interval
     else:
         total = total_steps(config, trainer)
-        if config.warmup_steps >= total:
-            raise ConfigError(f"model.optimizer.schedule.warmup_steps: expected fewer than the run's {total} steps, "
-                              f"got {config.warmup_steps}")
+        if config.warmup_steps >= total:  # (a total_steps of the config's own was checked with it)
+            log.warning("model.optimizer.schedule: the run's %d steps end inside the %d-step warm-up "
+                        "(a short trial run: the learning rate never reaches its base)", total, config.warmup_steps)
         factor, interval = WarmupDecay(config.warmup_steps, total, config.final_lr_ratio, config.kind.split("_")[1]), "step"
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
