@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean browser-setup
+.PHONY: demo test test-slow install clean browser-setup
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,12 +17,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/captioning demo --out outputs/demo
 
-# Every test, the slow (learning) and browser ones included, on PYTEST_WORKERS processes (default:
-# one a core). Each worker starts on a contiguous run of the tests (whole files mostly, so a file's
-# module fixtures are made once) and an idle one takes tests over from a busy one (worksteal).
+# The tests, the browser one included, on PYTEST_WORKERS processes (default: one a core), without
+# the slow ones (learning tests, multi-process and multi-node runs, load tests: `make test-slow`,
+# which CI runs too). Each worker starts on a contiguous run of the tests (whole files mostly, so a
+# file's module fixtures are made once) and an idle one takes tests over from a busy one (worksteal).
 PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q -ra --durations=15
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q -ra --durations=15
+	$(PYTEST) -m "not slow"
+
+# The tests marked slow (tests that train a model until it has learned, DDP, two nodes, interrupted
+# and resumed runs, the web server under load)
+test-slow: $(STAMP)
+	$(PYTEST) -m slow
 
 # Chromium and chromedriver from Debian for tests/test_web_browser.py (it skips, saying so, without them)
 browser-setup:

@@ -159,7 +159,9 @@ def fit_weights(tiny_shapes, root, config, extra):
 
     cli = run_lightning_cli(fit_args(tiny_shapes, root, config=config, steps=3,
                                      extra=["--model.decoder.dropout", "0.0", "--trainer.enable_checkpointing", "false",
-                                            "--trainer.gradient_clip_val", "0.05", *extra]))
+                                            "--trainer.gradient_clip_val", "0.05",
+                                            # a constant rate (a schedule and model.cuda_graphs are refused together)
+                                            "--model.optimizer.lr", "0.001", "--model.optimizer.schedule.kind", "none", *extra]))
     return cli, {k: v.detach().clone() for k, v in cli.model.state_dict().items()}
 
 

@@ -498,6 +498,9 @@ def test_an_ensemble_is_served_as_one_model(tiny_checkpoint, hard_checkpoint, ti
     assert served.checkpoint == Path(tiny_checkpoint)
     assert [m["checkpoint"] for m in served.description["ensemble"]] == [Path(tiny_checkpoint).name, Path(hard_checkpoint).name]
     image = Image.open(next(Path(tiny_shapes).parent.rglob("*.png"))).convert("RGB")
-    [ours] = served.caption([image], Settings())
-    [theirs] = Captioner.from_checkpoints([tiny_checkpoint, hard_checkpoint], device="cpu")(image)
+    settings = Settings()
+    [ours] = served.caption([image], settings)
+    # the same search as the page's (the API's own default is one beam)
+    [theirs] = Captioner.from_checkpoints([tiny_checkpoint, hard_checkpoint], device="cpu")(
+        image, num_beams=settings.num_beams, max_new_tokens=served.max_new_tokens(settings))
     assert ours["generated_text"] == theirs["generated_text"]
