@@ -68,3 +68,29 @@ def test_frozen_batch_norm_keeps_its_statistics_in_training():
     assert all(torch.equal(a, m.running_mean) for a, m in zip(before, bns))
     scratch = ShowAttendTell(EncoderConfig("small_cnn"), DecoderConfig(), vocab).train()  # trained from scratch: BN learns
     assert all(m.training for m in scratch.encoder.modules() if isinstance(m, torch.nn.BatchNorm2d))
+
+
+def test_small_cnn_head_kernel_and_norm():
+    """The head (last convolution) as configured; the defaults are the CNN of earlier versions, so
+    that their checkpoints, which record no head settings, load as they were saved."""
+    x = torch.rand(2, 3, 64, 64)
+    old = build_encoder(EncoderConfig("small_cnn", channels=(8, 16, 16), dim=24))
+    head = [m for m in old.body if isinstance(m, torch.nn.Conv2d)][-1]
+    assert head.kernel_size == (3, 3) and head.bias is not None
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in old.body) == 3  # the stem's and the two stages'
+    new = build_encoder(EncoderConfig("small_cnn", channels=(8, 16, 16), dim=24, head_kernel=1, head_norm=True))
+    head = [m for m in new.body if isinstance(m, torch.nn.Conv2d)][-1]
+    assert head.kernel_size == (1, 1) and head.bias is None
+    assert isinstance(new.body[-2], torch.nn.BatchNorm2d) and new.body[-2].num_features == 24
+    assert old(x).shape == new(x).shape == (2, 64, 24)
+    for bad in (2, 0, "3"):
+        with pytest.raises(ConfigError, match="model.encoder.head_kernel: expected an odd integer"):
+            EncoderConfig("small_cnn", head_kernel=bad)
+
+
+def test_a_spec_without_head_settings_is_the_old_cnn():
+    from captioning.models.spec import ModelSpec
+
+    spec = ModelSpec.from_dict({"encoder": {"name": "small_cnn", "channels": [16, 32, 64], "dim": 256},
+                                "decoder": {}, "image_size": 64})
+    assert (spec.encoder.head_kernel, spec.encoder.head_norm) == (3, False)

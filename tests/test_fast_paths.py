@@ -6,7 +6,8 @@
   soft attention, and hard attention with forced locations (and rows that take the expected context).
   The model runs in float64; caption_log_likelihood casts logits to float32, so the log-likelihood
   and the gradients are compared at float32 tolerance, the other terms at float64 tolerance.
-- DeferredLinear (one weight-gradient product after the loop) gives the plain layer's gradients.
+- DeferredLinear (one weight-gradient product after the loop) gives the plain layer's gradients,
+  and FirstRows (the steps' gradients of a tensor's first rows summed in one buffer) plain slicing's.
 - The attention scores, computed through tanh(y) = 2 sigmoid(2y) - 1 (and, when decoding on the
   CPU, a few images at a time), equal the plain tanh formula, in value and in gradient.
 - Batched generation equals one image at a time for hard attention and a larger decoder
@@ -233,3 +234,36 @@ def test_deferred_linear_gives_the_gradients_of_the_plain_layer(bias, autocast):
         else:
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert not deferred_layer.rows.grads  # the rows were used and released
+
+
+def test_first_rows_give_the_gradients_of_plain_slicing():
+    """A loop whose step t reads the first n_t rows of x, which is also used outside the loop (as the
+    features are by W_a a and the initial state): FirstRows' one gradient buffer equals autograd's
+    per-slice gradients, and the buffer is released after the backward pass."""
+    from captioning.models.deferred import FirstRows
+
+    torch.manual_seed(0)
+    x0 = torch.randn(6, 5, 3, requires_grad=True)
+    w = torch.randn(3)
+    rows = [6, 6, 4, 3, 3, 1]
+
+    def run(first_rows):
+        x = x0 * 2  # a non-leaf, as the encoder's features are
+        h, total = torch.zeros(6, 5), (x.mean(1) ** 2).sum()  # a use outside the loop
+        for t, n in enumerate(rows):
+            h = torch.tanh(first_rows(x, n) @ w + h[:n])
+            total = total + (h * (t + 1)).sum()
+        return torch.autograd.grad(total, x0)[0]
+
+    plain = run(lambda x, n: x[:n])
+    shared = {}
+
+    def deferred(x, n):
+        if "rows" not in shared:
+            shared["rows"] = FirstRows(x)
+        return shared["rows"](n)
+
+    torch.testing.assert_close(run(deferred), plain, rtol=1e-6, atol=1e-6)
+    assert shared["rows"].total.grad is None  # handed on and released
+    with torch.no_grad():  # without autograd: plain rows
+        assert FirstRows(x0)(2).equal(x0[:2])

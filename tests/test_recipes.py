@@ -193,6 +193,27 @@ def test_the_weight_average_equals_a_hand_computed_average(tiny_shapes, tmp_path
     assert not torch.equal(hand["decoder.out_logits.weight"], w[3]["decoder.out_logits.weight"])
 
 
+def test_before_the_average_starts_the_training_weights_are_the_model(tiny_shapes, tmp_path):
+    """ema_start_step after the first validation: that validation scores the training weights (as a
+    run without the average does), and the checkpoints until then save them as the model."""
+    every_step = ["--trainer.max_epochs", "2", "--trainer.callbacks+=ModelCheckpoint",
+                  "--trainer.callbacks.every_n_train_steps", "1", "--trainer.callbacks.save_top_k", "-1",
+                  "--trainer.callbacks.filename", "{step}"]
+    decay = 0.5
+    record, folder = fit(tiny_shapes, tmp_path / "ema", 3, [*every_step, "--model.optimizer.ema_decay", str(decay),
+                                                             "--model.optimizer.ema_start_step", "4"])
+    plain, _ = fit(tiny_shapes, tmp_path / "plain", 3, every_step)
+    w = record.weights
+    assert record.validated[0] == plain.validated[0]  # step 3: the same weights scored
+    early = safe_torch_load(os.path.join(folder, "step=3.ckpt"))
+    for k, v in w[3].items():
+        torch.testing.assert_close(early["state_dict"][f"model.{k}"], v)  # not the initial weights
+    # updates after the optimizer steps of 0-based index >= 4 (global steps 5 and 6); the first copies
+    late = safe_torch_load(os.path.join(folder, "step=6.ckpt"))
+    for k in ("decoder.out_logits.weight", "encoder.body.0.weight"):
+        torch.testing.assert_close(late["state_dict"][f"model.{k}"], decay * w[5][k] + (1 - decay) * w[6][k])
+
+
 # ---------------------------------------------------------------------- the final weights are validated
 def test_a_run_stopped_by_max_steps_validates_its_final_weights(tiny_shapes, tmp_path, capfd):
     record, folder = fit(tiny_shapes, tmp_path, 4, ["--trainer.max_epochs", "3", "--trainer.max_steps", "6"])

@@ -96,3 +96,69 @@ def deferred_linear(layer: nn.Linear) -> "nn.Linear | DeferredLinear":
         return DeferredLinear(layer)
     return layer
 
+
+
+class _Sum:
+    """The gradient of a tensor read by many steps, summed in place as their backward passes come."""
+
+    def __init__(self):
+        self.grad: "Tensor | None" = None
+
+
+class _SumTap(torch.autograd.Function):
+    """Identity; its backward hands on the summed gradient of every step's rows (and any other use's)."""
+
+    @staticmethod
+    def forward(ctx, total: _Sum, x: Tensor):
+        ctx.total = total
+        ctx.set_materialize_grads(False)  # the steps pass no gradient here; nothing to allocate
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: "Tensor | None"):
+        summed, ctx.total.grad = ctx.total.grad, None
+        if grad is not None:
+            summed = grad if summed is None else summed + grad
+        return None, summed
+
+
+class _FirstRows(torch.autograd.Function):
+    """x[:n]; backward adds the rows' gradient into the shared sum's first n rows."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, total: _Sum, n: int):
+        ctx.total, ctx.n, ctx.shape = total, n, x.shape
+        return x[:n]
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        total = ctx.total
+        if total.grad is None:
+            total.grad = grad.new_zeros(ctx.shape)
+        total.grad[: ctx.n] += grad
+        return None, None, None
+
+
+class FirstRows:
+    """The first n rows of a tensor (B, ...), for a loop whose step t reads rows [:n_t] (the
+    shrinking batch's features and W_a a, unroll.packed), with ONE gradient buffer.
+
+    Plain slicing gives every step's backward a zero tensor of the whole (B, ...) shape with the
+    rows' gradient copied in, and adds it to the running sum: for the features of the demo's batch
+    (96 x 64 x 256) three passes over 6 MB per step. Here each step's backward adds its rows into one
+    buffer, in place, and the tensor gets the buffer once, after every step. The numbers are those of
+    plain autograd (up to the order of the float additions).
+
+        rows = FirstRows(features)     # once per forward pass
+        for t, n in ...:
+            f_t = rows(n)              # as features[:n]
+    """
+
+    def __init__(self, x: Tensor):
+        self.total = _Sum()
+        self.grad = torch.is_grad_enabled() and x.requires_grad
+        self.x = _SumTap.apply(self.total, x) if self.grad else x
+
+    @torch.compiler.disable  # inside a compiled step this runs eagerly
+    def __call__(self, n: int) -> Tensor:
+        return _FirstRows.apply(self.x, self.total, n) if self.grad else self.x[:n]

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from captioning.models.cells import DecoderState, StepOutput
+from captioning.models.deferred import FirstRows
 
 #: Luong's teacher-forced pass attends for the images in groups of about this many, sorted by
 #: length, each group over its own longest caption's steps (fewer padded steps than B x T).
@@ -90,10 +91,12 @@ def packed(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: s
     # Each step's outputs for its n_t running rows are kept as they come and put in place once
     # after the loop (writing them into (B, T, .) tensors step by step would, in the backward
     # pass, copy the whole tensor's gradient once per step).
+    features_rows, projected_rows = FirstRows(state.features), FirstRows(state.projected)  # one gradient each
     per_step = []
     for t, n in enumerate(active):
         if n < state.h.size(0):
-            state = state.select(slice(0, n))
+            state = state.with_recurrent(state.h[:n], state.c[:n])
+        state = DecoderState(state.h, state.c, features_rows(n), projected_rows(n))  # read anew by every step
         out = decoder.cell_step(x_steps[t][:n], state, mode, None if use_expected is None else use_expected[:n],
                                 None if forced is None else forced[:n, t], temperature, layers=layers)
         state = state.with_recurrent(out.h, out.c)

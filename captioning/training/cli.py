@@ -22,6 +22,7 @@ from lightning.fabric.plugins import CheckpointIO
 from captioning.data.datamodule import CaptionDataModule
 from captioning.objectives import current_spelling
 from captioning.training.module import CaptioningModule
+from captioning.training.allocator import keep_freed_memory
 from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 from captioning.training.checkpoint_io import DurableCheckpointIO
 from captioning.training.resume import last_checkpoint
@@ -141,6 +142,7 @@ def run_lightning_cli(args: Sequence[str], run: bool = True) -> CaptioningCLI:
     """The CLI on ``args`` as if typed: a subcommand and its arguments, or with ``run=False`` the
     arguments alone (parse and build the model, data and trainer without running anything)."""
     quiet_third_party()
+    keep_freed_memory()  # the step's large tensors reuse the last step's memory (training/allocator.py)
     argv, sys.argv = sys.argv, sys.argv[:1] + list(args)  # LightningCLI reads sys.argv
     try:
         return CaptioningCLI(CaptioningModule, CaptionDataModule, run=run, save_config_kwargs={"overwrite": True})
