@@ -368,8 +368,9 @@ def test_the_render_queue_is_bounded(served):
 # ---------------------------------------------------------------------- load
 @pytest.mark.slow
 def test_load(tiny_checkpoint):
-    """64 clients asking for GIFs of the longest captions, beside 50 stalled ones: every good
-    request answered, the server's peak resident memory bounded, the server healthy after."""
+    """64 clients asking for GIFs of long captions (60 words at most), beside 50 stalled ones: every
+    good request answered with its GIF, the server's peak resident memory bounded, the server
+    healthy after."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     from web_load_test import run_load
 
