@@ -97,7 +97,6 @@ def deferred_linear(layer: nn.Linear) -> "nn.Linear | DeferredLinear":
     return layer
 
 
-
 class _Sum:
     """The gradient of a tensor read by many steps, summed in place as their backward passes come."""
 

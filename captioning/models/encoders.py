@@ -448,7 +448,7 @@ class EncoderConfig:
         channels: small_cnn's stage widths.
         dim: small_cnn's output width D.
         head_kernel: small_cnn's last convolution (to the D-wide annotation vectors): its kernel
-            size, odd (3, as before; 1 costs a third of the CNN's multiply-adds less at 64 px).
+            size, odd (3, as before; 1 takes 43% of the demo CNN's multiply-adds away at 64 px).
         head_norm: small_cnn's last convolution batch-normalised before its ReLU (default: a bias
             and no normalisation, as before). The shapes demo learns much faster with it
             (docs/RECIPES.md).

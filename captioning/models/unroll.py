@@ -94,9 +94,8 @@ def packed(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: s
     features_rows, projected_rows = FirstRows(state.features), FirstRows(state.projected)  # one gradient each
     per_step = []
     for t, n in enumerate(active):
-        if n < state.h.size(0):
-            state = state.with_recurrent(state.h[:n], state.c[:n])
-        state = DecoderState(state.h, state.c, features_rows(n), projected_rows(n))  # read anew by every step
+        h, c = (state.h, state.c) if n == state.h.size(0) else (state.h[:n], state.c[:n])
+        state = DecoderState(h, c, features_rows(n), projected_rows(n))  # the image rows read anew by every step
         out = decoder.cell_step(x_steps[t][:n], state, mode, None if use_expected is None else use_expected[:n],
                                 None if forced is None else forced[:n, t], temperature, layers=layers)
         state = state.with_recurrent(out.h, out.c)

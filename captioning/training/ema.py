@@ -22,7 +22,6 @@ class WeightEMA(EMAWeightAveraging):
 
     def __init__(self, decay: float, start_step: int = 0):
         super().__init__(decay=decay, update_starting_at_step=start_step)
-        self._swapped = False  # the average is in the module for a validation
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         pass  # the model does not exist yet: see _ensure
@@ -45,14 +44,12 @@ class WeightEMA(EMAWeightAveraging):
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._ensure(trainer, pl_module)
-        self._swapped = self.started()  # the average in for validation, once there is one
-        if self._swapped:
+        if self.started():  # the average in for validation, once there is one (no update comes before the end)
             super().on_validation_epoch_start(trainer, pl_module)
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        if self._swapped:
+        if self.started():
             super().on_validation_epoch_end(trainer, pl_module)
-        self._swapped = False
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         super().on_save_checkpoint(trainer, pl_module, checkpoint)
