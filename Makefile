@@ -39,7 +39,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PYTEST) -m slow
 
-# Chromium and chromedriver from Debian for tests/test_web_browser.py (it skips, saying so, without them)
+# Chromium and chromedriver from Debian for tests/web/test_browser.py (it skips, saying so, without them)
 browser-setup:
 	.ci/browser-setup
 

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 
@@ -28,36 +27,11 @@ def tiny_shapes(tmp_path_factory) -> Path:
     return generate(tmp_path_factory.mktemp("shapes"), n_train=40, n_val=8, n_test=8, seed=3, image_size=64, progress=False)
 
 
-def shapes_test_images(annotations: Path, n: int) -> list[str]:
-    """The paths of the first ``n`` test images of shapes data (sorted by name)."""
-    return [str(p) for p in sorted((annotations.parent / "images" / "test").glob("*.png"))][:n]
-
-
-def caption_tokens(text: str) -> list[str]:
-    """The tokens of a caption as printed: words, and punctuation attached to them ("a cross, a")."""
-    import re
-
-    return re.findall(r"[,.;:!?]|[^\s,.;:!?]+", text)
-
-
-def fit_args(annotations, root_dir, config="shapes_soft.yaml", steps=2, extra=()):
-    """`captioning fit` arguments for a few fast steps of a config on tiny data."""
-    return [
-        "fit", "--config", str(ROOT / "configs" / config),
-        "--data.annotations", str(annotations),
-        "--data.batch_size", "8", "--data.num_workers", "0",
-        "--trainer.default_root_dir", str(root_dir),
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", str(steps),
-        "--trainer.limit_val_batches", "1", "--trainer.accelerator", "cpu",
-        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
-        "--model.val_generation.max_new_tokens", "12", "--model.test_generation.max_new_tokens", "12", *extra,
-    ]
-
-
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
     """A soft-attention checkpoint after a few training steps on the tiny shapes data."""
     from captioning.training.cli import run_lightning_cli
+    from tests.helpers import fit_args
 
     root = tmp_path_factory.mktemp("fit")
     cli = run_lightning_cli(fit_args(tiny_shapes, root, steps=3))

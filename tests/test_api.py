@@ -11,7 +11,7 @@ from captioning.api import Captioner, as_pil
 from captioning.data.images import load_image
 from captioning.errors import ConfigError, ImageError
 from captioning.cli import main
-from conftest import caption_tokens
+from tests.helpers import caption_tokens
 
 SETTINGS = dict(num_beams=2, max_new_tokens=8)
 

@@ -10,7 +10,7 @@ continue with PAD at no cost), all on the device. The loop runs up to ``max_new_
 has finished through a non-blocking copy to the host, read one check later (so the device is never
 waited for), and the step at which every row first finished is kept on the device, so that the
 outputs are cut at the first check at which every row had finished: the same captions, scores and
-attention maps captured or not (tests/test_graphed_search.py). On a CPU nothing is captured.
+attention maps captured or not (tests/decoding/test_graphed_search.py). On a CPU nothing is captured.
 Sampling (``do_sample``, hard attention's "sample" mode) is never captured.
 """
 from __future__ import annotations

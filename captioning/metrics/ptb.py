@@ -30,7 +30,7 @@ context ``b`` counts ``b`` in its length but emits only ``a``; the action gives 
 regular expression of optional lookaheads (:func:`_compile_rules`); a plain ASCII word followed by
 a space takes a shortcut. Letters, digits and capitals are those of Unicode 6.2 (the scanner's).
 The rules were worked out from the scanner's behaviour on many thousands of generated captions;
-``tests/test_metrics_nojava.py`` compares with Java on hundreds of them (identical output).
+``tests/metrics/test_python_scorers.py`` compares with Java on hundreds of them (identical output).
 
 Java looks past the end of a line in a few places, so a caption's tokens can depend on the next
 line of pycocoevalcap's file: a one-letter acronym ending a caption (``vitamin C.``) loses its

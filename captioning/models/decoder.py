@@ -79,7 +79,7 @@ class DecoderConfig:
         prev2out: add the previous word's embedding E y_{t-1} inside the deep output layer (Eq. 7).
         ctx2out: add the context L_z z_t inside the deep output layer (Eq. 7).
         compile_step: ``torch.compile`` the time step that training and decoding repeat (dynamic
-            shapes; compiles on first use; tools/benchmark.py --compile measures what it gains).
+            shapes; compiles on first use; tools/benchmarks/benchmark.py --compile measures what it gains).
         score: the attention score function: "additive" (the paper's, Eq. 4), "dot", "general"
             or "scaled_dot" (see models/attention.py).
         heads: attention heads (1: the paper's single alpha per step).

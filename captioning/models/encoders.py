@@ -454,7 +454,7 @@ class EncoderConfig:
             (docs/RECIPES.md).
         channels_last: run the encoder in the channels-last memory format (faster convolutions
             on GPUs with tensor cores, under bf16 or fp16, and on CPUs: the shapes demo's small
-            CNN's forward and backward take 0.72x the time, tools/profile_demo.py).
+            CNN's forward and backward take 0.72x the time, tools/benchmarks/profile_demo.py).
     """
 
     name: str = "small_cnn"

@@ -20,7 +20,7 @@ captions[:, t + 1]. Four unrollings, chosen by ``decoder.forward``'s arguments:
 
 Each gives a :class:`DecoderOutput`; the static and scheduled passes' logits are (B, T, V), every
 step's, for the losses to mask. A caption's real steps come first, so the padded steps after them change nothing
-before them: the static pass's loss and gradients equal the others' (tests/test_static_shapes.py).
+before them: the static pass's loss and gradients equal the others' (tests/training/test_static_shapes.py).
 """
 from __future__ import annotations
 

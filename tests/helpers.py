@@ -1,0 +1,279 @@
+"""What several test files share: paths, `fit` arguments, tiny datasets written on the fly, and a hard-attention
+problem small enough to enumerate. Fixtures live in conftest.py; plain functions here (import them from
+``tests.helpers``)."""
+import http.client
+import io
+import itertools
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from captioning.decoding.generation import GenerationConfig
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.vocab import Vocabulary
+from captioning.web.client import encode_multipart, wait_for_server
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+# ---------------------------------------------------------------------- captions and training runs
+def shapes_test_images(annotations: Path, n: int) -> list[str]:
+    """The paths of the first ``n`` test images of shapes data (sorted by name)."""
+    return [str(p) for p in sorted((annotations.parent / "images" / "test").glob("*.png"))][:n]
+
+
+def caption_tokens(text: str) -> list[str]:
+    """The tokens of a caption as printed: words, and punctuation attached to them ("a cross, a")."""
+    return re.findall(r"[,.;:!?]|[^\s,.;:!?]+", text)
+
+
+def fit_args(annotations, root_dir, config="shapes_soft.yaml", steps=2, extra=()):
+    """`captioning fit` arguments for a few fast steps of a config on tiny data."""
+    return [
+        "fit", "--config", str(ROOT / "configs" / config),
+        "--data.annotations", str(annotations),
+        "--data.batch_size", "8", "--data.num_workers", "0",
+        "--trainer.default_root_dir", str(root_dir),
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", str(steps),
+        "--trainer.limit_val_batches", "1", "--trainer.accelerator", "cpu",
+        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
+        "--model.val_generation.max_new_tokens", "12", "--model.test_generation.max_new_tokens", "12", *extra,
+    ]
+
+
+
+# ---------------------------------------------------------------------- tiny real-format datasets
+WORDS = ["a", "dog", "cat", "runs", "on", "the", "grass", "red", "ball", "sits", "mat", "blue"]
+
+
+def write_jpeg(path: Path, seed: int, size: int = 48) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (size, size + 8, 3), dtype=np.uint8)).save(path, "JPEG")
+
+
+def caption(rng) -> str:
+    return " ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
+
+
+def make_karpathy(root: Path, n_train: int = 12, n_val: int = 4, n_test: int = 4, captions: int = 3,
+                  cocoid: bool = False) -> Path:
+    """A Karpathy split file with JPEGs under root/images; returns the annotation file."""
+    rng = np.random.default_rng(0)
+    images = []
+    for i, split in enumerate(["train"] * n_train + ["val"] * n_val + ["test"] * n_test):
+        write_jpeg(root / "images" / f"{i}.jpg", i)
+        sents = [{"raw": c, "tokens": c.split()} for c in (caption(rng) for _ in range(captions))]
+        img = {"filepath": "images", "filename": f"{i}.jpg", "imgid": i, "split": split, "sentences": sents}
+        if cocoid:
+            img["cocoid"] = 1000 + i
+        images.append(img)
+    path = root / "dataset_tiny.json"
+    path.write_text(json.dumps({"images": images, "dataset": "tiny"}))
+    return path
+
+
+def make_coco(root: Path) -> tuple[Path, Path, Path]:
+    """captions_train2014.json (ids 1-6), captions_val2014.json (ids 7-10), a Karpathy split file."""
+    rng = np.random.default_rng(1)
+    files = []
+    for folder, ids in (("train2014", range(1, 7)), ("val2014", range(7, 11))):
+        images, anns = [], []
+        for k in ids:
+            name = f"COCO_{folder}_{k:012d}.jpg"
+            write_jpeg(root / folder / name, k)
+            images.append({"id": k, "file_name": name, "width": 56, "height": 48})
+            anns += [{"id": 100 * k + j, "image_id": k, "caption": caption(rng).capitalize() + "."} for j in range(2)]
+        path = root / "annotations" / f"captions_{folder}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"info": {}, "images": images, "licenses": [], "annotations": anns}))
+        files.append(path)
+    split = {1: "train", 2: "train", 3: "restval", 4: "train", 7: "train", 8: "val", 9: "test", 10: "test"}
+    karpathy = {"images": [{"cocoid": k, "split": s, "filename": "x", "sentences": []} for k, s in split.items()]}
+    (root / "dataset_coco.json").write_text(json.dumps(karpathy))
+    return files[0], files[1], root / "dataset_coco.json"
+
+
+
+# ---------------------------------------------------------------------- a hard-attention problem small enough to enumerate
+PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
+V, D, L = 7, 5, 3
+
+
+def tiny_problem():
+    torch.manual_seed(0)
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=4, hidden_dim=6, attention_dim=4, dropout=0.0, attention_kind="hard"))
+    features = torch.randn(1, L, D) * 2
+    captions = torch.tensor([[BOS, 4, EOS]])  # two decoding steps: 3^2 = 9 location sequences
+    lengths = torch.tensor([3])
+    return dec, features, captions, lengths
+
+
+def flat_grad(loss, params):
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(params, grads)])
+
+
+def exact_gradient(dec, features, captions, lengths):
+    """Gradient of E_s[log p(y | s, a)] = sum_s p(s | a) log p(y | s, a), every s enumerated."""
+    seqs = torch.tensor(list(itertools.product(range(L), repeat=2)))  # (9, 2)
+    n = len(seqs)
+    out = dec(features.expand(n, -1, -1), captions.expand(n, -1), lengths.expand(n), mode="sample", locations=seqs)
+    log_py = caption_log_likelihood(out.logits, captions.expand(n, -1)[:, 1:], out.mask)  # (9,)
+    p_s = out.location_log_probs.sum(1).exp()  # (9,)
+    assert torch.allclose(p_s.sum(), torch.tensor(1.0), atol=1e-5)
+    return flat_grad((p_s * log_py).sum(), list(dec.parameters()))
+
+
+def z_scores(est, exact, directions):
+    proj = est @ directions.T  # (batches, k)
+    mean, se = proj.mean(0), proj.std(0) / est.size(0) ** 0.5
+    return (mean - exact @ directions.T) / se
+
+
+
+
+# ---------------------------------------------------------------------- the web server in a subprocess, and a stand-in model
+MAX_UPLOAD_MB = 1
+MAX_PIXELS = 4_000_000
+SETTINGS = dict(num_beams=2, max_new_tokens=8)
+
+
+# ---------------------------------------------------------------------- a server in a subprocess
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """``python -m captioning.web`` on 127.0.0.1 and a free port; waits until /healthz answers."""
+
+    def __init__(self, checkpoints, *extra, log: Path, timeout: float = 180.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log
+        self._log = open(log, "wb")
+        args = [sys.executable, "-m", "captioning.web", "--host", "127.0.0.1", "--port", str(self.port),
+                "--log-level", "warning"]
+        for spec in checkpoints:
+            args += ["--checkpoint", str(spec)]
+        self.proc = subprocess.Popen(args + [str(a) for a in extra], stdout=self._log, stderr=subprocess.STDOUT)
+        problem = wait_for_server(self.url, self.proc, timeout)
+        if problem:
+            self.stop()
+            raise RuntimeError(f"the server {problem}:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and get_json(self.url, "/healthz")[0] == 200
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def _connection(url: str, timeout: float) -> http.client.HTTPConnection:
+    host, port = url.split("//")[1].split(":")
+    return http.client.HTTPConnection(host, int(port), timeout=timeout)
+
+
+def get_json(url: str, path: str, timeout: float = 10) -> tuple[int, dict]:
+    conn = _connection(url, timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def post(url: str, body, headers: dict, timeout: float = 120, encode_chunked: bool = False) -> tuple[int, dict]:
+    conn = _connection(url, timeout)
+    try:
+        conn.request("POST", "/api/caption", body=body, headers=headers, encode_chunked=encode_chunked)
+        response = conn.getresponse()
+        raw = response.read()
+        try:
+            return response.status, json.loads(raw)
+        except ValueError:
+            return response.status, {"raw": raw.decode("utf-8", "replace")}
+    finally:
+        conn.close()
+
+
+def post_image(url: str, data: bytes, filename: str = "image.jpg", **fields) -> tuple[int, dict]:
+    body, content_type = encode_multipart(fields, filename, data)
+    return post(url, body, {"Content-Type": content_type})
+
+
+# ---------------------------------------------------------------------- fixtures
+def jpeg_640x480(path: Path) -> bytes:
+    """A test image stretched to 640 x 480, as JPEG bytes (a photo-sized upload)."""
+    buffer = io.BytesIO()
+    Image.open(path).convert("RGB").resize((640, 480), Image.Resampling.BICUBIC).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def _bomb_png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("1", (3000, 3000)).save(buffer, "PNG")  # 9 Mpixels in a few kB, over --max-pixels 4,000,000
+    return buffer.getvalue()
+
+
+
+class FakeVocab(list):
+    EOS = "<end>"
+
+
+class FakeCaptioner:
+    """The coming API: describe() and num_return_sequences (top beams, best first)."""
+
+    attention_kind = "hard"
+    image_size = 32
+    vocab = FakeVocab(["<pad>", "<start>", "<end>", "<unk>", "a", "cat"])
+    model = torch.nn.Linear(2, 2)
+    generation = GenerationConfig()
+
+    def __init__(self):
+        self.calls = []
+
+    def describe(self):
+        return {"attention": "hard", "encoder": "resnet101", "vocab_size": 6, "image_size": 32,
+                "training_data": "coco (Karpathy train)", "test_scores": {"BLEU-4": np.float32(0.25), "CIDEr": 0.9}}
+
+    def __call__(self, images, num_beams=3, max_new_tokens=None, length_penalty=None, attention_mode=None,
+                 return_attention=False, num_return_sequences=1):
+        self.calls.append(dict(n=len(images), num_beams=num_beams, attention_mode=attention_mode,
+                               num_return_sequences=num_return_sequences))
+        beams = [{"generated_text": "a cat", "score": -0.5}, {"generated_text": "a a cat", "score": -0.9}]
+        return [{"generated_text": "a cat", "score": -0.5, "tokens": ["a", "cat", "<end>"],
+                 "attention": np.full((3, 2, 2), 0.25), "locations": [(0, 1), (1, 1), (0, 0)],
+                 "beams": beams[:num_return_sequences]} for _ in images]
+
+

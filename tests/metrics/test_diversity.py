@@ -1,0 +1,167 @@
+"""Scores beyond coco-caption: the captions' diversity (metrics/diversity.py) and the attention maps'
+health (metrics/attention_health.py), on hand-made captions and maps, and through the Evaluator into
+`captioning evaluate`'s report."""
+import json
+import logging
+import math
+
+import numpy as np
+import pytest
+
+from captioning.cli import main
+from captioning.decoding.evaluator import Evaluator
+from captioning.metrics.attention_health import AttentionHealth, attention_health
+from captioning.metrics.diversity import diversity_scores
+
+CAPTIONS = {1: "a dog runs", 2: "A dog runs.", 3: "a cat sits", 4: "a cat"}
+
+
+def test_diversity_of_a_hand_made_set():
+    scores, warnings = diversity_scores(CAPTIONS, vocab_size=14, training_captions=["A dog runs", "a bird"])
+    # words: [a dog runs] x2, [a cat sits], [a cat]: 11 words, 5 distinct; 7 bigrams, 4 distinct
+    assert scores["distinct_1"] == pytest.approx(5 / 11)
+    assert scores["distinct_2"] == pytest.approx(4 / 7)
+    assert scores["vocabulary_used"] == 5.0
+    assert scores["vocabulary_share"] == pytest.approx(5 / 10)  # 14 tokens less the 4 special ones
+    assert scores["unique_captions"] == pytest.approx(2 / 4)  # "a cat sits" and "a cat" are no other image's
+    assert scores["distinct_captions"] == pytest.approx(3 / 4)
+    assert scores["top_caption_share"] == pytest.approx(2 / 4)
+    assert scores["novel_captions"] == pytest.approx(2 / 4)  # "a dog runs" is a training caption
+    assert scores["mean_length"] == pytest.approx(11 / 4)
+    assert len(warnings) == 1 and "50% of the images" in warnings[0] and "'a dog runs'" in warnings[0]
+
+
+def test_diversity_options_and_edges():
+    scores, warnings = diversity_scores(CAPTIONS, dominant_share=0.5)
+    assert warnings == [] and "novel_captions" not in scores and "vocabulary_share" not in scores
+    assert diversity_scores({}) == ({}, [])
+    scores, _ = diversity_scores({1: "dog", 2: "cat"})
+    assert scores["distinct_2"] == 0.0 and scores["unique_captions"] == 1.0
+
+
+def test_attention_health_of_uniform_frozen_and_moving_maps():
+    L = 4
+    uniform = np.full((3, L), 1 / L)
+    scores, warnings = attention_health([uniform])
+    assert scores["attention_entropy"] == pytest.approx(math.log(L))
+    assert scores["attention_entropy_ratio"] == pytest.approx(1.0)
+    assert scores["attention_movement"] == pytest.approx(0.0)
+    assert len(warnings) == 2 and "near uniform" in warnings[0] and "barely moves" in warnings[1]
+
+    frozen = np.eye(L)[[2, 2, 2]]  # the same cell for every word
+    scores, warnings = attention_health([frozen])
+    assert scores["attention_entropy"] == pytest.approx(0.0) and scores["attention_movement"] == pytest.approx(0.0)
+    assert len(warnings) == 1 and "barely moves" in warnings[0]
+
+    moving = np.eye(L)[[0, 1, 3]]
+    scores, warnings = attention_health([moving])
+    assert scores["attention_entropy_ratio"] == pytest.approx(0.0) and scores["attention_movement"] == pytest.approx(1.0)
+    assert warnings == []
+
+    half = np.array([[0.5, 0.5, 0, 0], [0, 0.5, 0.5, 0]])  # TV distance 0.5; entropy log 2 each
+    scores, _ = attention_health([half, moving])
+    assert scores["attention_entropy"] == pytest.approx(2 * math.log(2) / 5)
+    assert scores["attention_movement"] == pytest.approx((0.5 + 1 + 1) / 3)
+
+
+def test_attention_health_ignores_steps_beyond_each_caption():
+    L = 4
+    batch = np.zeros((2, 5, L))
+    batch[0, :2] = np.eye(L)[[0, 1]]
+    batch[1, :3] = np.eye(L)[[3, 3, 3]]
+    batch[0, 2:] = 1 / L  # past the caption's end: ignored
+    health = AttentionHealth()
+    health.add(batch, np.array([2, 3]))
+    scores, _ = health.scores()
+    assert scores["attention_entropy"] == pytest.approx(0.0)
+    assert scores["attention_movement"] == pytest.approx(1 / 3)  # pairs: (0->1) moves 1, (3->3) twice 0
+    other = AttentionHealth()
+    other.merge(AttentionHealth.caption_sums(batch, np.array([2, 3])).sum(0), L)
+    assert other.scores() == health.scores()
+    assert AttentionHealth().scores() == ({}, [])
+
+
+def test_the_evaluator_scores_and_warns(caplog):
+    evaluator = Evaluator(training_captions=["a cat"], dominant_share=0.2)
+    evaluator._scorer = lambda refs, preds: {"CIDEr": 0.5}  # no coco-caption metrics here
+    evaluator.health.add(np.full((4, 3, 9), 1 / 9), np.array([3, 3, 2, 1]))
+    with caplog.at_level(logging.WARNING):
+        scores, notes = evaluator.score(CAPTIONS, {i: ["x"] for i in CAPTIONS})
+    assert scores["CIDEr"] == 0.5 and scores["novel_captions"] == pytest.approx(3 / 4)
+    assert scores["attention_entropy_ratio"] == pytest.approx(1.0)
+    assert all(isinstance(v, float) for v in scores.values())  # validation logs every float
+    assert "one caption covers" in notes["diversity_warning"] and "near uniform" in notes["attention_warning"]
+    assert "one caption covers" in caplog.text and "near uniform" in caplog.text
+    scores, notes = evaluator.score(CAPTIONS, {i: ["x"] for i in CAPTIONS})
+    assert "attention_entropy" not in scores  # the maps are scored once
+
+
+def test_evaluate_reports_diversity_and_attention(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
+    out = tmp_path / "metrics.json"
+    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--split", "test",
+                 "--num-beams", "2", "--out", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    scores = report["scores"]
+    for key in ("distinct_1", "distinct_2", "vocabulary_used", "vocabulary_share", "unique_captions", "novel_captions",
+                "mean_length", "attention_entropy", "attention_entropy_ratio", "attention_movement"):
+        assert isinstance(scores[key], float), key
+    assert 0 <= scores["novel_captions"] <= 1 and 0 < scores["attention_entropy_ratio"] <= 1.0 + 1e-9
+
+
+class _FixedModel:
+    """A stand-in model whose decoding returns given maps: one-hot maps moving across 4 cells."""
+    attention_kind = "soft"
+
+    def __init__(self):
+        from captioning.vocab import Vocabulary
+
+        self.vocab = Vocabulary(list(Vocabulary.SPECIALS) + ["a", "dog"])
+
+    def features(self, batch):
+        return batch["features"]
+
+    def generate(self, features, config):
+        import torch
+
+        from captioning.decoding.parts import GenerationOutput
+
+        B = features.size(0)
+        alphas = torch.eye(4)[[0, 1, 2]].expand(B, 3, 4).clone()
+        return GenerationOutput(sequences=torch.tensor([[4, 5, 2]] * B), alphas=alphas, locations=alphas.argmax(-1),
+                                scores=torch.zeros(B), lengths=torch.full((B,), 3))
+
+
+def test_the_evaluator_counts_each_images_maps_once():
+    import torch
+
+    from captioning.decoding.generation import GenerationConfig
+
+    evaluator, model = Evaluator(), _FixedModel()
+    evaluator.add(model, {"features": torch.zeros(2, 4, 1), "image_ids": torch.tensor([1, 2])}, GenerationConfig())
+    evaluator.add(model, {"features": torch.zeros(1, 4, 1), "image_ids": torch.tensor([2])}, GenerationConfig())  # repeated
+    assert evaluator.predictions(model.vocab) == {1: "a dog", 2: "a dog"}
+    assert evaluator.health.sums.tolist() == [0.0, 6.0, 4.0, 4.0]  # 2 images x 3 maps, 2 moves of 1 each
+    assert evaluator.vocab_size == 6
+
+
+def test_known_captions_count_novel_captions_as_the_training_captions_do():
+    from captioning.metrics.diversity import known_captions
+
+    captions = {1: "A dog.", 2: "a cat on a mat", 3: "a bird"}
+    training = ["a dog", "A cat on a mat."]
+    assert diversity_scores(captions, known=known_captions(training))[0]["novel_captions"] == pytest.approx(1 / 3)
+    assert diversity_scores(captions, training_captions=training)[0]["novel_captions"] == pytest.approx(1 / 3)
+
+
+def test_validation_logs_novel_captions_and_says_why_clip_scores_are_missing(tiny_shapes, tmp_path, caplog):
+    from tests.helpers import fit_args
+    from captioning.training.cli import run_lightning_cli
+
+    with caplog.at_level(logging.WARNING):
+        cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=1, extra=[
+            "--model.clip_score.model", "NoSuchModel/x", "--model.clip_score.validation", "true"]))
+    logged = cli.trainer.callback_metrics
+    assert 0 <= float(logged["val/novel_captions"]) <= 1
+    assert "val/CLIPScore" not in logged
+    assert any("CLIPScore unavailable" in r.getMessage() for r in caplog.records)

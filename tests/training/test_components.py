@@ -1,0 +1,240 @@
+"""The components the LightningModule wires: configs, objectives, the seed of a step, the
+parameter groups, grouped captions, and the package's import graph."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from captioning.errors import ConfigError
+from captioning.models.decoder import DecoderConfig
+from captioning.models.encoders import EncoderConfig
+from captioning.decoding.search import GenerationConfig
+from captioning.models.show_attend_tell import ShowAttendTell
+from captioning.training.module import CaptioningModule, step_seed
+from captioning.training.optim import OptimizerConfig
+from captioning.objectives import CrossEntropy, HardAttentionReinforce, objective_for, objective_from_spec
+from captioning.vocab import Vocabulary
+from tests.helpers import ROOT
+
+VOCAB = Vocabulary.build([["a", "small", "red", "circle", "left", "of", "square"]], min_freq=1)
+
+
+def tiny_model(kind="soft", encoder=None):
+    torch.manual_seed(0)
+    return ShowAttendTell(encoder or EncoderConfig(channels=(4, 8, 8), dim=8), DecoderConfig(8, 8, 8, dropout=0.0, attention_kind=kind), VOCAB)
+
+
+def caption_batch(B=6, T=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    captions = torch.randint(4, len(VOCAB), (B, T), generator=g)
+    captions[:, 0], captions[:, -1] = VOCAB.bos_id, VOCAB.eos_id
+    return {"captions": captions, "lengths": torch.full((B,), T)}
+
+
+def test_generation_config_checks_its_values():
+    assert GenerationConfig().num_beams == 1  # Hugging Face's default: greedy
+    for bad in (dict(num_beams=0), dict(max_new_tokens=-1), dict(temperature=0.0), dict(top_k=-2),
+                dict(attention_mode="peek"), dict(do_sample=True, num_beams=3), dict(num_beams=2, num_return_sequences=3)):
+        with pytest.raises(ConfigError):
+            GenerationConfig(**bad)
+    base = GenerationConfig(num_beams=3, max_new_tokens=9)
+    assert base.replace(num_beams=None, length_penalty=0.5) == GenerationConfig(num_beams=3, max_new_tokens=9, length_penalty=0.5)
+
+
+def test_beam_search_returns_the_best_beams_in_order():
+    model = tiny_model().eval()
+    images = torch.rand(3, 3, 32, 32)
+    out = model.generate(images=images, config=GenerationConfig(num_beams=4, num_return_sequences=3, max_new_tokens=6))
+    assert out.beam_sequences.shape[:2] == (3, 3) and out.beam_scores.shape == (3, 3)
+    assert (out.beam_scores[:, :-1] >= out.beam_scores[:, 1:]).all()  # best first
+    assert torch.equal(out.beam_sequences[:, 0], out.sequences) and torch.equal(out.beam_scores[:, 0], out.scores)
+    single = model.generate(images=images, config=GenerationConfig(num_beams=4, max_new_tokens=6))
+    assert torch.equal(single.sequences, out.sequences) and single.beam_sequences is None
+
+
+def test_objective_must_train_the_decoders_attention_kind():
+    assert isinstance(objective_for("soft"), CrossEntropy) and isinstance(objective_for("hard"), HardAttentionReinforce)
+    with pytest.raises(ConfigError, match="does not train hard attention"):
+        objective_for("hard", CrossEntropy())
+    with pytest.raises(ConfigError, match="does not train soft attention"):
+        CaptioningModule(decoder=DecoderConfig(attention_kind="soft"), objective=HardAttentionReinforce())
+    spec = HardAttentionReinforce(lambda_r=0.3, num_samples=2).spec()
+    rebuilt = objective_from_spec(spec)
+    assert isinstance(rebuilt, HardAttentionReinforce) and rebuilt.lambda_r == 0.3 and rebuilt.num_samples == 2
+    with pytest.raises(ConfigError, match="unknown objective"):
+        objective_from_spec({"class_path": "builtins.eval", "init_args": {}})
+
+
+def test_step_seed_differs_per_rank_and_step_and_repeats():
+    seeds = {(step, rank): step_seed(7, step, rank) for step in range(50) for rank in range(4)}
+    assert len(set(seeds.values())) == len(seeds)  # every (step, rank) its own stream
+    assert step_seed(7, 12, 1) == seeds[(12, 1)] and step_seed(8, 12, 1) != seeds[(12, 1)]
+    assert all(0 <= s < 2**63 for s in seeds.values())
+
+
+def test_grouped_captions_take_their_images_features():
+    model = tiny_model()
+    features = torch.randn(2, 16, 8)
+    batch = {"features": features.half(), "image_index": torch.tensor([0, 0, 1, 0, 1])}
+    rows = model.features(batch)
+    assert rows.shape == (5, 16, 8) and rows.dtype == torch.float32
+    for row, image in enumerate([0, 0, 1, 0, 1]):
+        torch.testing.assert_close(rows[row], features[image].half().float())
+
+
+def forwarded_batches(objective, model, batch, monkeypatch):
+    """Run ``objective`` and return the keyword arguments and rows the decoder was called with."""
+    calls = []
+    forward = ShowAttendTell.forward
+
+    def spy(self, features, captions, lengths, **kwargs):
+        calls.append(dict(kwargs, rows=captions.size(0), captions=captions, features=features))
+        return forward(self, features, captions, lengths, **kwargs)
+
+    monkeypatch.setattr(ShowAttendTell, "forward", spy)
+    out = objective(model, torch.randn(batch["captions"].size(0), 16, 8), batch)
+    return calls[0], out
+
+
+@pytest.mark.parametrize("per", ["batch", "image"])
+def test_semi_sampling_draws_per_batch_or_per_image(per, monkeypatch):
+    model, batch = tiny_model("hard"), caption_batch(B=64)
+    torch.manual_seed(1)
+    mixed = 0
+    for _ in range(6):
+        call, _ = forwarded_batches(HardAttentionReinforce(semi_sampling_p=0.5, semi_sampling_per=per), model, batch, monkeypatch)
+        use = call["use_expected"]
+        assert call["mode"] == "sample" and use.shape == (64,)
+        mixed += int(use.any() and not use.all())
+    if per == "batch":
+        assert mixed == 0  # the whole batch takes the expected context, or none of it does
+    else:
+        assert mixed == 6  # 64 coins per batch: some of each
+
+
+def test_several_location_samples_per_caption(monkeypatch):
+    model, batch = tiny_model("hard"), caption_batch(B=3)
+    call, out = forwarded_batches(HardAttentionReinforce(num_samples=4, semi_sampling_p=0.0), model, batch, monkeypatch)
+    assert call["rows"] == 12 and out.batch_size == 12 and out.state["reward"].shape == (12,)
+    assert torch.equal(call["captions"], batch["captions"].repeat_interleave(4, 0))  # each caption's samples together
+    assert not call["use_expected"].any()
+
+
+def test_pretrained_encoder_blocks_train_at_their_own_learning_rate():
+    module = CaptioningModule(encoder=EncoderConfig("resnet50", pretrained=False, grid_size=2, fine_tune_blocks=1),
+                              decoder=DecoderConfig(8, 8, 8), optimizer=OptimizerConfig(lr=1e-3, encoder_lr=1e-5))
+    module.set_vocab(VOCAB)
+    module.trainer = type("T", (), {"precision": "32-true"})()  # what configure_optimizers reads
+    groups = module.configure_optimizers().param_groups
+    assert [g["lr"] for g in groups] == [1e-3, 1e-5]
+    encoder_params = {id(p) for p in module.model.encoder.parameters() if p.requires_grad}
+    assert encoder_params and {id(p) for p in groups[1]["params"]} == encoder_params
+    assert not any(id(p) in encoder_params for p in groups[0]["params"])
+    assert sum(p.numel() for p in groups[1]["params"]) < sum(p.numel() for p in module.model.encoder.parameters())
+
+
+def test_checkpoint_settings_are_plain_values():
+    module = CaptioningModule(decoder=DecoderConfig(attention_kind="hard"))
+    def plain(x):
+        return isinstance(x, (str, int, float, bool, type(None))) or (
+            isinstance(x, (list, tuple)) and all(map(plain, x))) or (isinstance(x, dict) and all(map(plain, x.values())))
+    assert plain(dict(module.hparams))
+    assert module.hparams["objective"]["class_path"].endswith("HardAttentionReinforce")
+
+
+@pytest.fixture(scope="module")
+def check_imports():
+    """tools/dev/check_imports.py as a module."""
+    from tools.dev import check_imports
+
+    return check_imports
+
+
+def test_no_import_cycles_in_the_package(check_imports):
+    found = check_imports.cycles(check_imports.import_graph())
+    assert not found, "\n".join(" <-> ".join(component) for component in found)
+
+
+def test_no_import_goes_up_the_layers(check_imports):
+    """tools/dev/check_imports.py's LAYERS: a module imports its own layer and lower ones only."""
+    problems = check_imports.layer_violations(check_imports.Package())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_inference_side_imports_no_lightning(check_imports):
+    """Captioner, model files, ONNX export, decoding, models and the web server run without Lightning."""
+    problems = check_imports.lightning_imports(check_imports.Package())
+    assert not problems, "\n".join(problems)
+
+
+def test_check_imports_command_prints_every_problem_and_exits_1_on_one(check_imports):
+    package = check_imports.Package()
+    problems = check_imports.layer_violations(package) + check_imports.lightning_imports(package)
+    problems += ["import cycle: " + " <-> ".join(c) for c in check_imports.cycles(package.graph())]
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "check_imports.py")], capture_output=True, text=True)
+    assert proc.returncode == (1 if problems else 0), proc.stdout + proc.stderr
+    assert sorted(proc.stdout.splitlines()[:-1]) == sorted(problems)
+    assert f"{len(package.files)} modules" in proc.stdout.splitlines()[-1]
+
+
+def write_package(root, files):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_import_cycle_checker_finds_a_cycle(check_imports, tmp_path):
+    write_package(tmp_path, {
+        "pkg/__init__.py": "", "pkg/sub/__init__.py": "",
+        "pkg/a.py": "from pkg.sub import b\n",
+        "pkg/sub/b.py": "def f():\n    from pkg import a  # a lazy import counts too\n",
+        "pkg/c.py": "import pkg.a\n",
+    })
+    graph = check_imports.import_graph("pkg", tmp_path)
+    assert check_imports.cycles(graph) == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_layer_checker_reports_imports_of_higher_layers_lazy_ones_too(check_imports, tmp_path):
+    write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/low.py": "import os\n\n\ndef f():\n    from pkg.high import g  # lazy\n    return g\n",
+        "pkg/mid/__init__.py": "",
+        "pkg/mid/part.py": "from pkg import low\nfrom ..high import g\n",
+        "pkg/high.py": "from pkg.low import f\nfrom pkg.mid import part\n\n\ndef g():\n    return f\n",
+        "pkg/stray.py": "",
+    })
+    rules = check_imports.Rules(layers=[("ground", ["pkg.__init__", "pkg.low"]), ("middle", ["pkg.mid"]),
+                                        ("top", ["pkg.high"])], inference=[], lightning=[], training_side={})
+    problems = check_imports.layer_violations(check_imports.Package("pkg", tmp_path), rules)
+    assert problems == [
+        "pkg/low.py:5: pkg.low -> pkg.high (layer ground imports the higher layer top)",
+        "pkg/mid/part.py:2: pkg.mid.part -> pkg.high (layer middle imports the higher layer top)",
+        "pkg/stray.py: pkg.stray is in no layer (place it in LAYERS, tools/dev/check_imports.py)",
+    ]
+
+
+def test_lightning_checker_follows_imports_off_the_inference_side(check_imports, tmp_path):
+    write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/infer/__init__.py": "",
+        "pkg/infer/plain.py": "import torch\nfrom pkg.infer import dm\n",  # dm is training-side: brings Lightning
+        "pkg/infer/dm.py": "import lightning as L\n",  # allowed: listed as training-side
+        "pkg/infer/lazy.py": "def f():\n    import lightning.pytorch as pl\n    return pl\n",
+        "pkg/infer/tools.py": "from pkg import helpers\nfrom pkg.train import loop\n",
+        "pkg/helpers.py": "import os\n",  # off the inference side, but Lightning-free: fine
+        "pkg/cmd.py": "from pkg.train import loop\n",
+        "pkg/train/__init__.py": "",
+        "pkg/train/loop.py": "import pytorch_lightning\n",
+    })
+    rules = check_imports.Rules(layers=[], inference=["pkg.__init__", "pkg.infer"],
+                                lightning=["lightning", "pytorch_lightning", "pkg.train"],
+                                training_side={"pkg.infer.dm": "a LightningDataModule"})
+    problems = check_imports.lightning_imports(check_imports.Package("pkg", tmp_path), rules)
+    assert problems == [
+        "pkg/infer/lazy.py:2: pkg.infer.lazy -> lightning (the inference side imports lightning)",
+        "pkg/infer/plain.py:2: pkg.infer.plain -> pkg.infer.dm (off the inference side, and it imports Lightning: "
+        "pkg.infer.dm -> lightning)",
+        "pkg/infer/tools.py:2: pkg.infer.tools -> pkg.train.loop (the inference side imports pkg.train)",
+    ]
