@@ -1,16 +1,25 @@
-"""Definitions every layer shares: the path type and the default device."""
+"""Definitions every layer shares: the path type, the default device and the attention grid's shape."""
 from __future__ import annotations
 
+import math
 import os
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where a device is made: the ONNX route runs without it
     import torch
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = str | os.PathLike[str]
 
 
-def default_device(device: Optional[Union[str, torch.device]] = None) -> torch.device:
+def grid_shape(num_locations: int) -> tuple[int, int]:
+    """(gh, gw) of L locations: a square grid when L is a square (every encoder here), else one row.
+
+    Encoders flatten their grid row-major: location l is cell (l // gw, l % gw)."""
+    side = math.isqrt(num_locations)
+    return (side, side) if side * side == num_locations else (1, num_locations)
+
+
+def default_device(device: str | torch.device | None = None) -> torch.device:
     """``device`` if given (checked: a one-line ConfigError if it is not one, or is not here), else
     CUDA when a GPU is visible, else the CPU."""
     import torch

@@ -6,15 +6,9 @@ sees the whole image stretched to a square (no crop), so cell (r, c) covers rows
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-
-def grid_shape(num_locations: int) -> tuple[int, int]:
-    """(gh, gw) of L locations: a square grid when L is a square (every encoder here), else one row."""
-    side = math.isqrt(num_locations)
-    return (side, side) if side * side == num_locations else (1, num_locations)
+from captioning.common import grid_shape  # noqa: F401 (its home is the ground floor; viz and its callers read it here)
 
 
 def as_array(x) -> np.ndarray:
