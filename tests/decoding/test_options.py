@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from captioning.cli import main
-from captioning.decoding.generation import GenerationConfig
+from captioning.decoding.generation import GenerationConfig, generation_option, generation_options
 from captioning.decoding.parts import ngram_bans, top_p_filter
 from captioning.decoding.search import beam_search, generate, greedy_search
 from captioning.errors import ConfigError
@@ -73,14 +73,14 @@ def caption(out, i: int) -> list:
     (dict(num_beams=4, num_beam_groups=2, diversity_penalty=float("nan")), "diversity_penalty: expected a finite number"),
     (dict(num_beams=4, num_beam_groups=2, diversity_penalty=-1.0), "diversity_penalty: expected a finite number"),
     (dict(num_beams=2, num_beam_groups=2, diversity_penalty=1.0, do_sample=True), "do_sample works with one beam"),
-    (dict(num_beam_groups=1, do_sample=True, top_p=0.0), "top_p: expected a number > 0"),
-    (dict(do_sample=True, top_p=1.5), "top_p: expected a number in (0, 1]"),
-    (dict(do_sample=True, top_p=float("inf")), "top_p: expected a number > 0"),
+    (dict(num_beam_groups=1, do_sample=True, top_p=0.0), "top_p: expected a finite number in (0, 1], got 0.0"),
+    (dict(do_sample=True, top_p=1.5), "top_p: expected a finite number in (0, 1], got 1.5"),
+    (dict(do_sample=True, top_p=float("inf")), "top_p: expected a finite number in (0, 1], got inf"),
     (dict(top_p=0.9), "top_p (0.9) applies to sampling"),
     (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size: expected an integer >= 0"),
     (dict(no_repeat_ngram_size=2.5), "no_repeat_ngram_size: expected an integer >= 0"),
-    (dict(repetition_penalty=0.0), "repetition_penalty: expected a number > 0"),
-    (dict(repetition_penalty=float("nan")), "repetition_penalty: expected a number > 0"),
+    (dict(repetition_penalty=0.0), "repetition_penalty: expected a finite number > 0"),
+    (dict(repetition_penalty=float("nan")), "repetition_penalty: expected a finite number > 0"),
     (dict(min_new_tokens=-2), "min_new_tokens: expected an integer >= 0"),
     (dict(min_new_tokens=30, max_new_tokens=30), "must be below max_new_tokens"),
     (dict(suppress_tokens=(-1,)), "suppress_tokens: expected token ids >= 0"),
@@ -111,6 +111,71 @@ def test_suppress_words_resolve_through_the_vocabulary():
         GenerationConfig(suppress_tokens=(9,)).resolve_tokens(vocab)
     with pytest.raises(ConfigError, match="need the model's vocabulary"):
         generate(make_decoder(), torch.randn(1, L, D), GenerationConfig(suppress_tokens=("dog",)))
+
+
+# ---------------------------------------------------------------------- the options' metadata
+def test_every_field_is_an_option_with_help():
+    import dataclasses
+
+    options = generation_options()
+    assert [o.name for o in options] == [f.name for f in dataclasses.fields(GenerationConfig)]
+    for o in options:
+        assert o.help and "\n" not in o.help and o.flag == "--" + o.name.replace("_", "-"), o.name
+        assert o.check(o.default) == o.default, o.name  # each default passes its own check
+        assert o.type in (int, float, bool, str, tuple)
+        assert (o.choices is not None) == (o.type is str), o.name
+    assert GenerationConfig() == GenerationConfig(**{o.name: o.default for o in options})
+    assert {"temperature", "top_k"} <= {o.name for o in options if o.cli}  # flags because the fields exist
+
+
+@pytest.mark.parametrize("name", [o.name for o in generation_options() if o.type is float])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_numbers_are_refused_everywhere(name, bad):
+    """Every float option is meant finite: the config, a parsed text (CLI, web form) refuse nan and inf alike."""
+    for where in (lambda: GenerationConfig(**{name: bad}), lambda: generation_option(name).parse(str(bad))):
+        with pytest.raises(ConfigError) as err:
+            where()
+        message = str(err.value)
+        assert message.startswith(f"{name}: expected a finite number") and "\n" not in message, message
+
+
+@pytest.mark.parametrize("option", [o for o in generation_options() if o.type in (int, float)], ids=lambda o: o.name)
+def test_bounds_are_the_metadatas(option):
+    """A value just past a bound is refused with the field named; the bound itself as the metadata says."""
+    for bound, inclusive, step in ((option.min, option.min_inclusive, -1), (option.max, option.max_inclusive, 1)):
+        if bound is None:
+            continue
+        past = bound + step * (1 if option.type is int else 0.5)
+        with pytest.raises(ConfigError, match=f"^{option.name}: expected "):
+            option.check(option.type(past))
+        assert (option.problem(option.type(bound)) is None) == inclusive, (option.name, bound)
+        assert option.parse(str(option.type(bound))) == bound if inclusive else True
+    if option.type is int:
+        with pytest.raises(ConfigError, match=f"^{option.name}: expected an integer"):
+            option.check(1.5)
+        with pytest.raises(ConfigError, match=f"^{option.name}: expected an integer, got 'two'"):
+            option.parse("two")
+    with pytest.raises(ConfigError, match=f"^{option.name}: expected"):
+        option.check(True)  # a boolean is not a number here
+
+
+def test_a_parsed_text_and_a_config_refuse_in_the_same_words():
+    for name, text, value in (("num_beams", "0", 0), ("top_p", "1.5", 1.5), ("attention_mode", "peek", "peek"),
+                              ("suppress_tokens", "-4", (-4,)), ("do_sample", "maybe", "maybe")):
+        with pytest.raises(ConfigError) as parsed:
+            generation_option(name).parse(text)
+        with pytest.raises(ConfigError) as built:
+            GenerationConfig(**{name: value})
+        assert str(parsed.value).split(", got")[0] == str(built.value).split(", got")[0], (parsed.value, built.value)
+    assert generation_option("do_sample").parse(" Yes ") is True and generation_option("do_sample").parse("0") is False
+    assert generation_option("suppress_tokens").parse("<unk>, 3") == ("<unk>", 3)
+    assert generation_option("attention_mode").choices == ("expected", "argmax", "sample")
+
+
+def test_an_unknown_option_lists_the_fields():
+    with pytest.raises(ConfigError) as err:
+        generation_option("beams")
+    assert "unknown decoding option 'beams'" in str(err.value) and "num_beams, max_new_tokens" in str(err.value)
 
 
 # ---------------------------------------------------------------------- defaults: today's search
