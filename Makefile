@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow install clean browser-setup
+.PHONY: demo test test-slow lint format install clean browser-setup
 
 # The package and its dependencies: all that `make demo` needs (its install is part of the demo's
 # 10 minutes; the extras would add about half a minute)
@@ -38,6 +38,17 @@ test: $(STAMP)
 # and resumed runs, the web server under load)
 test-slow: $(STAMP)
 	$(PYTEST) -m slow
+
+# ruff (the lint rules and the format: pyproject.toml's [tool.ruff]; `make format` rewrites the files) and
+# commit subjects of at most 72 characters (tools/dev/check_commits.py)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m tools.dev.check_commits
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # Chromium and chromedriver from Debian for tests/web/test_browser.py (it skips, saying so, without them)
 browser-setup:
