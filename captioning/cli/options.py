@@ -1,7 +1,7 @@
-"""Command-line options that several commands share (the CLI, tools/, the web server).
+"""Command-line options that several commands share (the commands, the web server's).
 
-Kept apart from cli.py so that a tool can use them without importing the command itself, and
-light: nothing here imports torch.
+Kept apart from the commands so that each can use them without importing another, and light:
+nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Optional
 
-from captioning.models import ATTENTION_MODES
+from captioning.decoding.generation import GenerationOption, generation_options
 
 
 class ShortErrorParser(argparse.ArgumentParser):
@@ -33,37 +33,6 @@ def at_least(least: float, kind: type = int):
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
-
-
-def finite(least: float, strict: bool = False):
-    """An argparse type: a finite number >= ``least`` (> ``least`` when ``strict``)."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value) or value < least or (strict and value == least):
-            raise argparse.ArgumentTypeError(f"expected a finite number {'>' if strict else '>='} {least:g}, got {text}")
-        return value
-
-    parse.__name__ = "float"
-    return parse
-
-
-def probability(text: str) -> float:
-    """An argparse type: a number in (0, 1]."""
-    value = finite(0.0, strict=True)(text)
-    if value > 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
-    return value
-
-
-def token_list(text: str) -> tuple:
-    """An argparse type: comma-separated token ids or words ("<unk>,3"), as a tuple of ints and strings."""
-    items = [t.strip() for t in text.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"expected comma-separated token ids or words, got {text!r}")
-    return tuple(int(t) if t.lstrip("-").isdigit() else t for t in items)
 
 
 def fraction(text: str) -> float:
@@ -110,9 +79,34 @@ def checkpoints_and_weights(args) -> tuple[list[str], Optional[tuple[float, ...]
     return paths, weights
 
 
+#: a decoding flag's default, in its help: the model's own setting
+THE_MODELS = "the model's"
+
+
+def option_type(option: GenerationOption):
+    """An argparse type for a decoding option: its text converted and checked by the option itself,
+    so a flag refuses what the config refuses, in the same words."""
+    def parse(text: str):
+        try:
+            value = option.convert(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        problem = option.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.__name__ = option.type.__name__  # argparse names the type in its messages
+    return parse
+
+
 def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool = True, onnx: bool = False) -> None:
     """The checkpoint (unless ``checkpoint`` is false; with ``onnx``, or an ONNX folder instead),
-    the decoding settings (GenerationConfig's fields) and the device of a command."""
+    the decoding settings and the device of a command.
+
+    The decoding flags are GenerationConfig's fields with ``cli`` true (decoding/generation.py:
+    ``generation_options()``), each with its help, bounds and choices; they default to None (the
+    model's own setting), except ``--num-beams``, whose default is the command's (``beams``)."""
     if checkpoint and onnx:
         model = p.add_mutually_exclusive_group(required=True)
         model.add_argument("--checkpoint", action="append", help=CHECKPOINT_HELP + ENSEMBLE_HELP)
@@ -124,37 +118,17 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
         p.add_argument("--ensemble-weights", type=weight_list, default=None, metavar="W1,W2,...",
                        help="with several --checkpoint: the models' weights in the average of their log-probabilities, "
                             "in --checkpoint order (normalised to sum 1; default equal)")
-    p.add_argument("--num-beams", type=at_least(1), default=beams, help=f"beams per image (1: greedy; default {beams})")
-    p.add_argument("--max-new-tokens", type=at_least(1), default=None, help="longest caption (default: the model's)")
-    p.add_argument("--length-penalty", type=float, default=None, help="scores are divided by length**this")
-    p.add_argument("--attention-mode", choices=ATTENTION_MODES, default=None,
-                   help="how a hard-attention model picks contexts (default: the model's, normally expected)")
-    p.add_argument("--attention-temperature", type=float, default=None, metavar="TAU",
-                   help="hard attention, expected context: take it under softmax(log alpha / TAU); below 1 sharpens it "
-                        "towards the likeliest location's (default 1: the expected context)")
-    p.add_argument("--forbid-bad-endings", action="store_true", default=None,
-                   help="never end a caption on an article, preposition or conjunction ('a', 'with', 'and'...)")
-    p.add_argument("--location-samples", type=at_least(1), default=None, metavar="K",
-                   help="hard attention: decode each image K times with sampled locations and keep the best-scoring caption")
-    p.add_argument("--num-beam-groups", type=at_least(1), default=None, metavar="G",
-                   help="diverse beam search: the beams form G groups (G divides --num-beams), each penalised for "
-                        "the words the earlier groups chose at the same step (needs --diversity-penalty)")
-    p.add_argument("--diversity-penalty", type=finite(0.0), default=None,
-                   help="diverse beam search: subtracted from a word's score per earlier group that chose it")
-    p.add_argument("--no-repeat-ngram-size", type=at_least(0), default=None, metavar="N",
-                   help="never repeat an n-gram of N words within a caption (3: block trigrams)")
-    p.add_argument("--repetition-penalty", type=finite(0.0, strict=True), default=None,
-                   help="multiply the log-probability of words already in the caption by this (> 1 discourages repeats)")
-    p.add_argument("--do-sample", action="store_true", default=None,
-                   help="sample each word from the model's distribution (one beam: --num-beams 1)")
-    p.add_argument("--top-p", type=probability, default=None,
-                   help="with --do-sample: sample among the likeliest words of total probability P (nucleus sampling)")
-    p.add_argument("--min-new-tokens", type=at_least(0), default=None, metavar="N",
-                   help="captions of at least N words (EOS is forbidden before)")
-    p.add_argument("--suppress-tokens", type=token_list, default=None, metavar="TOKENS",
-                   help="comma-separated words or token ids never generated, e.g. '<unk>'")
-    p.add_argument("--cuda-graphs", action="store_true", default=None,
-                   help="on a CUDA device, replay each decoding step as a captured CUDA graph (the same captions)")
+    for option in generation_options():
+        if not option.cli:
+            continue
+        default = beams if option.name == "num_beams" else None
+        help = f"{option.help}; default: {THE_MODELS if default is None else default}"
+        if option.type is bool:
+            p.add_argument(option.flag, action="store_true", default=None, help=help)
+        elif option.choices:
+            p.add_argument(option.flag, choices=option.choices, default=default, help=help)
+        else:
+            p.add_argument(option.flag, type=option_type(option), default=default, metavar=option.metavar, help=help)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
     p.add_argument("--max-image-pixels", type=at_least(1), default=None, metavar="N",
                    help="refuse images of more pixels (decompression-bomb guard; default: Pillow's, about 89 million)")
@@ -162,15 +136,7 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
 
 def generation_overrides(args) -> dict:
     """The GenerationConfig fields a command's arguments set (None: keep the model's)."""
-    return {"num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
-            "length_penalty": args.length_penalty, "attention_mode": args.attention_mode,
-            "attention_temperature": getattr(args, "attention_temperature", None),
-            "forbid_bad_endings": args.forbid_bad_endings,
-            "location_samples": getattr(args, "location_samples", None),
-            "cuda_graphs": getattr(args, "cuda_graphs", None),
-            **{field: getattr(args, field, None) for field in (
-                "num_beam_groups", "diversity_penalty", "no_repeat_ngram_size", "repetition_penalty", "do_sample",
-                "top_p", "min_new_tokens", "suppress_tokens")}}
+    return {option.name: getattr(args, option.name, None) for option in generation_options() if option.cli}
 
 
 def apply_image_limit(args) -> None:

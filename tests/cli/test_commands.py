@@ -126,3 +126,29 @@ def test_the_demo_finds_its_config():
     from captioning.cli.demo import config_path
 
     assert config_path("shapes_soft.yaml").read_text().startswith("# Soft attention on the synthetic shapes data")
+
+
+@pytest.mark.parametrize("command", ["caption", "attend", "evaluate"])
+def test_every_cli_option_is_a_flag_that_reaches_the_config(command):
+    """The decoding flags are GenerationConfig's fields: each sets its field, absent keeps the model's."""
+    from captioning.cli import build_parser
+    from captioning.cli.options import generation_overrides
+    from captioning.decoding.generation import GenerationConfig, generation_options
+
+    required = {"caption": ["x.png"], "attend": ["x.png", "--out", "o"], "evaluate": ["--annotations", "a.json"]}[command]
+    parser = build_parser()
+    plain = generation_overrides(parser.parse_args([command, "--checkpoint", "c.ckpt", *required]))
+    options = [o for o in generation_options() if o.cli]
+    assert {"temperature", "top_k", "suppress_tokens", "cuda_graphs"} <= {o.name for o in options}
+    assert set(plain) == {o.name for o in options}
+    assert plain.pop("num_beams") == 3 and set(plain.values()) == {None}  # the command's beams; the rest the model's
+    values = {int: "2", float: "0.5", str: "argmax", tuple: "<unk>,7"}
+    for option in options:
+        flag = [option.flag] if option.type is bool else [option.flag, values[option.type]]
+        args = parser.parse_args([command, "--checkpoint", "c.ckpt", *flag, *required])
+        expected = True if option.type is bool else option.parse(values[option.type])
+        assert generation_overrides(args)[option.name] == expected, option.name
+    config = GenerationConfig().replace(**generation_overrides(parser.parse_args(
+        [command, "--checkpoint", "c.ckpt", "--num-beams", "1", "--do-sample", "--temperature", "0.7", "--top-k", "5",
+         *required])))
+    assert (config.do_sample, config.temperature, config.top_k) == (True, 0.7, 5)

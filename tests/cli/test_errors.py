@@ -31,11 +31,11 @@ def image(tiny_shapes):
 
 @pytest.mark.parametrize("command", ["caption", "attend", "evaluate"])
 @pytest.mark.parametrize("flags,expected", [
-    (["--num-beams", "0"], "--num-beams: expected a number >= 1, got 0"),
+    (["--num-beams", "0"], "--num-beams: expected an integer >= 1, got 0"),
     (["--num-beams", "-3"], "--num-beams"),
     (["--num-beams", "two"], "--num-beams: expected an integer, got 'two'"),
-    (["--max-new-tokens", "-1"], "--max-new-tokens: expected a number >= 1, got -1"),
-    (["--max-new-tokens", "0"], "--max-new-tokens: expected a number >= 1, got 0"),
+    (["--max-new-tokens", "-1"], "--max-new-tokens: expected an integer >= 1, got -1"),
+    (["--max-new-tokens", "0"], "--max-new-tokens: expected an integer >= 1, got 0"),
     (["--length-penalty", "x"], "--length-penalty"),
     (["--device", "cuda"], "no CUDA GPU is available here"),
     (["--device", "gpu"], "not a device"),
@@ -114,7 +114,7 @@ def test_attention_temperature_on_a_soft_model_is_noted_and_a_bad_one_is_one_lin
     assert main(["caption", str(image), "--checkpoint", str(tiny_checkpoint), "--attention-temperature", "0.5"]) == 0
     assert "--attention-temperature applies to hard-attention models" in capsys.readouterr().err
     one_line_error(capsys, ["caption", image, "--checkpoint", tiny_checkpoint, "--attention-temperature", "0"],
-                   "attention_temperature: expected a number > 0")
+                   "--attention-temperature: expected a finite number > 0, got 0.0")
 
 
 def test_attend_output_errors(tiny_checkpoint, image, tmp_path, capsys):

@@ -453,7 +453,7 @@ def run(argv: list) -> int:
     (["--min-new-tokens", "-3"], "--min-new-tokens"),
     (["--min-new-tokens", "40"], "must be below max_new_tokens"),
     (["--suppress-tokens", "a,,b"], "--suppress-tokens"),
-    (["--suppress-tokens", "-4"], "suppress_tokens: expected token ids >= 0"),
+    (["--suppress-tokens", "-4"], "--suppress-tokens: expected token ids >= 0"),
     (["--suppress-tokens", "<end>"], "cannot be suppressed"),
 ])
 @pytest.mark.parametrize("command", ["caption", "attend"])
