@@ -7,8 +7,9 @@
     captioner.render("photo.jpg", out, "photo.gif")
     ensemble = Captioner.from_checkpoints(["a.ckpt", "b.ckpt"], weights=[0.7, 0.3])   # decoding/ensemble.py
 
-Generation arguments carry the names of Hugging Face's ``generate``: num_beams, max_new_tokens,
-do_sample, temperature, top_k, length_penalty, num_return_sequences (and attention_mode).
+Generation arguments are the fields of :class:`~captioning.decoding.generation.GenerationConfig`,
+with the names of Hugging Face's ``generate`` (num_beams, max_new_tokens, do_sample, top_p, ...):
+``help(Captioner.__call__)`` lists them with their bounds.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from captioning.viz.attention_maps import grid_shape
 from captioning.common import default_device
 from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, to_tensor
 from captioning.decoding.ensemble import Ensemble
+from captioning.decoding.generation import generation_options
 from captioning.decoding.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
@@ -177,11 +179,10 @@ class Captioner:
     ) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time.
 
-        ``generation``: any field of :class:`~captioning.decoding.search.GenerationConfig`
-        (num_beams, max_new_tokens, length_penalty, do_sample, temperature, top_k, top_p,
-        attention_mode, attention_temperature, num_return_sequences, num_beam_groups,
-        diversity_penalty, no_repeat_ngram_size, repetition_penalty, min_new_tokens,
-        suppress_tokens), over :attr:`generation`.
+        ``generation``: any field of :class:`~captioning.decoding.generation.GenerationConfig`, over
+        :attr:`generation` (a value out of bounds is a one-line ConfigError naming the field):
+
+        {generation_options}
 
         Returns one dict per image: {"generated_text", "score", "tokens"}; with
         ``num_return_sequences`` > 1 also "beams": [{"generated_text", "score"}, ...] best first
@@ -334,3 +335,17 @@ class Captioner:
             return frames if path is None else visualize.save_frames(frames, path, duration_ms)
         grid = visualize.labelled_stack(per_head, labels, horizontal=False)
         return grid if path is None else visualize.save_png(grid, path)
+
+
+def _options_doc(doc: str | None) -> str | None:
+    """``doc`` with its ``{generation_options}`` line replaced by one line per decoding option
+    (decoding/generation.py: the fields' metadata), indented as the line was (None under -OO)."""
+    marker = "{generation_options}"
+    if doc is None:
+        return None
+    indent = next(line[: line.index(marker)] for line in doc.splitlines() if marker in line)
+    lines = [f"- {o.name} ({o.expected()}; default {o.default!r}): {o.help}" for o in generation_options()]
+    return doc.replace(marker, ("\n" + indent).join(lines))
+
+
+Captioner.__call__.__doc__ = _options_doc(Captioner.__call__.__doc__)

@@ -197,3 +197,15 @@ def test_defaults_follow_hugging_face(captioner, images):
     assert isinstance(sampled["generated_text"], str) and sampled["tokens"]
     with pytest.raises(ConfigError, match="do_sample works with one beam"):
         captioner(str(images[0]), do_sample=True, num_beams=3)
+
+
+def test_the_docstring_lists_every_decoding_option_and_the_call_checks_them(captioner, images):
+    """Captioner.__call__'s docstring is built from GenerationConfig's fields: each named with its bounds."""
+    from captioning.decoding.generation import generation_options
+
+    doc = Captioner.__call__.__doc__
+    assert "{generation_options}" not in doc
+    for option in generation_options():
+        assert f"- {option.name} ({option.expected()}; default {option.default!r}): {option.help}" in doc, option.name
+    with pytest.raises(ConfigError, match=r"^temperature: expected a finite number > 0, got nan$"):
+        captioner(str(images[0]), do_sample=True, temperature=float("nan"))
