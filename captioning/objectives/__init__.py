@@ -1,32 +1,50 @@
 """Training objectives: each a class with one method from (model, features, batch) to the loss.
 
-* :class:`CrossEntropy`: soft attention (NLL + doubly stochastic attention).
-* :class:`HardAttentionReinforce`: hard attention (NLL through sampled locations + REINFORCE).
-* :class:`HardAttentionGumbel`: hard attention by straight-through Gumbel-softmax (not the paper's;
-  ``HardAttentionReinforce`` with ``estimator: gumbel`` is its earlier spelling: see current_spelling).
-* :class:`SCST`: self-critical sequence training (CIDEr-D rewards), soft or hard, after cross-entropy.
+* ``cross_entropy``, :class:`CrossEntropy`: soft attention (NLL + doubly stochastic attention).
+* ``reinforce``, :class:`HardAttentionReinforce`: hard attention (NLL through sampled locations + REINFORCE).
+* ``gumbel``, :class:`HardAttentionGumbel`: hard attention by straight-through Gumbel-softmax (not the
+  paper's; ``HardAttentionReinforce`` with ``estimator: gumbel`` is its earlier spelling: see current_spelling).
+* ``scst``, :class:`SCST`: self-critical sequence training (CIDEr-D rewards), soft or hard, after cross-entropy.
 
-Configs name one as ``model.objective`` (``class_path`` + ``init_args``); without one the decoder's
-attention kind picks its paper objective. A new objective is a new file here, added to OBJECTIVES.
+Each registers itself in :data:`OBJECTIVES` (base.py) beside its class; importing this package
+imports them all. Configs name one as ``model.objective`` (``class_path`` + ``init_args``); without
+one the decoder's attention kind picks its paper objective. A new objective is a new file here
+(imported below), or a user's module a config's ``class_path`` imports.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Optional
 
 from captioning.errors import ConfigError
-from captioning.objectives.base import Objective, ObjectiveOutput
+from captioning.objectives.base import OBJECTIVES, Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import CrossEntropy
 from captioning.objectives.gumbel import HardAttentionGumbel
 from captioning.objectives.hard import HardAttentionObjective
 from captioning.objectives.reinforce import HardAttentionReinforce
 from captioning.objectives.scst import SCST
 
-#: the objectives a config or checkpoint may name (nothing else is imported from a checkpoint)
-OBJECTIVES = {cls.__name__: cls for cls in (CrossEntropy, HardAttentionReinforce, HardAttentionGumbel, SCST)}
+
+def list_objectives() -> list[str]:
+    """The registered objectives' names, in registration order (the built-in ones: cross_entropy, gumbel,
+    reinforce, scst)."""
+    return OBJECTIVES.names()
 
 
-def objective_for(attention_kind: str, objective: Optional[Objective] = None) -> Objective:
+def objective_class(class_path: str) -> type[Objective]:
+    """The registered objective a config's or checkpoint's ``class_path`` names: its last part is a
+    registered name (``scst``) or the name of a registered class (``captioning.objectives.SCST``,
+    ``captioning.objectives.scst.SCST``). Nothing else is imported. A one-line ConfigError naming
+    the registered objectives otherwise."""
+    name = str(class_path).rsplit(".", 1)[-1]
+    if name in OBJECTIVES:
+        return OBJECTIVES.get(name)
+    by_class = {OBJECTIVES.get(key).__name__: OBJECTIVES.get(key) for key in OBJECTIVES}
+    if name in by_class:
+        return by_class[name]
+    raise OBJECTIVES.unknown(class_path, extra=f"a class_path ending in one of their classes ({', '.join(by_class)})")
+
+
+def objective_for(attention_kind: str, objective: Objective | None = None) -> Objective:
     """``objective``, checked against the decoder's attention kind, or that kind's paper objective."""
     if objective is None:
         return HardAttentionReinforce() if attention_kind == "hard" else CrossEntropy()
@@ -54,13 +72,11 @@ def current_spelling(class_path: str, init_args: dict) -> tuple[str, dict]:
 
 
 def objective_from_spec(spec: dict) -> Objective:
-    """The objective of a {"class_path", "init_args"} entry (a checkpoint's), from OBJECTIVES only."""
+    """The objective of a {"class_path", "init_args"} entry (a checkpoint's), from OBJECTIVES only
+    (:func:`objective_class`)."""
     class_path, init_args = current_spelling(str(spec.get("class_path", "")), dict(spec.get("init_args") or {}))
-    name = class_path.rsplit(".", 1)[-1]
-    if name not in OBJECTIVES:
-        raise ConfigError(f"unknown objective {spec.get('class_path')!r}; expected one of {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[name](**init_args)
+    return objective_class(class_path)(**init_args)
 
 
-__all__ = ["Objective", "ObjectiveOutput", "CrossEntropy", "HardAttentionReinforce", "HardAttentionGumbel", "SCST", "OBJECTIVES",
-           "objective_for", "objective_from_spec", "current_spelling"]
+__all__ = ["Objective", "ObjectiveOutput", "CrossEntropy", "HardAttentionReinforce", "HardAttentionGumbel", "SCST",
+           "OBJECTIVES", "list_objectives", "objective_class", "objective_for", "objective_from_spec", "current_spelling"]

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from captioning.errors import ConfigError
 from captioning.models.decoder import DecoderOutput
-from captioning.objectives.base import Objective, ObjectiveOutput
+from captioning.objectives.base import OBJECTIVES, Objective, ObjectiveOutput
 
 
 def caption_log_likelihood(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
@@ -62,6 +62,7 @@ def caption_uniform_nll(logits: Tensor, mask: Tensor) -> Tensor:
     return per_step.sum(1)
 
 
+@OBJECTIVES.register("cross_entropy")
 class CrossEntropy(Objective):
     """-log p(y | a) + lambda * sum_i (1 - sum_t alpha_ti)^2: soft attention's objective (Eq. 14).
 
@@ -120,7 +121,7 @@ class CrossEntropy(Objective):
         return min(increase * ((epoch - start) // every), ceiling)
 
     def start_epoch(self, epoch: int) -> None:
-        """The schedule's clock: called when each training epoch starts (training/schedules.py: SamplingClock)."""
+        """The schedule's clock: called when each training epoch starts (training/schedules.py: EpochClock)."""
         self.sample_prob = self.sampling_prob(epoch)
 
     def likelihood_terms(self, out: DecoderOutput, captions: Tensor,

@@ -18,10 +18,11 @@ import torch
 from torch import Tensor
 
 from captioning.errors import ConfigError
-from captioning.objectives.base import ObjectiveOutput
+from captioning.objectives.base import OBJECTIVES, ObjectiveOutput
 from captioning.objectives.hard import HardAttentionObjective, anneal, caption_reward, check_steps, weighted_sum_mean
 
 
+@OBJECTIVES.register("gumbel")
 class HardAttentionGumbel(HardAttentionObjective):
     """Hard attention with straight-through Gumbel-softmax locations (not the paper's estimator).
 

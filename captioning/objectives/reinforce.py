@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from captioning.errors import ConfigError
-from captioning.objectives.base import ObjectiveOutput
+from captioning.objectives.base import OBJECTIVES, ObjectiveOutput
 from captioning.objectives.hard import (SEMI_SAMPLING, HardAttentionObjective, anneal, caption_reward,  # noqa: F401
                                         update_baseline, weighted_mean, weighted_sum_mean)
 
@@ -121,6 +121,7 @@ def location_grad_sq(advantage: Tensor, alphas: Tensor, locations: Tensor, locat
 
 
 
+@OBJECTIVES.register("reinforce")
 class HardAttentionReinforce(HardAttentionObjective):
     """Hard (stochastic) attention trained as in the paper: NLL through sampled locations + REINFORCE.
 

@@ -40,7 +40,7 @@ from captioning.errors import ConfigError
 from captioning.metrics.cider import CiderD
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
 from captioning.decoding.search import BAD_ENDINGS, GenerationConfig
-from captioning.objectives.base import Objective, ObjectiveOutput
+from captioning.objectives.base import OBJECTIVES, Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.vocab import Vocabulary
 
@@ -71,6 +71,7 @@ def _eval_mode(module: torch.nn.Module):
         module.train(was_training)
 
 
+@OBJECTIVES.register("scst")
 class SCST(Objective):
     """Self-critical sequence training: REINFORCE with CIDEr-D rewards and a self-critical baseline.
 

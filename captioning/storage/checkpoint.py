@@ -105,7 +105,7 @@ def checkpoint_card(ckpt: dict) -> dict:
 def spec_from_hparams(hparams: dict, where: str) -> tuple[ModelSpec, dict, dict]:
     """(spec, training settings, run settings) of a checkpoint's hyperparameters; one line of
     :class:`CheckpointError` naming ``where`` for a setting this version does not know or cannot use."""
-    from captioning.objectives import OBJECTIVES
+    from captioning.objectives import objective_class
 
     def misfit(problem) -> CheckpointError:
         return CheckpointError(f"{where}: hyperparameters do not fit this version of the model ({problem})")
@@ -117,11 +117,11 @@ def spec_from_hparams(hparams: dict, where: str) -> tuple[ModelSpec, dict, dict]
     if unknown:
         raise misfit(f"unknown setting(s) {', '.join(map(str, unknown))}")
     objective = h.get("objective")
-    if objective is not None:  # a name only (nothing is built): a checkpoint of a known objective
-        name = str(objective.get("class_path", "") if isinstance(objective, dict) else objective).rsplit(".", 1)[-1]
-        if name not in OBJECTIVES:
-            class_path = objective.get("class_path") if isinstance(objective, dict) else objective
-            raise misfit(f"unknown objective {class_path!r}; expected one of {', '.join(OBJECTIVES)}")
+    if objective is not None:  # a name only (nothing is built or imported): a checkpoint of a registered objective
+        try:
+            objective_class(objective.get("class_path", "") if isinstance(objective, dict) else objective)
+        except CaptioningError as err:
+            raise misfit(err) from None
     try:
         spec = ModelSpec.from_dict({SPEC_KEYS[k]: v for k, v in h.items() if k in SPEC_KEYS})
     except CaptioningError as err:

@@ -11,7 +11,8 @@ from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
 from captioning.decoding.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
-from captioning.training.module import CaptioningModule, step_seed
+from captioning.training.guards import step_seed
+from captioning.training.module import CaptioningModule
 from captioning.training.optim import OptimizerConfig
 from captioning.objectives import CrossEntropy, HardAttentionReinforce, objective_for, objective_from_spec
 from captioning.vocab import Vocabulary
