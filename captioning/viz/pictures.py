@@ -19,15 +19,15 @@ from __future__ import annotations
 import io
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence, Union
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from captioning.viz.attention_maps import as_array, grid_shape, upsample_map
 
-Cell = Union[Sequence[int], int]  # (row, col), or a row-major location index
+Cell = Sequence[int] | int  # (row, col), or a row-major location index
 
 # Anchor colours sampled at equal steps from matplotlib's maps (viridis, inferno, magma) and the
 # classic MATLAB jet.
@@ -45,6 +45,7 @@ _JET_STOPS = [0.0, 0.125, 0.375, 0.625, 0.875, 1.0]
 STYLES = ("heatmap", "paper")
 HIGHLIGHT = (214, 60, 0)  # the current word in a GIF frame
 TEXT = (25, 25, 25)
+GIF_MIN_SIDE, GIF_MAX_SIDE = 256, 640  # a GIF's picture: short side enlarged to 256 at least, long side 640 at most
 
 
 # ---------------------------------------------------------------------- maps and colours
@@ -103,7 +104,7 @@ def cell_box(cell: Cell, grid_shape: tuple[int, int], size: tuple[int, int]) -> 
 
 # ---------------------------------------------------------------------- one overlay
 def overlay(image: Image.Image, grid_map, alpha: float = 0.6, cmap: str = "inferno", style: str = "heatmap",
-            hard_cell: Optional[Cell] = None) -> Image.Image:
+            hard_cell: Cell | None = None) -> Image.Image:
     """The attention map ``grid_map`` (gh, gw) drawn over ``image`` at the image's size -> RGB image.
 
     ``alpha`` is the overlay's strength (0: the image alone). With ``hard_cell`` (row, col) the
@@ -145,14 +146,23 @@ def ui_font(size: int) -> ImageFont.ImageFont:
         return ImageFont.load_default()
 
 
-def _display(image: Image.Image, min_side: int, max_side: int) -> Image.Image:
-    """Scale ``image`` so its short side is at least ``min_side`` and its long side at most ``max_side``."""
-    image = image.convert("RGB")
-    width, height = image.size
+def display_size(size: tuple[int, int], min_side: int = GIF_MIN_SIDE, max_side: int = GIF_MAX_SIDE) -> tuple[int, int]:
+    """(W, H) of a picture of ``size`` (W, H) scaled for display: its short side at least ``min_side``
+    (small pictures are enlarged), its long side at most ``max_side``."""
+    width, height = size
     scale = min(max(1.0, min_side / min(width, height)), max_side / max(width, height))
     if scale == 1.0:
+        return width, height
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _display(image: Image.Image, min_side: int, max_side: int) -> Image.Image:
+    """``image`` in RGB at :func:`display_size`."""
+    image = image.convert("RGB")
+    shown = display_size(image.size, min_side, max_side)
+    if shown == image.size:
         return image
-    return image.resize((max(1, round(width * scale)), max(1, round(height * scale))), Image.Resampling.BICUBIC)
+    return image.resize(shown, Image.Resampling.BICUBIC)
 
 
 def _wrap(words: Sequence[str], font, width: int) -> list[list[int]]:
@@ -173,6 +183,29 @@ def _line_height(font) -> int:
     return int(bottom - top) + 4
 
 
+def _caption_layout(words: Sequence[str], width: int) -> tuple[ImageFont.ImageFont, int, int, list[list[int]]]:
+    """(font, padding, line height, lines of word indices) of the caption band under a ``width``-pixel
+    GIF frame: the font grows with the width, the whole caption is broken into lines."""
+    font = ui_font(int(np.clip(width / 14, 14, 26)))
+    pad = max(6, width // 40)
+    return font, pad, _line_height(font), _wrap(words, font, width - 2 * pad)
+
+
+def caption_band(words: Sequence[str], width: int) -> int:
+    """Height in pixels of the caption band :func:`render_frames` draws under a ``width``-pixel picture."""
+    _, pad, line_h, layout = _caption_layout(words, width)
+    return pad * 2 + line_h * max(1, len(layout))
+
+
+def gif_frame_size(size: tuple[int, int], words: Sequence[str], min_side: int = GIF_MIN_SIDE,
+                   max_side: int = GIF_MAX_SIDE) -> tuple[int, int]:
+    """(W, H) of every frame :func:`render_frames` draws for ``words`` over a picture of ``size``
+    (W, H): the picture at :func:`display_size` and the caption band under it. A GIF of T words has
+    T + 1 such frames."""
+    width, height = display_size(size, min_side, max_side)
+    return width, height + caption_band(words, width)
+
+
 def _check(words: Sequence[str], maps, hard_cells) -> tuple[np.ndarray, list]:
     words = list(words)
     maps = _as_maps(maps, len(words))
@@ -183,24 +216,23 @@ def _check(words: Sequence[str], maps, hard_cells) -> tuple[np.ndarray, list]:
 
 
 # ---------------------------------------------------------------------- GIF
-def render_frames(image: Image.Image, words: Sequence[str], maps, hard_cells: Optional[Sequence[Cell]] = None,
+def render_frames(image: Image.Image, words: Sequence[str], maps, hard_cells: Sequence[Cell] | None = None,
                   alpha: float = 0.6, style: str = "heatmap", cmap: str = "inferno",
-                  min_side: int = 256, max_side: int = 640) -> list[Image.Image]:
+                  min_side: int = GIF_MIN_SIDE, max_side: int = GIF_MAX_SIDE) -> list[Image.Image]:
     """T + 1 frames: for each word the overlay of its map (T, gh, gw) with the caption so far (the
     word itself highlighted) written under the image, then the plain image with the whole caption.
 
     The image is first scaled for display (short side >= ``min_side``, long side <= ``max_side``)
-    and the overlays are computed at that size. All frames have the same size.
+    and the overlays are computed at that size. All frames have the same size,
+    :func:`gif_frame_size`.
     """
     maps, cells = _check(words, maps, hard_cells)
     shown = _display(image, min_side, max_side)
     width, height = shown.size
-    font = ui_font(int(np.clip(width / 14, 14, 26)))
-    pad, line_h = max(6, width // 40), _line_height(font)
-    layout = _wrap(words, font, width - 2 * pad)  # the whole caption fixes the band's height
-    band = pad * 2 + line_h * max(1, len(layout))
+    font, pad, line_h, layout = _caption_layout(words, width)  # the whole caption fixes the band's height
+    band = caption_band(words, width)
 
-    def frame(picture: Image.Image, upto: int, current: Optional[int]) -> Image.Image:
+    def frame(picture: Image.Image, upto: int, current: int | None) -> Image.Image:
         canvas = Image.new("RGB", (width, height + band), (255, 255, 255))
         canvas.paste(picture, (0, 0))
         draw = ImageDraw.Draw(canvas)
@@ -219,28 +251,31 @@ def render_frames(image: Image.Image, words: Sequence[str], maps, hard_cells: Op
     return frames + [frame(shown, len(words), None)]
 
 
-def save_gif(image: Image.Image, words: Sequence[str], maps, path: Union[str, os.PathLike], duration_ms: int = 800,
-             hard_cells: Optional[Sequence[Cell]] = None, alpha: float = 0.6, style: str = "heatmap",
+def save_gif(image: Image.Image, words: Sequence[str], maps, path: str | os.PathLike, duration_ms: int = 800,
+             hard_cells: Sequence[Cell] | None = None, alpha: float = 0.6, style: str = "heatmap",
              cmap: str = "inferno", **kwargs) -> Path:
     """Write :func:`render_frames` as a GIF that loops forever, ``duration_ms`` per frame (atomic write).
 
     Returns the path. ``kwargs`` go to :func:`render_frames` (min_side, max_side).
     """
-    from captioning.files import atomic_write_bytes
-
     frames = render_frames(image, words, maps, hard_cells=hard_cells, alpha=alpha, style=style, cmap=cmap, **kwargs)
     return save_frames(frames, path, duration_ms)
 
 
-def save_frames(frames: Sequence[Image.Image], path: Union[str, os.PathLike], duration_ms: int = 800) -> Path:
-    """Write frames as a GIF that loops forever (atomic write). Returns the path."""
-    from captioning.files import atomic_write_bytes
-
+def gif_bytes(frames: Sequence[Image.Image], duration_ms: int = 800) -> bytes:
+    """Frames as the bytes of a GIF that loops forever, ``duration_ms`` per frame."""
     # an octree palette per frame: Pillow's default median cut leaves visible blotches in smooth heat maps
     frames = [f.quantize(256, method=Image.Quantize.FASTOCTREE) for f in frames]
     buffer = io.BytesIO()
     frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=int(duration_ms), loop=0)
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def save_frames(frames: Sequence[Image.Image], path: str | os.PathLike, duration_ms: int = 800) -> Path:
+    """Write frames as a GIF that loops forever (atomic write). Returns the path."""
+    from captioning.files import atomic_write_bytes
+
+    atomic_write_bytes(path, gif_bytes(frames, duration_ms))
     return Path(path)
 
 
@@ -252,7 +287,7 @@ def panel_layout(n: int, cols: int) -> tuple[int, int]:
 
 
 def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
-                hard_cells: Optional[Sequence[Cell]] = None, alpha: float = 0.6, style: str = "heatmap",
+                hard_cells: Sequence[Cell] | None = None, alpha: float = 0.6, style: str = "heatmap",
                 cmap: str = "inferno", panel_size: int = 192) -> Image.Image:
     """One panel per word, its overlay titled with the word, row by row, ``cols`` panels a row.
 
@@ -285,24 +320,21 @@ def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
     return canvas
 
 
-def save_grid(image: Image.Image, words: Sequence[str], maps, path: Union[str, os.PathLike], cols: int = 5,
-              hard_cells: Optional[Sequence[Cell]] = None, alpha: float = 0.6, style: str = "heatmap",
+def save_grid(image: Image.Image, words: Sequence[str], maps, path: str | os.PathLike, cols: int = 5,
+              hard_cells: Sequence[Cell] | None = None, alpha: float = 0.6, style: str = "heatmap",
               cmap: str = "inferno", panel_size: int = 192) -> Path:
     """Write :func:`render_grid` as a PNG (atomic write). Returns the path."""
-    from captioning.files import atomic_write_bytes
-
     grid = render_grid(image, words, maps, cols=cols, hard_cells=hard_cells, alpha=alpha, style=style,
                        cmap=cmap, panel_size=panel_size)
     return save_png(grid, path)
 
 
-def save_png(picture: Image.Image, path: Union[str, os.PathLike]) -> Path:
+def save_png(picture: Image.Image, path: str | os.PathLike) -> Path:
     """Write a picture as a PNG (atomic write). Returns the path."""
     from captioning.files import atomic_write_bytes
 
-    grid = picture
     buffer = io.BytesIO()
-    grid.save(buffer, format="PNG")
+    picture.save(buffer, format="PNG")
     atomic_write_bytes(path, buffer.getvalue())
     return Path(path)
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from captioning.errors import CaptioningError
 from captioning.web.cli import add_serve_arguments, cmd_serve
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = add_serve_arguments(argparse.ArgumentParser(
         prog="python -m captioning.web", description="Serve models: a web page and an HTTP API (POST /api/caption)."))
     args = parser.parse_args(argv)

@@ -5,18 +5,18 @@ Routes:
     GET  /                    the page (captioning/web/page.py)
     GET  /api/models          the served models: name, description, default settings
     POST /api/caption         multipart form: ``image`` (the file) and optional fields ``model``,
-                              ``num_beams``, ``max_new_tokens``, ``length_penalty``,
-                              ``attention_mode``, ``num_return_sequences``, ``return_gif``,
-                              ``return_image`` -> JSON (see docs/WEB.md)
+                              ``return_gif``, ``return_image`` and the decoding settings
+                              (captioning/web/settings.py) -> JSON (see docs/WEB.md)
     GET  /examples/{i}        the i-th example image offered on the page
     GET  /healthz             {"status": "ok", "pending": n, ...}; 503 {"status": "stuck", ...} when
                               the worker has been on one batch longer than ``Limits.stuck_after``
 
-Every error is JSON ``{"error": "one line"}`` with a 4xx status for the client's mistakes (400 bad
-field, unreadable image or Host header not allowed, 404 unknown model, 408 body not sent in time,
-413 upload or image too large, 415 not an image or not a multipart form), 500 with a generic
-message when the server fails on a request (the detail is logged), and 503 (with Retry-After)
-when too many requests are waiting or being handled, or the model does not answer in time.
+Every error is JSON ``{"error": "one line"}`` with the status of its type
+(captioning/web/errors.py): a 4xx for the client's mistakes (400 bad field, unreadable image or
+Host header not allowed, 404 unknown model, 408 body not sent in time, 413 upload or image too
+large, 415 not an image or not a multipart form), 500 with a generic message when the server fails
+on a request (the detail is logged), and 503 (with Retry-After) when too many requests are waiting
+or being handled, or the model does not answer in time.
 
 :class:`Guard` (outermost) checks the Host header, counts the requests being handled and gives
 each request's body a deadline; the headers' deadline and the cap on open sockets are the
@@ -29,15 +29,29 @@ import ipaddress
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
 
-from captioning.web.service import (DEFAULT_GIF_PIXELS, DEFAULT_MAX_RENDER, Busy, InferenceQueue, InternalError, Job,
-                                    RequestError, ServedModel, Settings, log, truthy)
+from captioning.web.errors import (
+    MB,
+    BodyTimeout,
+    Busy,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    RequestError,
+    UnsupportedMedia,
+    UploadTooLarge,
+)
+from captioning.web.examples import EXAMPLES
+from captioning.web.gifs import DEFAULT_GIF_PIXELS
+from captioning.web.served import ServedModel
+from captioning.web.service import DEFAULT_MAX_RENDER, InferenceQueue, Job, log
+from captioning.web.settings import form_options, truthy
 
-MB = 1024 * 1024
 CHUNK = 256 * 1024
+FORM_FIELDS = ("image", "model", "return_gif", "return_image")  # the form's fields besides the decoding settings
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
@@ -63,11 +77,6 @@ class Limits:
         for name in ("max_active", "max_sockets", "max_render", "max_gif_pixels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-
-
-class BodyTimeout(RequestError):
-    def __init__(self, seconds: float):
-        super().__init__(f"the request's body was not sent within {seconds:g} s", 408)
 
 
 def allowed_host_names(bound: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -119,11 +128,11 @@ class Guard:
             return await self.app(scope, receive, send)
         host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
         if not host_allowed(host, self.allowed_hosts):
-            return await _send_json(send, 400, {"error": f"Host header not allowed: {host[:80]!r} (the server's "
-                                                         "--allowed-hosts names the hosts it answers to)"})
+            return await _send_error(send, RequestError(f"Host header not allowed: {host[:80]!r} (the server's "
+                                                        "--allowed-hosts names the hosts it answers to)"))
         if self.active >= self.limits.max_active and scope.get("path") != "/healthz":
-            return await _send_json(send, 503, {"error": f"too many requests being handled ({self.limits.max_active}); "
-                                                         "try again in a moment"}, retry_after=1)
+            return await _send_error(send, Busy(f"too many requests being handled ({self.limits.max_active}); "
+                                                "try again in a moment"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.body_timeout
         body_done = False
@@ -153,14 +162,9 @@ class Guard:
             await self.app(scope, timed_receive, watched_send)
         except BodyTimeout as err:
             if not started:
-                await _send_json(send, 408, {"error": str(err)})
+                await _send_error(send, err)
         finally:
             self.active -= 1
-
-
-class UploadTooLarge(RequestError):
-    def __init__(self, limit: int):
-        super().__init__(f"upload too large: the limit is {limit / MB:g} MB", 413)
 
 
 class LimitBody:
@@ -172,7 +176,7 @@ class LimitBody:
     read, and the app's form parser gets :class:`UploadTooLarge` when it passes the limit.
     """
 
-    def __init__(self, app, max_bytes: int, drain_bytes: int = 64 * MB, upload_limit: Optional[int] = None):
+    def __init__(self, app, max_bytes: int, drain_bytes: int = 64 * MB, upload_limit: int | None = None):
         self.app, self.max_bytes, self.drain_bytes = app, max_bytes, drain_bytes
         self.upload_limit = upload_limit or max_bytes  # the limit named in the message
 
@@ -185,7 +189,7 @@ class LimitBody:
             try:
                 length = int(declared)
             except ValueError:
-                return await _send_json(send, 400, {"error": "bad Content-Length header"})
+                return await _send_error(send, RequestError("bad Content-Length header"))
             if length > self.max_bytes:
                 drained = 0
                 try:
@@ -198,7 +202,7 @@ class LimitBody:
                             break
                 except BodyTimeout:  # the deadline of Guard: answer now, the connection closes
                     pass
-                return await _send_json(send, 413, {"error": UploadTooLarge(self.upload_limit).args[0]})
+                return await _send_error(send, UploadTooLarge(self.upload_limit))
         seen = 0
 
         async def counted():
@@ -213,27 +217,34 @@ class LimitBody:
         return await self.app(scope, counted, send)
 
 
-async def _send_json(send, status: int, payload: dict, retry_after: Optional[int] = None) -> None:
-    """A JSON answer sent from a middleware; the connection is closed after it."""
+async def _send_error(send, err: RequestError) -> None:
+    """An error's JSON answer sent from a middleware, with its status and headers; the connection
+    is closed after it."""
     import json
 
-    body = json.dumps(payload).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close")]
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    body = json.dumps({"error": str(err)}).encode()
+    headers = {"content-type": "application/json", "content-length": str(len(body)),
+               **{name.lower(): value for name, value in err.headers.items()}, "connection": "close"}
+    await send({"type": "http.response.start", "status": err.status,
+                "headers": [(name.encode(), value.encode()) for name, value in headers.items()]})
     await send({"type": "http.response.body", "body": body})
 
 
-def _safe_name(name: Optional[str]) -> str:
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _safe_name(name: str | None) -> str:
     """The client's file name, reduced to something harmless to echo in a message."""
     name = os.path.basename(name or "") or "upload"
     return re.sub(r"[^\w.\- ]", "_", name)[:80] or "upload"
 
 
 def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, max_batch: int = 8,
-               max_pending: int = 64, workdir: Optional[str] = None, limits: Limits = Limits(),
+               max_pending: int = 64, workdir: str | None = None, limits: Limits = Limits(),
                host: str = "127.0.0.1"):
     """The ASGI application serving ``models`` (the first is the default of the API), bound to
     ``host`` (for the Host header check: see :func:`allowed_host_names`)."""
@@ -252,13 +263,13 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
     examples: list[Path] = []
     for model in models:
         examples += [p for p in model.examples if p not in examples]
-    examples = examples[:8]
+    examples = examples[:EXAMPLES]
     owns_workdir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="captioning-web-")
     state: dict = {}
 
-    def error(message: str, status: int, **headers) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status, headers=headers or None)
+    def error(err: RequestError) -> JSONResponse:
+        return JSONResponse({"error": str(err)}, status_code=err.status, headers=dict(err.headers) or None)
 
     async def page(request: Request):
         return HTMLResponse(PAGE)
@@ -281,49 +292,53 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
     async def example(request: Request):
         i = request.path_params["index"]
         if not 0 <= i < len(examples):
-            return error(f"no example {i}", 404)
+            return error(NotFound(f"no example {i}"))
         return FileResponse(examples[i])
 
-    async def caption(request: Request):
-        content_type = request.headers.get("content-type", "")
-        if not content_type.startswith("multipart/form-data"):
-            return error("send a multipart/form-data body with the image in the field 'image' "
-                         "(curl -F image=@photo.jpg)", 415)
-        upload_path = None
+    async def read_form(request: Request) -> tuple[str, str, dict[str, str]]:
+        """(the upload's temporary file, the client's name for it, the other fields) of a caption request."""
+        if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+            raise UnsupportedMedia("send a multipart/form-data body with the image in the field 'image' "
+                                   "(curl -F image=@photo.jpg)")
         try:
+            form = await request.form(max_files=1, max_fields=len(FORM_FIELDS) + len(form_options()))
+        except RequestError:  # the middlewares' BodyTimeout and UploadTooLarge, raised while the body is read
+            raise
+        except Exception as err:  # noqa: BLE001 - a malformed multipart body
+            detail = getattr(err, "detail", None) or str(err) or type(err).__name__
+            raise RequestError(f"could not read the form: {detail}") from None
+        try:
+            upload = form.get("image")
+            if upload is None or isinstance(upload, str):
+                raise RequestError("no image: send the image file as the multipart form field 'image'")
+            name = _safe_name(upload.filename)
+            fd, path = tempfile.mkstemp(suffix=".upload", dir=workdir)
+            size = 0
             try:
-                form = await request.form(max_files=1, max_fields=20)
-            except BodyTimeout as err:
-                return error(str(err), err.status, Connection="close")
-            except UploadTooLarge as err:
-                return error(str(err), 413)
-            except Exception as err:  # noqa: BLE001 - a malformed multipart body
-                detail = getattr(err, "detail", None) or str(err) or type(err).__name__
-                return error(f"could not read the form: {detail}", 400)
-            try:
-                upload = form.get("image")
-                if upload is None or isinstance(upload, str):
-                    return error("no image: send the image file as the multipart form field 'image'", 400)
-                name = _safe_name(upload.filename)
-                fd, upload_path = tempfile.mkstemp(suffix=".upload", dir=workdir)
-                size = 0
                 with os.fdopen(fd, "wb") as out:
                     while chunk := await upload.read(CHUNK):
                         size += len(chunk)
                         if size > max_upload_bytes:
-                            return error(UploadTooLarge(max_upload_bytes).args[0], 413)
+                            raise UploadTooLarge(max_upload_bytes)
                         out.write(chunk)
                 if size == 0:
-                    return error(f"{name}: empty file (0 bytes)", 400)
-                fields = {k: v for k, v in form.items() if isinstance(v, str)}
-            finally:
-                await form.close()
+                    raise RequestError(f"{name}: empty file (0 bytes)")
+            except BaseException:
+                _unlink(path)
+                raise
+            return path, name, {k: v for k, v in form.items() if isinstance(v, str)}
+        finally:
+            await form.close()
+
+    async def caption(request: Request):
+        upload = None
+        try:
+            upload, name, fields = await read_form(request)
             model_name = fields.get("model") or models[0].name
             model = by_name.get(model_name)
             if model is None:
-                return error(f"unknown model {model_name[:60]!r}; served: {', '.join(by_name)}", 404)
-            settings = Settings.parse(fields, model.hard)
-            job = Job(model, settings, upload_path, name, want_gif=truthy(fields.get("return_gif")),
+                raise NotFound(f"unknown model {model_name[:60]!r}; served: {', '.join(by_name)}")
+            job = Job(model, model.settings(fields), upload, name, want_gif=truthy(fields.get("return_gif")),
                       want_image=truthy(fields.get("return_image")))
             future = state["queue"].submit(job)
             try:
@@ -332,24 +347,19 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
                 future.cancel()
                 raise Busy(f"the model did not answer within {limits.request_timeout:g} s; try again in a moment") from None
             return JSONResponse(payload)
-        except Busy as err:
-            return error(str(err), err.status, **{"Retry-After": "1"})
         except RequestError as err:
-            return error(str(err), err.status)
+            return error(err)
         except Exception as err:  # noqa: BLE001 - a failure of the server: logged, a generic answer
             log.error("%s %s failed", request.method, request.url.path, exc_info=err)
-            return error(InternalError("the server failed on this request").args[0], 500)
+            return error(InternalError("the server failed on this request"))
         finally:
-            if upload_path is not None:
-                try:
-                    os.unlink(upload_path)
-                except OSError:
-                    pass
+            if upload is not None:
+                _unlink(upload)
 
     async def not_found(request: Request, exc):
-        status = getattr(exc, "status_code", 404)
-        what = "method not allowed" if status == 405 else "not found"
-        return error(f"{request.method} {request.url.path}: {what}", status)
+        if getattr(exc, "status_code", 404) == 405:
+            return error(MethodNotAllowed(f"{request.method} {request.url.path}: method not allowed"))
+        return error(NotFound(f"{request.method} {request.url.path}: not found"))
 
     from contextlib import asynccontextmanager
 

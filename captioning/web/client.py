@@ -19,7 +19,6 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from typing import Optional, Union
 
 DEFAULT_URL = "http://127.0.0.1:7860"
 
@@ -32,7 +31,7 @@ class APIError(Exception):
         self.status, self.message = status, message
 
 
-def wait_for_server(url: str, proc, timeout: float) -> "str | None":
+def wait_for_server(url: str, proc, timeout: float) -> str | None:
     """Poll ``url``/healthz until the server ``proc`` (a Popen) answers: None once it does, else
     why not ("exited with N" or "did not answer within T s", the process then terminated)."""
     import time
@@ -53,7 +52,7 @@ def wait_for_server(url: str, proc, timeout: float) -> "str | None":
         time.sleep(0.3)
 
 
-def encode_multipart(fields: dict, filename: str, data: bytes, content_type: Optional[str] = None) -> tuple[bytes, str]:
+def encode_multipart(fields: dict, filename: str, data: bytes, content_type: str | None = None) -> tuple[bytes, str]:
     """(body, Content-Type header) of a multipart form with ``fields`` and the file as field ``image``."""
     boundary = uuid.uuid4().hex
     parts = []
@@ -69,11 +68,11 @@ def encode_multipart(fields: dict, filename: str, data: bytes, content_type: Opt
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
-def caption(image: Union[str, os.PathLike, bytes], url: str = DEFAULT_URL, model: Optional[str] = None,
-            num_beams: Optional[int] = None, max_new_tokens: Optional[int] = None,
-            length_penalty: Optional[float] = None, attention_mode: Optional[str] = None,
-            num_return_sequences: Optional[int] = None, return_gif: bool = False, return_image: bool = False,
-            filename: Optional[str] = None, timeout: float = 120.0) -> dict:
+def caption(image: str | os.PathLike | bytes, url: str = DEFAULT_URL, model: str | None = None,
+            num_beams: int | None = None, max_new_tokens: int | None = None,
+            length_penalty: float | None = None, attention_mode: str | None = None,
+            num_return_sequences: int | None = None, return_gif: bool = False, return_image: bool = False,
+            filename: str | None = None, timeout: float = 120.0) -> dict:
     """POST an image (a path or its bytes) to ``url``/api/caption and return the JSON answer.
 
     Raises :class:`APIError` when the server answers with an error status.
@@ -103,7 +102,7 @@ def caption(image: Union[str, os.PathLike, bytes], url: str = DEFAULT_URL, model
         raise APIError(err.code, message) from None
 
 
-def save_gif(result: dict, path: Union[str, os.PathLike]) -> str:
+def save_gif(result: dict, path: str | os.PathLike) -> str:
     """Write the GIF of an answer asked with ``return_gif=True``."""
     if not result.get("gif"):
         raise ValueError("this answer has no GIF: ask with return_gif=True")

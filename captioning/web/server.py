@@ -5,11 +5,12 @@ import dataclasses
 import os
 import re
 import sys
-from pathlib import Path
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from captioning.errors import ConfigError
-from captioning.web.service import ServedModel
+from captioning.web.examples import expand_examples
+from captioning.web.served import ServedModel
+from captioning.web.settings import Settings
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 7860
 # a decoded image is at most 72 MB as RGB; reading one costs at most about 3x that (docs/WEB.md, measured)
@@ -17,7 +18,7 @@ DEFAULT_MAX_PIXELS = 24_000_000
 HEADER_BYTES = 16 * 1024  # a request's line and headers at most (h11's limit; 400 beyond)
 
 
-def split_spec(spec: str) -> tuple[Optional[str], str]:
+def split_spec(spec: str) -> tuple[str | None, str]:
     """``NAME=PATH`` -> (NAME, PATH); a plain path (or one that exists as given) -> (None, PATH)."""
     match = re.fullmatch(r"([\w.\-]+)=(.+)", spec)
     if match and not os.path.exists(spec):
@@ -25,7 +26,7 @@ def split_spec(spec: str) -> tuple[Optional[str], str]:
     return None, spec
 
 
-def _name_models(models: list[ServedModel], labels: list[Optional[str]]) -> None:
+def _name_models(models: list[ServedModel], labels: list[str | None]) -> None:
     """Unnamed models are called by their attention kind ("soft", "hard"), then kind-encoder, then -2, -3..."""
     given = {label for label in labels if label}
     taken: set[str] = set(given)
@@ -47,11 +48,9 @@ def load_models(checkpoints: Sequence[str], device: str = "cpu", examples: Seque
     """The models of ``NAME=PATH`` / ``PATH`` specs, named, warmed up (one caption each)."""
     from PIL import Image
 
-    from captioning.web.service import Settings
-
     if not checkpoints:
         raise ConfigError("no checkpoint to serve: pass --checkpoint PATH (several for a comparison)")
-    example_paths = _expand_examples(examples)
+    example_paths = expand_examples(examples)
     models, labels = [], []
     for spec in checkpoints:
         label, path = split_spec(spec)
@@ -62,28 +61,6 @@ def load_models(checkpoints: Sequence[str], device: str = "cpu", examples: Seque
     for model in models:  # the first beam search allocates what later ones reuse; it also tells the grid
         model.caption([blank], Settings())
     return models
-
-
-def _expand_examples(items: Sequence[str]) -> list[Path]:
-    """The image files named, and the image files of the folders named (sorted), in the order given.
-
-    Every example is a file of an image suffix that ``load_image`` reads; a folder's entries must
-    lie inside it (a link out of it is skipped), and a named file that is not such an image is a
-    ConfigError. Only these files are ever served as examples.
-    """
-    from captioning.web.service import _within, is_image_file
-
-    paths: list[Path] = []
-    for item in map(Path, items):
-        if item.is_dir():
-            paths += [p for p in sorted(item.iterdir()) if _within(p, item) and is_image_file(p)]
-        elif not item.is_file():
-            raise ConfigError(f"--examples: no such image file: {item}")
-        elif not is_image_file(item):
-            raise ConfigError(f"--examples: not an image file (JPEG, PNG, WebP, BMP, GIF or TIFF): {item}")
-        else:
-            paths.append(item)
-    return paths
 
 
 def uvicorn_config(app, host: str, port: int, limits, log_level: str = "info"):
@@ -112,16 +89,16 @@ def serve_command(checkpoint, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
 
 def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "cpu",
           examples: Sequence[str] = (), max_upload_mb: float = 10.0, max_pixels: int = DEFAULT_MAX_PIXELS,
-          max_batch: int = 8, max_pending: int = 64, max_connections: int = 256, threads: Optional[int] = None,
+          max_batch: int = 8, max_pending: int = 64, max_connections: int = 256, threads: int | None = None,
           log_level: str = "info", limits=None) -> int:
     """Load the checkpoints and serve the page and the API until interrupted.
 
     ``limits`` (:class:`captioning.web.app.Limits`) holds the deadlines and the other caps; its
     ``max_active`` is ``max_connections`` (requests being handled at once, 503 beyond)."""
     try:
-        import uvicorn
-        import starlette  # noqa: F401
         import multipart  # noqa: F401  (python-multipart: Starlette's form parser)
+        import starlette  # noqa: F401
+        import uvicorn
     except ImportError as err:
         raise ConfigError(f"the web demo needs its extra: pip install -e '.[web]' ({err.name or err} is missing)") from None
     import torch

@@ -103,7 +103,7 @@ def test_api_folder_and_onnx_resize_with_bicubic(vit, tiny_shapes, tmp_path):
 
 def test_evaluate_and_the_web_service_resize_with_the_models_interpolation(vit, tiny_shapes, tmp_path, monkeypatch):
     import captioning.cli.evaluate as evaluate
-    from captioning.web.service import prepare
+    from captioning.web.images import prepare
 
     _, checkpoint = vit
     seen = []

@@ -92,3 +92,26 @@ def test_grid_has_one_panel_per_word(tmp_path, n, cols):
     path = V.save_grid(image, words, maps, tmp_path / "grid.png", cols=cols, panel_size=80)
     with Image.open(path) as png:
         assert png.size == grid.size
+
+
+@pytest.mark.parametrize("size, words", [((640, 480), ["a", "cat"]), ((100, 60), ["one"] * 12), ((2000, 300), []),
+                                         ((300, 900), ["a", "very", "long", "caption", "that", "wraps"] * 5)])
+def test_gif_frame_size_is_the_size_render_frames_draws(size, words):
+    """The GIF budget of the web server measures frames with gif_frame_size: it must be the drawn size."""
+    image = Image.new("RGB", size, (90, 120, 200))
+    maps = np.random.default_rng(0).random((len(words), 3, 3))
+    frames = V.render_frames(image, words, maps)
+    width, height = V.display_size(size)
+    assert min(width, height) >= min(256, round(min(size) * 640 / max(size))) and max(width, height) <= 640
+    assert frames[0].size == V.gif_frame_size(size, words) == (width, height + V.caption_band(words, width))
+    small = V.render_frames(image, words, maps, min_side=50, max_side=120)
+    assert small[0].size == V.gif_frame_size(size, words, min_side=50, max_side=120)
+
+
+def test_gif_bytes_are_the_file_save_frames_writes(tmp_path):
+    image = Image.new("RGB", (80, 60), (10, 200, 30))
+    frames = V.render_frames(image, ["a", "b"], np.random.default_rng(1).random((2, 2, 2)))
+    path = V.save_frames(frames, tmp_path / "a.gif", duration_ms=300)
+    assert path.read_bytes() == V.gif_bytes(frames, duration_ms=300)
+    with Image.open(path) as gif:
+        assert gif.n_frames == 3 and gif.info["duration"] == 300

@@ -191,7 +191,7 @@ def test_examples_are_image_files_only(tiny_checkpoint, tmp_path):
 
 
 def test_the_run_config_is_read_only_beside_the_checkpoints_folder(tiny_checkpoint, tiny_shapes, tmp_path):
-    from captioning.web.service import ServedModel
+    from captioning.web.served import ServedModel
 
     config = f"data:\n  annotations: {tiny_shapes}\n  images_root: {tiny_shapes.parent}\nmodel:\n  secret: x\n"
     # a checkpoint kept in a folder whose parents hold somebody's config.yaml (e.g. /tmp): not read
@@ -211,7 +211,7 @@ def test_the_run_config_is_read_only_beside_the_checkpoints_folder(tiny_checkpoi
     assert "secret" not in json.dumps(model.info())
 
 
-# ---------------------------------------------------------------------- a fake model, served in a thread
+# ---------------------------------------------------------------------- a fake model, served in a thread (conftest.py)
 class GatedCaptioner(FakeCaptioner):
     """FakeCaptioner that waits for ``gate`` before each call, records the images' first pixel, and
     fails every call holding an all-black image (a request the model cannot caption)."""
@@ -233,48 +233,6 @@ class GatedCaptioner(FakeCaptioner):
         out = super().__call__(images, **{k: v for k, v in kwargs.items() if k != "max_new_tokens"})
         self.calls[-1]["max_new_tokens"] = kwargs.get("max_new_tokens")
         return out
-
-
-class ThreadServer:
-    """The app of ``models`` served by uvicorn (the server's configuration) in a thread."""
-
-    def __init__(self, models, **app_kwargs):
-        import uvicorn
-
-        from captioning.web.app import Limits, create_app
-        from captioning.web.server import uvicorn_config
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        limits = app_kwargs.pop("limits", None) or Limits()
-        app = create_app(models, limits=limits, **app_kwargs)
-        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", self.port, limits, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        end = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < end and self.thread.is_alive(), "the server did not start"
-            time.sleep(0.05)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
-@pytest.fixture
-def served(tmp_path):
-    servers = []
-
-    def start(captioner, model_class=None, **kwargs):
-        from captioning.web.service import ServedModel
-
-        model = (model_class or ServedModel)("fake", captioner)
-        servers.append(ThreadServer([model], workdir=str(tmp_path), **kwargs))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.stop()
 
 
 def _held_batch(fake, url, datas):
@@ -339,7 +297,7 @@ def test_a_stuck_model_gives_503_and_an_unhealthy_healthz(served):
 
 def test_the_render_queue_is_bounded(served):
     from captioning.web.app import Limits
-    from captioning.web.service import ServedModel
+    from captioning.web.served import ServedModel
 
     release = threading.Event()
 

@@ -123,9 +123,9 @@ def test_defaults_need_no_fields_and_a_soft_model_ignores_the_attention_mode(ser
     status, out = post_image(server.url, test_images[1].read_bytes(), attention_mode="sample")
     [want] = captioners["soft"]([str(test_images[1])], num_beams=3)
     assert status == 200 and out["model"] == "soft" and out["generated_text"] == want["generated_text"]
-    assert out["settings"] == {"num_beams": 3, "max_new_tokens": None, "length_penalty": None,
-                               "attention_mode": None, "num_return_sequences": None, "num_beam_groups": 1,
-                               "diversity_penalty": None}
+    from captioning.web.settings import form_options
+
+    assert out["settings"] == {**dict.fromkeys(form_options()), "num_beams": 3, "num_beam_groups": 1}
     assert "gif" not in out and "image" not in out
 
 
@@ -169,7 +169,7 @@ def test_bad_requests_get_a_4xx(server, test_images):
     data = test_images[0].read_bytes()
     cases = [
         (post_image(server.url, data, num_beams="many"), 400, "num_beams: expected an integer"),
-        (post_image(server.url, data, num_beams=50), 400, "num_beams: must be between 1 and 10"),
+        (post_image(server.url, data, num_beams=50), 400, "num_beams: expected an integer in [1, 10], got 50"),
         (post_image(server.url, data, length_penalty="nan"), 400, "length_penalty"),
         (post_image(server.url, data, attention_mode="peek"), 400, "attention_mode: expected one of"),
         (post_image(server.url, data, model="nope"), 404, "unknown model 'nope'; served: soft, hard"),
@@ -276,12 +276,13 @@ def test_a_full_queue_answers_503(tiny_checkpoint, test_images, tmp_path):
 
 
 # ---------------------------------------------------------------------- pieces, without a server
-def test_served_model_uses_describe_and_top_beams_when_the_api_has_them():
-    from captioning.web.service import ServedModel, Settings
+def test_served_model_uses_describe_and_top_beams():
+    from captioning.web.served import ServedModel
+    from captioning.web.settings import Settings
 
     fake = FakeCaptioner()
     model = ServedModel("hard", fake)
-    assert model.returns_beams and model.hard
+    assert model.hard and model.info()["returns_beams"]
     assert model.description["test_scores"] == {"BLEU-4": pytest.approx(0.25), "CIDEr": 0.9}
     assert model.description["training_data"] == "coco (Karpathy train)" and model.description["encoder"] == "resnet101"
     json.dumps(model.info())  # plain JSON types only
@@ -293,25 +294,44 @@ def test_served_model_uses_describe_and_top_beams_when_the_api_has_them():
 
 
 def test_settings_are_checked():
-    from captioning.web.service import RequestError, Settings
+    from captioning.web.errors import RequestError
+    from captioning.web.served import ServedModel
+    from captioning.web.settings import Settings
 
-    assert Settings.parse({}, hard=False) == Settings(3, None, None, None, None)
+    assert Settings.parse({}, hard=False) == Settings(num_beams=3)
+    assert Settings.parse({}, hard=False).as_dict()["max_new_tokens"] is None  # the model's own
     got = Settings.parse({"num_beams": " 5 ", "max_new_tokens": "20", "length_penalty": "0.7",
                           "attention_mode": "argmax", "num_return_sequences": "2"}, hard=True)
-    assert got == Settings(5, 20, 0.7, "argmax", 2)
+    assert got == Settings(num_beams=5, max_new_tokens=20, length_penalty=0.7, attention_mode="argmax",
+                           num_return_sequences=2)
     assert Settings.parse({"attention_mode": "argmax"}, hard=False).attention_mode is None
-    for fields, message in [({"num_beams": "0"}, "num_beams: must be between 1 and 10"),
+    # each field alone: its option's type and bounds, within the server's caps
+    for fields, message in [({"num_beams": "0"}, r"num_beams: expected an integer in \[1, 10\], got 0"),
+                            ({"num_beams": "11"}, r"num_beams: expected an integer in \[1, 10\], got 11"),
                             ({"max_new_tokens": "1.5"}, "max_new_tokens: expected an integer"),
-                            ({"length_penalty": "inf"}, "length_penalty"),
-                            ({"num_beams": "2", "num_return_sequences": "3"}, "num_return_sequences: must be between 1 and 2"),
-                            ({"num_beams": "4", "num_beam_groups": "3"}, "num_beam_groups: must divide num_beams"),
-                            ({"num_beams": "4", "num_beam_groups": "5"}, "num_beam_groups: must be between 1 and 4"),
-                            ({"diversity_penalty": "1.0"}, "diversity_penalty: needs num_beam_groups > 1"),
-                            ({"num_beams": "4", "num_beam_groups": "2", "diversity_penalty": "0"}, "diversity_penalty: must be above 0")]:
+                            ({"max_new_tokens": "101"}, r"max_new_tokens: expected an integer in \[1, 100\]"),
+                            ({"length_penalty": "inf"}, "length_penalty: expected a finite number"),
+                            ({"length_penalty": "6"}, r"length_penalty: expected a finite number in \[-5, 5\]"),
+                            ({"diversity_penalty": "11"}, r"diversity_penalty: expected a finite number in \[0, 10\]"),
+                            ({"attention_mode": "peek"}, "attention_mode: expected one of expected, argmax, sample"),
+                            ({"num_beams": "2", "num_return_sequences": "3"},
+                             r"num_return_sequences: expected an integer in \[1, 2\], got 3"),
+                            ({"num_beams": "4", "num_beam_groups": "5"}, r"num_beam_groups: expected an integer in \[1, 4\]")]:
         with pytest.raises(RequestError, match=message):
             Settings.parse(fields, hard=True)
     diverse = Settings.parse({"num_beams": "4", "num_beam_groups": "2"}, hard=False)
     assert (diverse.num_beam_groups, diverse.diversity_penalty) == (2, 0.5)
+    # the fields together: checked by GenerationConfig over the model's own settings
+    model = ServedModel("hard", FakeCaptioner())
+    assert model.settings({"num_beams": "4", "num_beam_groups": "2"}) == diverse
+    for fields, message in [({"num_beams": "4", "num_beam_groups": "3"}, r"num_beam_groups \(3\) must divide num_beams \(4\)"),
+                            ({"diversity_penalty": "1.0"}, "diversity_penalty applies between beam groups"),
+                            ({"num_beams": "4", "num_beam_groups": "2", "diversity_penalty": "0"},
+                             "needs diversity_penalty > 0"),
+                            ({"do_sample": "true"}, "do_sample works with one beam"),
+                            ({"min_new_tokens": "40", "max_new_tokens": "20"}, r"min_new_tokens \(40\) must be below")]:
+        with pytest.raises(RequestError, match=message):
+            model.settings(fields)
 
 
 def test_diverse_beams_are_listed_side_by_side(server, captioners, test_images):
@@ -355,7 +375,8 @@ def test_an_ensemble_is_served_as_one_model(tiny_checkpoint, hard_checkpoint, ti
     from PIL import Image
 
     from captioning.api import Captioner
-    from captioning.web.service import ServedModel, Settings, ensemble_members
+    from captioning.web.served import ServedModel, ensemble_members
+    from captioning.web.settings import Settings
 
     assert ensemble_members(f"{tiny_checkpoint}+{hard_checkpoint}") == [str(tiny_checkpoint), str(hard_checkpoint)]
     assert ensemble_members(str(tiny_checkpoint)) == [str(tiny_checkpoint)]

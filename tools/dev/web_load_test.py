@@ -32,7 +32,7 @@ from typing import Sequence
 
 from tools.dev.web_bench import start_server, synthetic_jpeg
 from captioning.web.client import APIError, caption, encode_multipart
-from captioning.web.service import MAX_TOKENS
+from captioning.web.settings import MAX_TOKENS
 
 
 def _status_kb(pid: int, field: str) -> int:

@@ -1,0 +1,169 @@
+"""One model behind the page: a :class:`~captioning.api.Captioner` with its description, its
+example images, a request's settings checked against it and its results turned into JSON."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from captioning.errors import ConfigError
+from captioning.models import ATTENTION_MODES
+from captioning.web.errors import RequestError
+from captioning.web.examples import first_test_images, training_config
+from captioning.web.gifs import DEFAULT_GIF_PIXELS, budgeted_gif
+from captioning.web.settings import MAX_TOKENS, PAGE_BEAMS, Settings
+
+MAX_LISTED_BEAMS = 5  # beams listed when the request does not say (diverse beam search lists all of them)
+
+
+def ensemble_members(path: str) -> list[str]:
+    """``A+B+...`` -> the members of an ensemble served as one model; a path that exists as given
+    (or has no ``+``) is one model."""
+    if "+" not in path or Path(path).exists():
+        return [path]
+    return [part for part in path.split("+") if part]
+
+
+class ServedModel:
+    """One checkpoint behind the page: the captioner, its description and example images."""
+
+    def __init__(self, name: str, captioner, checkpoint: Path | None = None, examples: Sequence[Path] = ()):
+        self.name = name
+        self.captioner = captioner
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.hard = getattr(captioner, "attention_kind", "soft") == "hard"
+        config = training_config(self.checkpoint) if self.checkpoint is not None else None
+        self.examples = list(examples) or first_test_images(config)
+        self.description = self._describe(config)
+        self.grid: tuple[int, int] | None = None  # the attention grid (gh, gw), known after the first caption
+
+    @classmethod
+    def load(cls, name: str | None, checkpoint, device: str = "cpu", examples: Sequence[Path] = ()) -> ServedModel:
+        from captioning.api import Captioner
+
+        members = ensemble_members(str(checkpoint))
+        if len(members) > 1:  # A+B: an ensemble, one model on the page (its training config: the first member's)
+            return cls(name or "", Captioner.from_checkpoints(members, device=device), Path(members[0]), examples)
+        captioner = Captioner.from_checkpoint(checkpoint, device=device)
+        return cls(name or "", captioner, Path(checkpoint), examples)
+
+    def _describe(self, config: dict | None) -> dict:
+        """attention, encoder, vocab_size, image_size, training_data, test_scores (+ checkpoint, parameters):
+        ``Captioner.describe()``, the training data from the run's config.yaml when the checkpoint
+        does not name it."""
+        info: dict[str, Any] = dict(self.captioner.describe())
+        if not info.get("training_data"):
+            info["training_data"] = ((config or {}).get("data") or {}).get("annotations")
+        info["training_data"] = _file_names(info.get("training_data"))
+        if info.get("ensemble"):  # members by file name, as the training data: no server paths in the API
+            info["ensemble"] = [{**m, "checkpoint": Path(m["checkpoint"]).name} for m in info["ensemble"]]
+        info["parameters"] = int(sum(p.numel() for p in self.captioner.model.parameters()))
+        if self.checkpoint is not None:
+            info["checkpoint"] = self.checkpoint.name
+        return _jsonable(info)
+
+    def max_new_tokens(self, settings: Settings) -> int:
+        """The request's maximum length, or the model's own, never over :data:`MAX_TOKENS`."""
+        own = getattr(self.captioner.generation, "max_new_tokens", None) or MAX_TOKENS
+        return min(settings.max_new_tokens or int(own), MAX_TOKENS)
+
+    def defaults(self) -> dict:
+        g = self.captioner.generation
+        return _jsonable({"num_beams": PAGE_BEAMS, "max_new_tokens": self.max_new_tokens(Settings()),
+                          "length_penalty": g.length_penalty, "attention_mode": g.attention_mode if self.hard else None})
+
+    def info(self) -> dict:
+        """What GET /api/models tells about this model."""
+        return {"name": self.name, "description": self.description, "defaults": self.defaults(),
+                "grid": list(self.grid) if self.grid else None, "returns_beams": True,
+                "attention_modes": list(ATTENTION_MODES) if self.hard else []}
+
+    # ------------------------------------------------------------------ settings
+    def settings(self, fields: Mapping[str, str]) -> Settings:
+        """A request's form fields as :class:`Settings`, each checked alone and then all together over
+        the model's own generation settings (the config the captioner will build), so that a
+        combination the model refuses is the client's 400, not the worker's failure."""
+        settings = Settings.parse(fields, self.hard)
+        try:
+            config = self.captioner.generation.replace(**self.generation_kwargs(settings))
+            config.resolve_tokens(self.captioner.vocab)  # suppress_tokens may name words the model lacks
+        except ConfigError as err:
+            raise RequestError(str(err)) from None
+        return settings
+
+    def generation_kwargs(self, settings: Settings) -> dict[str, Any]:
+        """The captioner's decoding keywords of ``settings``: the fields the request set, the
+        length capped, and the beams to list (every beam of diverse beam search, so that each
+        group's captions show side by side; else the top :data:`MAX_LISTED_BEAMS`)."""
+        kwargs = {name: value for name, value in settings.as_dict().items() if value is not None}
+        kwargs["max_new_tokens"] = self.max_new_tokens(settings)
+        if settings.num_beam_groups == 1:
+            del kwargs["num_beam_groups"]
+        every = settings.num_beams if settings.num_beam_groups > 1 else min(settings.num_beams, MAX_LISTED_BEAMS)
+        kwargs["num_return_sequences"] = settings.num_return_sequences or every
+        return kwargs
+
+    # ------------------------------------------------------------------ work
+    def caption(self, images: list[Image.Image], settings: Settings) -> list[dict]:
+        """Raw results of the captioner (numpy attention), one per image, with "beams" always present."""
+        results = self.captioner(images, return_attention=True, **self.generation_kwargs(settings))
+        for result in results:
+            if not result.get("beams"):  # no list of beams: the best one alone
+                result["beams"] = [{"generated_text": result["generated_text"], "score": result["score"]}]
+            if self.grid is None and result.get("attention") is not None:
+                self.grid = tuple(int(n) for n in np.shape(result["attention"])[1:])
+        return results
+
+    def gif(self, image: Image.Image, result: dict, max_pixels: int = DEFAULT_GIF_PIXELS) -> tuple[bytes | None, dict]:
+        """The attention GIF of one result (a frame per word, then the whole caption) within
+        ``max_pixels``, and its description (:func:`~captioning.web.gifs.budgeted_gif`)."""
+        words, maps, cells = list(result["tokens"]), result["attention"], list(result["locations"])
+        if words and words[-1] == self.captioner.vocab.EOS:  # a frame per word: the end token gets none
+            words, maps, cells = words[:-1], maps[:-1], cells[:-1]
+        return budgeted_gif(image, words, maps, cells if self.hard else None, max_pixels)
+
+    def to_json(self, result: dict) -> dict:
+        """A result in the API's JSON: text, score, tokens, per-token maps (4 decimals), cells, beams."""
+        attention = np.asarray(result["attention"], dtype=np.float64)
+        return {
+            "model": self.name,
+            "generated_text": result["generated_text"],
+            "score": _jsonable(float(result["score"])),
+            "tokens": list(result["tokens"]),
+            "attention": np.round(attention, 4).tolist(),
+            "attention_shape": list(attention.shape),
+            "locations": [[int(r), int(c)] for r, c in result["locations"]],
+            "attention_kind": "hard" if self.hard else "soft",
+            "beams": [{"generated_text": b["generated_text"], "score": _jsonable(float(b["score"]))}
+                      for b in result["beams"]],
+        }
+
+
+def _jsonable(value):
+    """Plain JSON types (numpy and torch scalars to floats, tuples to lists), recursively."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, bool, int)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "item"):
+        return _jsonable(value.item())
+    return str(value)
+
+
+def _file_names(value):
+    """A training-data path (or list of them) reduced to file names: a server's folders are not shown."""
+    if isinstance(value, (list, tuple)):
+        return [_file_names(v) for v in value]
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value).name or str(value)
+    return value
