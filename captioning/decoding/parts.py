@@ -21,11 +21,11 @@ EOS, PAD = Vocabulary.eos_id, Vocabulary.pad_id
 def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", device) -> Optional[Tensor]:
     """(V,) bool: after which tokens EOS is forbidden (None unless ``config.forbid_bad_endings``).
 
-    The ids come from the decoder's ``bad_ending_ids``, which ShowAttendTell sets from its vocabulary
-    when it is built (the decoder itself does not know its words)."""
+    The ids come from the decoder's ``bad_ending_ids`` (None until ShowAttendTell sets them from its
+    vocabulary when it is built: the decoder itself does not know its words)."""
     if not config.forbid_bad_endings:
         return None
-    ids = getattr(decoder, "bad_ending_ids", None)
+    ids = decoder.bad_ending_ids
     if ids is None:
         raise ConfigError("forbid_bad_endings needs the model's vocabulary: decode with a ShowAttendTell (build_model, "
                           "load_model), or set decoder.bad_ending_ids = bad_ending_ids(vocab)")

@@ -9,21 +9,23 @@ and differ in how the context z_t is made from alpha_t (Section 4.1 and 4.2):
 - soft (deterministic): the expected context  z_t = sum_i alpha_ti a_i            (Eq. 13)
 - hard (stochastic):    a sampled location    s_t ~ Categorical(alpha_t),  z_t = a_{s_t}  (Eq. 8-9)
 
-W_a a_i does not depend on t, so :meth:`AdditiveAttention.project` computes it once per batch and
-every step reuses it.
+models/reference.py writes the paper's model plainly; this module is its fast form and its variants.
 
-The scores are computed through the identity tanh(y) = 2 sigmoid(2y) - 1,
+**Score functions** (``DecoderConfig.score``) are :class:`Score` subclasses registered in
+:data:`SCORES` by name, beside their class::
 
-    e_ti = (2w)^T sigmoid(2 W_a a_i + 2 W_h h_{t-1} + 2b) + (b_w - sum(w)),
+    @SCORES.register("cosine")
+    class CosineScore(Score):
+        def __init__(self, feature_dim, hidden_dim, attention_dim, heads=1): ...
+        def project(self, features): ...          # (B, L, D) -> (B, L, K), once per batch
+        def scores(self, projected, query, beams=1): ...   # -> e (B * beams, L) or (B * beams, heads, L)
 
-which is the same number (and the same gradient): on the CPU, sigmoid over the (B, L, A) tensor
-is several times faster than tanh, and this elementwise pass is the largest of a decoding step.
+The built-in ones: ``additive`` (the above, the paper's, Bahdanau's), ``dot`` h^T a_i, ``general``
+h^T W a_i, ``scaled_dot`` (W_q h)^T (W_k a_i) / sqrt(d) (Luong et al. 2015, Vaswani et al. 2017).
+A score defined in another module registers when that module is imported.
 
-The variants researchers compare (``DecoderConfig.score``, ``heads``, ``window``) live here too:
+The other variants researchers compare live here too:
 
-- score functions (Luong et al. 2015, Vaswani et al. 2017) for e_ti = score(h, a_i):
-  ``additive`` (the above, the paper's), ``dot`` h^T a_i, ``general`` h^T W a_i,
-  ``scaled_dot`` (W_q h)^T (W_k a_i) / sqrt(d);
 - multi-head attention: the query and key widths split into ``heads`` parts, one alpha per head
   (alpha: (N, heads, L)); :func:`glimpse` makes one context per head, the decoder joins and
   projects them back to D (with one head, nothing is split or projected: the single-head model);
@@ -31,105 +33,93 @@ The variants researchers compare (``DecoderConfig.score``, ``heads``, ``window``
   p_t = (gh - 1, gw - 1) * sigmoid(v_p^T tanh(W_p h)) and the alignment multiplied by the Gaussian
   window exp(-|cell - p_t|^2 / 2 sigma^2) and renormalised, i.e. softmax(e_t - |cell - p_t|^2 / 2 sigma^2).
 
-Whatever depends on the image only (W_a a, W a, W_k a) is made once per batch by ``project``.
+**Speed-only code** is grouped at the end of the module (section "Speed"), apart from the
+equations: the additive score through tanh(y) = 2 sigmoid(2y) - 1, and its chunked in-place form
+for decoding on the CPU. Each computes the same numbers as the equation it replaces.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from captioning.errors import ConfigError
 from captioning.models import ATTENTION_MODES
+from captioning.registry import Registry
 
-#: The score functions e_ti = score(h, a_i) of ``DecoderConfig.score``.
-SCORES = ("additive", "dot", "general", "scaled_dot")
-
-
-#: Decoding on the CPU computes the attention scores a few images at a time, about this many
-#: values of the (images, K, L, A) tensor at once (4 MB in float32).
-CPU_CHUNK_ELEMENTS = 1024 * 1024
+#: The score functions e_ti = score(h, a_i), by the name ``DecoderConfig.score`` gives.
+SCORES: Registry[type[Score]] = Registry("attention score", field="model.decoder.score")
 
 
-class AdditiveAttention(nn.Module):
-    """The attention model f_att of Eq. 4: scores for every location from a_i and h_{t-1}.
+def list_scores() -> list[str]:
+    """The names of the registered score functions (``DecoderConfig.score``'s choices)."""
+    return SCORES.names()
+
+
+class Score(nn.Module):
+    """A score function f_att (Eq. 4-5): what the decoder relies on.
+
+    A registered subclass is built as ``cls(feature_dim, hidden_dim, attention_dim, heads)`` (D, H,
+    A and the number of heads) and sets :attr:`query_dim` and :attr:`heads`. The decoder calls
+    :meth:`project` once per batch and :meth:`forward` at every step, with ``query`` the first
+    ``query_dim`` columns of its fused product of h (0: the query is h itself, (N, H)).
+    """
+
+    #: the width of the query the decoder computes from h (its share of the fused product); 0: h itself
+    query_dim: int = 0
+    #: attention heads: alpha is (N, L) with one head, (N, heads, L) with more
+    heads: int = 1
+
+    def project(self, features: Tensor) -> Tensor:
+        """What depends on the image only, once per batch: (B, L, D) -> (B, L, K)."""
+        raise NotImplementedError
+
+    def scores(self, projected: Tensor, query: Tensor, beams: int = 1) -> Tensor:
+        """The scores e_t before the softmax: (B * beams, L), or (B * beams, heads, L).
+
+        projected: (B, L, K) from :meth:`project`; query: (B * beams, Q), where rows
+        k * beams ... (k + 1) * beams - 1 belong to image k."""
+        raise NotImplementedError
+
+    def forward(self, projected: Tensor, query: Tensor, beams: int = 1, bias: Tensor | None = None) -> Tensor:
+        """alpha_t = softmax(e_t) (Eq. 5): (B * beams, L), or (B * beams, heads, L), rows summing to one.
+        ``bias`` (B * beams, L), if given, is added to the scores before the softmax (the local window's log)."""
+        e = self.scores(projected, query, beams)
+        return torch.softmax(e if bias is None else add_bias(e, bias), dim=-1)
+
+
+@SCORES.register("additive")
+class AdditiveAttention(Score):
+    """The attention model f_att of Eq. 4: e_ti = w^T tanh(W_a a_i + b + W_h h_{t-1}) + b_w.
 
     The hidden-side projection W_h h_{t-1} is not done here: the decoder fuses it with its other
     matrix products of h_{t-1} into one (see :class:`~captioning.models.decoder.ShowAttendTellDecoder`),
-    and passes the result in as ``h_att``.
+    and passes the result in as the query. With several heads, head k scores with its own A / heads
+    columns of W_a a + W_h h and its own w_k.
     """
 
-    def __init__(self, feature_dim: int, attention_dim: int, heads: int = 1):
+    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
         super().__init__()
         if attention_dim % heads:
             raise ConfigError(f"model.decoder.heads: attention_dim ({attention_dim}) must be a multiple of heads ({heads})")
         self.heads = heads
         self.query_dim = attention_dim  # the width of W_h h_{t-1}
         self.feature_proj = nn.Linear(feature_dim, attention_dim)  # W_a (and b)
-        # w: one vector per head over its A / heads columns (one head: nn.Linear(A, 1), as always)
+        # w: one vector per head over its A / heads columns (one head: nn.Linear(A, 1))
         self.score = nn.Linear(attention_dim, 1) if heads == 1 else HeadScores(attention_dim, heads)
 
     def project(self, features: Tensor) -> Tensor:
         """W_a a_i + b for every location, once per batch: (B, L, D) -> (B, L, A)."""
         return self.feature_proj(features)
 
-    def forward(self, projected: Tensor, h_att: Tensor, beams: int = 1, bias: Optional[Tensor] = None) -> Tensor:
-        """Attention weights alpha_t (Eq. 5).
-
-        projected: (B, L, A) from :meth:`project`; h_att: (B * beams, A) = W_h h_{t-1}, where
-        rows k * beams ... (k + 1) * beams - 1 belong to image k. Returns alpha: (B * beams, L),
-        rows summing to one; with several heads (B * beams, heads, L). ``bias`` (B * beams, L), if
-        given, is added to the scores before the softmax (the local window's log).
-        """
-        e = self.scores(projected, h_att, beams)
-        return torch.softmax(e if bias is None else add_bias(e, bias), dim=-1)
-
     def scores(self, projected: Tensor, h_att: Tensor, beams: int = 1) -> Tensor:
-        """The scores e_t before the softmax: (B * beams, L), or (B * beams, heads, L)."""
+        """e_t from projected (B, L, A) and h_att = W_h h_{t-1} (B * beams, A): (B * beams, L), or
+        (B * beams, heads, L). Computed in the sigmoid form (see "Speed" below)."""
         if self.heads > 1:
-            return self._multihead_scores(projected, h_att, beams, self.heads)
-        B, L, A = projected.shape
-        hidden = (2 * h_att).view(B, beams, 1, A)
-        w2 = 2 * self.score.weight.view(A)  # (A,)
-        shift = self.score.bias - self.score.weight.sum()  # b_w - sum(w): tanh = 2 sigmoid(2y) - 1
-        if torch.is_grad_enabled() or torch.jit.is_tracing():  # a traced (ONNX) graph: one form for every batch size
-            y2 = torch.add(hidden, projected.unsqueeze(1), alpha=2)  # 2y: (B, K, L, A)
-            e = torch.matmul(torch.sigmoid(y2), w2)  # (B, K, L)
-        else:
-            e = self._scores_no_grad(projected, hidden, w2)
-        return (e + shift).view(B * beams, L)
-
-    def _multihead_scores(self, projected: Tensor, h_att: Tensor, beams: int, heads: int) -> Tensor:
-        """Head k scores with its own A / heads columns of W_a a + W_h h and its own w_k:
-        e_tki = w_k^T tanh(y_ti[k]) + b_k. Returns (B * beams, heads, L). (Used for heads > 1; with
-        heads = 1 it is the single-head formula, which the tests check.)"""
-        B, L, A = projected.shape
-        a = A // heads
-        w2 = 2 * self.score.weight.view(heads, a)  # (heads, a)
-        shift = self.score.bias - self.score.weight.view(heads, a).sum(1)  # (heads,)
-        y2 = torch.add((2 * h_att).view(B, beams, 1, A), projected.unsqueeze(1), alpha=2)  # (B, K, L, A)
-        blocks = torch.block_diag(*w2.unsqueeze(-1))  # (A, heads): head k's w_k in rows k*a..(k+1)*a of column k
-        e = torch.matmul(torch.sigmoid(y2), blocks) + shift  # (B, K, L, heads): one product for every head
-        return e.transpose(2, 3).reshape(B * beams, heads, L)
-
-    def _scores_no_grad(self, projected: Tensor, hidden: Tensor, w2: Tensor) -> Tensor:
-        """(2w)^T sigmoid(2y) without autograd: in place, and on the CPU a few images at a time.
-
-        Each chunk's (images, K, L, A) tensor stays small enough to be reused by the allocator (and
-        to stay in cache) instead of being mapped afresh from the system at every step.
-        """
-        B, L, A = projected.shape
-        beams = hidden.size(1)
-        w2 = w2.to(torch.promote_types(projected.dtype, hidden.dtype))  # bf16 under autocast
-        chunk = max(1, CPU_CHUNK_ELEMENTS // (beams * L * A)) if projected.device.type == "cpu" else B
-        e = projected.new_empty(B, beams, L)
-        for i in range(0, B, chunk):
-            y2 = torch.add(hidden[i : i + chunk], projected[i : i + chunk].unsqueeze(1), alpha=2)
-            torch.matmul(y2.sigmoid_(), w2, out=e[i : i + chunk])
-        return e
+            return multihead_additive_scores(projected, h_att, self.score.weight, self.score.bias, beams, self.heads)
+        return additive_scores(projected, h_att, self.score.weight, self.score.bias, beams)
 
 
 class HeadScores(nn.Module):
@@ -144,7 +134,7 @@ class HeadScores(nn.Module):
         self.bias = nn.Parameter(torch.empty(heads).uniform_(-bound, bound))
 
 
-class DotAttention(nn.Module):
+class DotAttention(Score):
     """Multiplicative scores (Luong et al. 2015; Vaswani et al. 2017), per head:
 
     - ``dot``:        e_ti = h^T a_i                 (needs hidden_dim == feature_dim)
@@ -152,14 +142,14 @@ class DotAttention(nn.Module):
     - ``scaled_dot``: e_ti = (W_q h)^T (W_k a_i + b_k) / sqrt(A / heads)   (W_q h comes from the decoder's fused product)
 
     With several heads the query and key are split into ``heads`` equal parts and head k scores
-    with its part. ``project`` gives the keys (B, L, K) once per batch; ``query_dim`` is the width
-    of the decoder-side query (0: the query is h itself).
+    with its part. ``project`` gives the keys (B, L, K) once per batch. Each kind is registered as
+    its own subclass below (:class:`Dot`, :class:`General`, :class:`ScaledDot`).
     """
 
     def __init__(self, score: str, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
         super().__init__()
         if score not in ("dot", "general", "scaled_dot"):
-            raise ConfigError(f"model.decoder.score: expected one of {', '.join(SCORES)}, got {score!r}")
+            raise SCORES.unknown(score)
         if score == "dot" and hidden_dim != feature_dim:
             raise ConfigError(f"model.decoder.score: 'dot' needs hidden_dim == the encoder's feature width "
                               f"({hidden_dim} != {feature_dim}); use 'general' or 'scaled_dot'")
@@ -187,17 +177,34 @@ class DotAttention(nn.Module):
             e = e * self.scale
         return e.reshape(B * beams, L) if h == 1 else e.reshape(B * beams, h, L)
 
-    def forward(self, keys: Tensor, query: Tensor, beams: int = 1, bias: Optional[Tensor] = None) -> Tensor:
-        """alpha_t: (B * beams, L) or (B * beams, heads, L); ``bias`` as in AdditiveAttention."""
-        e = self.scores(keys, query, beams)
-        return torch.softmax(e if bias is None else add_bias(e, bias), dim=-1)
+
+@SCORES.register("dot")
+class Dot(DotAttention):
+    """e_ti = h^T a_i (Luong's dot)."""
+
+    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
+        super().__init__("dot", feature_dim, hidden_dim, attention_dim, heads)
 
 
-def build_attention(score: str, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1) -> nn.Module:
-    """The f_att of a score function: :class:`AdditiveAttention` or :class:`DotAttention`."""
-    if score == "additive":
-        return AdditiveAttention(feature_dim, attention_dim, heads)
-    return DotAttention(score, feature_dim, hidden_dim, attention_dim, heads)
+@SCORES.register("general")
+class General(DotAttention):
+    """e_ti = h^T (W a_i) (Luong's general)."""
+
+    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
+        super().__init__("general", feature_dim, hidden_dim, attention_dim, heads)
+
+
+@SCORES.register("scaled_dot")
+class ScaledDot(DotAttention):
+    """e_ti = (W_q h)^T (W_k a_i + b_k) / sqrt(d) (Vaswani et al.'s scaled dot product)."""
+
+    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
+        super().__init__("scaled_dot", feature_dim, hidden_dim, attention_dim, heads)
+
+
+def build_attention(score: str, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1) -> Score:
+    """The f_att of the score function registered as ``score`` (a one-line error naming the choices otherwise)."""
+    return SCORES.get(score)(feature_dim, hidden_dim, attention_dim, heads)
 
 
 def add_bias(e: Tensor, bias: Tensor) -> Tensor:
@@ -248,12 +255,12 @@ class Glimpse:
     context: Tensor  # (B, D): z_t before the gate beta_t
     alpha: Tensor  # (B, L): the attention weights
     location: Tensor  # (B,): the chosen location (argmax of alpha where nothing was sampled)
-    log_prob: Optional[Tensor] = None  # (B,): log p(s_t | a) of a sampled location, 0 where the expected context was used
-    entropy: Optional[Tensor] = None  # (B,): H[alpha_t]
+    log_prob: Tensor | None = None  # (B,): log p(s_t | a) of a sampled location, 0 where the expected context was used
+    entropy: Tensor | None = None  # (B,): H[alpha_t]
     # Several heads: context is (B, heads * D) (the heads' contexts side by side), alpha the mean
     # over heads, head_alpha (B, heads, L); location (B,) the mean's argmax (expected mode) or
     # (B, heads) the heads' locations (hard modes); log_prob and entropy are summed over heads.
-    head_alpha: Optional[Tensor] = None
+    head_alpha: Tensor | None = None
 
 
 def tempered(alpha: Tensor, temperature: float) -> Tensor:
@@ -276,7 +283,7 @@ def location_context(location: Tensor, features: Tensor, beams: int = 1) -> Tens
     return features[image, location]
 
 
-def sample_location(alpha: Tensor, generator: Optional[torch.Generator] = None, graph_safe: bool = False) -> Tensor:
+def sample_location(alpha: Tensor, generator: torch.Generator | None = None, graph_safe: bool = False) -> Tensor:
     """One location per row drawn from alpha (B, L) -> (B,).
 
     ``graph_safe``: draw s_t ~ Cat(alpha_t) as argmax_i alpha_ti / E_i with E_i ~ Exp(1) (the same
@@ -292,9 +299,9 @@ def glimpse(
     alpha: Tensor,
     features: Tensor,
     mode: str = "expected",
-    use_expected: Optional[Tensor] = None,
-    generator: Optional[torch.Generator] = None,
-    location: Optional[Tensor] = None,
+    use_expected: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    location: Tensor | None = None,
     beams: int = 1,
     temperature: float = 1.0,
     graph_safe: bool = False,
@@ -349,8 +356,8 @@ def glimpse(
     return Glimpse(context, alpha, location, log_prob, entropy)
 
 
-def _multihead_glimpse(alpha: Tensor, features: Tensor, mode: str, use_expected: Optional[Tensor],
-                       generator: Optional[torch.Generator], location: Optional[Tensor], beams: int,
+def _multihead_glimpse(alpha: Tensor, features: Tensor, mode: str, use_expected: Tensor | None,
+                       generator: torch.Generator | None, location: Tensor | None, beams: int,
                        temperature: float = 1.0, graph_safe: bool = False) -> Glimpse:
     """:func:`glimpse` of every head at once: the heads are more rows of the same image
     (rows image, beam, head), so each is one more "beam" over the image's features."""
@@ -367,7 +374,7 @@ def _multihead_glimpse(alpha: Tensor, features: Tensor, mode: str, use_expected:
                    head_alpha=alpha)
 
 
-def _gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected: Optional[Tensor], generator: Optional[torch.Generator],
+def _gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected: Tensor | None, generator: torch.Generator | None,
                     beams: int, temperature: float) -> Glimpse:
     """Straight-through Gumbel-softmax (Jang et al. 2017): one location forward, a relaxed gradient backward."""
     log_alpha = torch.log(alpha.clamp_min(1e-12))  # (B, L)
@@ -384,3 +391,61 @@ def _gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected: Optional[Tens
         context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
         log_prob = log_prob.masked_fill(use_expected, 0.0)
     return Glimpse(context, alpha, location, log_prob, entropy)
+
+
+# ---------------------------------------------------------------------- Speed
+# The additive score of Eq. 4 through the identity tanh(y) = 2 sigmoid(2y) - 1:
+#
+#     e_ti = (2w)^T sigmoid(2 W_a a_i + 2 W_h h_{t-1} + 2b) + (b_w - sum(w)),
+#
+# the same number and the same gradient as w^T tanh(y) + b_w. Reason: PyTorch's CPU sigmoid kernel
+# is cheaper than its tanh kernel, and this elementwise pass over (B, K, L, A) is the largest of a step.
+
+#: Decoding on the CPU computes the attention scores a few images at a time, about this many
+#: values of the (images, K, L, A) tensor at once (4 MB in float32).
+CPU_CHUNK_ELEMENTS = 1024 * 1024
+
+
+def additive_scores(projected: Tensor, h_att: Tensor, weight: Tensor, bias: Tensor, beams: int = 1) -> Tensor:
+    """Eq. 4 with one head, in the sigmoid form: projected (B, L, A), h_att (B * beams, A), w = weight
+    (1, A), b_w = bias (1,) -> e (B * beams, L)."""
+    B, L, A = projected.shape
+    hidden = (2 * h_att).view(B, beams, 1, A)
+    w2 = 2 * weight.view(A)  # (A,)
+    shift = bias - weight.sum()  # b_w - sum(w)
+    if torch.is_grad_enabled() or torch.jit.is_tracing():  # a traced (ONNX) graph: one form for every batch size
+        y2 = torch.add(hidden, projected.unsqueeze(1), alpha=2)  # 2y: (B, K, L, A)
+        e = torch.matmul(torch.sigmoid(y2), w2)  # (B, K, L)
+    else:
+        e = _additive_scores_no_grad(projected, hidden, w2)
+    return (e + shift).view(B * beams, L)
+
+
+def multihead_additive_scores(projected: Tensor, h_att: Tensor, weight: Tensor, bias: Tensor, beams: int,
+                              heads: int) -> Tensor:
+    """Eq. 4 per head in the sigmoid form, e_tki = w_k^T tanh(y_ti[k]) + b_k: projected (B, L, A),
+    h_att (B * beams, A), weight (heads, A / heads), bias (heads,) -> (B * beams, heads, L). Every
+    head in one product (with heads = 1 it is :func:`additive_scores`' number, which the tests check)."""
+    B, L, A = projected.shape
+    a = A // heads
+    w2 = 2 * weight.view(heads, a)  # (heads, a)
+    shift = bias - weight.view(heads, a).sum(1)  # (heads,)
+    y2 = torch.add((2 * h_att).view(B, beams, 1, A), projected.unsqueeze(1), alpha=2)  # (B, K, L, A)
+    blocks = torch.block_diag(*w2.unsqueeze(-1))  # (A, heads): head k's w_k in rows k*a..(k+1)*a of column k
+    e = torch.matmul(torch.sigmoid(y2), blocks) + shift  # (B, K, L, heads)
+    return e.transpose(2, 3).reshape(B * beams, heads, L)
+
+
+def _additive_scores_no_grad(projected: Tensor, hidden: Tensor, w2: Tensor) -> Tensor:
+    """(2w)^T sigmoid(2y) without autograd, in place, and on the CPU a few images at a time.
+    Reason: each chunk's (images, K, L, A) tensor stays small enough for the allocator to reuse it
+    (and for the cache to hold it) instead of being mapped afresh from the system at every step."""
+    B, L, A = projected.shape
+    beams = hidden.size(1)
+    w2 = w2.to(torch.promote_types(projected.dtype, hidden.dtype))  # bf16 under autocast
+    chunk = max(1, CPU_CHUNK_ELEMENTS // (beams * L * A)) if projected.device.type == "cpu" else B
+    e = projected.new_empty(B, beams, L)
+    for i in range(0, B, chunk):
+        y2 = torch.add(hidden[i : i + chunk], projected[i : i + chunk].unsqueeze(1), alpha=2)
+        torch.matmul(y2.sigmoid_(), w2, out=e[i : i + chunk])
+    return e

@@ -16,16 +16,17 @@ the names its checkpoints have always used (``from_hidden``, ``lstm``, ``combine
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from captioning.models.attention import Glimpse, LocalCentre, glimpse, window_log
+from captioning.common import grid_shape
+from captioning.models.attention import Glimpse, LocalCentre, Score, glimpse, window_log
 from captioning.models.deferred import deferred_linear
-from captioning.viz.attention_maps import grid_shape
 
 
 @dataclass
@@ -60,18 +61,18 @@ class StepOutput(NamedTuple):
     """What a step gives for N rows (one step's captions, or the rows of many steps joined)."""
 
     h: Tensor  # (N, H): h_t
-    c: Optional[Tensor]  # (N, H): c_t (None where nn.LSTM ran the steps: Luong's whole-sequence pass)
+    c: Tensor | None  # (N, H): c_t (None where nn.LSTM ran the steps: Luong's whole-sequence pass)
     z: Tensor  # (N, D): the gated context beta_t phi(a, alpha_t)
     beta: Tensor  # (N,): the gate scalar beta_t
     alpha: Tensor  # (N, L): the attention weights (their mean over heads with several heads)
     location: Tensor  # (N,): the chosen (hard) or argmax (soft) location; (N, heads) for hard multi-head
-    log_prob: Optional[Tensor] = None  # (N,): log p(s_t | a), the sampling modes
-    entropy: Optional[Tensor] = None  # (N,): H[alpha_t], the sampling modes
-    head_alpha: Optional[Tensor] = None  # (N, heads, L) with several heads
-    context: Optional[Tensor] = None  # the glimpse's context before the gate (one step's; join drops it)
+    log_prob: Tensor | None = None  # (N,): log p(s_t | a), the sampling modes
+    entropy: Tensor | None = None  # (N,): H[alpha_t], the sampling modes
+    head_alpha: Tensor | None = None  # (N, heads, L) with several heads
+    context: Tensor | None = None  # the glimpse's context before the gate (one step's; join drops it)
 
     @classmethod
-    def of(cls, h: Tensor, c: Optional[Tensor], z: Tensor, beta: Tensor, g: Glimpse) -> "StepOutput":
+    def of(cls, h: Tensor, c: Tensor | None, z: Tensor, beta: Tensor, g: Glimpse) -> "StepOutput":
         return cls(h, c, z, beta, g.alpha, g.location, g.log_prob, g.entropy, g.head_alpha, g.context)
 
     @property
@@ -108,15 +109,15 @@ class Attend:
     [query (W_h h; none where the query is h itself) | f_beta(h) (1) | W_p h (the local centre's; none
     when global)], of widths :attr:`widths`."""
 
-    def __init__(self, f_att: nn.Module, local_centre: Optional[LocalCentre], head_proj: Optional[nn.Linear],
+    def __init__(self, f_att: Score, local_centre: LocalCentre | None, head_proj: nn.Linear | None,
                  local_sigma: float):
         self.f_att, self.local_centre, self.head_proj, self.local_sigma = f_att, local_centre, head_proj, local_sigma
         self.widths = [f_att.query_dim, 1, 0 if local_centre is None else local_centre.v_p.in_features]
         self.width = sum(self.widths)
 
-    def __call__(self, from_h: Tensor, h: Tensor, state: DecoderState, mode: str, use_expected: Optional[Tensor] = None,
-                 location: Optional[Tensor] = None, temperature: float = 1.0, graph_safe: bool = False,
-                 beams: Optional[int] = None) -> tuple[Glimpse, Tensor, Tensor]:
+    def __call__(self, from_h: Tensor, h: Tensor, state: DecoderState, mode: str, use_expected: Tensor | None = None,
+                 location: Tensor | None = None, temperature: float = 1.0, graph_safe: bool = False,
+                 beams: int | None = None) -> tuple[Glimpse, Tensor, Tensor]:
         """from_h (N, width), h (N, H) over the images of ``state`` (features (B, L, D), projected),
         ``beams`` = N / B rows per image (default state.beams). Returns the glimpse, beta (N,), z (N, D)."""
         beams = state.beams if beams is None else beams
@@ -156,8 +157,8 @@ class BahdanauCell:
         each (deferred.py); give them to :meth:`step` as ``layers``."""
         return deferred_linear(self.from_hidden), deferred_linear(self.context_gates)
 
-    def step(self, x: Tensor, state: DecoderState, mode: str, use_expected: Optional[Tensor] = None, location: Optional[Tensor] = None,
-             temperature: float = 1.0, graph_safe: bool = False, layers: Optional[tuple] = None) -> StepOutput:
+    def step(self, x: Tensor, state: DecoderState, mode: str, use_expected: Tensor | None = None, location: Tensor | None = None,
+             temperature: float = 1.0, graph_safe: bool = False, layers: tuple | None = None) -> StepOutput:
         """One step: x (N, 4H) from :meth:`inputs`, the state of N rows -> h_t, c_t, z_t, the glimpse.
         ``layers``: (from_hidden, context_gates) as :meth:`layers` gives them (default the layers)."""
         from_hidden, context_gates = layers or (self.from_hidden, self.context_gates)
@@ -189,8 +190,8 @@ class LuongCell:
     def layers(self) -> None:
         return None
 
-    def step(self, x: Tensor, state: DecoderState, mode: str, use_expected: Optional[Tensor] = None, location: Optional[Tensor] = None,
-             temperature: float = 1.0, graph_safe: bool = False, layers: Optional[tuple] = None) -> StepOutput:
+    def step(self, x: Tensor, state: DecoderState, mode: str, use_expected: Tensor | None = None, location: Tensor | None = None,
+             temperature: float = 1.0, graph_safe: bool = False, layers: tuple | None = None) -> StepOutput:
         """One step: x (N, M) = E y_{t-1}, the state of N rows -> h_t, c_t, z_t, the glimpse."""
         lstm = self.lstm
         gates = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0) + F.linear(state.h, lstm.weight_hh_l0, lstm.bias_hh_l0)
@@ -204,9 +205,9 @@ class LuongCell:
         hs, _ = self.lstm(embedded, (state.h.unsqueeze(0).contiguous(), state.c.unsqueeze(0).contiguous()))
         return hs
 
-    def attend_steps(self, hs: Tensor, state: DecoderState, mode: str, use_expected: Optional[Tensor] = None,
-                     locations: Optional[Tensor] = None, temperature: float = 1.0, graph_safe: bool = False,
-                     from_h: Optional[Tensor] = None) -> StepOutput:
+    def attend_steps(self, hs: Tensor, state: DecoderState, mode: str, use_expected: Tensor | None = None,
+                     locations: Tensor | None = None, temperature: float = 1.0, graph_safe: bool = False,
+                     from_h: Tensor | None = None) -> StepOutput:
         """Attention for all T steps of n images in one batched product: the T steps of an image are T
         "beams" over its features. hs (n, T, H), state: the n images' features; use_expected (n,),
         locations (n, T[, heads]); ``from_h`` (n, T, width): from_output(hs), where the caller made it

@@ -13,18 +13,26 @@ with h_0 = f_init,h(mean_i a_i), c_0 = f_init,c(mean_i a_i) (tanh layers). The t
 and the dropout follow the authors' code, not the paper's text: dropout on the input of the
 initialisation layers, on h_t before the output layer and on the deep output.
 
-The code in three files: this one holds the layers (their names are the checkpoints' keys), the
-initial state, the deep output and the entry points (:meth:`ShowAttendTellDecoder.forward`, a
+models/reference.py writes this model plainly, equation by equation, and is the tests' oracle.
+The fast code is in four files: this one holds the layers (their names are the checkpoints' keys),
+the initial state, the deep output and the entry points (:meth:`ShowAttendTellDecoder.forward`, a
 teacher-forced pass; :meth:`~ShowAttendTellDecoder.step`, one generation step); cells.py the time
 step, one cell per placement, and what it gives (StepOutput); unroll.py the teacher-forced
 unrollings of the step (the shrinking batch, Luong's whole-sequence pass, static shapes,
-scheduled sampling).
+scheduled sampling); attention.py the score functions and glimpses.
 
-Nothing per step is done that can be done once: the image-side attention projection W_a a and the
-embedding part of the LSTM input are computed for all steps before the loop; the three products of
-h_{t-1} (attention, gate, LSTM) are one matrix product; only the captions still running take part
-in a step (the batch is sorted by length); the output layer runs once, after the loop, over the
-real (non-padded) steps only.
+What makes it fast, apart from the equations (each computes the same function):
+
+- done once, not per step: the image-side attention projection W_a a (``Score.project``) and the
+  embedding's share of the LSTM gates, for all steps before the loop;
+- fused products: the products of h_{t-1} (W_h, f_beta, the LSTM's recurrent weights) are one
+  matrix, ``from_hidden`` (one matrix product per step instead of three);
+- the shrinking batch: the captions sorted by length, only those still running take part in a step,
+  and the output layer runs once, after the loop, over the real (non-padded) steps (unroll.py);
+- one weight gradient per repeated product (deferred.py: fewer, larger matrix products backward);
+- the additive score in its sigmoid form and chunked on the CPU (attention.py, section "Speed").
+
+Decoder kinds are registered in :data:`DECODERS` (``DecoderConfig.kind``): this LSTM is "lstm".
 
 The attention variants (docs/ARCHITECTURE.md; the paper's model is every default):
 
@@ -45,21 +53,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from captioning.common import grid_shape
 from captioning.errors import ConfigError
-from captioning.viz.attention_maps import grid_shape
 from captioning.models import unroll
 from captioning.models.attention import ATTENTION_MODES, SCORES, Glimpse, LocalCentre, build_attention
 from captioning.models.cells import Attend, BahdanauCell, DecoderState, LuongCell
 from captioning.models.unroll import DecoderOutput
+from captioning.registry import Registry
 from captioning.vocab import Vocabulary
 
-__all__ = ["DecoderConfig", "DecoderOutput", "DecoderState", "ShowAttendTellDecoder", "TRAINING_MODES"]
+__all__ = ["DECODERS", "DecoderConfig", "DecoderOutput", "DecoderState", "ShowAttendTellDecoder", "TRAINING_MODES",
+           "build_decoder", "list_decoders"]
+
+#: The decoder kinds, by the name ``DecoderConfig.kind`` gives. A kind is an ``nn.Module`` built as
+#: ``cls(vocab_size, feature_dim, config)`` with ``forward`` (a teacher-forced pass -> DecoderOutput),
+#: ``initial_state``, ``step`` (one generation step), ``vocab_size`` and ``bad_ending_ids``, as
+#: :class:`ShowAttendTellDecoder` ("lstm") has them.
+DECODERS: Registry[type[nn.Module]] = Registry("decoder kind", field="model.decoder.kind")
+
+
+def list_decoders() -> list[str]:
+    """The names of the registered decoder kinds (``DecoderConfig.kind``'s choices)."""
+    return DECODERS.names()
 
 #: attention modes of a teacher-forced training pass only: "gumbel", straight-through Gumbel-softmax
 #: (an alternative to REINFORCE, not the paper's estimator; see objectives/reinforce.py)
@@ -80,8 +101,8 @@ class DecoderConfig:
         ctx2out: add the context L_z z_t inside the deep output layer (Eq. 7).
         compile_step: ``torch.compile`` the time step that training and decoding repeat (dynamic
             shapes; compiles on first use; tools/benchmarks/benchmark.py --compile measures what it gains).
-        score: the attention score function: "additive" (the paper's, Eq. 4), "dot", "general"
-            or "scaled_dot" (see models/attention.py).
+        score: the attention score function, a name registered in models/attention.py's ``SCORES``
+            (``list_scores()``): "additive" is the paper's (Eq. 4).
         heads: attention heads (1: the paper's single alpha per step).
         placement: "bahdanau" (attend from h_{t-1} before the LSTM, the paper) or "luong" (from
             h_t after it, with the attentional state tanh(W_c [z_t; h_t]) in the deep output).
@@ -90,6 +111,8 @@ class DecoderConfig:
         local_sigma: the local window's standard deviation, in grid cells.
         refiner_layers: Transformer encoder layers over the annotation vectors before decoding (0: none).
         refiner_heads: attention heads of those layers.
+        kind: the decoder, a name registered in :data:`DECODERS` (``list_decoders()``): "lstm" is
+            the paper's, :class:`ShowAttendTellDecoder` (model files that record no kind hold one).
     """
 
     embed_dim: int = 512
@@ -100,13 +123,14 @@ class DecoderConfig:
     prev2out: bool = True
     ctx2out: bool = True
     compile_step: bool = False
-    score: Literal["additive", "dot", "general", "scaled_dot"] = "additive"
+    score: str = "additive"
     heads: int = 1
     placement: Literal["bahdanau", "luong"] = "bahdanau"
     window: Literal["global", "local"] = "global"
     local_sigma: float = 1.5
     refiner_layers: int = 0
     refiner_heads: int = 4
+    kind: str = "lstm"
 
     def __post_init__(self):
         if self.attention_kind not in ("soft", "hard"):
@@ -116,7 +140,9 @@ class DecoderConfig:
         for field in ("embed_dim", "hidden_dim", "attention_dim", "heads", "refiner_heads"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"model.decoder.{field}: expected an integer >= 1, got {getattr(self, field)!r}")
-        for field, choices in (("score", SCORES), ("placement", ("bahdanau", "luong")), ("window", ("global", "local"))):
+        DECODERS.check(self.kind)
+        SCORES.check(self.score)
+        for field, choices in (("placement", ("bahdanau", "luong")), ("window", ("global", "local"))):
             if getattr(self, field) not in choices:
                 raise ConfigError(f"model.decoder.{field}: expected one of {', '.join(choices)}, got {getattr(self, field)!r}")
         if not self.local_sigma > 0:
@@ -133,6 +159,7 @@ class DecoderConfig:
         return "+".join(parts)
 
 
+@DECODERS.register("lstm")
 class ShowAttendTellDecoder(nn.Module):
     """Attention LSTM decoder with soft or hard attention over annotation vectors of width D
     (``feature_dim``), writing words of a vocabulary of V = ``vocab_size`` tokens.
@@ -141,13 +168,17 @@ class ShowAttendTellDecoder(nn.Module):
     :attr:`cell` (cells.py); :meth:`forward` unrolls the step over a batch of captions
     (unroll.py), :meth:`step` takes one generation step."""
 
-    def __init__(self, vocab_size: int, feature_dim: int, config: DecoderConfig = DecoderConfig()):
+    def __init__(self, vocab_size: int, feature_dim: int, config: DecoderConfig | None = None):
         super().__init__()
+        config = config if config is not None else DecoderConfig()
         embed_dim, hidden_dim, attention_dim = config.embed_dim, config.hidden_dim, config.attention_dim
         self.config = config
         self.attention_kind = config.attention_kind
         self.vocab_size, self.hidden_dim, self.attention_dim = vocab_size, hidden_dim, attention_dim
         self.prev2out = config.prev2out
+        #: the token ids after which EOS may be forbidden (``GenerationConfig.forbid_bad_endings``):
+        #: set from the vocabulary by ShowAttendTell (the decoder does not know its words); None: unknown
+        self.bad_ending_ids: tuple[int, ...] | None = None
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=Vocabulary.pad_id)  # E
         self.init_state = nn.Linear(feature_dim, 2 * hidden_dim)  # f_init,h and f_init,c side by side
         self.f_att = build_attention(config.score, feature_dim, hidden_dim, attention_dim, config.heads)
@@ -200,7 +231,7 @@ class ShowAttendTellDecoder(nn.Module):
             x = x + self.out_context(z)
         return self.out_logits(self.dropout(torch.tanh(x)))
 
-    def _mode(self, mode: Optional[str]) -> str:
+    def _mode(self, mode: str | None) -> str:
         if self.attention_kind == "soft":
             return "expected"
         mode = mode or "expected"
@@ -214,9 +245,9 @@ class ShowAttendTellDecoder(nn.Module):
         features: Tensor,
         captions: Tensor,
         lengths: Tensor,
-        mode: Optional[str] = None,
-        use_expected: Optional[Tensor] = None,
-        locations: Optional[Tensor] = None,
+        mode: str | None = None,
+        use_expected: Tensor | None = None,
+        locations: Tensor | None = None,
         temperature: float = 1.0,
         static: bool = False,
         sample_prob: float = 0.0,
@@ -248,7 +279,7 @@ class ShowAttendTellDecoder(nn.Module):
         return run(self, features, captions, lengths, mode, use_expected, locations, temperature)
 
     # ------------------------------------------------------------------ generation
-    def step(self, tokens: Tensor, state: DecoderState, mode: Optional[str] = None,
+    def step(self, tokens: Tensor, state: DecoderState, mode: str | None = None,
              attention_temperature: float = 1.0) -> tuple[Tensor, DecoderState, Glimpse]:
         """One generation step: previous tokens (N,) -> log p(y_t) (N, V), the new state, the glimpse.
 
@@ -262,6 +293,11 @@ class ShowAttendTellDecoder(nn.Module):
         logits = self.deep_output(embedded, self.cell.readout(out.h, out.z), out.z)  # (N, V)
         log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
         return log_probs, state.with_recurrent(out.h, out.c), out.glimpse
+
+
+def build_decoder(vocab_size: int, feature_dim: int, config: DecoderConfig) -> nn.Module:
+    """The decoder of the kind ``config.kind`` names (:data:`DECODERS`)."""
+    return DECODERS.get(config.kind)(vocab_size, feature_dim, config)
 
 
 def grid_position_embedding(gh: int, gw: int, dim: int, device=None, dtype=torch.float32) -> Tensor:

@@ -1,11 +1,14 @@
-"""A linear layer applied at every step of a recurrent loop, with ONE weight-gradient product.
+"""Speed only: the gradients of what a recurrent loop reads at every step, made once per pass.
 
-At step t the decoder multiplies a few rows x_t (the captions still running) by a weight W. Plain
-autograd gives W a whole (out, in) gradient at every step and adds it to the running sum: for the
-LSTM's context weights (4H x D = 2048 x 2048) that is a 16 MB matrix made and added per step from a
-few dozen rows, most of a CPU training step. :class:`DeferredLinear` keeps, at each step's
-backward, only the rows (dL/dy_t, x_t), and when backward reaches W (after every step, since every
-step reads it) makes its gradient at once:
+Nothing here changes a number (up to the order of float additions); the tests compare each with
+plain autograd. Reason: plain autograd makes, at every step's backward, a gradient of the whole
+weight (or tensor) from the few rows that step used, and adds it to a running sum, so the
+backward pass's cost grows with steps x weight size rather than with the rows used.
+
+A linear layer applied at every step, with ONE weight-gradient product: at step t the decoder
+multiplies a few rows x_t (the captions still running) by a weight W (out, in).
+:class:`DeferredLinear` keeps, at each step's backward, only the rows (dL/dy_t, x_t), and when
+backward reaches W (after every step, since every step reads it) makes its gradient at once:
 
     dL/dW = sum_t (dL/dy_t)^T x_t = [dL/dy_1; ...; dL/dy_T]^T [x_1; ...; x_T],   dL/db = sum of the rows.
 
@@ -143,10 +146,10 @@ class FirstRows:
     shrinking batch's features and W_a a, unroll.packed), with ONE gradient buffer.
 
     Plain slicing gives every step's backward a zero tensor of the whole (B, ...) shape with the
-    rows' gradient copied in, and adds it to the running sum: for the features of the demo's batch
-    (96 x 64 x 256) three passes over 6 MB per step. Here each step's backward adds its rows into one
-    buffer, in place, and the tensor gets the buffer once, after every step. The numbers are those of
-    plain autograd (up to the order of the float additions).
+    rows' gradient copied in, and adds it to the running sum: three passes over the whole tensor per
+    step. Here each step's backward adds its rows into one buffer, in place, and the tensor gets the
+    buffer once, after every step. The numbers are those of plain autograd (up to the order of the
+    float additions).
 
         rows = FirstRows(features)     # once per forward pass
         for t, n in ...:

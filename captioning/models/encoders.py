@@ -20,20 +20,38 @@ location l is cell (l // grid_w, l % grid_w).
 
 The backbones of timm and OpenCLIP normalise with their own statistics (timm's
 ``resolve_data_config``, OpenCLIP's preprocess configuration), recorded in ``Encoder.preprocessing``.
+
+A new encoder is a subclass of :class:`Encoder` registered by name beside it::
+
+    @ENCODERS.register("convnext_small")
+    class ConvNeXtEncoder(Encoder):
+        def __init__(self, ...): super().__init__(mean, std); self.out_dim = ...
+        @classmethod
+        def from_config(cls, config): return cls(...)      # from an EncoderConfig
+        def grid(self, images): ...                         # (B, 3, S, S) normalised -> (B, D, gh, gw)
+
+``EncoderConfig.name`` is checked against :data:`ENCODERS` (and the prefixes), and
+:func:`build_encoder` builds through it.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from captioning.errors import CheckpointError, ConfigError
+from captioning.registry import Registry
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+#: The encoders by the name ``EncoderConfig.name`` gives; besides them, ``timm:<model>`` and
+#: ``open_clip:<model>[/<pretrained tag>]`` name any backbone of those libraries (:data:`PREFIXES`).
+ENCODERS: Registry[type[Encoder]] = Registry("encoder", field="model.encoder.name")
+#: how the one-line error for an unknown name states the prefixed forms
+PREFIXED_FORMS = "timm:<model> or open_clip:<model>[/<pretrained tag>]"
 
 
 class Encoder(nn.Module):
@@ -42,7 +60,7 @@ class Encoder(nn.Module):
     out_dim: int
     channels_last: bool = False  # feed images in the channels-last memory format (see EncoderConfig)
     #: the (height, width) the backbone takes, None where any size works
-    input_size: Optional[tuple] = None
+    input_size: tuple | None = None
     label: str = "this encoder"  # how errors name it
 
     def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation: str = "bilinear"):
@@ -51,6 +69,11 @@ class Encoder(nn.Module):
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
         #: how the weights expect images: normalisation and the resize's interpolation
         self.preprocessing = {"mean": list(mean), "std": list(std), "interpolation": interpolation}
+
+    @classmethod
+    def from_config(cls, config: EncoderConfig) -> Encoder:
+        """The encoder an :class:`EncoderConfig` describes (what :func:`build_encoder` calls)."""
+        raise NotImplementedError
 
     def grid(self, images: Tensor) -> Tensor:
         """(B, 3, S, S) normalised -> (B, D, gh, gw)."""
@@ -72,6 +95,7 @@ class Encoder(nn.Module):
         return g.flatten(2).transpose(1, 2)  # (B, D, gh, gw) -> (B, L, D)
 
 
+@ENCODERS.register("small_cnn")
 class SmallCNN(Encoder):
     """A from-scratch CNN for small images: a stride-2 stem, then conv-BN-ReLU-maxpool stages.
 
@@ -82,7 +106,7 @@ class SmallCNN(Encoder):
     ``head_kernel`` and, with ``head_norm``, batch-normalised (without: a bias) before its ReLU.
     """
 
-    def __init__(self, channels: tuple = (32, 64, 128), out_dim: int = 256, grid_size: Optional[int] = None,
+    def __init__(self, channels: tuple = (32, 64, 128), out_dim: int = 256, grid_size: int | None = None,
                  coords: bool = True, head_kernel: int = 3, head_norm: bool = False):
         super().__init__(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
 
@@ -98,6 +122,10 @@ class SmallCNN(Encoder):
         self.body = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
         self.out_dim = out_dim
+
+    @classmethod
+    def from_config(cls, config: EncoderConfig) -> SmallCNN:
+        return cls(config.channels, config.dim, config.grid_size, head_kernel=config.head_kernel, head_norm=config.head_norm)
 
     def grid(self, images: Tensor) -> Tensor:
         if self.coords:
@@ -143,7 +171,7 @@ def _load_local_weights(model: nn.Module, path: str, strip: tuple = ("module.",)
         raise CheckpointError(f"{path}: not weights for this network (missing {len(missing)} tensors, e.g. {missing[0]!r})")
 
 
-def _torchvision_model(name: str, pretrained: bool, weights_path: Optional[str]) -> nn.Module:
+def _torchvision_model(name: str, pretrained: bool, weights_path: str | None) -> nn.Module:
     """A torchvision classifier with ImageNet weights from torchvision's enum, a local file, or none."""
     import torchvision
 
@@ -174,10 +202,11 @@ def _freeze(module: nn.Module, trainable: list) -> None:
             p.requires_grad_(True)
 
 
+@ENCODERS.register("resnet50", "resnet101", "resnet152")
 class ResNetEncoder(Encoder):
     """ResNet layer4 output, adaptively average-pooled to ``grid_size`` x ``grid_size`` (B, L, 2048)."""
 
-    def __init__(self, name: str = "resnet101", pretrained: bool = True, weights_path: Optional[str] = None,
+    def __init__(self, name: str = "resnet101", pretrained: bool = True, weights_path: str | None = None,
                  grid_size: int = 14, fine_tune_blocks: int = 0):
         super().__init__()
         net = _torchvision_model(name, pretrained, weights_path)
@@ -187,15 +216,20 @@ class ResNetEncoder(Encoder):
         blocks = list(net.layer4.children())
         _freeze(self.body, blocks[len(blocks) - fine_tune_blocks:] if fine_tune_blocks else [])
 
+    @classmethod
+    def from_config(cls, config: EncoderConfig) -> ResNetEncoder:
+        return cls(config.name, config.pretrained, config.weights, config.grid_size or 14, config.fine_tune_blocks)
+
     def grid(self, images: Tensor) -> Tensor:
         return self.pool(self.body(images))
 
 
+@ENCODERS.register("vgg16", "vgg19")
 class VGGEncoder(Encoder):
     """VGG features up to the last conv + ReLU before the last max-pool: 14x14x512 at 224 px (paper Section 4.3)."""
 
-    def __init__(self, name: str = "vgg19", pretrained: bool = True, weights_path: Optional[str] = None,
-                 grid_size: Optional[int] = None, fine_tune_blocks: int = 0):
+    def __init__(self, name: str = "vgg19", pretrained: bool = True, weights_path: str | None = None,
+                 grid_size: int | None = None, fine_tune_blocks: int = 0):
         super().__init__()
         net = _torchvision_model(name, pretrained, weights_path)
         self.body = nn.Sequential(*list(net.features.children())[:-1])  # drop the final max-pool
@@ -203,6 +237,10 @@ class VGGEncoder(Encoder):
         self.out_dim = 512
         convs = [m for m in self.body if isinstance(m, nn.Conv2d)]
         _freeze(self.body, convs[len(convs) - fine_tune_blocks:] if fine_tune_blocks else [])
+
+    @classmethod
+    def from_config(cls, config: EncoderConfig) -> VGGEncoder:
+        return cls(config.name, config.pretrained, config.weights, config.grid_size, config.fine_tune_blocks)
 
     def grid(self, images: Tensor) -> Tensor:
         return self.pool(self.body(images))
@@ -213,14 +251,15 @@ LITE_MEAN = (127.0 / 255,) * 3
 LITE_STD = (128.0 / 255,) * 3
 
 
+@ENCODERS.register("efficientnet_lite0")
 class EfficientNetLiteEncoder(Encoder):
     """EfficientNet-Lite0 up to its head conv (1x1 conv, BN, swish): (B, L, 1280), 7x7 at 224 px.
 
     ``fine_tune_blocks`` counts from the top over [MBConv blocks..., head]: 1 trains the head only.
     """
 
-    def __init__(self, pretrained: bool = True, weights_path: Optional[str] = None,
-                 grid_size: Optional[int] = None, fine_tune_blocks: int = 0):
+    def __init__(self, pretrained: bool = True, weights_path: str | None = None,
+                 grid_size: int | None = None, fine_tune_blocks: int = 0):
         super().__init__(mean=LITE_MEAN, std=LITE_STD)
         try:
             from efficientnet_lite_pytorch import EfficientNet
@@ -250,6 +289,10 @@ class EfficientNetLiteEncoder(Encoder):
         self.out_dim = net._conv_head.out_channels
         units = list(self.blocks) + [self.head]
         _freeze(self, units[len(units) - fine_tune_blocks:] if fine_tune_blocks else [])
+
+    @classmethod
+    def from_config(cls, config: EncoderConfig) -> EfficientNetLiteEncoder:
+        return cls(config.pretrained, config.weights, config.grid_size, config.fine_tune_blocks)
 
     def grid(self, images: Tensor) -> Tensor:
         x = self.stem(images)  # (B, 32, S/2, S/2)
@@ -297,8 +340,8 @@ class TimmEncoder(Encoder):
     bottleneck blocks, a ViT's transformer blocks and final norm).
     """
 
-    def __init__(self, model: str, pretrained: bool = True, weights_path: Optional[str] = None,
-                 grid_size: Optional[int] = None, fine_tune_blocks: int = 0):
+    def __init__(self, model: str, pretrained: bool = True, weights_path: str | None = None,
+                 grid_size: int | None = None, fine_tune_blocks: int = 0):
         timm = _import_ecosystem("timm", f"timm:{model}")
         name = f"timm:{model}"
         download = pretrained and not weights_path
@@ -329,6 +372,19 @@ class TimmEncoder(Encoder):
         named = dict(net.named_parameters())
         _freeze_top(self, [[named[n] for n in names] for names in groups.values()], fine_tune_blocks)
 
+    @classmethod
+    def from_config(cls, config: EncoderConfig) -> TimmEncoder:
+        return cls(config.name[len("timm:"):], config.pretrained, config.weights, config.grid_size, config.fine_tune_blocks)
+
+    @staticmethod
+    def check_name(name: str) -> None:
+        """A one-line ConfigError unless timm knows the model of ``name`` = timm:<model>."""
+        timm = _import_ecosystem("timm", name)
+        model = name[len("timm:"):]
+        if not timm.is_model(model):
+            raise ConfigError(f"model.encoder.name: timm has no model {model!r}; list the names with "
+                              f"python -c \"import timm; print(timm.list_models('{model[:4]}*'))\"")
+
     def grid(self, images: Tensor) -> Tensor:
         if self.intermediates:  # (B, D, h, w), prefix tokens dropped
             g = self.net.forward_intermediates(images, indices=1, norm=True, intermediates_only=True)[-1]
@@ -356,8 +412,8 @@ class OpenClipEncoder(Encoder):
     with the top one), or a ResNet's last-stage blocks. The input size is the tower's.
     """
 
-    def __init__(self, spec: str, pretrained: bool = True, weights_path: Optional[str] = None,
-                 grid_size: Optional[int] = None, fine_tune_blocks: int = 0):
+    def __init__(self, spec: str, pretrained: bool = True, weights_path: str | None = None,
+                 grid_size: int | None = None, fine_tune_blocks: int = 0):
         open_clip = _import_ecosystem("open_clip", f"open_clip:{spec}")
         model, _, tag = spec.partition("/")
         name = f"open_clip:{spec}"
@@ -394,28 +450,15 @@ class OpenClipEncoder(Encoder):
         self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
         _freeze_top(self, blocks, fine_tune_blocks)
 
-    def grid(self, images: Tensor) -> Tensor:
-        out = self.visual.forward_intermediates(images, indices=1, normalize_intermediates=True, intermediates_only=True)
-        return self.pool(out["image_intermediates"][-1])  # (B, D, h, w)
+    @classmethod
+    def from_config(cls, config: EncoderConfig) -> OpenClipEncoder:
+        return cls(config.name[len("open_clip:"):], config.pretrained, config.weights, config.grid_size,
+                   config.fine_tune_blocks)
 
-
-ENCODERS = ("small_cnn", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "efficientnet_lite0")
-PREFIXES = ("timm:", "open_clip:")  # any backbone of these libraries: timm:<model>, open_clip:<model>[/<tag>]
-
-
-def check_encoder_name(name: str) -> None:
-    """Raise ConfigError (one line) unless ``name`` is one of :data:`ENCODERS` or a known timm / OpenCLIP model."""
-    field = "model.encoder.name"
-    if name in ENCODERS:
-        return
-    if name.startswith("timm:"):
-        timm = _import_ecosystem("timm", name)
-        model = name[len("timm:"):]
-        if not timm.is_model(model):
-            raise ConfigError(f"{field}: timm has no model {model!r}; list the names with "
-                              f"python -c \"import timm; print(timm.list_models('{model[:4]}*'))\"")
-        return
-    if name.startswith("open_clip:"):
+    @staticmethod
+    def check_name(name: str) -> None:
+        """A one-line ConfigError unless OpenCLIP knows the model (and tag) of ``name`` = open_clip:<model>[/<tag>]."""
+        field = "model.encoder.name"
         open_clip = _import_ecosystem("open_clip", name)
         model, _, tag = name[len("open_clip:"):].partition("/")
         if model not in open_clip.list_models():
@@ -424,9 +467,38 @@ def check_encoder_name(name: str) -> None:
         if tag and tag not in open_clip.list_pretrained_tags_by_model(model):
             raise ConfigError(f"{field}: OpenCLIP has no pretrained tag {tag!r} for {model}; list them with "
                               f"python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\"")
-        return
-    raise ConfigError(f"{field}: unknown encoder {name!r}; expected one of {', '.join(ENCODERS)}, "
-                      f"timm:<model> or open_clip:<model>[/<pretrained tag>]")
+
+    def grid(self, images: Tensor) -> Tensor:
+        out = self.visual.forward_intermediates(images, indices=1, normalize_intermediates=True, intermediates_only=True)
+        return self.pool(out["image_intermediates"][-1])  # (B, D, h, w)
+
+
+#: any backbone of these libraries, by prefix: timm:<model>, open_clip:<model>[/<pretrained tag>]
+PREFIXES: dict[str, type[Encoder]] = {"timm:": TimmEncoder, "open_clip:": OpenClipEncoder}
+
+
+def list_encoders() -> list[str]:
+    """The registered encoder names (besides them, :data:`PREFIXED_FORMS`)."""
+    return ENCODERS.names()
+
+
+def encoder_class(name: str) -> type[Encoder]:
+    """The class that builds the encoder ``name``: a registered one, or a library's by its prefix;
+    else the one-line error listing the registered names and the prefixed forms."""
+    for prefix, cls in PREFIXES.items():
+        if name.startswith(prefix):
+            return cls
+    if name not in ENCODERS:
+        raise ENCODERS.unknown(name, extra=PREFIXED_FORMS)
+    return ENCODERS.get(name)
+
+
+def check_encoder_name(name: str) -> None:
+    """Raise ConfigError (one line) unless ``name`` is registered in :data:`ENCODERS` or a model the
+    library of its prefix knows (checked without building it)."""
+    cls = encoder_class(name)
+    if hasattr(cls, "check_name"):
+        cls.check_name(name)
 
 
 @dataclass
@@ -445,22 +517,25 @@ class EncoderConfig:
             torch state dict).
         grid_size: pool the grid to grid_size x grid_size (default: 14 for ResNets, as it comes otherwise).
         fine_tune_blocks: top blocks of a pretrained backbone to train (0: frozen).
-        channels: small_cnn's stage widths.
-        dim: small_cnn's output width D.
-        head_kernel: small_cnn's last convolution (to the D-wide annotation vectors): its kernel
-            size, odd (3, as before; 1 takes 43% of the demo CNN's multiply-adds away at 64 px).
-        head_norm: small_cnn's last convolution batch-normalised before its ReLU (default: a bias
-            and no normalisation, as before). The shapes demo learns much faster with it
-            (docs/RECIPES.md).
-        channels_last: run the encoder in the channels-last memory format (faster convolutions
-            on GPUs with tensor cores, under bf16 or fp16, and on CPUs: the shapes demo's small
-            CNN's forward and backward take 0.72x the time, tools/benchmarks/profile_demo.py).
+        channels_last: run the encoder in the channels-last memory format (the layout that
+            convolution kernels of GPUs with tensor cores, under bf16 or fp16, and of oneDNN on
+            CPUs read fastest; docs/RECIPES.md gives the demo's figures).
+
+    small_cnn's own settings (the other encoders ignore them; they are flat fields, as every
+    config, checkpoint and model folder records them):
+
+        channels: the stage widths.
+        dim: the output width D.
+        head_kernel: the kernel size of the last convolution (to the D-wide annotation vectors),
+            odd; 1 makes the head a per-cell projection, 3 (the default) lets it mix neighbouring cells.
+        head_norm: batch-normalise the last convolution before its ReLU (default: a bias and no
+            normalisation); docs/RECIPES.md shows what it changes for the shapes demo.
     """
 
     name: str = "small_cnn"
     pretrained: bool = True
-    weights: Optional[str] = None
-    grid_size: Optional[int] = None
+    weights: str | None = None
+    grid_size: int | None = None
     fine_tune_blocks: int = 0
     channels: tuple[int, ...] = (32, 64, 128)
     dim: int = 256
@@ -480,20 +555,9 @@ class EncoderConfig:
 
 
 def build_encoder(config: EncoderConfig) -> Encoder:
-    """The encoder ``config`` describes. Torchvision backbones are frozen except their top ``fine_tune_blocks``."""
-    name, grid = config.name, config.grid_size
-    if name == "small_cnn":
-        encoder = SmallCNN(config.channels, config.dim, grid, head_kernel=config.head_kernel, head_norm=config.head_norm)
-    elif name.startswith("timm:"):
-        encoder = TimmEncoder(name[len("timm:"):], config.pretrained, config.weights, grid, config.fine_tune_blocks)
-    elif name.startswith("open_clip:"):
-        encoder = OpenClipEncoder(name[len("open_clip:"):], config.pretrained, config.weights, grid, config.fine_tune_blocks)
-    elif name.startswith("resnet"):
-        encoder = ResNetEncoder(name, config.pretrained, config.weights, grid or 14, config.fine_tune_blocks)
-    elif name.startswith("vgg"):
-        encoder = VGGEncoder(name, config.pretrained, config.weights, grid, config.fine_tune_blocks)
-    else:
-        encoder = EfficientNetLiteEncoder(config.pretrained, config.weights, grid, config.fine_tune_blocks)
+    """The encoder ``config`` describes (:func:`encoder_class`'s ``from_config``). Pretrained
+    backbones are frozen except their top ``fine_tune_blocks``."""
+    encoder = encoder_class(config.name).from_config(config)
     if config.channels_last:
         encoder = encoder.to(memory_format=torch.channels_last)
         encoder.channels_last = True

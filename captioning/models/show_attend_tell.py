@@ -7,15 +7,15 @@ builds it from a :class:`~captioning.models.spec.ModelSpec`, and
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from captioning.models.decoder import DecoderConfig, DecoderOutput, ShowAttendTellDecoder
-from captioning.models.encoders import EncoderConfig, build_encoder
 from captioning.decoding.generation import bad_ending_ids
 from captioning.decoding.search import GenerationConfig, GenerationOutput, generate
+from captioning.models.decoder import DecoderConfig, DecoderOutput, build_decoder
+from captioning.models.encoders import EncoderConfig, build_encoder
 from captioning.vocab import Vocabulary
 
 
@@ -23,17 +23,23 @@ class ShowAttendTell(nn.Module):
     """Images (B, 3, S, S) in [0, 1] -> annotation vectors (B, L, D) -> captions in ``vocab``.
 
     ``spec``: the :class:`~captioning.models.spec.ModelSpec` it was built from (kept as ``self.spec``;
-    :func:`~captioning.models.spec.build_model` passes it). The decoder knows the vocabulary's bad
-    endings (``decoder.bad_ending_ids``), so that every model can decode with
-    ``GenerationConfig.forbid_bad_endings``.
+    :func:`~captioning.models.spec.build_model` passes it). The decoder is of the kind
+    ``decoder.kind`` names (models/decoder.py: ``DECODERS``) and knows the vocabulary's bad endings
+    (``decoder.bad_ending_ids``), so that every model can decode with ``GenerationConfig.forbid_bad_endings``.
+    ``source`` and ``card`` are set by :func:`~captioning.storage.load.load_model` (where the model
+    was read from; what its model card says), None for a model built here.
     """
 
     def __init__(self, encoder: EncoderConfig, decoder: DecoderConfig, vocab: Vocabulary, spec=None):
         super().__init__()
         self.vocab = vocab
         self.spec = spec
+        #: where load_model read the model (a storage.checkpoint.ModelSource), None if built here
+        self.source: Any = None
+        #: the model card load_model read (training_data, global_step, scores, training...), None if built here
+        self.card: dict | None = None
         self.encoder = build_encoder(encoder)
-        self.decoder = ShowAttendTellDecoder(len(vocab), self.encoder.out_dim, decoder)
+        self.decoder = build_decoder(len(vocab), self.encoder.out_dim, decoder)
         self.decoder.bad_ending_ids = bad_ending_ids(vocab)  # for GenerationConfig.forbid_bad_endings
 
     @property
@@ -66,10 +72,10 @@ class ShowAttendTell(nn.Module):
     @torch.no_grad()
     def generate(
         self,
-        images: Optional[Tensor] = None,
-        features: Optional[Tensor] = None,
+        images: Tensor | None = None,
+        features: Tensor | None = None,
         config: GenerationConfig = GenerationConfig(),
-        generator: Optional[torch.Generator] = None,
+        generator: torch.Generator | None = None,
     ) -> GenerationOutput:
         """Captions of images (B, 3, S, S) in [0, 1], or of their annotation vectors (B, L, D)."""
         if features is None:

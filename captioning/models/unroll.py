@@ -24,8 +24,8 @@ before them: the static pass's loss and gradients equal the others' (tests/train
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -47,9 +47,9 @@ class DecoderOutput:
     alphas: Tensor  # (B, T, L): attention weights, zero at padded steps
     betas: Tensor  # (B, T): the gate scalar beta_t
     locations: Tensor  # (B, T): chosen (hard) or argmax (soft) location; (B, T, heads) for hard multi-head
-    location_log_probs: Optional[Tensor] = None  # (B, T): log p(s_t | a), hard attention with sampling
-    entropies: Optional[Tensor] = None  # (B, T): H[alpha_t], hard attention with sampling
-    head_alphas: Optional[Tensor] = None  # (B, T, heads, L) with several heads (alphas is their mean)
+    location_log_probs: Tensor | None = None  # (B, T): log p(s_t | a), hard attention with sampling
+    entropies: Tensor | None = None  # (B, T): H[alpha_t], hard attention with sampling
+    head_alphas: Tensor | None = None  # (B, T, heads, L) with several heads (alphas is their mean)
 
 
 def _output(logits: Tensor, mask: Tensor, place: Callable[[Tensor], Tensor], out: StepOutput) -> DecoderOutput:
@@ -62,6 +62,17 @@ def _output(logits: Tensor, mask: Tensor, place: Callable[[Tensor], Tensor], out
                          head_alphas=None if out.head_alpha is None else place(out.head_alpha))
 
 
+def _masked(mask: Tensor) -> Callable[[Tensor], Tensor]:
+    """For the passes that compute every row at every step: (B, T, ...) values -> zero at the padded
+    steps of ``mask`` (B, T), as the other passes leave them."""
+
+    def place(values: Tensor) -> Tensor:
+        m = mask.view(mask.shape + (1,) * (values.dim() - 2))
+        return values * m if values.is_floating_point() else values.masked_fill(~m, 0)
+
+    return place
+
+
 def _real_steps(captions: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """Decoding steps per caption (B,) and the (B, T) mask of the real ones."""
     T = captions.size(1) - 1
@@ -69,8 +80,8 @@ def _real_steps(captions: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     return steps, torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)
 
 
-def packed(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: str, use_expected: Optional[Tensor],
-           locations: Optional[Tensor], temperature: float) -> DecoderOutput:
+def packed(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: str, use_expected: Tensor | None,
+           locations: Tensor | None, temperature: float) -> DecoderOutput:
     """The shrinking batch: the captions sorted by length, so that the n_t still running at step t
     are the first n_t rows. ``locations`` (B, T[, heads]) replaces the samples of mode "sample"."""
     cell = decoder.cell
@@ -121,7 +132,7 @@ def packed(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: s
 
 
 def whole_sequence(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: str,
-                   use_expected: Optional[Tensor], locations: Optional[Tensor], temperature: float) -> DecoderOutput:
+                   use_expected: Tensor | None, locations: Tensor | None, temperature: float) -> DecoderOutput:
     """The Luong cell's pass: the LSTM over all T steps in one call, then attention, contexts and
     attentional states for all steps in batched products: the images sorted by length and taken in
     groups of :data:`LUONG_GROUP`, the T_g steps of a group's image being T_g "beams" over its
@@ -164,8 +175,8 @@ def whole_sequence(decoder, features: Tensor, captions: Tensor, lengths: Tensor,
     return _output(logits, mask, grid, out)
 
 
-def static(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: str, use_expected: Optional[Tensor],
-           locations: Optional[Tensor], temperature: float) -> DecoderOutput:
+def static(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: str, use_expected: Tensor | None,
+           locations: Tensor | None, temperature: float) -> DecoderOutput:
     """Static shapes: every row at every one of the T steps (the captions padded to T + 1 tokens),
     nothing read back to the host; hard attention samples graph-safely. The Luong cell's LSTM runs
     over all steps and it attends for all B x T steps in one batched product."""
@@ -189,11 +200,7 @@ def static(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: s
         out = StepOutput.join(per_step, lambda column: torch.stack(column, 1))  # (B, T, .) each
     logits = decoder.deep_output(embedded, cell.readout(out.h, out.z), out.z)  # (B, T, V)
 
-    def masked(values: Tensor) -> Tensor:  # zero at padded steps, as the other passes leave them
-        m = mask.view(mask.shape + (1,) * (values.dim() - 2))
-        return values * m if values.is_floating_point() else values.masked_fill(~m, 0)
-
-    return _output(logits, mask, masked, out)
+    return _output(logits, mask, _masked(mask), out)
 
 
 def scheduled(decoder, features: Tensor, captions: Tensor, lengths: Tensor, sample_prob: float) -> DecoderOutput:
@@ -222,8 +229,4 @@ def scheduled(decoder, features: Tensor, captions: Tensor, lengths: Tensor, samp
         per_step.append(out)
     out = StepOutput.join(per_step, lambda column: torch.stack(column, 1))  # (B, T, .) each
 
-    def masked(values: Tensor) -> Tensor:  # zero at padded steps, as the other passes leave them
-        m = mask.view(mask.shape + (1,) * (values.dim() - 2))
-        return values * m if values.is_floating_point() else values.masked_fill(~m, 0)
-
-    return _output(torch.stack(logits, 1), mask, masked, out)
+    return _output(torch.stack(logits, 1), mask, _masked(mask), out)

@@ -1,18 +1,21 @@
-"""The attention variants of issue 14 (score functions, heads, Luong placement, local window, refiner):
-each fast teacher-forced pass equals a plain step-by-step reference written from the equations
-(float64, values and gradients), one head is the single-head model, the local window is a
-normalised window at the predicted centre, batched beam search equals per-image beam search, and
-old checkpoints still load as the paper's model."""
+"""The attention variants (score functions, heads, Luong placement, local window, refiner): each
+fast teacher-forced pass equals a plain step-by-step reference written from the equations (float64,
+values and gradients; with every variant setting at the paper's value it is models/reference.py's
+model), one head is the single-head model, the local window is a normalised window at the predicted
+centre, batched beam search equals per-image beam search, and old checkpoints still load as the
+paper's model."""
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from captioning.models.attention import AdditiveAttention, DotAttention, gaussian_window, glimpse, window_log
-from captioning.models import unroll
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.decoding.search import GenerationConfig, beam_search, greedy_search
+from captioning.models import reference as paper
+from captioning.models import unroll
+from captioning.models.attention import (AdditiveAttention, DotAttention, gaussian_window, glimpse,
+                                         multihead_additive_scores, window_log)
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.objectives.cross_entropy import CrossEntropy, doubly_stochastic_penalty
 
 V, D, GRID = 13, 12, 3  # vocabulary, feature width (= hidden_dim, for the dot score), 3 x 3 grid
@@ -154,6 +157,20 @@ def test_fast_pass_equals_step_by_step_reference_in_value_and_gradient(variant):
     assert any(g is not None and g.abs().sum() > 0 for g in g_fast)
 
 
+def test_the_variants_reference_at_the_papers_settings_is_the_papers_model():
+    """The two oracles agree: this file's reference of the variants, with every variant setting at
+    the paper's value, is models/reference.py (log-likelihood and maps)."""
+    dec = make_decoder().eval()
+    features, captions, lengths = make_batch()
+    ll_ref, alphas_ref = reference(dec, features, captions, lengths)
+    weights = paper.Weights.of(dec)
+    for b in range(features.size(0)):
+        n = int(lengths[b])
+        one = paper.caption(weights, features[b], captions[b, :n])
+        torch.testing.assert_close(one.log_likelihood, ll_ref[b], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(one.alphas, alphas_ref[b, : n - 1, 0], rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("variant", ["luong", "multihead", "local"])
 def test_hard_sampling_with_forced_locations_equals_the_log_probabilities_per_head(variant):
     dec = make_decoder(attention_kind="hard", **VARIANTS[variant]).eval()
@@ -177,11 +194,11 @@ def test_hard_sampling_with_forced_locations_equals_the_log_probabilities_per_he
 # ---------------------------------------------------------------------- one head, the window
 def test_one_head_equals_the_single_head_model():
     torch.manual_seed(0)
-    att = AdditiveAttention(D, 8).double()
+    att = AdditiveAttention(D, D, 8).double()
     projected = att.project(torch.randn(3, L, D, dtype=torch.float64))
     h_att = torch.randn(3 * 2, 8, dtype=torch.float64)
     single = att.scores(projected, h_att, beams=2)  # (6, L): the paper's path
-    multi = att._multihead_scores(projected, h_att, 2, heads=1)  # the multi-head formula, one head
+    multi = multihead_additive_scores(projected, h_att, att.score.weight, att.score.bias, 2, heads=1)  # one head
     torch.testing.assert_close(multi[:, 0], single)
     dot = DotAttention("scaled_dot", D, D, 8, heads=1).double()
     keys = dot.project(torch.randn(3, L, D, dtype=torch.float64))
@@ -316,7 +333,7 @@ def test_a_checkpoint_from_before_the_variants_loads_as_the_papers_model(tiny_ch
     from captioning.storage.load import load_model
 
     ckpt = torch.load(tiny_checkpoint, weights_only=True)
-    new_fields = ("score", "heads", "placement", "window", "local_sigma", "refiner_layers", "refiner_heads")
+    new_fields = ("score", "heads", "placement", "window", "local_sigma", "refiner_layers", "refiner_heads", "kind")
     assert all(f in ckpt["hyper_parameters"]["decoder"] for f in new_fields)
     for f in new_fields:  # the decoder entry as checkpoints written before these fields hold it
         del ckpt["hyper_parameters"]["decoder"][f]

@@ -1,11 +1,12 @@
 """The fast paths agree with plain references at moderate sizes; no timing asserts.
 
 - The teacher-forced pass (sorted batch, shrinking active rows, fused hidden products, output
-  layer once over real steps) gives the same losses and gradients as a plain loop that runs one
-  caption at a time, one step at a time, written from the equations (not through ``_recur``):
-  soft attention, and hard attention with forced locations (and rows that take the expected context).
-  The model runs in float64; caption_log_likelihood casts logits to float32, so the log-likelihood
-  and the gradients are compared at float32 tolerance, the other terms at float64 tolerance.
+  layer once over real steps) gives the same losses and gradients as captioning.models.reference,
+  the paper's equations one caption and one step at a time: soft attention, and hard attention
+  with forced locations (and rows that take the expected context). The model runs in float64;
+  caption_log_likelihood casts logits to float32, so the log-likelihood and the gradients are
+  compared at float32 tolerance, the other terms at float64 tolerance.
+- Greedy decoding equals the reference's greedy captions (soft; hard in modes expected and argmax).
 - DeferredLinear (one weight-gradient product after the loop) gives the plain layer's gradients,
   and FirstRows (the steps' gradients of a tensor's first rows summed in one buffer) plain slicing's.
 - The attention scores, computed through tanh(y) = 2 sigmoid(2y) - 1 (and, when decoding on the
@@ -16,12 +17,12 @@
 import pytest
 import torch
 
-from captioning.vocab import Vocabulary
-
-from captioning.objectives.cross_entropy import caption_log_likelihood, doubly_stochastic_penalty
+from captioning.decoding.search import GenerationConfig, generate, greedy_search
 from captioning.models import attention as attention_module
+from captioning.models import reference as paper
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
-from captioning.decoding.search import GenerationConfig, generate
+from captioning.objectives.cross_entropy import caption_log_likelihood, doubly_stochastic_penalty
+from captioning.vocab import Vocabulary
 
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L, H, M, A = 50, 32, 49, 64, 48, 40
@@ -51,39 +52,17 @@ def make_batch(seed: int = 0):
     return features, captions, lengths, locations, use_expected, weights
 
 
-def reference(dec, features, captions, lengths, locations=None, use_expected=None):
-    """Per caption, per step, from the equations. Returns per-caption (log-likelihood, penalty,
-    [log p(s_t)] list, [H[alpha_t]] list)."""
-    hard = locations is not None
+def reference(dec, features, captions, lengths, locations=None, use_expected=None) -> list[paper.Caption]:
+    """Each caption through models/reference.py: its real steps, the forced locations where given
+    (-1, the expected context, in the rows of ``use_expected``)."""
+    weights = paper.Weights.of(dec)
     out = []
     for b in range(features.size(0)):
-        a = features[b]  # (L, D)
-        h, c = torch.tanh(dec.init_state(a.mean(0))).chunk(2)
-        proj = dec.f_att.feature_proj(a)  # (L, A)
-        ll, coverage, log_ps, ents = 0.0, torch.zeros(L, dtype=a.dtype), [], []
-        for t in range(int(lengths[b]) - 1):
-            hp = dec.from_hidden(h)
-            e = dec.f_att.score(torch.tanh(proj + hp[:A])).squeeze(-1)  # (L,)
-            alpha = torch.softmax(e, -1)
-            coverage = coverage + alpha
-            if hard and not bool(use_expected[b]):
-                s = int(locations[b, t])
-                context = a[s]
-                log_ps.append(torch.log(alpha[s]))
-            else:
-                context = alpha @ a
-                log_ps.append(torch.zeros((), dtype=a.dtype))
-            ents.append(-(alpha * torch.log(alpha)).sum())
-            z = torch.sigmoid(hp[A]) * context
-            emb = dec.embedding(captions[b, t])
-            gates = dec.embed_gates(emb) + hp[A + 1 :] + dec.context_gates(z)
-            i, f, g, o = gates.chunk(4)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            x = dec.out_hidden(h) + emb + dec.out_context(z)
-            logp = torch.log_softmax(dec.out_logits(torch.tanh(x)), -1)
-            ll = ll + logp[captions[b, t + 1]]
-        out.append((ll, ((1 - coverage) ** 2).sum(), log_ps, ents))
+        n = int(lengths[b]) - 1
+        where = None
+        if locations is not None:
+            where = torch.full((n,), -1) if bool(use_expected[b]) else locations[b, :n]
+        out.append(paper.caption(weights, features[b], captions[b, : n + 1], where))
     return out
 
 
@@ -106,9 +85,13 @@ def test_soft_fast_pass_equals_reference_in_loss_and_gradient():
     ll = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)
     pen = doubly_stochastic_penalty(out.alphas, out.mask)
     ref = reference(dec, features, captions, lengths)
-    ll_ref = torch.stack([r[0] for r in ref])
-    pen_ref = torch.stack([r[1] for r in ref])
+    ll_ref = torch.stack([r.log_likelihood for r in ref])
+    pen_ref = torch.stack([r.penalty for r in ref])
     torch.testing.assert_close(ll.double(), ll_ref, rtol=1e-6, atol=1e-5)  # the loss works in float32
+    for b, r in enumerate(ref):  # the maps and gates, step by step
+        n = len(r.betas)
+        torch.testing.assert_close(out.alphas[b, :n], r.alphas, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(out.betas[b, :n], r.betas, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(pen, pen_ref, rtol=1e-9, atol=1e-9)
     loss, loss_ref = -ll.mean() + pen.mean(), -ll_ref.mean() + pen_ref.mean()
     assert_grads_close(dec, grads(loss, dec), grads(loss_ref, dec))
@@ -126,14 +109,14 @@ def test_hard_fast_pass_with_forced_locations_equals_reference():
     log_ps = out.location_log_probs * mask
     ents = out.entropies * mask
     ref = reference(dec, features, captions, lengths, locations, use_expected)
-    ll_ref = torch.stack([r[0] for r in ref])
-    pen_ref = torch.stack([r[1] for r in ref])
+    ll_ref = torch.stack([r.log_likelihood for r in ref])
+    pen_ref = torch.stack([r.penalty for r in ref])
     log_ps_ref = torch.zeros_like(log_ps)
     ents_ref = torch.zeros_like(ents)
     for b, r in enumerate(ref):
-        n = len(r[2])
-        log_ps_ref[b, :n] = torch.stack(r[2])
-        ents_ref[b, :n] = torch.stack(r[3])
+        n = len(r.location_log_probs)
+        log_ps_ref[b, :n] = r.location_log_probs
+        ents_ref[b, :n] = r.entropies
     torch.testing.assert_close(ll.double(), ll_ref, rtol=1e-6, atol=1e-5)  # the loss works in float32
     torch.testing.assert_close(pen, pen_ref, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(log_ps, log_ps_ref, rtol=1e-9, atol=1e-9)
@@ -143,6 +126,30 @@ def test_hard_fast_pass_with_forced_locations_equals_reference():
     loss = -ll.sum() + pen.sum() + (w * log_ps).sum() + 0.01 * ents.sum()
     loss_ref = -ll_ref.sum() + pen_ref.sum() + (w * log_ps_ref).sum() + 0.01 * ents_ref.sum()
     assert_grads_close(dec, grads(loss, dec), grads(loss_ref, dec))
+
+
+@pytest.mark.parametrize("attention,mode", [("soft", "expected"), ("hard", "expected"), ("hard", "argmax")])
+def test_greedy_decoding_equals_the_references_greedy_captions(attention, mode):
+    dec = make_decoder(attention)
+    with torch.no_grad():
+        dec.out_logits.bias[EOS] += 0.6  # captions of varied lengths
+    features = make_batch(4)[0]
+    out = greedy_search(dec, features, GenerationConfig(max_new_tokens=12, attention_mode=mode))
+    weights = paper.Weights.of(dec)
+    lengths = set()
+    for b in range(features.size(0)):
+        with torch.no_grad():
+            words = paper.greedy(weights, features[b], 12, hard=mode)
+        n = int(out.lengths[b])
+        lengths.add(n)
+        assert out.sequences[b, :n].tolist() == words  # EOS included, where the caption ended
+    assert len(lengths) > 1
+
+
+def test_the_reference_is_the_papers_model_only():
+    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, heads=2))
+    with pytest.raises(ValueError, match="paper's model"):
+        paper.Weights.of(dec)
 
 
 def test_fast_pass_is_independent_of_batch_order_and_padding():
@@ -161,7 +168,7 @@ def test_fast_pass_is_independent_of_batch_order_and_padding():
 def test_attention_scores_equal_the_tanh_formula_in_value_and_gradient(monkeypatch):
     torch.manual_seed(0)
     B, K = 7, 3
-    att = attention_module.AdditiveAttention(D, A).double()
+    att = attention_module.AdditiveAttention(D, H, A).double()
     features = torch.randn(B, L, D, dtype=torch.float64, requires_grad=True)
     hidden = torch.randn(B * K, A, dtype=torch.float64, requires_grad=True)
 
