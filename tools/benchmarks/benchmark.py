@@ -84,6 +84,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from captioning.models.attention import list_scores
 from captioning.vocab import Vocabulary
 import torch.nn.functional as F
 
@@ -527,7 +528,7 @@ def bench_scst(device, quick: bool) -> list[dict]:
     return rows
 
 
-VARIANTS = ("soft", "hard", "dot", "general", "scaled_dot", "multihead", "luong", "local", "refiner")
+VARIANTS = ("soft", "hard", *(s for s in list_scores() if s != "additive"), "multihead", "luong", "local", "refiner")
 
 
 def variant_config(name: str) -> dict:
