@@ -39,17 +39,17 @@ class DecoderState:
     projected: Tensor  # (N / beams, L, A): W_a a, computed once
     beams: int = 1  # rows per image: rows k * beams ... (k + 1) * beams - 1 share image k's features
 
-    def select(self, index: Tensor) -> "DecoderState":
+    def select(self, index: Tensor) -> DecoderState:
         """Rows ``index`` (a slice, or (N',) indices) of every tensor; one row per image only."""
         if self.beams != 1:
             raise ValueError("select() needs one row per image; beams share their image's features")
         return DecoderState(self.h[index], self.c[index], self.features[index], self.projected[index])
 
-    def with_recurrent(self, h: Tensor, c: Tensor) -> "DecoderState":
+    def with_recurrent(self, h: Tensor, c: Tensor) -> DecoderState:
         """The same images (features) with a new recurrent state."""
         return DecoderState(h, c, self.features, self.projected, self.beams)
 
-    def expand_beams(self, beams: int) -> "DecoderState":
+    def expand_beams(self, beams: int) -> DecoderState:
         """Each image's state copied to ``beams`` rows; the features stay one copy per image."""
         if self.beams != 1:
             raise ValueError("expand_beams() of a state that already has beams")
@@ -72,7 +72,7 @@ class StepOutput(NamedTuple):
     context: Tensor | None = None  # the glimpse's context before the gate (one step's; join drops it)
 
     @classmethod
-    def of(cls, h: Tensor, c: Tensor | None, z: Tensor, beta: Tensor, g: Glimpse) -> "StepOutput":
+    def of(cls, h: Tensor, c: Tensor | None, z: Tensor, beta: Tensor, g: Glimpse) -> StepOutput:
         return cls(h, c, z, beta, g.alpha, g.location, g.log_prob, g.entropy, g.head_alpha, g.context)
 
     @property
@@ -80,12 +80,12 @@ class StepOutput(NamedTuple):
         """The attention step's :class:`Glimpse` (what ``decoder.step`` returns)."""
         return Glimpse(self.context, self.alpha, self.location, self.log_prob, self.entropy, self.head_alpha)
 
-    def map(self, fn: Callable[[Tensor], Tensor]) -> "StepOutput":
+    def map(self, fn: Callable[[Tensor], Tensor]) -> StepOutput:
         """``fn`` of every field but ``context`` (None stays None)."""
         return StepOutput(*(None if x is None or name == "context" else fn(x) for name, x in zip(self._fields, self)))
 
     @staticmethod
-    def join(steps: Sequence["StepOutput"], combine: Callable[[list], Tensor] = torch.cat) -> "StepOutput":
+    def join(steps: Sequence[StepOutput], combine: Callable[[list], Tensor] = torch.cat) -> StepOutput:
         """Several outputs field by field, ``combine`` (torch.cat: rows after rows) of each field's
         tensors; c and context, which only the next step reads, are left out."""
         return StepOutput(*(None if column[0] is None or name in ("c", "context") else combine(list(column))

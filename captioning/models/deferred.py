@@ -93,7 +93,7 @@ class DeferredLinear:
         return _StepLinear.apply(x, self.rows, *self.params)
 
 
-def deferred_linear(layer: nn.Linear) -> "nn.Linear | DeferredLinear":
+def deferred_linear(layer: nn.Linear) -> nn.Linear | DeferredLinear:
     """Its :class:`DeferredLinear` when ``layer`` will get a gradient, else ``layer`` itself."""
     if torch.is_grad_enabled() and layer.weight.requires_grad:
         return DeferredLinear(layer)
@@ -104,7 +104,7 @@ class _Sum:
     """The gradient of a tensor read by many steps, summed in place as their backward passes come."""
 
     def __init__(self):
-        self.grad: "Tensor | None" = None
+        self.grad: Tensor | None = None
 
 
 class _SumTap(torch.autograd.Function):
@@ -117,7 +117,7 @@ class _SumTap(torch.autograd.Function):
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad: "Tensor | None"):
+    def backward(ctx, grad: Tensor | None):
         summed, ctx.total.grad = ctx.total.grad, None
         if grad is not None:
             summed = grad if summed is None else summed + grad

@@ -79,7 +79,7 @@ class Encoder(nn.Module):
         """(B, 3, S, S) normalised -> (B, D, gh, gw)."""
         raise NotImplementedError
 
-    def at_size(self, image_size: int) -> "Encoder":
+    def at_size(self, image_size: int) -> Encoder:
         """This encoder for S x S images only (a fixed-size graph such as ONNX's); changes it in place."""
         return self
 
@@ -396,7 +396,7 @@ class TimmEncoder(Encoder):
                 g = g.permute(0, 3, 1, 2)  # (B, h, w, D) -> (B, D, h, w)
         return self.pool(g)
 
-    def at_size(self, image_size: int) -> "Encoder":
+    def at_size(self, image_size: int) -> Encoder:
         """A ViT's position embeddings resampled once to the S x S patch grid (instead of at each call)."""
         if getattr(self.net, "dynamic_img_size", False) and hasattr(self.net, "set_input_size"):
             self.net.set_input_size(img_size=(image_size, image_size))

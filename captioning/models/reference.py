@@ -28,6 +28,7 @@ locations with log p(y | s, a) (:attr:`Caption.log_likelihood`), log p(s | a)
 (:attr:`Caption.location_log_probs`) and the entropy H[alpha_t] (:attr:`Caption.entropies`).
 At test time a hard-attention model takes the expected context or the argmax location.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,16 +78,24 @@ class Weights:
         out_context = decoder.out_context
         return cls(
             E=decoder.embedding.weight,
-            W_init=decoder.init_state.weight, b_init=decoder.init_state.bias,
-            W_a=decoder.f_att.feature_proj.weight, b_a=decoder.f_att.feature_proj.bias,
-            W_h=W_h, b_h=b_h,
-            w=decoder.f_att.score.weight[0], b_w=decoder.f_att.score.bias[0],
-            w_beta=w_beta[0], b_beta=b_beta[0],
-            T=torch.cat([decoder.embed_gates.weight, U, decoder.context_gates.weight], dim=1), b_T=b_U,
-            L_h=decoder.out_hidden.weight, b_Lh=decoder.out_hidden.bias,
+            W_init=decoder.init_state.weight,
+            b_init=decoder.init_state.bias,
+            W_a=decoder.f_att.feature_proj.weight,
+            b_a=decoder.f_att.feature_proj.bias,
+            W_h=W_h,
+            b_h=b_h,
+            w=decoder.f_att.score.weight[0],
+            b_w=decoder.f_att.score.bias[0],
+            w_beta=w_beta[0],
+            b_beta=b_beta[0],
+            T=torch.cat([decoder.embed_gates.weight, U, decoder.context_gates.weight], dim=1),
+            b_T=b_U,
+            L_h=decoder.out_hidden.weight,
+            b_Lh=decoder.out_hidden.bias,
             L_z=None if out_context is None else out_context.weight,
             b_Lz=None if out_context is None else out_context.bias,
-            L_o=decoder.out_logits.weight, b_Lo=decoder.out_logits.bias,
+            L_o=decoder.out_logits.weight,
+            b_Lo=decoder.out_logits.bias,
             prev2out=decoder.prev2out,
         )
 
@@ -166,8 +175,13 @@ def caption(p: Weights, a: Tensor, words: Tensor, locations: Tensor | None = Non
         alphas.append(alpha)
         betas.append(beta)
         entropies.append(-(alpha * torch.log(alpha)).sum())
-    return Caption(torch.as_tensor(ll, dtype=a.dtype), torch.stack(alphas), torch.stack(betas), torch.stack(log_ps),
-                   torch.stack(entropies))
+    return Caption(
+        torch.as_tensor(ll, dtype=a.dtype),
+        torch.stack(alphas),
+        torch.stack(betas),
+        torch.stack(log_ps),
+        torch.stack(entropies),
+    )
 
 
 def greedy(p: Weights, a: Tensor, max_new_tokens: int, hard: str = "expected") -> list[int]:

@@ -46,7 +46,7 @@ class ShowAttendTell(nn.Module):
     def attention_kind(self) -> str:
         return self.decoder.attention_kind
 
-    def train(self, mode: bool = True) -> "ShowAttendTell":
+    def train(self, mode: bool = True) -> ShowAttendTell:
         """Train mode, except that frozen batch-norm layers keep their ImageNet statistics."""
         super().train(mode)
         for m in self.encoder.modules():

@@ -24,7 +24,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Union
 
 from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation
 from captioning.decoding.generation import GenerationConfig
@@ -56,7 +56,7 @@ class ModelSpec:
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     image_size: int = 224
     generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(num_beams=3))
-    interpolation: Optional[str] = None
+    interpolation: str | None = None
 
     def __post_init__(self):
         if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 1:
@@ -71,7 +71,7 @@ class ModelSpec:
         return _plain(dataclasses.asdict(self))
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "model") -> "ModelSpec":
+    def from_dict(cls, data: Any, where: str = "model") -> ModelSpec:
         """The spec of :meth:`to_dict`'s dictionary, every field checked (``where``: the prefix of the
         errors' field names). Missing fields take their defaults, as settings a newer version added;
         a missing interpolation is bilinear, the resize of every model written before it was recorded."""
@@ -79,7 +79,7 @@ class ModelSpec:
             data = {**data, "interpolation": DEFAULT_INTERPOLATION}
         return _from_dict(cls, data, where)
 
-    def without_pretrained(self) -> "ModelSpec":
+    def without_pretrained(self) -> ModelSpec:
         """This spec with an encoder that downloads nothing (the weights come from a model file)."""
         return dataclasses.replace(self, encoder=dataclasses.replace(self.encoder, pretrained=False, weights=None))
 
@@ -92,7 +92,7 @@ class ModelSpec:
                 **{part: {k: v for k, v in plain[part].items() if k not in NOT_ARCHITECTURE[part]}
                    for part in ("encoder", "decoder")}}
 
-    def architecture_differences(self, other: "ModelSpec") -> list[str]:
+    def architecture_differences(self, other: ModelSpec) -> list[str]:
         """``"decoder.hidden_dim is 512 here, 256 there"`` for each architecture setting that differs."""
         mine, theirs = self.architecture(), other.architecture()
         out = [f"image_size is {mine['image_size']!r} here, {theirs['image_size']!r} there"] * (mine["image_size"] != theirs["image_size"])

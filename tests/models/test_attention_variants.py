@@ -13,8 +13,14 @@ import torch.nn.functional as F
 from captioning.decoding.search import GenerationConfig, beam_search, greedy_search
 from captioning.models import reference as paper
 from captioning.models import unroll
-from captioning.models.attention import (AdditiveAttention, DotAttention, gaussian_window, glimpse,
-                                         multihead_additive_scores, window_log)
+from captioning.models.attention import (
+    AdditiveAttention,
+    DotAttention,
+    gaussian_window,
+    glimpse,
+    multihead_additive_scores,
+    window_log,
+)
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.objectives.cross_entropy import CrossEntropy, doubly_stochastic_penalty
 

@@ -1,10 +1,9 @@
 """The decoder's teacher-forced pass: shapes, masking, and agreement with a plain step-by-step loop."""
 import torch
 
-from captioning.vocab import Vocabulary
-
-from captioning.objectives.cross_entropy import caption_log_likelihood, doubly_stochastic_penalty
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.objectives.cross_entropy import caption_log_likelihood, doubly_stochastic_penalty
+from captioning.vocab import Vocabulary
 
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 

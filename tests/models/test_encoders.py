@@ -54,6 +54,7 @@ def test_unknown_encoder():
 
 def test_frozen_batch_norm_keeps_its_statistics_in_training():
     import torch
+
     from captioning.models.decoder import DecoderConfig
     from captioning.models.show_attend_tell import ShowAttendTell
     from captioning.vocab import Vocabulary

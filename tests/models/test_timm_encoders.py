@@ -13,7 +13,6 @@ import yaml
 from captioning.cli import main
 from captioning.errors import CheckpointError, ConfigError
 from captioning.models.encoders import EncoderConfig, build_encoder
-
 from tests.helpers import ROOT, fit_args
 
 pytest.importorskip("timm", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
