@@ -8,9 +8,9 @@ there; either way the next step's tensors of the same size are mapped afresh and
 them is faulted in again. :func:`keep_freed_memory` sets the mmap threshold to its largest value
 (32 MB) and the trim threshold far above any step's memory, so that freed blocks stay in the
 process and the next step reuses them: the process keeps its peak heap instead of shrinking
-between steps. On the shapes demo's CPU step (one thread) the page faults fall from about 12,000
-a step to a few hundred at most, and a step takes 0.97-0.98x the time (docs/RECIPES.md, "Where
-the demo's time goes"). The numbers computed are the same.
+between steps, and a step's tensors are not faulted in again. The numbers computed are the same.
+The page faults and step times it saves are measured in docs/RECIPES.md ("Where the demo's time
+goes") and docs/PERFORMANCE.md.
 
 Nothing is changed where the user set glibc's malloc tunables (``GLIBC_TUNABLES`` with a
 ``glibc.malloc`` setting, or the ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 
@@ -32,8 +33,6 @@ MMAP_THRESHOLD = 32 * 1024 * 1024
 #: far above a step's needs
 TRIM_THRESHOLD = 2**31 - 1
 
-_done = False
-
 
 def user_tunes_malloc(environ=os.environ) -> bool:
     """Whether the environment sets glibc's malloc tunables itself."""
@@ -41,12 +40,11 @@ def user_tunes_malloc(environ=os.environ) -> bool:
             or any(name in environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")))
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
-    """Set glibc's mmap and trim thresholds as the module says, once per process. Returns whether
-    they are set (False off Linux, without glibc, or where the user tunes malloc)."""
-    global _done
-    if _done:
-        return True
+    """Set glibc's mmap and trim thresholds as the module says, once per process (later calls return
+    the first call's answer). Returns whether they are set (False off Linux, without glibc, or where
+    the user tunes malloc)."""
     if not sys.platform.startswith("linux") or user_tunes_malloc():
         return False
     try:
@@ -57,5 +55,4 @@ def keep_freed_memory() -> bool:
     libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     libc.mallopt.restype = ctypes.c_int
     # mallopt returns 1 on success
-    _done = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-    return _done
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

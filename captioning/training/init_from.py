@@ -36,3 +36,14 @@ def check_vocabulary(path: str, theirs: Vocabulary, data: Vocabulary) -> None:
         raise ConfigError(f"model.init_from={path}: its vocabulary ({len(theirs)} words) is not the "
                           f"data's ({len(data)} words); train on the data it was trained on, with the same "
                           "data.min_word_freq / data.vocabulary")
+
+
+def start_from(module, path: str, datamodule, stage: str) -> None:
+    """Build ``module``'s model (a CaptioningModule without one) with the weights and vocabulary of
+    the model at ``path``, after checking its architecture against the module's spec and its
+    vocabulary against the data's."""
+    start = initial_model(path, module.spec)
+    datamodule.setup(stage)  # the data's own vocabulary, to compare
+    check_vocabulary(path, start.vocab, datamodule.vocab)
+    module.set_vocab(start.vocab)
+    module.model.load_state_dict(start.state_dict())

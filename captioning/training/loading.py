@@ -18,8 +18,9 @@ from captioning.training.optim import OptimizerConfig
 
 def load_module(path: Union[str, os.PathLike], device: Optional[str] = None) -> CaptioningModule:
     """The :class:`CaptioningModule` of a checkpoint or model folder, in eval mode: the model
-    ``load_model`` gives, the objective rebuilt with the recorded settings (the default of the
-    attention kind where a folder records none) and a checkpoint's running state."""
+    ``load_model`` gives (with its ``source`` and ``card``), the objective rebuilt with the recorded
+    settings (the default of the attention kind where a folder records none) and a checkpoint's
+    running state."""
     file = read_model_file(path)
     model = model_of(file)
     h = file.hyper_parameters()
@@ -36,12 +37,11 @@ def load_module(path: Union[str, os.PathLike], device: Optional[str] = None) -> 
         raise CheckpointError(f"{file.files['config']}: hyperparameters do not fit this version of the model ({err})") from None
     module.model = model
     checkpoint = file.source.kind == "checkpoint"  # a folder holds the model's weights only
-    optional = {f"objective.{k}" for k in getattr(module.objective, "optional_state", ())}
+    optional = {f"objective.{k}" for k in module.objective.optional_state}
     expected = {k: v for k, v in module.state_dict().items() if k.startswith("objective.") and k not in optional}
     mismatch = state_mismatch(expected, {k: v for k, v in file.training_state.items() if k not in optional}) if checkpoint else None
     if mismatch:
         raise CheckpointError(f"{file.files['weights']}: weights do not fit the architecture and vocabulary it describes ({mismatch})")
     module.load_state_dict({**{f"model.{k}": v for k, v in model.state_dict().items()}, **file.training_state}, strict=checkpoint)
-    module.training_data, module.card = file.card.get("training_data"), file.card
     module.eval()
     return module if device is None else module.to(torch.device(device))

@@ -26,13 +26,21 @@ from captioning.models.encoders import EncoderConfig
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec, build_model
 from captioning.objectives import Objective, objective_for
-from captioning.training.guards import TF32, StepSeeding, step_seed  # noqa: F401  (step_seed: re-exported)
-from captioning.training.init_from import check_vocabulary, initial_model
+from captioning.training.guards import TF32, StepSeeding
+from captioning.training.init_from import start_from
 from captioning.training.optim import OptimizerConfig, configure_optimizers
+from captioning.training.resume import check_checkpoint, checkpoint_extras
 from captioning.training.schedules import recipe_callbacks
-from captioning.training.resume import check_checkpoint, continuation
 from captioning.training.strategies import step_strategy
 from captioning.vocab import Vocabulary
+
+
+def split_evaluators(clip_score: Optional[ClipScoreConfig] = None) -> dict[str, Evaluator]:
+    """The scoring of each split: validation picks the best checkpoint, with no Java (metrics/ptb.py's
+    tokens); test scores with Java's. CLIPScore in test, and in validation when ``clip_score`` says so."""
+    clip = ClipScoring.of(clip_score)
+    return {"val": Evaluator(("BLEU", "CIDEr"), tokenizer="python", clip=clip if clip_score and clip_score.validation else None),
+            "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"), clip=clip)}
 
 
 class CaptioningModule(L.LightningModule):
@@ -100,10 +108,7 @@ class CaptioningModule(L.LightningModule):
             **({"init_from": str(init_from)} if init_from is not None else {}),
         })
         self.model: Optional[ShowAttendTell] = None  # built once the vocabulary is known (set_vocab)
-        # Validation picks the best checkpoint, with no Java (metrics/ptb.py's tokens); test scores with Java's.
-        clip = ClipScoring.of(clip_score)
-        self.evaluators = {"val": Evaluator(("BLEU", "CIDEr"), tokenizer="python", clip=clip if clip_score and clip_score.validation else None),
-                           "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"), clip=clip)}
+        self.evaluators = split_evaluators(clip_score)
 
     @property
     def vocab(self) -> Optional[Vocabulary]:
@@ -124,11 +129,7 @@ class CaptioningModule(L.LightningModule):
                 raise ConfigError("the model has no vocabulary: train it with a datamodule or load a checkpoint")
             return
         if self.model is None and self.init_from is not None and not self.trainer.ckpt_path:
-            start = initial_model(self.init_from, self.spec)
-            dm.setup(stage)  # the data's own vocabulary, to compare
-            check_vocabulary(self.init_from, start.vocab, dm.vocab)
-            self.set_vocab(start.vocab)
-            self.model.load_state_dict(start.state_dict())
+            start_from(self, self.init_from, dm, stage)  # init_from.py: its weights and vocabulary, checked
         if self.model is not None:
             dm.set_vocab(self.vocab)
         dm.setup(stage)
@@ -136,20 +137,16 @@ class CaptioningModule(L.LightningModule):
         known = known_training_captions(dm)  # for the share of novel captions
         for evaluator in self.evaluators.values():
             evaluator.set_training_captions(known=known)
-        if stage == "fit" and hasattr(self.objective, "setup"):  # e.g. SCST: the training references
-            self.objective.setup(dm)
+        if stage == "fit":
+            self.objective.setup(dm)  # e.g. SCST: the training references
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint.update(vocabulary=self.vocab.to_dict(), continuation=continuation(self.trainer, self))  # resume.py
-        checkpoint["training_data"] = str(getattr(self.trainer.datamodule, "annotations", "")) or None  # for the model's description
-        checkpoint["preprocessing"] = {"interpolation": self.model.spec.interpolation}  # the resize (storage/checkpoint.py)
-        if hasattr(self.objective, "checkpoint_state"):  # e.g. SCST's CIDEr-D document frequencies
-            checkpoint["objective_state"] = self.objective.checkpoint_state()
+        checkpoint.update(checkpoint_extras(self))  # resume.py: the vocabulary, the run's settings, ...
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.set_vocab(Vocabulary.from_dict(checkpoint["vocabulary"]))
         check_checkpoint(self, checkpoint)  # the run's settings and the weights' shapes, in one line each
-        if checkpoint.get("objective_state") and hasattr(self.objective, "load_checkpoint_state"):
+        if checkpoint.get("objective_state"):
             self.objective.load_checkpoint_state(checkpoint["objective_state"])
 
     def configure_optimizers(self):

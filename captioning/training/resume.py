@@ -55,6 +55,19 @@ def continuation(trainer, module) -> dict[str, Any]:
     }
 
 
+def checkpoint_extras(module) -> dict[str, Any]:
+    """What a CaptioningModule adds to each of its checkpoints besides Lightning's state: the
+    vocabulary, the run's :func:`continuation` settings, the training data and the resize (read back
+    into the model's description by storage/checkpoint.py) and the objective's own state where it
+    keeps one (``Objective.checkpoint_state``, e.g. SCST's CIDEr-D document frequencies)."""
+    trainer = module.trainer
+    extras = {"vocabulary": module.vocab.to_dict(), "continuation": continuation(trainer, module),
+              "training_data": str(getattr(trainer.datamodule, "annotations", "")) or None,
+              "preprocessing": {"interpolation": module.model.spec.interpolation}}
+    objective_state = module.objective.checkpoint_state()
+    return {**extras, **({"objective_state": objective_state} if objective_state else {})}
+
+
 def _architecture_difference(saved: dict, here: dict) -> str:
     """``decoder.hidden_dim is 256 in the checkpoint, 512 here`` for the first setting that differs."""
     for part in sorted(set(saved) | set(here)):
@@ -94,7 +107,7 @@ def check_checkpoint(module, checkpoint: dict) -> None:
                               "or start a new run from its weights with model.init_from")
     weights = checkpoint.get("state_dict")
     if isinstance(weights, dict):
-        optional = {f"objective.{k}" for k in getattr(module.objective, "optional_state", ())}
+        optional = {f"objective.{k}" for k in module.objective.optional_state}
         expected = {k: v for k, v in module.state_dict().items() if k not in optional}
         mismatch = state_mismatch(expected, {k: v for k, v in weights.items() if k not in optional})
         if mismatch:

@@ -148,9 +148,9 @@ def with_schedule(optimizer: torch.optim.Optimizer, config: ScheduleConfig, trai
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
 
 
-class SamplingClock(Callback):
-    """Tells the objective the epoch when each training epoch starts (scheduled sampling's
-    probability is a function of it: objectives/cross_entropy.py)."""
+class EpochClock(Callback):
+    """Tells the objective the epoch when each training epoch starts (``Objective.start_epoch``;
+    e.g. scheduled sampling's probability is a function of it: objectives/cross_entropy.py)."""
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         pl_module.objective.start_epoch(trainer.current_epoch)
@@ -158,11 +158,11 @@ class SamplingClock(Callback):
 
 def recipe_callbacks(module) -> list:
     """The callbacks of a module's training recipe: the validation of the final weights
-    (callbacks.py), the scheduled-sampling clock where the objective has one, and the moving
-    average of the weights where ``model.optimizer.ema_decay`` asks for it (ema.py)."""
+    (callbacks.py), the objective's epoch clock, and the moving average of the weights where
+    ``model.optimizer.ema_decay`` asks for it (ema.py)."""
     from captioning.training.callbacks import FinalValidation
     from captioning.training.ema import WeightEMA
 
     config = module.optimizer_config
-    return [FinalValidation(), *([SamplingClock()] if hasattr(module.objective, "start_epoch") else []),
+    return [FinalValidation(), EpochClock(),
             *([WeightEMA(config.ema_decay, config.ema_start_step)] if config.ema_decay is not None else [])]

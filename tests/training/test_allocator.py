@@ -72,8 +72,9 @@ def test_a_users_own_malloc_settings_are_left_alone():
 def test_training_sets_it(tiny_shapes, tmp_path):
     """`captioning fit` (and the demo, which trains through it) keeps the freed memory: run in a
     fresh process, where nothing has set it before."""
-    code = ("import sys; from captioning.training import allocator; from captioning.training.cli import run_lightning_cli; "
-            "assert not allocator._done; run_lightning_cli(sys.argv[1:], run=False); print(allocator._done)")
+    code = ("import sys; from captioning.training.allocator import keep_freed_memory as keep; "
+            "from captioning.training.cli import run_lightning_cli; assert keep.cache_info().currsize == 0; "
+            "run_lightning_cli(sys.argv[1:], run=False); assert keep.cache_info().currsize == 1; print(keep())")
     args = fit_args(tiny_shapes, tmp_path)[1:]  # the arguments without the subcommand (run=False)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("GLIBC_TUNABLES", "MALLOC_"))}
     out = subprocess.run([sys.executable, "-c", code, *args], env=environ, capture_output=True, text=True)
