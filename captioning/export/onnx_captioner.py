@@ -13,8 +13,9 @@ file checks, EXIF, modes, the bilinear resize) and the same search: decoding/sea
 greedy decoding and beam search, step for step in numpy (scores in float32, the same finished-beam
 rule and length normalisation), with the same processing of the log-probabilities (banned
 endings, no_repeat_ngram_size, repetition_penalty, min_new_tokens, suppress_tokens: decoding/parts.py's
-LogitsProcessor in numpy). Sampling (``do_sample`` and so ``top_p``, attention_mode "sample") and
-diverse beam search (``num_beam_groups``) are PyTorch's only.
+LogitsProcessor in numpy). Sampling (``do_sample`` and so ``top_p``, attention_mode "sample",
+``location_samples``) and diverse beam search (``num_beam_groups``) are PyTorch's only:
+:data:`ONNX_OPTIONS` records the decision for every decoding option.
 """
 from __future__ import annotations
 
@@ -28,10 +29,29 @@ from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, check_interpol
 from captioning.errors import CheckpointError, ConfigError
 from captioning.storage.hub import resolve_folder
 from captioning.storage.layout import ENCODER_ONNX, read_config, read_vocab
-from captioning.decoding.generation import GenerationConfig, bad_ending_ids
+from captioning.decoding.generation import GenerationConfig, bad_ending_ids, generation_options
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
+
+#: What this captioner does with each GenerationConfig field. ``HONOURED``: the numpy search acts on
+#: it as decoding/ does, or ignores it where PyTorch's search ignores it too (temperature and top_k
+#: act only when sampling; cuda_graphs is how PyTorch runs, not what it writes; a soft-attention
+#: model reads the expected context whatever attention_mode and attention_temperature say; a hard
+#: one's limits are check_generation's). Otherwise, why a value other than the field's default is
+#: refused. A field missing here is refused at any value but its default, and tests/export
+#: (the parity test over every field) fails until it is decided.
+HONOURED = "honoured"
+SAMPLING = "decodes greedily or with beam search, without sampling"
+DIVERSE = "has no diverse beam search"
+ONNX_OPTIONS: dict[str, str] = {
+    "num_beams": HONOURED, "max_new_tokens": HONOURED, "length_penalty": HONOURED, "do_sample": SAMPLING,
+    "temperature": HONOURED, "top_k": HONOURED, "attention_mode": HONOURED, "attention_temperature": HONOURED,
+    "num_return_sequences": HONOURED, "forbid_bad_endings": HONOURED, "location_samples": SAMPLING,
+    "cuda_graphs": HONOURED, "num_beam_groups": DIVERSE, "diversity_penalty": DIVERSE,
+    "no_repeat_ngram_size": HONOURED, "repetition_penalty": HONOURED, "top_p": SAMPLING, "min_new_tokens": HONOURED,
+    "suppress_tokens": HONOURED,
+}
 
 
 def _session(path: str, num_threads: Optional[int]):
@@ -134,12 +154,14 @@ class OnnxCaptioner:
 
     def check_generation(self, config: GenerationConfig) -> str:
         """The step graph ``config`` needs ("expected" or "argmax"); a one-line ConfigError for what
-        this captioner cannot do (sampling, a mode the folder has no graph for)."""
-        if config.do_sample or config.attention_mode == "sample" or config.location_samples > 1:
-            raise ConfigError("the ONNX captioner decodes greedily or with beam search: sampling (do_sample, top_p, "
-                              "attention_mode sample, location_samples) needs the PyTorch model")
-        if config.num_beam_groups > 1:
-            raise ConfigError("the ONNX captioner has no diverse beam search: num_beam_groups > 1 needs the PyTorch model")
+        this captioner cannot do (:data:`ONNX_OPTIONS`' refusals, a mode the folder has no graph for)."""
+        for option in generation_options():
+            decision = ONNX_OPTIONS.get(option.name, "does not implement it")
+            value = getattr(config, option.name)
+            if decision != HONOURED and value != option.default:
+                raise ConfigError(f"the ONNX captioner {decision}: {option.name} {value!r} needs the PyTorch model")
+        if config.attention_mode == "sample":
+            raise ConfigError(f"the ONNX captioner {SAMPLING}: attention_mode 'sample' needs the PyTorch model")
         config.resolve_tokens(self.vocab)  # words it lacks, ids beyond it: one line, before any image
         mode = "expected" if self.attention_kind == "soft" else config.attention_mode
         baked = float(self.config["onnx"].get("attention_temperature", 1.0))  # folders before the option: 1
@@ -329,4 +351,4 @@ def _topk(values: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(part, order, 1)
 
 
-__all__ = ["OnnxCaptioner", "as_rgb"]
+__all__ = ["ONNX_OPTIONS", "OnnxCaptioner", "as_rgb"]

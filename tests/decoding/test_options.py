@@ -1,6 +1,6 @@
 """Decoding options with Hugging Face's names (decoding/generation.py, parts.py, loops.py): diverse beam
 search, n-gram blocking, repetition penalty, top-p, min_new_tokens, suppress_tokens; their checks,
-their CLI flags and the ONNX captioner's numpy twin."""
+their metadata and their CLI flags (the ONNX captioner's numpy twin: tests/export/test_onnx_parity.py)."""
 import math
 
 import numpy as np
@@ -366,7 +366,7 @@ def test_options_in_the_graphed_loop(beams, features):
         torch.testing.assert_close(graphed.scores, plain.scores, rtol=1e-6, atol=1e-7)
 
 
-# ---------------------------------------------------------------------- the API, the ONNX captioner, the CLI
+# ---------------------------------------------------------------------- the API and the CLI (the ONNX twin: tests/export)
 @pytest.fixture(scope="module")
 def images(tiny_shapes) -> list:
     from tests.helpers import shapes_test_images
@@ -387,43 +387,6 @@ def test_captioner_takes_every_option(tiny_checkpoint, images):
         assert len(r["beams"]) == 4
     sampled = captioner(images, do_sample=True, top_p=0.5, generator=torch.Generator().manual_seed(0))
     assert all(r["generated_text"] for r in sampled)
-
-
-@pytest.fixture(scope="module")
-def onnx_folder(tiny_checkpoint, tmp_path_factory):
-    pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
-    out = tmp_path_factory.mktemp("export") / "onnx"
-    assert main(["export", "--format", "onnx", "--checkpoint", str(tiny_checkpoint), "--out", str(out)]) == 0
-    return out
-
-
-@pytest.mark.parametrize("options", [
-    dict(no_repeat_ngram_size=2), dict(no_repeat_ngram_size=1), dict(repetition_penalty=1.5), dict(min_new_tokens=4),
-    dict(suppress_tokens=("<unk>", "a")),
-    dict(no_repeat_ngram_size=3, repetition_penalty=1.2, min_new_tokens=2, forbid_bad_endings=True)], ids=str)
-def test_onnx_captions_as_pytorch_with_the_options(tiny_checkpoint, onnx_folder, images, options):
-    from captioning.api import Captioner
-    from captioning.export.onnx_captioner import OnnxCaptioner
-
-    a, b = Captioner.from_checkpoint(tiny_checkpoint, "cpu"), OnnxCaptioner(onnx_folder)
-    for beams in (1, 3):
-        ra, rb = a(images, num_beams=beams, **options), b(images, num_beams=beams, **options)
-        same = [x["generated_text"] == y["generated_text"] for x, y in zip(ra, rb)]
-        assert sum(same) / len(same) >= 0.9, (options, beams)
-        for x, y, s in zip(ra, rb, same):
-            if s:
-                assert abs(x["score"] - y["score"]) < 1e-4
-
-
-def test_onnx_refuses_diverse_beams_and_sampling_in_one_line(onnx_folder, images):
-    from captioning.export.onnx_captioner import OnnxCaptioner
-
-    captioner = OnnxCaptioner(onnx_folder)
-    for options, message in ((dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0), "no diverse beam search"),
-                             (dict(do_sample=True, top_p=0.9), "sampling")):
-        with pytest.raises(ConfigError) as err:
-            captioner(images[:1], **options)
-        assert message in str(err.value) and "\n" not in str(err.value)
 
 
 def run(argv: list) -> int:
