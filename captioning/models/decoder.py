@@ -152,8 +152,8 @@ class DecoderConfig:
 
     @property
     def variant(self) -> str:
-        """A short name of the attention variant ("additive" for the paper's model)."""
-        parts = [self.score] + ([f"{self.heads}heads"] if self.heads > 1 else []) + \
+        """A short name of the variant ("additive" for the paper's model; another decoder kind leads the name)."""
+        parts = ([self.kind] if self.kind != "lstm" else []) + [self.score] + ([f"{self.heads}heads"] if self.heads > 1 else []) + \
                 (["luong"] if self.placement == "luong" else []) + (["local"] if self.window == "local" else []) + \
                 ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
         return "+".join(parts)

@@ -130,6 +130,7 @@ def test_a_registered_decoder_kind_is_what_the_model_builds(registries):
     config = DecoderConfig(embed_dim=6, hidden_dim=8, attention_dim=8, kind="lstm_twin")
     model = ShowAttendTell(EncoderConfig("small_cnn", channels=(4,), dim=D), config, VOCAB)
     assert type(model.decoder) is Twin and model.decoder.bad_ending_ids is not None
+    assert config.variant == "lstm_twin+additive" and DecoderConfig().variant == "additive"
 
 
 def test_decoder_kind_defaults_to_lstm_and_round_trips():
