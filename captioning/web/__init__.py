@@ -4,16 +4,19 @@
     python -m captioning.web --checkpoint CKPT          # the same command, without the `captioning` entry point
 
 The page (``/``): upload, paste or pick an example image; the caption with its score and the top
-beams; beams, maximum length, length penalty and (hard attention) the attention mode; the
-attention GIF and a per-word view of the maps; each model's description. The API:
-``POST /api/caption`` (multipart field ``image``) -> JSON; see docs/WEB.md and
-:mod:`captioning.web.client` for a Python client.
+beams; the decoding settings (every GenerationConfig option marked for the web); the attention
+GIF and a per-word view of the maps; each model's description. The API: ``POST /api/caption``
+(multipart field ``image``) -> JSON; see docs/WEB.md and :mod:`captioning.web.client` for a
+Python client.
 
-Modules: ``service`` (models, settings, the bounded batching queue; no HTTP), ``app`` (the
-Starlette application, the upload limit and :class:`~captioning.web.app.Guard`: Host header,
-requests handled, body deadline), ``protocol`` (uvicorn's h11 protocol with a headers deadline
-and a socket cap), ``page`` (the HTML), ``server`` (loading and uvicorn), ``cli`` (the ``serve``
-subcommand), ``client`` (a standard-library client).
+Modules: ``app`` (the Starlette application, the upload limit and :class:`~captioning.web.app.Guard`:
+Host header, requests handled, body deadline), ``errors`` (one error type per HTTP status),
+``settings`` (a request's decoding settings, derived from GenerationConfig's options), ``served``
+(a model behind the page: description, settings check, JSON), ``service`` (the bounded batching
+queue; no HTTP), ``images`` (reading an upload, data URIs), ``gifs`` (the GIF pixel budget),
+``examples`` (example images, the run's config), ``protocol`` (uvicorn's h11 protocol with a
+headers deadline and a socket cap), ``page`` (the HTML), ``server`` (loading and uvicorn), ``cli``
+(the ``serve`` subcommand), ``client`` (a standard-library client).
 """
 from captioning.web.server import serve, serve_command
 

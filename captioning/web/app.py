@@ -48,7 +48,7 @@ from captioning.web.examples import EXAMPLES
 from captioning.web.gifs import DEFAULT_GIF_PIXELS
 from captioning.web.served import ServedModel
 from captioning.web.service import DEFAULT_MAX_RENDER, InferenceQueue, Job, log
-from captioning.web.settings import form_options, truthy
+from captioning.web.settings import form_description, form_options, truthy
 
 CHUNK = 256 * 1024
 FORM_FIELDS = ("image", "model", "return_gif", "return_image")  # the form's fields besides the decoding settings
@@ -287,7 +287,8 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
     async def list_models(request: Request):
         return JSONResponse({"models": [m.info() for m in models],
                              "examples": [{"url": f"/examples/{i}", "name": p.name} for i, p in enumerate(examples)],
-                             "max_upload_bytes": max_upload_bytes, "max_gif_pixels": limits.max_gif_pixels})
+                             "max_upload_bytes": max_upload_bytes, "max_gif_pixels": limits.max_gif_pixels,
+                             "options": form_description()})
 
     async def example(request: Request):
         i = request.path_params["index"]

@@ -69,12 +69,13 @@ def encode_multipart(fields: dict, filename: str, data: bytes, content_type: str
 
 
 def caption(image: str | os.PathLike | bytes, url: str = DEFAULT_URL, model: str | None = None,
-            num_beams: int | None = None, max_new_tokens: int | None = None,
-            length_penalty: float | None = None, attention_mode: str | None = None,
-            num_return_sequences: int | None = None, return_gif: bool = False, return_image: bool = False,
-            filename: str | None = None, timeout: float = 120.0) -> dict:
+            return_gif: bool = False, return_image: bool = False, filename: str | None = None,
+            timeout: float = 120.0, **settings) -> dict:
     """POST an image (a path or its bytes) to ``url``/api/caption and return the JSON answer.
 
+    ``settings``: the decoding fields of the API (num_beams, max_new_tokens, length_penalty,
+    attention_mode, num_return_sequences, ... every field docs/WEB.md lists; None: the model's own),
+    sent as the form's text (booleans as true/false, token lists comma-separated).
     Raises :class:`APIError` when the server answers with an error status.
     """
     if isinstance(image, (bytes, bytearray)):
@@ -83,9 +84,7 @@ def caption(image: str | os.PathLike | bytes, url: str = DEFAULT_URL, model: str
         with open(image, "rb") as f:
             data = f.read()
         name = filename or os.path.basename(os.fspath(image))
-    fields = {"model": model, "num_beams": num_beams, "max_new_tokens": max_new_tokens,
-              "length_penalty": length_penalty, "attention_mode": attention_mode,
-              "num_return_sequences": num_return_sequences,
+    fields = {"model": model, **{key: _form_text(value) for key, value in settings.items()},
               "return_gif": "1" if return_gif else None, "return_image": "1" if return_image else None}
     body, content_type = encode_multipart(fields, name, data)
     request = urllib.request.Request(url.rstrip("/") + "/api/caption", data=body, method="POST",
@@ -100,6 +99,15 @@ def caption(image: str | os.PathLike | bytes, url: str = DEFAULT_URL, model: str
         except (ValueError, KeyError, TypeError):
             message = raw.decode("utf-8", "replace")[:300]
         raise APIError(err.code, message) from None
+
+
+def _form_text(value):
+    """A setting as the form's text: booleans as true/false, lists and tuples comma-separated; None stays None."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return value
 
 
 def save_gif(result: dict, path: str | os.PathLike) -> str:

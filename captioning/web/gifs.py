@@ -21,7 +21,7 @@ from captioning.viz import pictures
 DEFAULT_GIF_PIXELS = 8_000_000  # frames x width x height of one GIF at most
 MIN_GIF_SIDE = 48  # a GIF is never shrunk below this long side to fit the budget; it is left out instead
 SHRINK_TRIES = 8  # the caption band's height depends on the width: shrinking converges in a few steps
-SHRINK_MARGIN = 0.98  # each step aims this far under the budget, so that rounding cannot land above it
+SHRINK_MARGIN = 0.98  # each step aims 2% under the budget: the caption band does not shrink with the width
 
 
 def budgeted_gif(image: Image.Image, words: Sequence[str], maps, hard_cells: Sequence | None,

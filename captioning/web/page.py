@@ -87,6 +87,7 @@ PAGE = r"""<!doctype html>
         <option value="">model's</option><option>expected</option><option>argmax</option><option>sample</option>
       </select>
     </label>
+    <details id="more-block" class="hidden"><summary class="hint">more settings</summary><div id="more-fields"></div></details>
     <div id="models-block" class="models hidden"><h2>Models</h2><div id="model-list"></div></div>
     <button id="run" disabled>Caption</button>
     <div id="global-error" class="error hidden"></div>
@@ -294,6 +295,7 @@ async function run() {
     for (const [field, id] of [["max_new_tokens", "max-new-tokens"], ["length_penalty", "length-penalty"], ["attention_mode", "attention-mode"],
                                ["num_beam_groups", "num-beam-groups"], ["diversity_penalty", "diversity-penalty"]])
       if ($(id).value !== "") form.append(field, $(id).value);
+    for (const input of document.querySelectorAll("#more-fields [name]")) if (input.value !== "") form.append(input.name, input.value);
     form.append("return_gif", "1");
     form.append("return_image", "1");
     const start = performance.now();
@@ -310,6 +312,25 @@ async function run() {
   }));
   $("run").disabled = false;
 }
+// the decoding fields of /api/models' "options" that the form above lacks: one input each, empty for the model's own
+const SHOWN = ["num_beams", "num_beam_groups", "diversity_penalty", "max_new_tokens", "length_penalty", "attention_mode",
+               "num_return_sequences"];
+function optionInput(o) {
+  let input;
+  if (o.type === "bool" || o.choices) {
+    input = el("select", { name: o.name }, el("option", { value: "", text: "model's" }));
+    for (const c of o.choices || ["true", "false"]) input.append(el("option", { text: c }));
+  } else if (o.type === "int" || o.type === "float") {
+    input = el("input", { name: o.name, type: "number", step: o.type === "int" ? "1" : "any", placeholder: "model's" });
+    if (o.min !== null) input.min = o.min;
+    if (o.max !== null) input.max = o.max;
+  } else {
+    input = el("input", { name: o.name, type: "text", placeholder: "model's" });
+  }
+  input.addEventListener("change", run);
+  return el("label", { class: "field", title: o.help }, o.name.replaceAll("_", " "), input);
+}
+
 function setImage(blob, name) {
   if (!blob) return;
   state.blob = blob; state.name = name;
@@ -327,6 +348,9 @@ async function init() {
     state.models = info.models;
     for (const m of state.models) card(m);
     if (state.models.some(m => m.attention_modes.length)) $("mode-field").classList.remove("hidden");
+    const more = (info.options || []).filter(o => !SHOWN.includes(o.name));
+    for (const o of more) $("more-fields").append(optionInput(o));
+    if (more.length) $("more-block").classList.remove("hidden");
     const first = state.models[0].defaults || {};
     for (const [id, value] of [["max-new-tokens", first.max_new_tokens], ["length-penalty", first.length_penalty]])
       if (value !== null && value !== undefined) { $(id).placeholder = String(value); $(id).title = `empty: the model's default (${value})`; }

@@ -13,7 +13,7 @@ from captioning.web.served import ServedModel
 from captioning.web.settings import Settings
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 7860
-# a decoded image is at most 72 MB as RGB; reading one costs at most about 3x that (docs/WEB.md, measured)
+# the most pixels of an upload, decoded (3 bytes each as RGB); docs/WEB.md gives the peak memory of a decode
 DEFAULT_MAX_PIXELS = 24_000_000
 HEADER_BYTES = 16 * 1024  # a request's line and headers at most (h11's limit; 400 beyond)
 

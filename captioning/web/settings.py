@@ -51,6 +51,17 @@ def form_options() -> dict[str, GenerationOption]:
     return options
 
 
+def form_description() -> list[dict]:
+    """The form's decoding fields for ``GET /api/models``' ``options`` (the page draws an input for
+    each it lacks): name, type (int, float, bool, str, tokens), default (GenerationConfig's; a model
+    has its own), help, bounds and choices."""
+    kinds = {int: "int", float: "float", bool: "bool", str: "str", tuple: "tokens"}
+    return [{"name": o.name, "type": kinds[o.type], "default": list(o.default) if o.type is tuple else o.default,
+             "help": o.help, "min": o.min, "max": o.max, "min_inclusive": o.min_inclusive,
+             "max_inclusive": o.max_inclusive, "choices": list(o.choices) if o.choices else None}
+            for o in form_options().values()]
+
+
 def truthy(value) -> bool:
     """A form's flag (``return_gif``, ``return_image``): 1, true, yes or on."""
     return str(value or "").strip().lower() in ("1", "true", "yes", "on")

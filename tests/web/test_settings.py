@@ -6,7 +6,7 @@ import io
 import pytest
 from PIL import Image
 
-from tests.helpers import FakeCaptioner, post_image
+from tests.helpers import FakeCaptioner, get_json, post_image
 
 pytest.importorskip("starlette", reason="the web extra is not installed: pip install -e '.[web]'")
 pytest.importorskip("uvicorn", reason="the web extra is not installed: pip install -e '.[web]'")
@@ -84,6 +84,9 @@ def test_every_web_field_reaches_the_model_and_its_bounds_answer_400(served):
 
     fake = RecordingCaptioner()
     server = served(fake)
+    status, info = get_json(server.url, "/api/models")  # the page draws an input for each option it lacks
+    assert status == 200 and [o["name"] for o in info["options"]] == list(form_options())
+    assert {o["name"]: o["max"] for o in info["options"]}["num_beams"] == 10
     for name, option in form_options().items():
         text = another_value(option)
         answers = []
