@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from captioning.files import atomic_write_json, atomic_write_text
 from captioning.models.cells import DecoderState
+from captioning.models.encoders import Encoder
 from captioning.storage.layout import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
 
 OPSET = 17
@@ -62,12 +63,11 @@ class PoolAsMatmul(nn.Module):
         return torch.matmul(torch.matmul(self.ph, x), self.pwt)  # (oh, H) @ (B, C, H, W) @ (W, ow)
 
 
-def exportable_encoder(encoder: nn.Module, image_size: int) -> nn.Module:
-    """A copy of ``encoder`` whose adaptive poolings are fixed-size matrix products (identity where
-    the grid already has the pooled size), found by running one blank image."""
-    encoder = copy.deepcopy(encoder).eval()
-    if hasattr(encoder, "at_size"):  # e.g. a ViT's position embeddings resampled once to this size
-        encoder = encoder.at_size(image_size)
+def exportable_encoder(encoder: Encoder, image_size: int) -> nn.Module:
+    """A copy of ``encoder`` for S x S images (``Encoder.at_size``: e.g. a ViT's position embeddings
+    resampled once to this size) whose adaptive poolings are fixed-size matrix products (identity
+    where the grid already has the pooled size), found by running one blank image."""
+    encoder = copy.deepcopy(encoder).eval().at_size(image_size)
     sizes: dict[str, tuple] = {}
     hooks = [m.register_forward_hook(lambda mod, inp, out, name=name: sizes.__setitem__(name, (inp[0].shape[-2:], out.shape[-2:])))
              for name, m in encoder.named_modules() if isinstance(m, nn.AdaptiveAvgPool2d)]
@@ -127,7 +127,7 @@ PAPER_ATTENTION = {"score": "additive", "heads": 1, "placement": "bahdanau", "wi
 
 def onnx_unsupported(config) -> str:
     """The decoder settings (attention variants) that the ONNX step graph does not reproduce, as text; '' if none."""
-    return ", ".join(f"{k}={getattr(config, k)!r}" for k, v in PAPER_ATTENTION.items() if getattr(config, k, v) != v)
+    return ", ".join(f"{k}={getattr(config, k)!r}" for k, v in PAPER_ATTENTION.items() if getattr(config, k) != v)
 
 
 def export_onnx(model, out, card: Optional[dict] = None, opset: int = OPSET) -> Path:

@@ -31,6 +31,9 @@ class StepSeeding(Callback):
     step from the run's seed (``seed_everything``'s, read once at the start of the fit), the global
     step and the rank."""
 
+    def __init__(self):
+        self.run_seed: int | None = None  # set when the fit starts
+
     def on_fit_start(self, trainer, pl_module) -> None:
         self.run_seed = torch.initial_seed()
 

@@ -56,9 +56,9 @@ def _number(value: Union[int, float]) -> bool:
 def build_optimizer(model, config: OptimizerConfig, mixed_precision: bool) -> torch.optim.Adam:
     """Adam over ``model``'s (a ShowAttendTell) trainable parameters: a group for the decoder, one for the encoder.
 
-    The fused kernel updates all parameters in one pass (on the CPU about 6x faster than the
-    per-tensor loop at COCO sizes). Lightning's mixed-precision plugin refuses gradient clipping
-    with a fused optimizer, so bf16/16-mixed runs (and other devices) keep the default.
+    The fused kernel updates all parameters in one pass instead of a loop of small kernels per
+    tensor. Lightning's mixed-precision plugin refuses gradient clipping with a fused optimizer,
+    so bf16/16-mixed runs (and other devices) keep the default.
     """
     encoder_params = [p for p in model.encoder.parameters() if p.requires_grad]
     groups = [{"params": [p for p in model.decoder.parameters() if p.requires_grad], "lr": config.lr}]

@@ -37,7 +37,7 @@ def run_seed(trainer) -> int:
     which is then still ``seed_everything``'s."""
     from captioning.training.guards import StepSeeding
 
-    seeds = [c.run_seed for c in trainer.callbacks if isinstance(c, StepSeeding) and hasattr(c, "run_seed")]
+    seeds = [c.run_seed for c in trainer.callbacks if isinstance(c, StepSeeding) and c.run_seed is not None]
     return int(seeds[0]) if seeds else int(torch.initial_seed())
 
 
