@@ -134,22 +134,23 @@ class HeadScores(nn.Module):
         self.bias = nn.Parameter(torch.empty(heads).uniform_(-bound, bound))
 
 
+@SCORES.register("dot")
 class DotAttention(Score):
-    """Multiplicative scores (Luong et al. 2015; Vaswani et al. 2017), per head:
+    """Multiplicative scores (Luong et al. 2015; Vaswani et al. 2017), per head; ``kind`` says which:
 
     - ``dot``:        e_ti = h^T a_i                 (needs hidden_dim == feature_dim)
     - ``general``:    e_ti = h^T (W a_i)             (W: D -> H, applied once per batch)
     - ``scaled_dot``: e_ti = (W_q h)^T (W_k a_i + b_k) / sqrt(A / heads)   (W_q h comes from the decoder's fused product)
 
     With several heads the query and key are split into ``heads`` equal parts and head k scores
-    with its part. ``project`` gives the keys (B, L, K) once per batch. Each kind is registered as
-    its own subclass below (:class:`Dot`, :class:`General`, :class:`ScaledDot`).
+    with its part. ``project`` gives the keys (B, L, K) once per batch.
     """
 
-    def __init__(self, score: str, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
+    kind = "dot"
+
+    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
         super().__init__()
-        if score not in ("dot", "general", "scaled_dot"):
-            raise SCORES.unknown(score)
+        score = self.kind
         if score == "dot" and hidden_dim != feature_dim:
             raise ConfigError(f"model.decoder.score: 'dot' needs hidden_dim == the encoder's feature width "
                               f"({hidden_dim} != {feature_dim}); use 'general' or 'scaled_dot'")
@@ -178,28 +179,18 @@ class DotAttention(Score):
         return e.reshape(B * beams, L) if h == 1 else e.reshape(B * beams, h, L)
 
 
-@SCORES.register("dot")
-class Dot(DotAttention):
-    """e_ti = h^T a_i (Luong's dot)."""
-
-    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
-        super().__init__("dot", feature_dim, hidden_dim, attention_dim, heads)
-
-
 @SCORES.register("general")
-class General(DotAttention):
+class GeneralAttention(DotAttention):
     """e_ti = h^T (W a_i) (Luong's general)."""
 
-    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
-        super().__init__("general", feature_dim, hidden_dim, attention_dim, heads)
+    kind = "general"
 
 
 @SCORES.register("scaled_dot")
-class ScaledDot(DotAttention):
+class ScaledDotAttention(DotAttention):
     """e_ti = (W_q h)^T (W_k a_i + b_k) / sqrt(d) (Vaswani et al.'s scaled dot product)."""
 
-    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
-        super().__init__("scaled_dot", feature_dim, hidden_dim, attention_dim, heads)
+    kind = "scaled_dot"
 
 
 def build_attention(score: str, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1) -> Score:

@@ -15,7 +15,7 @@ from captioning.models import reference as paper
 from captioning.models import unroll
 from captioning.models.attention import (
     AdditiveAttention,
-    DotAttention,
+    ScaledDotAttention,
     gaussian_window,
     glimpse,
     multihead_additive_scores,
@@ -206,7 +206,7 @@ def test_one_head_equals_the_single_head_model():
     single = att.scores(projected, h_att, beams=2)  # (6, L): the paper's path
     multi = multihead_additive_scores(projected, h_att, att.score.weight, att.score.bias, 2, heads=1)  # one head
     torch.testing.assert_close(multi[:, 0], single)
-    dot = DotAttention("scaled_dot", D, D, 8, heads=1).double()
+    dot = ScaledDotAttention(D, D, 8, heads=1).double()
     keys = dot.project(torch.randn(3, L, D, dtype=torch.float64))
     torch.testing.assert_close(dot.scores(keys, h_att, 2), (h_att.view(3, 2, 8) @ keys.transpose(1, 2) / math.sqrt(8)).reshape(6, L))
     # a glimpse of one head is the single-head glimpse, in every mode
