@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 
 from captioning.cli.options import at_least
+from captioning.web.gifs import DEFAULT_GIF_PIXELS
 from captioning.web.server import DEFAULT_HOST, DEFAULT_MAX_PIXELS, DEFAULT_PORT
-from captioning.web.service import DEFAULT_GIF_PIXELS, DEFAULT_MAX_RENDER
+from captioning.web.service import DEFAULT_MAX_RENDER
 
 
 def port_number(text: str) -> int:

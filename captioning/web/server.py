@@ -104,7 +104,8 @@ def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFA
     import torch
     from PIL import Image
 
-    from captioning.web.app import MB, Limits, create_app
+    from captioning.web.app import Limits, create_app
+    from captioning.web.errors import MB
 
     if max_pixels < 1 or max_upload_mb <= 0:
         raise ConfigError("--max-pixels and --max-upload-mb must be positive")

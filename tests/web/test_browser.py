@@ -95,11 +95,11 @@ def test_upload_caption_gif_and_word_maps(browser, page_server, tiny_shapes, tmp
 
     for name in ("soft", "hard"):
         c = card(browser, name)
-        wait(browser, lambda d: c.find_element(By.CSS_SELECTOR, ".caption-text").text.strip()
+        wait(browser, lambda d, c=c: c.find_element(By.CSS_SELECTOR, ".caption-text").text.strip()
              or c.find_element(By.CSS_SELECTOR, ".error").text, f"no caption for {name}")
         assert not c.find_element(By.CSS_SELECTOR, ".error").is_displayed(), c.find_element(By.CSS_SELECTOR, ".error").text
         gif = c.find_element(By.CSS_SELECTOR, "img.gif")
-        wait(browser, lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", gif),
+        wait(browser, lambda d, gif=gif: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", gif),
              f"no GIF for {name}")
         assert gif.get_attribute("src").startswith("data:image/gif;base64,") and gif.is_displayed()
         assert "score" in c.find_element(By.CSS_SELECTOR, ".score").text

@@ -26,9 +26,8 @@ pytest.importorskip("starlette", reason="the web extra is not installed: pip ins
 pytest.importorskip("uvicorn", reason="the web extra is not installed: pip install -e '.[web]'")
 pytest.importorskip("multipart", reason="the web extra is not installed: pip install -e '.[web]'")
 
-from tests.helpers import FakeCaptioner, ServerProcess, _bomb_png, _connection, free_port, get_json, post_image  # noqa: E402
-
 from captioning.web.client import encode_multipart  # noqa: E402
+from tests.helpers import FakeCaptioner, ServerProcess, _bomb_png, _connection, free_port, get_json, post_image  # noqa: E402
 
 HEADER_TIMEOUT, BODY_TIMEOUT = 1.0, 1.5
 SETTINGS = dict(num_beams=2, max_new_tokens=8)
@@ -61,7 +60,7 @@ def closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
     while time.monotonic() < end:
         try:
             chunk = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             continue
         except OSError:  # reset
             return True, got

@@ -18,16 +18,25 @@ import numpy as np
 import pytest
 from PIL import Image
 
-
 pytest.importorskip("starlette", reason="the web extra is not installed: pip install -e '.[web]'")
 pytest.importorskip("uvicorn", reason="the web extra is not installed: pip install -e '.[web]'")
 pytest.importorskip("multipart", reason="the web extra is not installed: pip install -e '.[web]'")
 
 from captioning.web.client import APIError, caption, encode_multipart  # noqa: E402
 from tests.helpers import (  # noqa: E402
-    MAX_PIXELS, MAX_UPLOAD_MB, SETTINGS, FakeCaptioner, ServerProcess, _bomb_png, _connection, get_json,
-    jpeg_640x480, post, post_image,
+    MAX_PIXELS,
+    MAX_UPLOAD_MB,
+    SETTINGS,
+    FakeCaptioner,
+    ServerProcess,
+    _bomb_png,
+    _connection,
+    get_json,
+    jpeg_640x480,
+    post,
+    post_image,
 )
+
 
 @pytest.fixture(scope="module")
 def test_images(tiny_shapes, tmp_path_factory) -> list[Path]:
@@ -208,7 +217,7 @@ def test_any_image_mode_and_exif_orientation(server, test_images):
     rgba.putalpha(128)
     uploads = {
         "rotated.jpg": (_save(base, "JPEG", exif=exif.tobytes()), [480, 640]),
-        "grey16.png": (_save(Image.fromarray((np.asarray(base.convert("L"), dtype=np.uint16) * 257)), "PNG"), [640, 480]),
+        "grey16.png": (_save(Image.fromarray(np.asarray(base.convert("L"), dtype=np.uint16) * 257), "PNG"), [640, 480]),
         "alpha.png": (_save(rgba, "PNG"), [640, 480]),
         "cmyk.jpg": (_save(base.convert("CMYK"), "JPEG"), [640, 480]),
         "palette.gif": (_save(base.convert("P"), "GIF"), [640, 480]),
