@@ -1,44 +1,33 @@
-"""Tokenising captions and the vocabulary that maps words to ids and back.
+"""The vocabulary that maps tokens to ids and back, and the tokenizer that made the tokens.
 
-Ids 0-3 are the special tokens ``<pad>``, ``<start>``, ``<end>`` and ``<unk>``; the words follow,
+Ids 0-3 are the special tokens ``<pad>``, ``<start>``, ``<end>`` and ``<unk>``; the tokens follow,
 most frequent first (ties alphabetical), so that a vocabulary built from the same captions is
-always the same. Words seen fewer than ``min_freq`` times become ``<unk>`` (paper: about 10,000
-words for COCO with a threshold of ~5).
+always the same. Tokens seen fewer than ``min_freq`` times become ``<unk>`` (paper: about 10,000
+words for COCO with a threshold of ~5). The vocabulary holds its tokenizer (captioning/tokenizers.py),
+which turns generated tokens back into text; a stored vocabulary that names none used ``words``.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
-import unicodedata
 from collections import Counter
 from typing import Iterable, Optional, Sequence, Union
 
-from nltk.tokenize import RegexpTokenizer
-
 from captioning.errors import ConfigError
 from captioning.files import atomic_write_json
-
-# Words and numbers (any script), keeping inner apostrophes and hyphens ("man's", "t-shirt");
-# punctuation-only tokens are dropped, as in the Karpathy splits' own "tokens".
-_WORD = RegexpTokenizer(r"\w+(?:['\-]\w+)*")
-_PUNCTUATION_GAP = re.compile(r" ([,.;:!?])(?= |$)")  # a space before a punctuation token
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased words of ``text``: ``"A Dog's ball, 2 cafés!"`` -> ``["a", "dog's", "ball", "2", "cafés"]``."""
-    text = unicodedata.normalize("NFC", text).lower().replace("\u2019", "'")  # NFC: "e" + accent -> "é"
-    return _WORD.tokenize(text)
+from captioning.tokenizers import DEFAULT_TOKENIZER, Tokenizer, build_tokenizer
 
 
 class Vocabulary:
-    """Word <-> id mapping with the four special tokens at ids 0-3."""
+    """Token <-> id mapping with the four special tokens at ids 0-3, and the tokenizer of the tokens
+    (a :class:`~captioning.tokenizers.Tokenizer` or its registered name)."""
 
     PAD, BOS, EOS, UNK = "<pad>", "<start>", "<end>", "<unk>"
     SPECIALS = (PAD, BOS, EOS, UNK)
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
-    def __init__(self, itos: Sequence[str], min_freq: Optional[int] = None):
+    def __init__(self, itos: Sequence[str], min_freq: Optional[int] = None,
+                 tokenizer: Union[str, Tokenizer] = DEFAULT_TOKENIZER):
         itos = list(itos)
         if tuple(itos[:4]) != self.SPECIALS:
             raise ConfigError(f"vocabulary: must start with {', '.join(self.SPECIALS)}, got {itos[:4]}")
@@ -50,10 +39,13 @@ class Vocabulary:
         self.itos: list[str] = itos
         self.stoi: dict[str, int] = {w: i for i, w in enumerate(itos)}
         self.min_freq = min_freq
+        self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(tokenizer, "vocabulary.tokenizer")
 
     @classmethod
-    def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 5, max_size: Optional[int] = None) -> "Vocabulary":
-        """Vocabulary of the words seen at least ``min_freq`` times (at most ``max_size`` words besides the specials)."""
+    def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 5, max_size: Optional[int] = None,
+              tokenizer: Union[str, Tokenizer] = DEFAULT_TOKENIZER) -> "Vocabulary":
+        """Vocabulary of the tokens seen at least ``min_freq`` times (at most ``max_size`` besides the
+        specials); ``token_lists`` are the training captions as ``tokenizer`` splits them."""
         if min_freq < 1:
             raise ConfigError(f"min_freq must be at least 1, got {min_freq}")
         if max_size is not None and max_size < 0:
@@ -61,7 +53,7 @@ class Vocabulary:
         counts = Counter(w for tokens in token_lists for w in tokens)
         words = sorted((w for w, n in counts.items() if n >= min_freq and w not in cls.SPECIALS),
                        key=lambda w: (-counts[w], w))
-        return cls(list(cls.SPECIALS) + words[:max_size], min_freq=min_freq)
+        return cls(list(cls.SPECIALS) + words[:max_size], min_freq=min_freq, tokenizer=tokenizer)
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -70,10 +62,10 @@ class Vocabulary:
         return word in self.stoi
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Vocabulary) and self.itos == other.itos
+        return isinstance(other, Vocabulary) and self.itos == other.itos and self.tokenizer.name == other.tokenizer.name
 
     def __repr__(self) -> str:
-        return f"Vocabulary({len(self)} tokens, min_freq={self.min_freq})"
+        return f"Vocabulary({len(self)} tokens, min_freq={self.min_freq}, tokenizer={self.tokenizer.name!r})"
 
     def encode(self, tokens: Sequence[str], max_length: Optional[int] = None) -> list[int]:
         """``[BOS] + ids of the first max_length words + [EOS]``; unknown words -> UNK."""
@@ -95,19 +87,24 @@ class Vocabulary:
         return words
 
     def decode_text(self, ids: Iterable[int]) -> str:
-        """The caption as text: words joined by spaces, punctuation tokens attached to the word
-        before them ("a cross, a circle")."""
-        return _PUNCTUATION_GAP.sub(r"\1", " ".join(self.decode(ids)))
+        """The caption as text: :meth:`decode`'s tokens joined by the tokenizer (``words``: by
+        spaces, punctuation tokens attached to the word before them, "a cross, a circle")."""
+        return self.tokenizer.detokenize(self.decode(ids))
 
     def to_dict(self) -> dict:
-        """JSON-able form, stored in checkpoints: ``{"itos": [...], "min_freq": n}``."""
-        return {"itos": list(self.itos), "min_freq": self.min_freq}
+        """JSON-able form, stored in checkpoints, model folders and vocabulary files:
+        ``{"itos": [...], "min_freq": n}``, plus ``"tokenizer": name`` for a tokenizer other than
+        ``words`` (so that a ``words`` vocabulary is stored as before, and read back the same)."""
+        d = {"itos": list(self.itos), "min_freq": self.min_freq}
+        if self.tokenizer.name != DEFAULT_TOKENIZER:
+            d["tokenizer"] = self.tokenizer.name
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Vocabulary":
         if not isinstance(d, dict) or not isinstance(d.get("itos"), list):
             raise ConfigError("vocabulary: expected a dictionary with a list 'itos'")
-        return cls(d["itos"], min_freq=d.get("min_freq"))
+        return cls(d["itos"], min_freq=d.get("min_freq"), tokenizer=d.get("tokenizer", DEFAULT_TOKENIZER))
 
     def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
         atomic_write_json(path, self.to_dict())

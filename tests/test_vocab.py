@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from captioning.errors import ConfigError
-from captioning.vocab import Vocabulary, tokenize
+from captioning.tokenizers import tokenize
+from captioning.vocab import Vocabulary
 
 CAPTIONS = [
     ["a", "dog", "runs"],

@@ -2,10 +2,12 @@
 and tools use :class:`CaptionData` itself; training uses its LightningDataModule,
 data/datamodule.py's :class:`CaptionDataModule`).
 
-The annotation file may be a Karpathy split JSON, raw COCO caption JSON (with an optional Karpathy
-split file), a captions CSV / JSON-lines file next to a folder of images, a Hub dataset (see
-formats.py) or WebDataset shards (webdataset.py: training streams them, evaluation reads the
-val/test images from them).
+The annotation file may be of any registered format (data/formats.py: a Karpathy split JSON, raw
+COCO caption JSON with an optional Karpathy split file, a captions CSV / JSON-lines file next to a
+folder of images, a Hub dataset, WebDataset shards); the :class:`Annotations` its format reads say
+where the images come from (image files, or the shards: training streams them, evaluation reads
+the val/test images from them). The captions are split into tokens by ``tokenizer``
+(captioning/tokenizers.py), which the vocabulary records.
 
 Training yields one sample per (image, caption) pair, evaluation one sample per image (the
 datasets and the collate function are in datasets.py); ``setup`` only reads the annotation file,
@@ -32,14 +34,15 @@ from typing import Literal, Optional, Sequence, Union
 import torch
 from torch.utils.data import DataLoader
 
+from captioning.data.annotation_format import Annotations
 from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Collate, ImageDataset
 from captioning.data.features import FeatureCache
-from captioning.data.images import check_interpolation, load_image
-from captioning.data.formats import default_images_root, load_records
-from captioning.data.karpathy import ImageRecord, split_records
+from captioning.data.formats import default_images_root, read_annotations
+from captioning.data.images import check_interpolation
+from captioning.data.records import ImageRecord, split_records
 from captioning.data.sampling import ResumableLoader
-from captioning.data.webdataset import ShardImageDataset, ShardIndex, ShardLoader, ShardStream, decode_image, is_shards, read_index
 from captioning.errors import AnnotationError, ConfigError, ImageError
+from captioning.tokenizers import DEFAULT_TOKENIZER, build_tokenizer
 from captioning.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -49,8 +52,9 @@ class CaptionData:
     """Annotation file -> loaders of images (or cached features) and captions.
 
     Args:
-        annotations: a Karpathy split JSON, COCO caption JSON (or a list of them), or a captions
-            CSV / JSON-lines file; the format is told from the file (data/formats.py).
+        annotations: a Karpathy split JSON, COCO caption JSON (or a list of them), a captions
+            CSV / JSON-lines file, a Hub dataset or WebDataset shards; the format is told from the
+            path (data/formats.py).
         split_file: for COCO caption files, a Karpathy split file (dataset_coco.json) assigning splits by cocoid.
         images_root: folder the records' paths are relative to (default: the annotation file's folder).
         batch_size: training batch size (caption pairs); eval_batch_size: val/test batch size (images),
@@ -78,6 +82,10 @@ class CaptionData:
         cache_images: keep each decoded, resized image in memory (uint8, 3 x S x S bytes) after its
             first read instead of decoding it again every epoch, for data that fits in memory (the
             demo's 2,800 images of 64 px: 34 MB); each loader worker holds its own copy.
+        tokenizer: how captions are split into tokens (a name registered in captioning/tokenizers.py;
+            the vocabulary built records it). Default: the tokenizer of the vocabulary given
+            (``vocabulary``, a checkpoint's), else ``words``; one named here must be that of a
+            vocabulary given.
     """
 
     def __init__(
@@ -102,6 +110,7 @@ class CaptionData:
         shuffle_buffer: int = 1000,
         cache_images: bool = False,
         interpolation: str = "bilinear",
+        tokenizer: Optional[str] = None,
     ):
         super().__init__()
         for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
@@ -134,36 +143,56 @@ class CaptionData:
         self.group_captions, self.bucket_by_length = group_captions, bucket_by_length
         self.cache_images = cache_images
         self.shuffle_buffer = shuffle_buffer
+        self.tokenizer = build_tokenizer(tokenizer or DEFAULT_TOKENIZER, "data.tokenizer")
+        self._tokenizer_named = tokenizer is not None  # else a vocabulary given brings its own
         self.vocab: Optional[Vocabulary] = None
         self.skipped_samples = 0  # samples dropped for unreadable images (on_bad_image="skip")
         self._bad_files: set[str] = set()
-        self._records: Optional[list[ImageRecord]] = None
-        self._shards: Optional[ShardIndex] = None  # WebDataset shards: their index
+        self._annotations: Optional[Annotations] = None  # the records and their images' source, read once
 
     # ------------------------------------------------------------------ data
     def set_vocab(self, vocab: Union[Vocabulary, dict]) -> None:
         """Use this vocabulary (e.g. a checkpoint's) instead of building one from the training captions."""
-        self.vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_dict(vocab)
+        vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_dict(vocab)
+        self._use_tokenizer_of(vocab, "the vocabulary given")
+        self.vocab = vocab
+
+    def _use_tokenizer_of(self, vocab: Vocabulary, source: str) -> None:
+        """Split the captions as ``vocab``'s tokens were split (one line if data.tokenizer says otherwise)."""
+        if vocab.tokenizer.name == self.tokenizer.name:
+            return
+        if self._tokenizer_named:
+            raise ConfigError(f"data.tokenizer: {self.tokenizer.name!r}, but {source} was built with the "
+                              f"{vocab.tokenizer.name!r} tokenizer; set data.tokenizer: {vocab.tokenizer.name} or leave it out")
+        self.tokenizer = vocab.tokenizer
+        self._annotations = None  # read again, split by this tokenizer
 
     def setup(self, stage: Optional[str] = None) -> None:
         """Read the annotation file (once) and build the vocabulary from train tokens unless one was set."""
         self.all_records()
         if self.vocab is None and self.vocabulary is not None:
-            self.vocab = Vocabulary.load(self.vocabulary)
+            vocab = Vocabulary.load(self.vocabulary)
+            self._use_tokenizer_of(vocab, self.vocabulary)
+            self.vocab = vocab
         if self.vocab is None:
             train = self.records("train")
-            self.vocab = Vocabulary.build((t for r in train for t in r.tokens), self.min_word_freq, self.max_vocab_size)
+            self.vocab = Vocabulary.build((t for r in train for t in r.tokens), self.min_word_freq, self.max_vocab_size,
+                                          tokenizer=self.tokenizer)
+
+    def read_annotations(self) -> Annotations:
+        """The annotation file's records and their images' source, read once. The readers split
+        captions into words; another tokenizer splits the raw captions again."""
+        if self._annotations is None:
+            annotations = read_annotations(self.annotations, self.split_file, merge_restval=self.merge_restval)
+            if self.tokenizer.name != DEFAULT_TOKENIZER:
+                for r in annotations.records:
+                    r.tokens = [self.tokenizer.tokenize(c) for c in r.captions]
+            self._annotations = annotations
+        return self._annotations
 
     def all_records(self) -> list[ImageRecord]:
         """Every image of the annotation file, read once."""
-        if self._records is None and is_shards(self.annotations):
-            if self.split_file:
-                raise AnnotationError(f"{self.annotations}: a split file only applies to COCO caption files (these are shards)")
-            self._shards = read_index(self.annotations, merge_restval=self.merge_restval)
-            self._records = self._shards.records
-        if self._records is None:
-            self._records = load_records(self.annotations, self.split_file, merge_restval=self.merge_restval)
-        return self._records
+        return self.read_annotations().records
 
     def records(self, split: str) -> list[ImageRecord]:
         """The images of a split; an :class:`AnnotationError` if it has none."""
@@ -205,8 +234,9 @@ class CaptionData:
                     f"{self.features}: no complete features for {len(missing)} of the {len(records)} {split} images "
                     f"(e.g. image_id {missing[:3]}); run or resume `captioning extract-features` for them"
                 )
-        if self._shards is not None and kind is ImageDataset:  # evaluation: images read from the shards
-            return ShardImageDataset(records, self._shards, self.image_size, features=cache, interpolation=self.interpolation)
+        if kind is ImageDataset:  # evaluation: the images from wherever the format keeps them
+            return self.read_annotations().image_dataset(records, self.images_root, self.image_size, features=cache,
+                                                         cache_images=self.cache_images, interpolation=self.interpolation)
         return kind(records, self.images_root, self.image_size, features=cache, cache_images=self.cache_images,
                     interpolation=self.interpolation, **kwargs)
 
@@ -227,24 +257,12 @@ class CaptionData:
     def train_dataloader(self) -> DataLoader:
         if self.vocab is None:
             self.setup("fit")
-        if self._shards is not None:
-            return self._shard_loader()
+        streamed = self.read_annotations().train_loader(self)  # e.g. WebDataset shards
+        if streamed is not None:
+            return streamed
         kind = CaptionGroupDataset if self.group_captions else CaptionPairDataset
         dataset = self._dataset(kind, "train", vocab=self.vocab, max_length=self.max_length)
         return self._loader(dataset, self.batch_size, train=True)
-
-    def _shard_loader(self) -> ShardLoader:
-        """The training pairs of WebDataset shards, streamed over DDP ranks and loader workers."""
-        if self.bucket_by_length:
-            raise ConfigError("data.bucket_by_length needs the captions' lengths up front: set it false to stream WebDataset shards")
-        self.records("train")  # no training images: one line
-        world, rank = self.replicas()
-        stream = ShardStream(self._shards, self.vocab, self.max_length, self.image_size, self.batch_size,
-                             seed=torch.initial_seed() % 2**31, num_replicas=world, rank=rank, group=self.group_captions,
-                             shuffle_buffer=self.shuffle_buffer, features=self.feature_cache(), interpolation=self.interpolation)
-        collate = Collate(Vocabulary.pad_id, stream.visual_key, stream.visual_shape, self.on_bad_image, captions=True)
-        return ShardLoader(stream, self.batch_size, epoch_of=self.epoch_of(), num_workers=self.num_workers,
-                           pin_memory=self.pin_memory, collate_fn=collate)
 
     def epoch_of(self):
         """A callable giving the epoch a streamed loader should read next, or None (the loader counts its passes)."""
@@ -258,19 +276,17 @@ class CaptionData:
         """One sample per record, ``{"images": (3, S, S), "image_ids": int}``, read from the image
         files or the WebDataset shards alike and resized as the model's are; never from the feature
         cache (``captioning extract-features`` writes one with it)."""
-        self.all_records()  # the shards' index, once read
-        if self._shards is not None:
-            return ShardImageDataset(records, self._shards, self.image_size, interpolation=self.interpolation)
-        return ImageDataset(records, self.images_root, self.image_size, interpolation=self.interpolation)
+        return self.read_annotations().image_dataset(records, self.images_root, self.image_size,
+                                                     interpolation=self.interpolation)
 
     def read_image(self, record: ImageRecord):
         """The record's image as stored (an RGB PIL image, not resized), from its file or its shard
         (what CLIP scores: the image itself, whatever the model was fed)."""
-        self.all_records()  # the shards' index, once read
-        if self._shards is not None:
-            member = self._shards.members[record.imgid]
-            return decode_image(member.read(), f"{member.shard}: {member.name}")
-        return load_image(os.path.join(self.images_root, record.path))
+        return self.read_annotations().read_image(record, self.images_root)
+
+    def image_bytes(self, record: ImageRecord) -> bytes:
+        """The record's image file's bytes as stored, from its file or its shard."""
+        return self.read_annotations().image_bytes(record, self.images_root)
 
     def _eval_loader(self, split: str) -> DataLoader:
         return self._loader(self._dataset(ImageDataset, split), self.eval_batch_size, train=False)

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import io
+import mmap
 import os
 import re
 from typing import Optional, Sequence, Union
 
-from captioning.data.karpathy import SPLITS, ImageRecord, image_path, is_int, read_json
-from captioning.errors import AnnotationError
-from captioning.vocab import tokenize
 from captioning.common import PathLike
+from captioning.data.annotation_format import FORMATS, AnnotationFormat, image_path, is_int, read_json
+from captioning.data.records import SPLITS, ImageRecord
+from captioning.errors import AnnotationError
+from captioning.tokenizers import tokenize
 
+_COCO_KEY = re.compile(rb'"annotations"\s*:')
 
 
 def _report(message: str, problems: Optional[list]) -> None:
@@ -160,3 +163,23 @@ def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: O
     for i, r in enumerate(out):
         r.imgid = i
     return out
+
+
+@FORMATS.register("coco")
+class CocoFormat(AnnotationFormat):
+    """Raw COCO caption JSON: a JSON file with a top-level ``"annotations"`` key (found by a scan, not a
+    parse: the reader parses once); several files read together, splits from a split file or the names."""
+
+    description = "COCO caption files"
+    priority = 40
+    several = True
+    takes_split_file = True
+
+    def detect(self, path: str) -> bool:
+        if not os.path.isfile(path) or os.path.getsize(path) == 0:
+            return False
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return _COCO_KEY.search(m) is not None
+
+    def load(self, paths, split_file, merge_restval, problems):
+        return load_coco(paths, split_file, merge_restval, problems=problems)

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 from captioning.data.features import FeatureCache
 from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation, load_image, pixels_to_float, to_pixels
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 from captioning.errors import ImageError
 from captioning.vocab import Vocabulary
 

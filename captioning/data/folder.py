@@ -11,10 +11,11 @@ import json
 import os
 from typing import Optional
 
-from captioning.data.karpathy import image_path, SPLITS, ImageRecord
-from captioning.errors import AnnotationError
-from captioning.vocab import tokenize
 from captioning.common import PathLike
+from captioning.data.annotation_format import FORMATS, AnnotationFormat, image_path
+from captioning.data.records import SPLITS, ImageRecord
+from captioning.errors import AnnotationError
+from captioning.tokenizers import tokenize
 
 FOLDER_SUFFIXES = (".csv", ".jsonl")
 
@@ -99,3 +100,17 @@ def load_folder(path: PathLike, merge_restval: bool = True, problems: Optional[l
     if not records:
         raise AnnotationError(f"{path}: no rows")
     return list(records.values())
+
+
+@FORMATS.register("folder")
+class FolderFormat(AnnotationFormat):
+    """A captions CSV or JSON-lines file (told by its suffix) beside a folder of images."""
+
+    description = "a captions CSV / JSON-lines file"
+    priority = 30
+
+    def detect(self, path: str) -> bool:
+        return path.lower().endswith(FOLDER_SUFFIXES)
+
+    def load(self, paths, split_file, merge_restval, problems):
+        return load_folder(paths[0], merge_restval, problems)

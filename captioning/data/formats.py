@@ -1,95 +1,93 @@
 """One entry point for every annotation format: ``load_records(path)`` -> list[ImageRecord].
 
-- Karpathy split JSON (top-level ``"images"``): karpathy.py
-- raw COCO caption JSON (top-level ``"annotations"``), optionally with a Karpathy split file: coco.py
-- a captions CSV (``image,caption[,split]``) or JSON-lines file: folder.py
-- a Hub dataset ``hf://owner/name[@revision]`` or a ``save_to_disk`` folder (``datasets``): hub.py
-- WebDataset shards (a ``.tar`` file, a brace pattern, a folder of ``.tar`` files): webdataset.py
+The formats are the classes registered in :data:`FORMATS` (data/annotation_format.py); this module
+imports the built-in ones, asked in this order (their ``priority``):
+
+- ``hub``: a Hub dataset ``hf://owner/name[@revision]`` or a ``save_to_disk`` folder: hub.py
+- ``webdataset``: shards (a ``.tar`` file, a brace pattern, a folder of ``.tar`` files): webdataset.py
+- ``folder``: a captions CSV (``image,caption[,split]``) or JSON-lines file: folder.py
+- ``coco``: raw COCO caption JSON (top-level ``"annotations"``), optionally with a Karpathy split file: coco.py
+- ``karpathy``: a Karpathy split JSON (top-level ``"images"``), any other file: karpathy.py
+
 Several COCO caption files may be given as a list (train2014 and val2014 for the Karpathy split), and
-several shard files or patterns.
+several shard files or patterns: a format says so with ``several``.
 """
 from __future__ import annotations
 
-import mmap
 import os
-import re
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
-from captioning.data.karpathy import ImageRecord, load_karpathy
-from captioning.errors import AnnotationError
 from captioning.common import PathLike
+from captioning.data import coco, folder, hub, karpathy, webdataset  # noqa: F401  (they register their formats)
+from captioning.data.annotation_format import FORMATS, AnnotationFormat, Annotations
+from captioning.data.records import ImageRecord
+from captioning.errors import AnnotationError
 
-_COCO_KEY = re.compile(rb'"annotations"\s*:')
+__all__ = ["FORMATS", "detect_format", "default_images_root", "list_formats", "load_records", "read_annotations"]
 
 
-def default_images_root(annotations: Union[PathLike, Sequence[PathLike]]) -> str:
-    """Where image paths are relative to unless told: the (first) annotation file's folder."""
-    first = annotations if isinstance(annotations, (str, os.PathLike)) else (list(annotations) or [""])[0]
-    from captioning.data.hub import hub_images_root, is_hub_dataset
-    from captioning.data.webdataset import is_shards
+def list_formats() -> list[str]:
+    """The registered formats' names, in the order :func:`detect_format` asks them."""
+    return sorted(FORMATS.names(), key=lambda name: FORMATS.get(name).priority)
 
-    if is_shards(first):  # images are read from the shards; paths are only for messages
-        first = os.fspath(first)
-        return first if os.path.isdir(first) else os.path.dirname(os.path.abspath(first))
-    if is_hub_dataset(first):
-        return hub_images_root(os.fspath(first))
-    return os.path.dirname(os.path.abspath(os.fspath(first)))
+
+def _detect(path: str) -> str | None:
+    return next((name for name in list_formats() if FORMATS.get(name)().detect(path)), None)
 
 
 def detect_format(path: PathLike) -> str:
-    """"karpathy", "coco", "folder", "hub" or "webdataset", from the suffix and (for JSON) a scan for an
-    "annotations" key."""
-    from captioning.data.hub import is_hub_dataset
-    from captioning.data.webdataset import is_shards
-
+    """The name of the first format (in :func:`list_formats`' order) whose ``detect`` accepts ``path``."""
     path = os.fspath(path)
-    if is_hub_dataset(path):
-        return "hub"
-    if is_shards(path):
-        return "webdataset"
-    if path.lower().endswith((".csv", ".jsonl")):
-        return "folder"
+    name = _detect(path)
+    if name is not None:
+        return name
     if not os.path.isfile(path):
         raise AnnotationError(f"{path}: no such file")
     if os.path.getsize(path) == 0:
         raise AnnotationError(f"{path}: empty file")
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        return "coco" if _COCO_KEY.search(m) else "karpathy"  # no parse: the reader parses once
+    raise AnnotationError(f"{path}: not an annotation file of a known format ({', '.join(list_formats())})")
 
 
-def load_records(path: Union[PathLike, Sequence[PathLike]], split_file: Optional[PathLike] = None,
-                 merge_restval: bool = True, problems: Optional[list] = None) -> list[ImageRecord]:
-    """The ImageRecords of an annotation file in any supported format (see the module docstring).
+def _paths(annotations: PathLike | Sequence[PathLike]) -> list[str]:
+    if isinstance(annotations, (str, os.PathLike)):
+        return [os.fspath(annotations)]
+    return [os.fspath(p) for p in annotations]
 
-    ``problems``: collect the problems of single images (Karpathy and COCO files) or rows (CSV / JSON lines)
-    in this list and leave those out, instead of stopping at the first (``captioning prepare``)."""
-    paths = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
+
+def default_images_root(annotations: PathLike | Sequence[PathLike]) -> str:
+    """Where image paths are relative to unless told: the (first) path's format decides (the annotation
+    file's folder unless the format says otherwise; also for a path no format accepts, whose reading
+    then fails in one line)."""
+    first = (_paths(annotations) or [""])[0]
+    name = _detect(first)
+    return (FORMATS.get(name)() if name else AnnotationFormat()).default_images_root(first)
+
+
+def read_annotations(annotations: PathLike | Sequence[PathLike], split_file: PathLike | None = None,
+                     merge_restval: bool = True, problems: list | None = None,
+                     format: str | None = None) -> Annotations:
+    """The records of an annotation source in any registered format, and where their images come from.
+
+    ``format``: a registered format's name, else each path's format is detected. ``problems``:
+    collect the problems of single images or rows in this list and leave those out, instead of
+    stopping at the first (``captioning prepare``)."""
+    paths = _paths(annotations)
     if not paths:
         raise AnnotationError("no annotation file given")
-    kinds = {p: detect_format(p) for p in paths}
-    if len(paths) > 1 and set(kinds.values()) not in ({"coco"}, {"webdataset"}):
-        raise AnnotationError(f"several annotation files are only supported for COCO caption files or shards, got {kinds}")
+    kinds = {p: FORMATS.check(format) if format is not None else detect_format(p) for p in paths}
     kind = kinds[paths[0]]
-    if kind == "webdataset":
-        from captioning.data.webdataset import read_index
+    fmt = FORMATS.get(kind)()
+    if len(paths) > 1 and (len(set(kinds.values())) > 1 or not fmt.several):
+        several = " or ".join(FORMATS.get(n).description for n in list_formats() if FORMATS.get(n).several)
+        raise AnnotationError(f"several annotation files are only supported for {several}, got {kinds}")
+    if split_file and not fmt.takes_split_file:
+        takes = " or ".join(FORMATS.get(n).description for n in list_formats() if FORMATS.get(n).takes_split_file)
+        raise AnnotationError(f"{paths[0]}: a split file only applies to {takes}, not to {fmt.description}")
+    return fmt.read(paths, os.fspath(split_file) if split_file else None, merge_restval, problems)
 
-        if split_file:
-            raise AnnotationError(f"{paths[0]}: a split file only applies to COCO caption files (these are shards)")
-        return read_index(paths, merge_restval, problems).records
-    if kind == "hub":
-        from captioning.data.hub import load_hub
 
-        if split_file:
-            raise AnnotationError(f"{paths[0]}: a split file only applies to COCO caption files (this is a Hub dataset)")
-        return load_hub(paths[0], merge_restval, problems)
-    if kind == "coco":
-        from captioning.data.coco import load_coco
-
-        return load_coco(paths, split_file, merge_restval, problems=problems)
-    if split_file:
-        raise AnnotationError(f"{paths[0]}: a split file only applies to COCO caption files (this is {kind} format)")
-    if kind == "folder":
-        from captioning.data.folder import load_folder
-
-        return load_folder(paths[0], merge_restval, problems)
-    return load_karpathy(paths[0], merge_restval=merge_restval, problems=problems)
+def load_records(path: PathLike | Sequence[PathLike], split_file: PathLike | None = None,
+                 merge_restval: bool = True, problems: list | None = None,
+                 format: str | None = None) -> list[ImageRecord]:
+    """The ImageRecords of an annotation source in any registered format (see :func:`read_annotations`)."""
+    return read_annotations(path, split_file, merge_restval, problems, format).records

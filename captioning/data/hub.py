@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import parse_qsl
 
-from captioning.data.karpathy import ImageRecord, is_int
+from captioning.data.annotation_format import FORMATS, AnnotationFormat, is_int
+from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError
-from captioning.vocab import tokenize
+from captioning.tokenizers import tokenize
 
 HUB_PREFIX = "hf://"
 #: Hub split names -> Karpathy split names
@@ -272,3 +273,20 @@ def hub_images_root(path: str) -> str:
     urls = " (only their paths and URLs, never fetched)" if "url" in first.column_names else " (only their paths)"
     raise AnnotationError(f"{base}: the dataset holds no images{urls}: give the folder holding them with "
                           f"--data.images_root PATH (--images-root for prepare and evaluate)")
+
+
+@FORMATS.register("hub")
+class HubFormat(AnnotationFormat):
+    """A Hub dataset ``hf://owner/name[@revision]`` or a ``save_to_disk`` folder (see the module docstring)."""
+
+    description = "a Hub dataset"
+    priority = 10
+
+    def detect(self, path: str) -> bool:
+        return is_hub_dataset(path)
+
+    def load(self, paths, split_file, merge_restval, problems):
+        return load_hub(paths[0], merge_restval, problems)
+
+    def default_images_root(self, path: str) -> str:
+        return hub_images_root(path)

@@ -7,62 +7,13 @@ naming the file and the field path, e.g. ``ann.json: images[3]: missing field 's
 """
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
-from captioning.errors import AnnotationError, ConfigError
-from captioning.files import require_file
-from captioning.vocab import tokenize
-
-SPLITS = ("train", "val", "test", "restval")
-
-
-@dataclass
-class ImageRecord:
-    """One image and its reference captions; ``path`` is relative to the images root."""
-
-    imgid: int
-    image_id: int  # cocoid if present, else imgid: the id used in results files and metrics
-    path: str
-    split: str
-    captions: list[str]  # raw reference captions (empty ones dropped)
-    tokens: list[list[str]]  # lower-cased words, parallel to captions
-    objects: list[dict] = field(default_factory=list)
-    width: Optional[int] = None
-    height: Optional[int] = None
-
-
-def is_int(x: Any) -> bool:
-    """An integer of JSON (True and False are not)."""
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def read_json(path: str) -> Any:
-    """A JSON annotation file, with one-line AnnotationErrors for a missing, unreadable or malformed file."""
-    require_file(path, AnnotationError, "an annotation file")
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
-    except json.JSONDecodeError as err:
-        raise AnnotationError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
-    except UnicodeDecodeError:
-        raise AnnotationError(f"{path}: not UTF-8 text (is it really a JSON annotation file?)") from None
-    except RecursionError:
-        raise AnnotationError(f"{path}: JSON nested too deeply to be an annotation file") from None
-    except OSError as err:
-        raise AnnotationError(f"{path}: cannot read ({err.strerror or err})") from None
-
-
-def image_path(path: str, where: str, *parts: str) -> str:
-    """A record's image path, relative to the images folder: normalised, and refused (one line naming
-    ``where`` in the annotation file ``path``) when absolute or above the folder (``..``)."""
-    rel = os.path.normpath(os.path.join(*parts))
-    if os.path.isabs(rel) or os.path.splitdrive(rel)[0] or rel in (".", "..") or rel.startswith(".." + os.sep):
-        raise AnnotationError(f"{path}: {where}: image path {rel!r} is outside the images folder (absolute, "
-                              "or '..' above it); give paths relative to --data.images_root")
-    return rel
+from captioning.data.annotation_format import FORMATS, AnnotationFormat, image_path, is_int, read_json
+from captioning.data.records import SPLITS, ImageRecord
+from captioning.errors import AnnotationError
+from captioning.tokenizers import tokenize
 
 
 def _captions(path: str, where: str, sentences: Any) -> tuple[list[str], list[list[str]]]:
@@ -163,8 +114,15 @@ def load_karpathy(path: Union[str, "os.PathLike[str]"], merge_restval: bool = Tr
     return records
 
 
-def split_records(records: Sequence[ImageRecord], split: str) -> list[ImageRecord]:
-    """The records of one split (``train`` includes restval once merged)."""
-    if split not in SPLITS:
-        raise ConfigError(f"unknown split {split!r} (expected one of {', '.join(SPLITS)})")
-    return [r for r in records if r.split == split]
+@FORMATS.register("karpathy")
+class KarpathyFormat(AnnotationFormat):
+    """A Karpathy split JSON: any other non-empty file (the fallback, asked last)."""
+
+    description = "a Karpathy split file"
+    priority = 100
+
+    def detect(self, path: str) -> bool:
+        return os.path.isfile(path) and os.path.getsize(path) > 0
+
+    def load(self, paths, split_file, merge_restval, problems):
+        return load_karpathy(paths[0], merge_restval=merge_restval, problems=problems)

@@ -57,10 +57,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from captioning.data.datasets import ImageDataset
-from captioning.data.karpathy import ImageRecord, is_int
+from captioning.data.annotation_format import FORMATS, AnnotationFormat, Annotations, is_int
+from captioning.data.datasets import Collate, ImageDataset
+from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError, ConfigError, ImageError
-from captioning.vocab import Vocabulary, tokenize
+from captioning.tokenizers import tokenize
+from captioning.vocab import Vocabulary
 
 #: image members read as a sample's image (file suffixes without the dot)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff")
@@ -285,6 +287,62 @@ class ShardImageDataset(ImageDataset):
 
         member = self.members[record.imgid]
         return to_tensor(decode_image(member.read(), f"{member.shard}: {member.name}"), self.image_size, self.interpolation)
+
+
+# ---------------------------------------------------------------------------------------- the format
+class ShardAnnotations(Annotations):
+    """The records of shards, whose images are read from the shards by their place in the index."""
+
+    def __init__(self, index: ShardIndex):
+        super().__init__(index.records)
+        self.index = index
+
+    def image_bytes(self, record: ImageRecord, images_root: str) -> bytes:
+        return self.index.members[record.imgid].read()
+
+    def read_image(self, record: ImageRecord, images_root: str):
+        member = self.index.members[record.imgid]
+        return decode_image(member.read(), f"{member.shard}: {member.name}")
+
+    def image_dataset(self, records, images_root, image_size, features=None, cache_images=False,
+                      interpolation="bilinear") -> ImageDataset:
+        return ShardImageDataset(records, self.index, image_size, features=features, interpolation=interpolation)
+
+    def train_loader(self, data) -> ShardLoader:
+        """The training pairs, streamed over DDP ranks and loader workers (``data``: the CaptionData)."""
+        if data.bucket_by_length:
+            raise ConfigError("data.bucket_by_length needs the captions' lengths up front: set it false to stream WebDataset shards")
+        data.records("train")  # no training images: one line
+        world, rank = data.replicas()
+        stream = ShardStream(self.index, data.vocab, data.max_length, data.image_size, data.batch_size,
+                             seed=torch.initial_seed() % 2**31, num_replicas=world, rank=rank, group=data.group_captions,
+                             shuffle_buffer=data.shuffle_buffer, features=data.feature_cache(),
+                             interpolation=data.interpolation)
+        collate = Collate(Vocabulary.pad_id, stream.visual_key, stream.visual_shape, data.on_bad_image, captions=True)
+        return ShardLoader(stream, data.batch_size, epoch_of=data.epoch_of(), num_workers=data.num_workers,
+                           pin_memory=data.pin_memory, collate_fn=collate)
+
+
+@FORMATS.register("webdataset")
+class WebDatasetFormat(AnnotationFormat):
+    """WebDataset shards: a ``.tar`` file, a brace pattern, a folder of ``.tar`` files, or a list of them."""
+
+    description = "WebDataset shards"
+    priority = 20
+    several = True
+
+    def detect(self, path: str) -> bool:
+        return is_shards(path)
+
+    def load(self, paths, split_file, merge_restval, problems):
+        return read_index(paths, merge_restval, problems).records
+
+    def read(self, paths, split_file=None, merge_restval=True, problems=None) -> ShardAnnotations:
+        return ShardAnnotations(read_index(paths, merge_restval, problems))
+
+    def default_images_root(self, path: str) -> str:
+        # images are read from the shards; the folder only names them in messages
+        return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
 # ---------------------------------------------------------------------------------------- training

@@ -10,7 +10,8 @@ from PIL import Image, features
 
 from captioning.data.images import load_image
 from captioning.errors import ImageError
-from captioning.vocab import Vocabulary, tokenize
+from captioning.tokenizers import tokenize
+from captioning.vocab import Vocabulary
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from captioning.data.karpathy import ImageRecord, load_karpathy, split_records
+from captioning.data.karpathy import load_karpathy
+from captioning.data.records import ImageRecord, split_records
 from captioning.errors import AnnotationError, ConfigError
 
 

@@ -1,0 +1,145 @@
+"""The annotation-format extension point: the base class, its registry, and what every reader shares.
+
+A format is one class registered in :data:`FORMATS` beside its reader (karpathy.py, coco.py,
+folder.py, hub.py, webdataset.py)::
+
+    @FORMATS.register("karpathy")
+    class KarpathyFormat(AnnotationFormat):
+        priority = 100  # the fallback: any other JSON file
+
+        def detect(self, path): ...
+        def load(self, paths, split_file, merge_restval, problems): ...
+
+data/formats.py imports the built-in formats and answers from the registry (``detect_format``,
+``read_annotations``, ``load_records``, ``default_images_root``); :class:`CaptionData` asks the
+:class:`Annotations` it read where each image comes from. A user's format registers when the user
+imports its module.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from captioning.data.records import ImageRecord
+from captioning.errors import AnnotationError
+from captioning.files import require_file
+from captioning.registry import Registry
+
+if TYPE_CHECKING:
+    from PIL import Image
+    from torch.utils.data import DataLoader
+
+    from captioning.data.datasets import ImageDataset
+
+FORMATS: Registry[type[AnnotationFormat]] = Registry("annotation format", field="format")
+
+
+class Annotations:
+    """What reading an annotation source gives: its records, and where their images come from.
+
+    This base reads each record's image file under the images folder (``images_root`` /
+    ``record.path``). A format whose images lie elsewhere (WebDataset shards) returns a subclass
+    that overrides :meth:`image_bytes`, :meth:`read_image`, :meth:`image_dataset` and
+    :meth:`train_loader`.
+    """
+
+    def __init__(self, records: list[ImageRecord]):
+        self.records = records
+
+    def image_bytes(self, record: ImageRecord, images_root: str) -> bytes:
+        """The record's image as stored (its file's bytes)."""
+        with open(os.path.join(images_root, record.path), "rb") as f:
+            return f.read()
+
+    def read_image(self, record: ImageRecord, images_root: str) -> Image.Image:
+        """The record's image as an RGB PIL image, not resized, by data/images.py's rules."""
+        from captioning.data.images import load_image
+
+        return load_image(os.path.join(images_root, record.path))
+
+    def image_dataset(self, records: Sequence[ImageRecord], images_root: str, image_size: int, features=None,
+                      cache_images: bool = False, interpolation: str = "bilinear") -> ImageDataset:
+        """One sample per record, ``{"images": (3, S, S), "image_ids": int}`` (or its cached features
+        (L, D)): evaluation and feature extraction."""
+        from captioning.data.datasets import ImageDataset
+
+        return ImageDataset(records, images_root, image_size, features=features, cache_images=cache_images,
+                            interpolation=interpolation)
+
+    def train_loader(self, data) -> DataLoader | None:
+        """The training loader of ``data`` (a :class:`~captioning.data.captions.CaptionData`) when
+        the format streams its own, else None: CaptionData's loader of (image file, caption) pairs."""
+        return None
+
+
+class AnnotationFormat:
+    """One kind of annotation source: how to tell it from a path, read it, and where its images lie.
+
+    Attributes:
+        description: what it is, in messages ("COCO caption files").
+        priority: :func:`~captioning.data.formats.detect_format` asks the formats in increasing
+            priority (ties: registration order), so that one whose test is a suffix or a folder's
+            contents answers before one that reads the file, and a fallback goes last.
+        several: whether several paths may be read together (COCO's train2014 + val2014, shard lists).
+        takes_split_file: whether a split file (``--data.split_file``) assigns its splits.
+    """
+
+    description: str = "an annotation file"
+    priority: int = 50
+    several: bool = False
+    takes_split_file: bool = False
+
+    def detect(self, path: str) -> bool:
+        """Whether ``path`` is of this format (cheap: a suffix, a folder's files, a scan; no parse)."""
+        raise NotImplementedError
+
+    def load(self, paths: list[str], split_file: str | None, merge_restval: bool,
+             problems: list[str] | None) -> list[ImageRecord]:
+        """The records of ``paths`` (one path unless ``several``), ``restval`` merged into ``train``
+        if ``merge_restval``. A problem of one image or row raises a one-line
+        :class:`AnnotationError`, or with a ``problems`` list is appended there and the image left
+        out, so that one reading lists them all; a problem of the whole file still raises."""
+        raise NotImplementedError
+
+    def read(self, paths: list[str], split_file: str | None = None, merge_restval: bool = True,
+             problems: list[str] | None = None) -> Annotations:
+        """:meth:`load`'s records with their images' source (image files, by default)."""
+        return Annotations(self.load(paths, split_file, merge_restval, problems))
+
+    def default_images_root(self, path: str) -> str:
+        """Where image paths are relative to unless told: the annotation file's folder."""
+        return os.path.dirname(os.path.abspath(path))
+
+
+# ------------------------------------------------------------------------ what every reader shares
+def is_int(x: Any) -> bool:
+    """An integer of JSON (True and False are not)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def read_json(path: str) -> Any:
+    """A JSON annotation file, with one-line AnnotationErrors for a missing, unreadable or malformed file."""
+    require_file(path, AnnotationError, "an annotation file")
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise AnnotationError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    except UnicodeDecodeError:
+        raise AnnotationError(f"{path}: not UTF-8 text (is it really a JSON annotation file?)") from None
+    except RecursionError:
+        raise AnnotationError(f"{path}: JSON nested too deeply to be an annotation file") from None
+    except OSError as err:
+        raise AnnotationError(f"{path}: cannot read ({err.strerror or err})") from None
+
+
+def image_path(path: str, where: str, *parts: str) -> str:
+    """A record's image path, relative to the images folder: normalised, and refused (one line naming
+    ``where`` in the annotation file ``path``) when absolute or above the folder (``..``)."""
+    rel = os.path.normpath(os.path.join(*parts))
+    if os.path.isabs(rel) or os.path.splitdrive(rel)[0] or rel in (".", "..") or rel.startswith(".." + os.sep):
+        raise AnnotationError(f"{path}: {where}: image path {rel!r} is outside the images folder (absolute, "
+                              "or '..' above it); give paths relative to --data.images_root")
+    return rel
