@@ -9,8 +9,8 @@ GIF and a per-word view of the maps; each model's description. The API: ``POST /
 (multipart field ``image``) -> JSON; see docs/WEB.md and :mod:`captioning.web.client` for a
 Python client.
 
-Modules: ``app`` (the Starlette application, the upload limit and :class:`~captioning.web.app.Guard`:
-Host header, requests handled, body deadline), ``errors`` (one error type per HTTP status),
+Modules: ``app`` (the Starlette application and its routes), ``guard`` (:class:`~captioning.web.guard.Limits`
+and the middlewares: Host header, requests handled, body deadline, upload limit), ``errors`` (one error type per HTTP status),
 ``settings`` (a request's decoding settings, derived from GenerationConfig's options), ``served``
 (a model behind the page: description, settings check, JSON), ``service`` (the bounded batching
 queue; no HTTP), ``images`` (reading an upload, data URIs), ``gifs`` (the GIF pixel budget),

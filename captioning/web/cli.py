@@ -67,7 +67,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from captioning.web.app import Limits
+    from captioning.web.guard import Limits
     from captioning.web.server import serve
 
     limits = Limits(header_timeout=args.header_timeout, body_timeout=args.body_timeout,

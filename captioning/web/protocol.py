@@ -10,7 +10,7 @@ makes a protocol class (uvicorn's ``http=`` setting takes one) that
   seconds of its opening or of the previous answer on it (kept-alive connections included);
 * closes at once a connection beyond ``max_sockets`` open ones.
 
-Requests being handled are counted by :class:`captioning.web.app.Guard` (503 beyond), the body's
+Requests being handled are counted by :class:`captioning.web.guard.Guard` (503 beyond), the body's
 deadline is Guard's too; header sizes are h11's limit (``h11_max_incomplete_event_size``).
 """
 from __future__ import annotations

@@ -67,7 +67,7 @@ def uvicorn_config(app, host: str, port: int, limits, log_level: str = "info"):
     """The ``uvicorn.Config`` of the server: its h11 protocol with the headers' deadline and the
     socket cap (captioning/web/protocol.py), headers of at most :data:`HEADER_BYTES`, idle
     connections closed after ``limits.keep_alive`` s; uvicorn's own ``limit_concurrency`` is left
-    off (it counts idle sockets): :class:`captioning.web.app.Guard` counts the requests handled."""
+    off (it counts idle sockets): :class:`captioning.web.guard.Guard` counts the requests handled."""
     import uvicorn
 
     from captioning.web.protocol import guarded_protocol
@@ -93,7 +93,7 @@ def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFA
           log_level: str = "info", limits=None) -> int:
     """Load the checkpoints and serve the page and the API until interrupted.
 
-    ``limits`` (:class:`captioning.web.app.Limits`) holds the deadlines and the other caps; its
+    ``limits`` (:class:`captioning.web.guard.Limits`) holds the deadlines and the other caps; its
     ``max_active`` is ``max_connections`` (requests being handled at once, 503 beyond)."""
     try:
         import multipart  # noqa: F401  (python-multipart: Starlette's form parser)
@@ -104,8 +104,9 @@ def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFA
     import torch
     from PIL import Image
 
-    from captioning.web.app import Limits, create_app
+    from captioning.web.app import create_app
     from captioning.web.errors import MB
+    from captioning.web.guard import Limits
 
     if max_pixels < 1 or max_upload_mb <= 0:
         raise ConfigError("--max-pixels and --max-upload-mb must be positive")

@@ -14,7 +14,8 @@ class ThreadServer:
     def __init__(self, models, **app_kwargs):
         import uvicorn
 
-        from captioning.web.app import Limits, create_app
+        from captioning.web.app import create_app
+        from captioning.web.guard import Limits
         from captioning.web.server import uvicorn_config
 
         self.port = free_port()

@@ -269,7 +269,7 @@ def test_an_omitted_max_new_tokens_is_capped(served):
 
 
 def test_a_stuck_model_gives_503_and_an_unhealthy_healthz(served):
-    from captioning.web.app import Limits
+    from captioning.web.guard import Limits
 
     fake = GatedCaptioner()
     server = served(fake, limits=Limits(request_timeout=1.0, stuck_after=0.5))
@@ -295,7 +295,7 @@ def test_a_stuck_model_gives_503_and_an_unhealthy_healthz(served):
 
 
 def test_the_render_queue_is_bounded(served):
-    from captioning.web.app import Limits
+    from captioning.web.guard import Limits
     from captioning.web.served import ServedModel
 
     release = threading.Event()
