@@ -14,6 +14,7 @@ The data names one (``data.tokenizer``); the vocabulary built from its tokens re
 (:class:`~captioning.vocab.Vocabulary`), so that every route that turns ids back into text (the
 API, evaluation, the web page, the ONNX captioner) joins tokens the way they were split.
 """
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """The tokenizer registry: ``words`` (today's tokens and text), one-line errors listing the names,
 and a new tokenizer (defined here, one class) carried by the vocabulary and by CaptionData."""
+
 import json
 
 import pytest
@@ -48,7 +49,10 @@ def test_an_unknown_tokenizer_is_one_line_naming_the_field_and_the_names():
 
 def test_a_words_vocabulary_is_stored_as_before(tmp_path):
     v = Vocabulary.build([["a", "dog"], ["a", "cat"]], min_freq=1)
-    assert v.tokenizer.name == "words" and v.to_dict() == {"itos": [*Vocabulary.SPECIALS, "a", "cat", "dog"], "min_freq": 1}
+    assert v.tokenizer.name == "words" and v.to_dict() == {
+        "itos": [*Vocabulary.SPECIALS, "a", "cat", "dog"],
+        "min_freq": 1,
+    }
     old = {"itos": [*Vocabulary.SPECIALS, "a", "dog", ","], "min_freq": 5}  # a file written before tokenizers
     assert Vocabulary.from_dict(old).tokenizer.name == "words" and Vocabulary.from_dict(old).to_dict() == old
 
@@ -66,8 +70,10 @@ def test_a_registered_tokenizer_builds_records_and_decodes_a_vocabulary(tmp_path
 
 
 def karpathy_file(tmp_path):
-    images = [{"filename": f"{i}.jpg", "imgid": i, "split": split, "sentences": [{"raw": "A cab.", "tokens": ["a", "cab"]}]}
-              for i, split in enumerate(["train", "train", "val", "test"])]
+    images = [
+        {"filename": f"{i}.jpg", "imgid": i, "split": split, "sentences": [{"raw": "A cab.", "tokens": ["a", "cab"]}]}
+        for i, split in enumerate(["train", "train", "val", "test"])
+    ]
     path = tmp_path / "data.json"
     path.write_text(json.dumps({"images": images}))
     return path

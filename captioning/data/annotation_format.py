@@ -15,6 +15,7 @@ data/formats.py imports the built-in formats and answers from the registry (``de
 :class:`Annotations` it read where each image comes from. A user's format registers when the user
 imports its module.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,14 +60,22 @@ class Annotations:
 
         return load_image(os.path.join(images_root, record.path))
 
-    def image_dataset(self, records: Sequence[ImageRecord], images_root: str, image_size: int, features=None,
-                      cache_images: bool = False, interpolation: str = "bilinear") -> ImageDataset:
+    def image_dataset(
+        self,
+        records: Sequence[ImageRecord],
+        images_root: str,
+        image_size: int,
+        features=None,
+        cache_images: bool = False,
+        interpolation: str = "bilinear",
+    ) -> ImageDataset:
         """One sample per record, ``{"images": (3, S, S), "image_ids": int}`` (or its cached features
         (L, D)): evaluation and feature extraction."""
         from captioning.data.datasets import ImageDataset
 
-        return ImageDataset(records, images_root, image_size, features=features, cache_images=cache_images,
-                            interpolation=interpolation)
+        return ImageDataset(
+            records, images_root, image_size, features=features, cache_images=cache_images, interpolation=interpolation
+        )
 
     def train_loader(self, data) -> DataLoader | None:
         """The training loader of ``data`` (a :class:`~captioning.data.captions.CaptionData`) when
@@ -95,16 +104,22 @@ class AnnotationFormat:
         """Whether ``path`` is of this format (cheap: a suffix, a folder's files, a scan; no parse)."""
         raise NotImplementedError
 
-    def load(self, paths: list[str], split_file: str | None, merge_restval: bool,
-             problems: list[str] | None) -> list[ImageRecord]:
+    def load(
+        self, paths: list[str], split_file: str | None, merge_restval: bool, problems: list[str] | None
+    ) -> list[ImageRecord]:
         """The records of ``paths`` (one path unless ``several``), ``restval`` merged into ``train``
         if ``merge_restval``. A problem of one image or row raises a one-line
         :class:`AnnotationError`, or with a ``problems`` list is appended there and the image left
         out, so that one reading lists them all; a problem of the whole file still raises."""
         raise NotImplementedError
 
-    def read(self, paths: list[str], split_file: str | None = None, merge_restval: bool = True,
-             problems: list[str] | None = None) -> Annotations:
+    def read(
+        self,
+        paths: list[str],
+        split_file: str | None = None,
+        merge_restval: bool = True,
+        problems: list[str] | None = None,
+    ) -> Annotations:
         """:meth:`load`'s records with their images' source (image files, by default)."""
         return Annotations(self.load(paths, split_file, merge_restval, problems))
 
@@ -140,6 +155,8 @@ def image_path(path: str, where: str, *parts: str) -> str:
     ``where`` in the annotation file ``path``) when absolute or above the folder (``..``)."""
     rel = os.path.normpath(os.path.join(*parts))
     if os.path.isabs(rel) or os.path.splitdrive(rel)[0] or rel in (".", "..") or rel.startswith(".." + os.sep):
-        raise AnnotationError(f"{path}: {where}: image path {rel!r} is outside the images folder (absolute, "
-                              "or '..' above it); give paths relative to --data.images_root")
+        raise AnnotationError(
+            f"{path}: {where}: image path {rel!r} is outside the images folder (absolute, "
+            "or '..' above it); give paths relative to --data.images_root"
+        )
     return rel

@@ -80,8 +80,8 @@ class CaptionData:
         shuffle_buffer: with WebDataset shards, the (image, caption) pairs each loader worker mixes
             its stream through (data/webdataset.py).
         cache_images: keep each decoded, resized image in memory (uint8, 3 x S x S bytes) after its
-            first read instead of decoding it again every epoch, for data that fits in memory (the
-            demo's 2,800 images of 64 px: 34 MB); each loader worker holds its own copy.
+            first read instead of decoding it again every epoch, for data that fits in memory; each
+            loader worker holds its own copy.
         tokenizer: how captions are split into tokens (a name registered in captioning/tokenizers.py;
             the vocabulary built records it). Default: the tokenizer of the vocabulary given
             (``vocabulary``, a checkpoint's), else ``words``; one named here must be that of a

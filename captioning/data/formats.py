@@ -12,6 +12,7 @@ imports the built-in ones, asked in this order (their ``priority``):
 Several COCO caption files may be given as a list (train2014 and val2014 for the Karpathy split), and
 several shard files or patterns: a format says so with ``several``.
 """
+
 from __future__ import annotations
 
 import os
@@ -63,9 +64,13 @@ def default_images_root(annotations: PathLike | Sequence[PathLike]) -> str:
     return (FORMATS.get(name)() if name else AnnotationFormat()).default_images_root(first)
 
 
-def read_annotations(annotations: PathLike | Sequence[PathLike], split_file: PathLike | None = None,
-                     merge_restval: bool = True, problems: list | None = None,
-                     format: str | None = None) -> Annotations:
+def read_annotations(
+    annotations: PathLike | Sequence[PathLike],
+    split_file: PathLike | None = None,
+    merge_restval: bool = True,
+    problems: list | None = None,
+    format: str | None = None,
+) -> Annotations:
     """The records of an annotation source in any registered format, and where their images come from.
 
     ``format``: a registered format's name, else each path's format is detected. ``problems``:
@@ -86,8 +91,12 @@ def read_annotations(annotations: PathLike | Sequence[PathLike], split_file: Pat
     return fmt.read(paths, os.fspath(split_file) if split_file else None, merge_restval, problems)
 
 
-def load_records(path: PathLike | Sequence[PathLike], split_file: PathLike | None = None,
-                 merge_restval: bool = True, problems: list | None = None,
-                 format: str | None = None) -> list[ImageRecord]:
+def load_records(
+    path: PathLike | Sequence[PathLike],
+    split_file: PathLike | None = None,
+    merge_restval: bool = True,
+    problems: list | None = None,
+    format: str | None = None,
+) -> list[ImageRecord]:
     """The ImageRecords of an annotation source in any registered format (see :func:`read_annotations`)."""
     return read_annotations(path, split_file, merge_restval, problems, format).records

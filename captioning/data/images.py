@@ -19,7 +19,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -28,6 +28,8 @@ from captioning.common import PathLike
 from captioning.errors import ConfigError, ImageError
 from captioning.files import require_file
 
+if TYPE_CHECKING:
+    import torch
 
 #: the image formats every route opens (Pillow's format names); nothing else is handed to a decoder
 IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")

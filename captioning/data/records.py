@@ -1,4 +1,5 @@
 """What every annotation format reads to: one :class:`ImageRecord` per image, and the splits."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -107,8 +107,8 @@ class ResumableLoader(DataLoader):
             yield batch
 
     def state_dict(self) -> dict:
-        """The epoch and the position in it, counted in this rank's samples (``batches`` is kept for
-        earlier versions), and the settings the order is drawn from."""
+        """The epoch and the position in it, counted in this rank's samples (and in batches, what a
+        state without ``samples`` resumes from), and the settings the order is drawn from."""
         sampler = self.sampler
         return {"epoch": sampler.epoch, "batches": self._served, "samples": self._served * self.batch_size,
                 "batch_size": self.batch_size, "seed": sampler.seed, "num_replicas": sampler.num_replicas,
@@ -116,8 +116,8 @@ class ResumableLoader(DataLoader):
 
     def load_state_dict(self, state: dict) -> None:
         """Continue ``state``'s epoch where it stopped; a :class:`ConfigError` of one line if this
-        loader draws another order than the one that saved it (a state without the settings, of
-        an earlier version, is taken as it is)."""
+        loader draws another order than the one that saved it (a state that lacks a setting is not
+        checked for it)."""
         sampler = self.sampler
         here = {"batch_size": self.batch_size, "seed": sampler.seed, "num_replicas": sampler.num_replicas,
                 "bucketed": sampler.lengths is not None}

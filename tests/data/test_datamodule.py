@@ -207,7 +207,7 @@ def test_cached_images_are_the_files_images_read_once(tiny_karpathy, monkeypatch
     real_load = datasets.load_image
     monkeypatch.setattr(datasets, "load_image", lambda path: reads.append(path) or real_load(path))
     train = cached.train_dataloader()
-    for epoch in range(3):
+    for _ in range(3):
         for a, b in zip(plain.train_dataloader(), train):
             assert torch.equal(a["images"], b["images"]) and torch.equal(a["captions"], b["captions"])
     pairs = len(train.dataset)  # 8 training captions of 4 images (train + restval)

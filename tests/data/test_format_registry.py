@@ -1,5 +1,6 @@
 """The annotation-format registry: detection order, one-line errors listing the formats, and a new
 format (defined here, in one class) read by CaptionData through detection and by name."""
+
 import json
 from pathlib import Path
 
