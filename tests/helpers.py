@@ -174,7 +174,8 @@ class ServerProcess:
             raise RuntimeError(f"the server {problem}:\n{self.log()}")
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")[-3000:]
 
     def rss_mb(self) -> float:

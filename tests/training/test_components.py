@@ -6,15 +6,15 @@ import sys
 import pytest
 import torch
 
+from captioning.decoding.search import GenerationConfig
 from captioning.errors import ConfigError
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
-from captioning.decoding.search import GenerationConfig
 from captioning.models.show_attend_tell import ShowAttendTell
+from captioning.objectives import CrossEntropy, HardAttentionReinforce, objective_for, objective_from_spec
 from captioning.training.guards import step_seed
 from captioning.training.module import CaptioningModule
 from captioning.training.optim import OptimizerConfig
-from captioning.objectives import CrossEntropy, HardAttentionReinforce, objective_for, objective_from_spec
 from captioning.vocab import Vocabulary
 from tests.helpers import ROOT
 
@@ -173,7 +173,7 @@ def test_check_imports_command_prints_every_problem_and_exits_1_on_one(check_imp
     package = check_imports.Package()
     problems = check_imports.layer_violations(package) + check_imports.lightning_imports(package)
     problems += ["import cycle: " + " <-> ".join(c) for c in check_imports.cycles(package.graph())]
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "check_imports.py")], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "tools.dev.check_imports"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == (1 if problems else 0), proc.stdout + proc.stderr
     assert sorted(proc.stdout.splitlines()[:-1]) == sorted(problems)
     assert f"{len(package.files)} modules" in proc.stdout.splitlines()[-1]

@@ -155,7 +155,7 @@ def test_hard_objective_reads_nothing_back_in_the_static_pass():
 # ---------------------------------------------------------------------- the training module
 def fit_weights(tiny_shapes, root, config, extra):
     from captioning.training.cli import run_lightning_cli
-    from tests.conftest import fit_args
+    from tests.helpers import fit_args
 
     cli = run_lightning_cli(fit_args(tiny_shapes, root, config=config, steps=3,
                                      extra=["--model.decoder.dropout", "0.0", "--trainer.enable_checkpointing", "false",
@@ -191,8 +191,8 @@ def test_cuda_graphs_step_falls_back_on_cpu_and_equals_lightnings_step(tiny_shap
 
 def test_cuda_graphs_refuses_steps_it_cannot_capture():
     from captioning.errors import ConfigError
-    from captioning.training.module import CaptioningModule
     from captioning.objectives import SCST
+    from captioning.training.module import CaptioningModule
 
     with pytest.raises(ConfigError, match="cuda_graphs.*decodes"):
         CaptioningModule(objective=SCST(), cuda_graphs=True)
