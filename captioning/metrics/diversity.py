@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import AbstractSet, Iterable, Mapping, Optional
 
-from captioning.vocab import Vocabulary, tokenize
+from captioning.tokenizers import tokenize
+from captioning.vocab import Vocabulary
 
 #: the share of images one caption may cover before :func:`diversity_scores` warns
 DOMINANT_SHARE = 0.2

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 from captioning.data.shapes import grounding, locate_objects
 from captioning.metrics import grounding_scores
 from captioning.viz.pictures import upsample_map

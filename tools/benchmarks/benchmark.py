@@ -425,7 +425,7 @@ def bench_load(device, quick: bool, workers: int) -> list[dict]:
     from captioning.data.datasets import Collate, ImageDataset
     from captioning.data.features import FeatureCache
     from captioning.cli.extract import extract_features
-    from captioning.data.karpathy import ImageRecord
+    from captioning.data.records import ImageRecord
 
     rows = []
     n = 40 if quick else 200

@@ -92,10 +92,7 @@ def records(path: str, images_root: str | None):
     data = CaptionData(path, images_root)
     out = []
     for r in data.all_records():
-        if data._shards is not None:  # WebDataset shards: the image member's bytes
-            image = data._shards.members[r.imgid].read()
-        else:
-            image = Path(data.images_root, r.path).read_bytes()
+        image = data.image_bytes(r)
         out.append((r.image_id, r.split, r.tokens, image))
     return out
 

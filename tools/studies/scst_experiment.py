@@ -24,7 +24,7 @@ import time
 
 
 from captioning.decoding.search import BAD_ENDINGS  # noqa: E402
-from captioning.vocab import tokenize  # noqa: E402
+from captioning.tokenizers import tokenize  # noqa: E402
 
 RUNS = {  # name: (config, the cross-entropy run it starts from, baseline)
     "ce_soft": ("shapes_soft.yaml", None, None),
