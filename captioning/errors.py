@@ -14,6 +14,14 @@ class ImageError(CaptioningError):
     """An image file that is missing, unreadable or not an image."""
 
 
+class ImageTooLargeError(ImageError):
+    """An image of more pixels than the decoder allows (a decompression bomb)."""
+
+
+class NotAnImageError(ImageError):
+    """A file that is no image of an accepted format (data/images.py: IMAGE_FORMATS)."""
+
+
 class AnnotationError(CaptioningError):
     """An annotation or captions file that is missing, malformed or lacks a field."""
 

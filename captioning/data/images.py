@@ -25,7 +25,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from captioning.common import PathLike
-from captioning.errors import ConfigError, ImageError
+from captioning.errors import ConfigError, ImageError, ImageTooLargeError, NotAnImageError
 from captioning.files import require_file
 
 if TYPE_CHECKING:
@@ -158,9 +158,9 @@ def load_image(path: PathLike) -> Image.Image:
                 img.load()  # decode everything now, so that truncation is detected here
                 return to_rgb(img)
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
-        raise ImageError(f"{path}: {_describe_bomb(err)}") from None
+        raise ImageTooLargeError(f"{path}: {_describe_bomb(err)}") from None
     except UnidentifiedImageError:
-        raise ImageError(f"{path}: {_not_an_image(path)}") from None
+        raise NotAnImageError(f"{path}: {_not_an_image(path)}") from None
     except PermissionError:
         raise ImageError(f"{path}: cannot read (permission denied)") from None
     except Exception as err:  # noqa: BLE001 -- a decoder may raise anything on a damaged file (OSError,

@@ -60,7 +60,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from captioning.data.annotation_format import FORMATS, AnnotationFormat, Annotations, is_int
 from captioning.data.datasets import Collate, ImageDataset
 from captioning.data.records import ImageRecord
-from captioning.errors import AnnotationError, ConfigError, ImageError
+from captioning.errors import AnnotationError, ConfigError, ImageError, ImageTooLargeError, NotAnImageError
 from captioning.tokenizers import tokenize
 from captioning.vocab import Vocabulary
 
@@ -264,9 +264,9 @@ def decode_image(data: bytes, name: str):
                 img.load()
                 return to_rgb(img)
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
-        raise ImageError(f"{name}: {_describe_bomb(err)}") from None
+        raise ImageTooLargeError(f"{name}: {_describe_bomb(err)}") from None
     except UnidentifiedImageError:
-        raise ImageError(f"{name}: not an image of an accepted format ({', '.join(IMAGE_FORMATS)})") from None
+        raise NotAnImageError(f"{name}: not an image of an accepted format ({', '.join(IMAGE_FORMATS)})") from None
     except Exception as err:  # noqa: BLE001 -- as data/images.py: a decoder may raise anything on damaged bytes
         detail = " ".join(str(err).split())[:200] or type(err).__name__
         raise ImageError(f"{name}: unreadable image, damaged or truncated ({detail})") from None

@@ -4,7 +4,7 @@ import torch
 from PIL import Image
 
 from captioning.data.images import load_image, to_tensor
-from captioning.errors import ConfigError, ImageError
+from captioning.errors import ConfigError, ImageError, ImageTooLargeError, NotAnImageError
 
 
 def noise(w, h, seed=0):
@@ -60,6 +60,24 @@ def test_decompression_bomb_is_refused(tmp_path, monkeypatch):
     assert "3,072 pixels" in message and "limit of 2,000 pixels" in message and "decompression bomb" in message
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # over twice the limit: Pillow's own error
     assert "3,072 pixels exceeds the limit of 1,000" in image_error(tmp_path / "big.png")
+
+
+def test_the_error_type_says_why(tmp_path, monkeypatch):
+    """Too many pixels and not an image are subclasses of ImageError (the web server answers 413 and
+    415 by type); a damaged image of an accepted format is neither."""
+    Image.new("RGB", (64, 48)).save(tmp_path / "big.png")
+    (tmp_path / "page.jpg").write_text("<html></html>")
+    noise(64, 48).save(tmp_path / "whole.png")
+    (tmp_path / "cut.png").write_bytes((tmp_path / "whole.png").read_bytes()[:300])
+    with pytest.raises(NotAnImageError):
+        load_image(tmp_path / "page.jpg")
+    with pytest.raises(ImageError) as info:
+        load_image(tmp_path / "cut.png")
+    assert not isinstance(info.value, (ImageTooLargeError, NotAnImageError))
+    for limit in (2000, 1000):  # Pillow's warning and its error alike
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", limit)
+        with pytest.raises(ImageTooLargeError):
+            load_image(tmp_path / "big.png")
 
 
 def test_grey_cmyk_and_palette(tmp_path):
