@@ -20,14 +20,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.viz.attention_maps import grid_shape
 from captioning.common import default_device
 from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, to_tensor
 from captioning.decoding.ensemble import Ensemble
-from captioning.decoding.generation import generation_options
-from captioning.decoding.search import GenerationConfig
+from captioning.decoding.generation import GenerationConfig, generation_options
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
+from captioning.viz.attention_maps import grid_shape
 
 ImageInput = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 

@@ -12,10 +12,13 @@ Everything lands in one folder (default outputs/demo):
 """
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 from typing import Optional
 
+from captioning.cli.commands import COMMANDS, Command
+from captioning.cli.options import at_least
 from captioning.errors import ConfigError
 
 #: The demo's data: big enough to learn the task, small enough for a few CPU minutes.
@@ -111,3 +114,17 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
     print(f"attention GIFs:  {out_dir / 'attention'}")
     print(f"done in {total / 60:.1f} min")
     return report
+
+
+@COMMANDS.register("demo")
+class Demo(Command):
+    help = "make shapes data, train, evaluate, caption, write GIFs"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", default="outputs/demo", help="the folder for everything the demo writes")
+        p.add_argument("--seed", type=int, default=0, help="seed of the data and of training")
+        p.add_argument("--max-epochs", type=at_least(1), default=None, help="override the demo's training length")
+
+    def run(self, args: argparse.Namespace) -> int:
+        run_demo(args.out, seed=args.seed, max_epochs=args.max_epochs)
+        return 0

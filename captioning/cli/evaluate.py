@@ -8,20 +8,23 @@ are scored, so a scorer failure never loses them.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import sys
 import time
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from tqdm.auto import tqdm
-
+from captioning.cli.commands import COMMANDS, Command
+from captioning.cli.options import apply_image_limit, at_least, checkpoints_and_weights, generation_args, generation_overrides
 from captioning.common import default_device
-from captioning.data.captions import CaptionData
-from captioning.decoding.evaluator import Evaluator, split_images, training_captions
+from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
 from captioning.files import atomic_write_json
 from captioning.metrics import METRICS
-from captioning.metrics.clip_score import ClipScoring
-from captioning.decoding.search import GenerationConfig
+
+if TYPE_CHECKING:
+    from captioning.data.captions import CaptionData
 
 
 def evaluate(
@@ -58,6 +61,12 @@ def evaluate(
     ``metrics`` and ``tokenizer``: the coco-caption scores to compute and the PTB tokenizer ("auto":
     Java where present; "python": metrics/ptb.py's, the same tokens without a JVM), as the Evaluator takes them.
     """
+    from tqdm.auto import tqdm
+
+    from captioning.data.captions import CaptionData
+    from captioning.decoding.evaluator import Evaluator, split_images, training_captions
+    from captioning.metrics.clip_score import ClipScoring
+
     model = getattr(model, "model", model)  # a CaptioningModule holds its ShowAttendTell as .model
     generation = generation or model.spec.generation
     dev = default_device(device)
@@ -109,6 +118,9 @@ def clip_scores(scores: dict, notes: dict, data: CaptionData, split: str, predic
                 clip_model: Optional[str], clip_weights: Optional[str], device: str) -> None:
     """CLIPScore and RefCLIPScore of the captions into ``scores``, or into ``notes`` why they are missing
     (the data is read only once a CLIP model has loaded). ``evaluate`` has its Evaluator compute them."""
+    from captioning.decoding.evaluator import split_images
+    from captioning.metrics.clip_score import ClipScoring
+
     clip = ClipScoring(clip_model, clip_weights, device)
     if clip.scorer() is None:
         notes["CLIPScore"] = clip.missing
@@ -145,3 +157,62 @@ def write_server_results(predictions: dict, server: str, subset: Optional[str] =
         raise ConfigError("no captions to submit (no image of the split was decoded)")
     atomic_write_json(path, [{"image_id": int(i), "caption": c} for i, c in sorted(predictions.items())])
     return path
+
+
+@COMMANDS.register("evaluate")
+class Evaluate(Command):
+    help = "coco-caption scores of a checkpoint on a split"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        generation_args(p)
+        p.add_argument("--annotations", required=True, help="Karpathy-format annotation file")
+        p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
+        p.add_argument("--split", default="test")
+        p.add_argument("--batch-size", type=at_least(1), default=32)
+        p.add_argument("--num-workers", type=at_least(0), default=0)
+        p.add_argument("--spice", action="store_true", help="also try SPICE (needs Java and Stanford CoreNLP)")
+        p.add_argument("--clip-model", default=None, metavar="MODEL[/TAG]",
+                       help="CLIPScore and RefCLIPScore with this OpenCLIP model (e.g. ViT-B-32/openai; weights from its cache)")
+        p.add_argument("--clip-weights", default=None, metavar="FILE",
+                       help="the CLIP model's weights from a local safetensors or weights-only file instead of its cache")
+        p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
+        p.add_argument("--out", default=None, help="write the metrics JSON here")
+        p.add_argument("--results", default=None, help="write the COCO results JSON here")
+        p.add_argument("--server-results", choices=("coco", "nocaps"), default=None,
+                       help="also write the captions as an evaluation server's submission file (docs/EVALUATION.md)")
+        p.add_argument("--server-subset", default=None,
+                       help="the server's subset: coco val2014 (default) or test2014; nocaps val (default) or test")
+        p.add_argument("--server-name", default="captioning", help="the method's name in the submission file's name")
+        p.add_argument("--server-dir", default=".", help="the folder the submission file is written to")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from captioning.storage.load import load_model
+
+        apply_image_limit(args)
+        paths, weights = checkpoints_and_weights(args)
+        if args.server_results:  # its settings checked now, not after decoding the whole split
+            server_file(args.server_results, args.server_subset, args.server_name, args.server_dir)
+        if len(paths) == 1 and weights is None:
+            model = load_model(paths[0])
+        else:  # an ensemble: its members' log-probabilities averaged (decoding/ensemble.py)
+            from captioning.decoding.ensemble import Ensemble
+
+            model = Ensemble([load_model(p) for p in paths], weights, names=paths)
+        report = evaluate(
+            model, args.annotations, images_root=args.images_root, split=args.split,
+            generation=model.spec.generation.replace(**generation_overrides(args)),
+            batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, spice=args.spice,
+            grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=" + ".join(paths),
+            clip_model=args.clip_model, clip_weights=args.clip_weights,
+        )
+        print(json.dumps(report["scores"], indent=2))
+        if args.server_results:
+            path = write_server_results(report["predictions"], args.server_results, args.server_subset, args.server_name,
+                                        args.server_dir)
+            print(f"wrote {path} (submit it to the {args.server_results} evaluation server)", file=sys.stderr)
+        for key, note in report["notes"].items():
+            if key.endswith("_error"):  # a metric that could not be computed, and why
+                print(f"note: {note}", file=sys.stderr)
+        for p in report.get("skipped", []):
+            print(f"skipped: {p}", file=sys.stderr)
+        return 1 if report.get("skipped") else 0

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from captioning.common import PathLike, default_device
 from captioning.data.datasets import Collate, ImageDataset
-from captioning.data.karpathy import ImageRecord
+from captioning.data.records import ImageRecord
 from captioning.errors import ConfigError
 from captioning.models.encoders import build_encoder
 

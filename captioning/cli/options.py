@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Optional
 
 from captioning.decoding.generation import GenerationOption, generation_options
 
@@ -67,7 +66,7 @@ def weight_list(text: str) -> tuple[float, ...]:
     return weights
 
 
-def checkpoints_and_weights(args) -> tuple[list[str], Optional[tuple[float, ...]]]:
+def checkpoints_and_weights(args) -> tuple[list[str], tuple[float, ...] | None]:
     """The command's --checkpoint paths (one or more) and --ensemble-weights (None: equal), checked
     to agree in number (a one-line ConfigError otherwise)."""
     from captioning.errors import ConfigError

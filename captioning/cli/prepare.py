@@ -8,6 +8,7 @@ it has problems: data in any format the project reads is moved once.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections import Counter
@@ -15,6 +16,8 @@ from typing import Optional, Sequence, TextIO
 
 import numpy as np
 
+from captioning.cli.commands import COMMANDS, Command
+from captioning.cli.options import at_least
 from captioning.errors import CaptioningError
 
 
@@ -131,3 +134,27 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
             print(f"wrote {len(files)} {split} shard(s): {files[0]}{' ...' if len(files) > 1 else ''}")
         print(f"train from them: --data.annotations {to_webdataset}")
     return 0
+
+
+@COMMANDS.register("prepare")
+class Prepare(Command):
+    help = "check a dataset (splits, images, caption lengths) and build its vocabulary"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--annotations", required=True, nargs="+",
+                       help="Karpathy split JSON, COCO caption JSON file(s), or a captions .csv / .jsonl")
+        p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
+        p.add_argument("--split-file", default=None, help="for COCO caption files: Karpathy's dataset_coco.json")
+        p.add_argument("--min-word-freq", type=at_least(1), default=5, help="rarer training words become <unk>")
+        p.add_argument("--max-vocab-size", type=at_least(0), default=None)
+        p.add_argument("--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)")
+        p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
+        p.add_argument("--to-webdataset", default=None, metavar="OUT",
+                       help="then write the dataset as WebDataset shards OUT/{split}-NNNNNN.tar (train with --data.annotations OUT)")
+        p.add_argument("--shard-size", type=at_least(1), default=1000, help="images per shard (--to-webdataset)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        annotations = args.annotations[0] if len(args.annotations) == 1 else args.annotations
+        return prepare(annotations, images_root=args.images_root, min_word_freq=args.min_word_freq, out=args.out,
+                       split_file=args.split_file, max_vocab_size=args.max_vocab_size, check=not args.no_image_check,
+                       to_webdataset=args.to_webdataset, shard_size=args.shard_size)

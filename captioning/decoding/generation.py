@@ -300,7 +300,7 @@ class GenerationConfig:
             raise ConfigError(f"min_new_tokens ({self.min_new_tokens}) must be below max_new_tokens ({self.max_new_tokens}): "
                               "a caption needs room for EOS")
 
-    def resolve_tokens(self, vocab: Vocabulary) -> "GenerationConfig":
+    def resolve_tokens(self, vocab: Vocabulary) -> GenerationConfig:
         """This config with ``suppress_tokens`` as ids of ``vocab`` (a word it lacks, or an id
         beyond it, is a one-line ConfigError)."""
         if not self.suppress_tokens or all(isinstance(t, int) for t in self.suppress_tokens):
@@ -317,11 +317,11 @@ class GenerationConfig:
             raise ConfigError(f"suppress_tokens: id {beyond[0]} is beyond the vocabulary ({len(vocab)} tokens)")
         return dataclasses.replace(self, suppress_tokens=tuple(ids)) if ids != self.suppress_tokens else self
 
-    def one_beam(self) -> "GenerationConfig":
+    def one_beam(self) -> GenerationConfig:
         """This config with one beam, one returned sequence and no beam groups (a captioner's default)."""
         return dataclasses.replace(self, num_beams=1, num_return_sequences=1, num_beam_groups=1, diversity_penalty=0.0)
 
-    def replace(self, **changes) -> "GenerationConfig":
+    def replace(self, **changes) -> GenerationConfig:
         """A copy with the given fields changed; fields given as None keep their value."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 

@@ -7,7 +7,7 @@ from PIL import Image, ImageSequence
 
 from captioning.viz import pictures as V
 from captioning.cli import main
-from tests.helpers import ROOT, caption_tokens
+from tests.helpers import caption_tokens
 
 
 @pytest.fixture(scope="module")
@@ -64,20 +64,9 @@ def test_one_image_to_a_named_file(tiny_checkpoint, image_dir, tmp_path, capsys)
     assert [p.name for p in tmp_path.iterdir()] == ["one.png"]
 
 
-def _compare_tool():
-    import importlib.util
-
-    path = ROOT / "tools" / "compare_attention.py"
-    spec = importlib.util.spec_from_file_location("compare_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_compare_attention_tool(tiny_checkpoint, image_dir, tmp_path, capsys):
-    tool = _compare_tool()
+def test_compare_attention_command(tiny_checkpoint, image_dir, tmp_path, capsys):
     out = tmp_path / "cmp"
-    code = tool.main(["--checkpoints", str(tiny_checkpoint), str(tiny_checkpoint), "--labels", "soft", "again",
+    code = main(["compare-attention", "--checkpoints", str(tiny_checkpoint), str(tiny_checkpoint), "--labels", "soft", "again",
                       "--out", str(out), "--gif", "--num-beams", "1", "--max-new-tokens", "5", "--duration-ms", "200",
                       "--device", "cpu", str(image_dir)])
     assert code == 0
@@ -93,6 +82,7 @@ def test_compare_attention_tool(tiny_checkpoint, image_dir, tmp_path, capsys):
         with Image.open(out / f"{Path(path).stem}.gif") as gif:
             assert gif.n_frames == n + 1 and gif.info["duration"] == 200
             assert gif.width > 2 * 256  # two GIFs side by side
-    assert tool.main(["--checkpoints", str(tiny_checkpoint), "--labels", "a", "b", "--out", str(out),
-                      str(image_dir)]) == 1
-    assert "label(s)" in capsys.readouterr().err
+    assert main(["compare-attention", "--checkpoints", str(tiny_checkpoint), "--labels", "a", "b", "--out", str(out),
+                 str(image_dir)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "1 checkpoint(s)" in err[0] and "label(s)" in err[0]

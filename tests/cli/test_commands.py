@@ -152,3 +152,46 @@ def test_every_cli_option_is_a_flag_that_reaches_the_config(command):
         [command, "--checkpoint", "c.ckpt", "--num-beams", "1", "--do-sample", "--temperature", "0.7", "--top-k", "5",
          *required])))
     assert (config.do_sample, config.temperature, config.top_k) == (True, 0.7, 5)
+
+
+def test_the_listing_is_the_registry_in_order(capsys):
+    from captioning.cli.commands import COMMANDS
+
+    assert COMMANDS.names() == ["fit", "validate", "test", "demo", "make-shapes", "caption", "attend", "compare-attention",
+                                "evaluate", "prepare", "export", "serve", "extract-features"]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listing = capsys.readouterr().out
+    positions = [listing.index(f"\n    {name}") for name in COMMANDS]
+    assert positions == sorted(positions)
+    with pytest.raises(Exception) as err:
+        COMMANDS.get("predict")
+    assert str(err.value).startswith("captioning COMMAND: unknown command 'predict'; expected one of fit, validate")
+
+
+def test_a_registered_command_is_usable_by_name(monkeypatch, capsys):
+    """A new command is one class: registered, it is listed, parsed and run with its exit code."""
+    from captioning.cli.commands import COMMANDS, Command
+    from captioning.errors import CaptioningError
+
+    monkeypatch.setattr(COMMANDS, "_entries", dict(COMMANDS._entries))  # registered for this test only
+
+    @COMMANDS.register("echo")
+    class Echo(Command):
+        help = "print its word"
+
+        def add_arguments(self, parser):
+            parser.add_argument("word")
+            parser.add_argument("--times", type=int, default=1)
+
+        def run(self, args) -> int:
+            if args.word == "bad":
+                raise CaptioningError("echo: a bad word")
+            print(" ".join([args.word] * args.times))
+            return 3
+
+    assert main(["echo", "hi", "--times", "2"]) == 3 and capsys.readouterr().out == "hi hi\n"
+    assert main(["echo", "bad"]) == 1 and capsys.readouterr().err == "error: echo: a bad word\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "print its word" in capsys.readouterr().out

@@ -1,6 +1,7 @@
-"""Where do two (or more) checkpoints look? Side-by-side attention for the same images.
+"""``captioning compare-attention``: where do two (or more) checkpoints look? Side-by-side
+attention for the same images.
 
-    python tools/compare_attention.py --checkpoints soft.ckpt hard.ckpt --labels soft hard \\
+    captioning compare-attention --checkpoints soft.ckpt hard.ckpt --labels soft hard \\
         --out compare/ assets/*.png [--gif]
 
 For each image, ``DIR/<stem>.png`` holds one row per checkpoint: its label and caption as the
@@ -9,28 +10,31 @@ show the chosen cell outlined over a faint soft map). With ``--gif`` also ``DIR/
 checkpoints' GIFs (``captioning attend``) side by side, frame t showing word t of each; a
 caption that has ended keeps showing its last frame (the whole caption).
 
-Multi-head models (issue 14's variants) show the mean of their heads' maps; with ``--heads each``
-they get one row (GIF column) per head after the mean's. For the attention variants:
+Multi-head models show the mean of their heads' maps; with ``--heads each`` they get one row (GIF
+column) per head after the mean's. For the attention variants:
 
-    python tools/compare_attention.py --checkpoints soft.ckpt multihead.ckpt luong.ckpt local.ckpt \
+    captioning compare-attention --checkpoints soft.ckpt multihead.ckpt luong.ckpt local.ckpt \\
         --labels soft multihead luong local --num-beams 3 --out compare/ test_image.png
 """
 from __future__ import annotations
 
 import argparse
 import io
-import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING
 
 from PIL import Image, ImageDraw
 
-from captioning.viz import pictures as V
-from captioning.api import Captioner
+from captioning.cli.commands import COMMANDS, Command
 from captioning.cli.options import generation_args, generation_overrides, report_skipped
 from captioning.data.images import expand_image_paths, load_images
 from captioning.errors import CaptioningError
 from captioning.files import atomic_write_bytes
+from captioning.viz import pictures as V
+
+if TYPE_CHECKING:
+    from captioning.api import Captioner
 
 GAP = 8
 
@@ -64,7 +68,7 @@ def compare_grid(image: Image.Image, rows: Sequence[tuple[str, Captioner, dict]]
     row_h = title_h + word_h + ph + 2 * GAP
     canvas = Image.new("RGB", (GAP + n_panels * (pw + GAP), GAP + len(parts) * row_h), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
-    for r, (label, captioner, words, maps, cells) in enumerate(parts):
+    for r, (label, _captioner, words, maps, cells) in enumerate(parts):
         y = GAP + r * row_h
         title = f"{label}: {' '.join(words) if words else '(empty caption)'}"
         draw.text((GAP, y), _fit(title, title_font, canvas.width - 2 * GAP), font=title_font, fill=V.TEXT)
@@ -121,10 +125,12 @@ def with_heads(label: str, captioner: Captioner, result: dict) -> list[tuple[str
     return rows
 
 
-def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels: Optional[Sequence[str]] = None,
+def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels: Sequence[str] | None = None,
             gif: bool = False, duration_ms: int = 800, panel_size: int = 128, alpha: float = 0.6,
-            style: str = "heatmap", device: Optional[str] = None, heads: str = "mean", **generate_kwargs) -> list[Path]:
+            style: str = "heatmap", device: str | None = None, heads: str = "mean", **generate_kwargs) -> list[Path]:
     """Write the comparison PNG (and GIF) of every readable image; returns the files written."""
+    from captioning.api import Captioner
+
     labels = list(labels) if labels else [Path(c).stem for c in checkpoints]
     if len(labels) != len(checkpoints):
         raise CaptioningError(f"{len(labels)} label(s) for {len(checkpoints)} checkpoint(s)")
@@ -158,30 +164,26 @@ def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels:
     return written
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
-    p.add_argument("--checkpoints", nargs="+", required=True, help="two or more checkpoints (e.g. soft and hard)")
-    generation_args(p, checkpoint=False)
-    p.add_argument("--labels", nargs="+", default=None, help="one name per checkpoint (default: file stems)")
-    p.add_argument("--out", required=True, help="folder for <image stem>.png (and .gif)")
-    p.add_argument("--gif", action="store_true", help="also write a side-by-side GIF per image")
-    p.add_argument("--duration-ms", type=int, default=800, help="time per GIF frame")
-    p.add_argument("--panel-size", type=int, default=128, help="long side of each word's panel, in pixels")
-    p.add_argument("--alpha", type=float, default=0.6, help="heatmap opacity")
-    p.add_argument("--style", choices=V.STYLES, default="heatmap")
-    p.add_argument("--heads", choices=("mean", "each"), default="mean",
-                   help="multi-head models: the mean of the heads' maps, or also a row per head")
-    args = p.parse_args(argv)
-    try:
+@COMMANDS.register("compare-attention")
+class CompareAttention(Command):
+    help = "side-by-side attention of two or more checkpoints on the same images (a row or GIF column each)"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
+        p.add_argument("--checkpoints", nargs="+", required=True, help="two or more checkpoints (e.g. soft and hard)")
+        generation_args(p, checkpoint=False)
+        p.add_argument("--labels", nargs="+", default=None, help="one name per checkpoint (default: file stems)")
+        p.add_argument("--out", required=True, help="folder for <image stem>.png (and .gif)")
+        p.add_argument("--gif", action="store_true", help="also write a side-by-side GIF per image")
+        p.add_argument("--duration-ms", type=int, default=800, help="time per GIF frame")
+        p.add_argument("--panel-size", type=int, default=128, help="long side of each word's panel, in pixels")
+        p.add_argument("--alpha", type=float, default=0.6, help="heatmap opacity")
+        p.add_argument("--style", choices=V.STYLES, default="heatmap")
+        p.add_argument("--heads", choices=("mean", "each"), default="mean",
+                       help="multi-head models: the mean of the heads' maps, or also a row per head")
+
+    def run(self, args: argparse.Namespace) -> int:
         written = compare(args.checkpoints, args.images, args.out, labels=args.labels, gif=args.gif,
                           duration_ms=args.duration_ms, panel_size=args.panel_size, alpha=args.alpha, style=args.style,
                           device=args.device, heads=args.heads, **generation_overrides(args))
-    except CaptioningError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0 if written else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return 0 if written else 1

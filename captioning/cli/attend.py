@@ -1,0 +1,94 @@
+"""``captioning attend``: where the model looked for each word, as a GIF (a frame per word) and/or a
+grid PNG (a panel per word) per image."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from captioning.cli.caption import gather_images, load_captioner
+from captioning.cli.commands import COMMANDS, Command
+from captioning.cli.options import at_least, fraction, generation_args, generation_overrides, report_skipped
+from captioning.errors import CaptioningError
+
+
+def attend_targets(paths: Sequence[str], out: Path, fmt: str | None) -> list[list[tuple[Path, str]]]:
+    """The files to write for each image: [(path, format), ...] per image.
+
+    ``out`` ending in .gif / .png is one file for one image (``fmt`` must agree); otherwise a folder,
+    where each image gets <stem>.<format>, or <stem>.<source extension>.<format> when two sources share
+    a stem (photo.jpg and photo.png), numbered if still not unique: nothing is overwritten by its sibling.
+    """
+    suffix = out.suffix.lower()
+    if suffix in (".gif", ".png"):
+        if len(paths) != 1:
+            raise CaptioningError(f"--out {out}: one file for {len(paths)} images; give a folder")
+        if fmt == "both":
+            raise CaptioningError(f"--format both writes a GIF and a PNG: give a folder, not --out {out}")
+        if fmt is not None and fmt != suffix[1:]:
+            raise CaptioningError(f"--out {out} names a {suffix} file but --format is {fmt}: make them agree")
+        return [[(out, suffix[1:])]]
+    formats = ("gif", "png") if fmt == "both" else (fmt or "gif",)
+    stems = Counter(Path(p).stem for p in paths)
+    taken: set = set()
+    targets = []
+    for p in paths:
+        base = Path(p).stem if stems[Path(p).stem] == 1 else Path(p).name
+        name, k = base, 1
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        targets.append([(out / f"{name}.{f}", f) for f in formats])
+    return targets
+
+
+def writable_folder(folder: Path) -> None:
+    """Create ``folder`` if needed; a one-line error if it cannot be made or written to."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise CaptioningError(f"{folder}: cannot write there ({err.strerror or err})") from None
+
+
+@COMMANDS.register("attend")
+class Attend(Command):
+    help = ("write attention GIFs / grids: where the model looked for each word "
+            "(several --checkpoint: the weighted mean of the models' maps, or each model's with --members each)")
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
+        generation_args(p)
+        p.add_argument("--out", required=True, help="FILE.gif / FILE.png for one image, else a folder")
+        p.add_argument("--format", choices=("gif", "png", "both"), default=None,
+                       help="GIF (a frame per word), PNG grid (a panel per word) or both (default: the --out suffix, else gif)")
+        p.add_argument("--duration-ms", type=at_least(1), default=800, help="time per GIF frame")
+        p.add_argument("--alpha", type=fraction, default=0.6, help="heatmap opacity")
+        p.add_argument("--style", choices=("heatmap", "paper"), default="heatmap")
+        p.add_argument("--heads", choices=("mean", "each"), default="mean",
+                       help="multi-head models: the mean of the heads' maps, or a picture per head")
+        p.add_argument("--members", choices=("mean", "each"), default="mean",
+                       help="several --checkpoint: the models' weighted mean map (titled so), or a picture per model, titled")
+
+    def run(self, args: argparse.Namespace) -> int:
+        captioner = load_captioner(args)
+        if args.members == "each" and len(args.checkpoint) < 2:
+            print("note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr)
+        good, bad = gather_images(args.images)
+        targets = attend_targets([p for p, _ in good], Path(args.out), args.format) if good else []
+        for folder in {t.parent for files in targets for t, _ in files}:
+            writable_folder(folder)
+        results = captioner([im for _, im in good], return_attention=True, **generation_overrides(args)) if good else []
+        for (path, image), result, files in zip(good, results, targets):
+            for target, fmt in files:
+                captioner.render(image, result, target, format=fmt, duration_ms=args.duration_ms, alpha=args.alpha, style=args.style,
+                                heads=args.heads, members=args.members)
+                print(f"{path}\t{result['generated_text']}\t-> {target}")
+        report_skipped(bad)
+        return 1 if bad else 0

@@ -1,0 +1,98 @@
+"""``captioning caption``: captions of image files, folders and glob patterns, with a checkpoint
+(several: an ensemble) or an ONNX folder (onnxruntime, without PyTorch)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from captioning.cli.commands import COMMANDS, Command
+from captioning.cli.options import (
+    apply_image_limit,
+    checkpoints_and_weights,
+    generation_args,
+    generation_overrides,
+    report_skipped,
+)
+from captioning.errors import CaptioningError
+
+
+def gather_images(items: Sequence[str]) -> tuple[list, list]:
+    """(path, PIL image) of every readable image the arguments name; (item, reason) for the others,
+    an empty folder or a pattern that matches nothing included. None at all is a one-line error."""
+    from captioning.data.images import expand_image_paths, load_images
+
+    paths, empty = [], []
+    for item in items:
+        found = expand_image_paths([item])
+        if not found:
+            empty.append((item, f"{item}: no images found (an empty folder, or a pattern that matches nothing)"))
+        paths += found
+    if not paths:
+        raise CaptioningError(empty[0][1] if len(empty) == 1 else f"no images found in {', '.join(i for i, _ in empty)}")
+    good, bad = load_images(paths)
+    return good, empty + bad
+
+
+def load_captioner(args):
+    """The checkpoint's Captioner (several --checkpoint: their ensemble's; with --onnx, the ONNX
+    folder's OnnxCaptioner: no torch is imported then) and the generation settings of the command's
+    arguments, checked before any image is read; a note when a hard-attention setting meets a soft model."""
+    from captioning.decoding.generation import GenerationConfig
+
+    apply_image_limit(args)
+    GenerationConfig(num_beams=args.num_beams).replace(**generation_overrides(args))  # one-line errors, early
+    paths, weights = checkpoints_and_weights(args)
+    if getattr(args, "onnx", None):
+        from captioning.export.onnx_captioner import OnnxCaptioner
+
+        if args.device not in (None, "cpu"):
+            print(f"note: --device {args.device} is ignored with --onnx (onnxruntime runs on the CPU)", file=sys.stderr)
+        captioner = OnnxCaptioner(args.onnx)
+        captioner.check_generation(captioner.generation.replace(**generation_overrides(args)))  # e.g. sampling: before any image
+    else:
+        from captioning.api import Captioner
+
+        captioner = Captioner.from_checkpoints(paths, weights, args.device)
+    if args.attention_mode not in (None, "expected") and captioner.attention_kind == "soft":
+        print(f"note: --attention-mode {args.attention_mode} applies to hard-attention models; "
+              "this one has soft attention (it reads the expected context)", file=sys.stderr)
+    if getattr(args, "attention_temperature", None) not in (None, 1.0) and captioner.attention_kind == "soft":
+        print("note: --attention-temperature applies to hard-attention models; "
+              "this one has soft attention (it reads the expected context)", file=sys.stderr)
+    return captioner
+
+
+@COMMANDS.register("caption")
+class Caption(Command):
+    help = "caption images"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
+        generation_args(p, onnx=True)
+        p.add_argument("--json", action="store_true", help='print [{"image", "generated_text", "score"}, ...]')
+
+    def run(self, args: argparse.Namespace) -> int:
+        captioner = load_captioner(args)
+        good, bad = gather_images(args.images)
+        overrides = generation_overrides(args)
+        grouped = (args.num_beam_groups or 1) > 1  # diverse beam search: every beam, labelled by its group
+        if grouped:
+            overrides["num_return_sequences"] = args.num_beams
+        results = captioner([im for _, im in good], **overrides) if good else []
+        rows = [{"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)]
+        if grouped:
+            for row, result in zip(rows, results):
+                row["beams"] = sorted(({"group": b.get("group", 1), "generated_text": b["generated_text"], "score": b["score"]}
+                                       for b in result.get("beams", [])), key=lambda b: (b["group"], -b["score"]))
+        if args.json:
+            rows += [{"image": p, "error": reason} for p, reason in bad]
+            print(json.dumps(rows, indent=2, ensure_ascii=False))
+        else:
+            for row in rows:
+                print(f"{row['image']}\t{row['generated_text']}")
+                for beam in row.get("beams", []):  # each group's beams, best first within the group
+                    print(f"  group {beam['group']}\t{beam['score']:.3f}\t{beam['generated_text']}")
+        report_skipped(bad)
+        return 1 if bad else 0

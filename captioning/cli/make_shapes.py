@@ -1,0 +1,31 @@
+"""``captioning make-shapes``: the synthetic shapes dataset (data/shapes.py)."""
+from __future__ import annotations
+
+import argparse
+
+from captioning.cli.commands import COMMANDS, Command
+from captioning.cli.options import at_least
+
+
+@COMMANDS.register("make-shapes")
+class MakeShapes(Command):
+    help = "generate the synthetic shapes dataset"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", required=True, help="folder for dataset_shapes.json and images/")
+        p.add_argument("--train", type=at_least(1), default=4000, help="training images")
+        p.add_argument("--val", type=at_least(1), default=200, help="validation images")
+        p.add_argument("--test", type=at_least(1), default=300, help="test images")
+        p.add_argument("--seed", type=int, default=0, help="random seed")
+        p.add_argument("--image-size", type=at_least(16), default=64, help="side of the square images, in pixels")
+        p.add_argument("--preset", choices=("demo", "hard"), default="demo",
+                       help="demo: 1-4 objects on a gradient, PNG (the demo's data); hard: 2-4 objects of 3 sizes, "
+                            "8 colours, 6 shapes on textured backgrounds, JPEG")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from captioning.data.shapes import generate
+
+        path = generate(args.out, n_train=args.train, n_val=args.val, n_test=args.test, seed=args.seed,
+                        image_size=args.image_size, preset=args.preset)
+        print(f"wrote {path}")
+        return 0
