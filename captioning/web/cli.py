@@ -49,6 +49,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="seconds a client has to send a request's headers (the connection is closed beyond)")
     p.add_argument("--body-timeout", type=at_least(0.001, float), default=60.0, metavar="S",
                    help="seconds a client has to send a request's body, from its headers (HTTP 408 beyond)")
+    p.add_argument("--send-timeout", type=at_least(0.001, float), default=60.0, metavar="S",
+                   help="seconds a client has to take an answer once it outgrows the server's write buffer (a GIF, "
+                        "an example image); the connection is reset beyond, its answer dropped")
     p.add_argument("--request-timeout", type=at_least(0.001, float), default=60.0, metavar="S",
                    help="seconds a request waits for the model, queue included (HTTP 503 beyond)")
     p.add_argument("--stuck-after", type=at_least(0.001, float), default=120.0, metavar="S",
@@ -71,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from captioning.web.server import serve
 
     limits = Limits(header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                    request_timeout=args.request_timeout, stuck_after=args.stuck_after,
+                    request_timeout=args.request_timeout, send_timeout=args.send_timeout, stuck_after=args.stuck_after,
                     max_active=args.max_connections, max_sockets=args.max_sockets, max_render=args.max_render,
                     max_gif_pixels=args.max_gif_pixels, allowed_hosts=tuple(args.allowed_hosts))
     return serve(args.checkpoint, host=args.host, port=args.port, device=args.device, examples=args.examples,

@@ -3,14 +3,15 @@ them around the app.
 
 :class:`Guard` (outermost) checks the Host header (DNS rebinding), counts the requests being
 handled and gives each request's body a deadline; :class:`LimitBody` refuses bodies over the
-upload limit. The headers' deadline and the cap on open sockets are the server's
-(captioning/web/protocol.py). A refusal is the JSON answer of its error type (captioning/web/errors.py).
+upload limit. The headers' deadline, the answers' deadline and the cap on open sockets are the
+server's protocol's (captioning/web/protocol.py). A refusal is the JSON answer of its error type (captioning/web/errors.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ class Limits:
     header_timeout: float = 10.0  # to send a request's line and headers (the server's protocol enforces it)
     body_timeout: float = 60.0  # to send a request's body, from its headers (408 beyond)
     request_timeout: float = 60.0  # to wait for the model: queue, captioning, drawing (503 beyond)
+    send_timeout: float = 60.0  # to take an answer that outgrew the server's write buffer (the connection is reset beyond)
     stuck_after: float = 120.0  # /healthz answers 503 when the worker has been on one batch longer
     keep_alive: float = 5.0  # an idle kept-alive connection is closed after this
     max_active: int = 256  # requests being handled at once, idle connections not counted (503 beyond)
@@ -37,9 +39,9 @@ class Limits:
     allowed_hosts: tuple[str, ...] = ()  # Host header names accepted besides the bound host and localhost
 
     def __post_init__(self):
-        for name in ("header_timeout", "body_timeout", "request_timeout", "stuck_after", "keep_alive"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("header_timeout", "body_timeout", "request_timeout", "send_timeout", "stuck_after", "keep_alive"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
         for name in ("max_active", "max_sockets", "max_render", "max_gif_pixels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

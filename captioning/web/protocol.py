@@ -1,5 +1,5 @@
 """uvicorn's HTTP/1.1 protocol (h11) with the limits uvicorn does not have: a deadline for a
-request's line and headers, and a cap on open sockets.
+request's line and headers, a deadline for the client to take its answer, and a cap on open sockets.
 
 uvicorn closes an idle kept-alive connection after ``timeout_keep_alive``, but a client that
 connects and sends nothing, or half a header, holds its socket forever, and its
@@ -8,6 +8,13 @@ makes a protocol class (uvicorn's ``http=`` setting takes one) that
 
 * closes a connection whose request line and headers are not complete within ``header_timeout``
   seconds of its opening or of the previous answer on it (kept-alive connections included);
+* resets a connection whose client has not taken its answer within ``send_timeout`` seconds of
+  the answer outgrowing the server's write buffer (the transport's high-water mark): a client that
+  sends a request and never reads would otherwise keep the answer in the server's memory and the
+  connection open for ever, and a streamed answer (an example image) would keep its request
+  counted by :class:`captioning.web.guard.Guard`, whose slots such clients would fill. The reset
+  (``SO_LINGER`` 0, then ``abort``) drops what is buffered, here and in the kernel; the app's
+  pending ``send`` returns at once (uvicorn marks the request disconnected) and its slot is freed;
 * closes at once a connection beyond ``max_sockets`` open ones.
 
 Requests being handled are counted by :class:`captioning.web.guard.Guard` (503 beyond), the body's
@@ -15,15 +22,22 @@ deadline is Guard's too; header sizes are h11's limit (``h11_max_incomplete_even
 """
 from __future__ import annotations
 
+import socket
+import struct
+
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+#: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
+RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 
-def guarded_protocol(header_timeout: float, max_sockets: int) -> type:
-    """An :class:`H11Protocol` subclass with the headers' deadline and the socket cap."""
+
+def guarded_protocol(header_timeout: float, max_sockets: int, send_timeout: float = 60.0) -> type:
+    """An :class:`H11Protocol` subclass with the headers' deadline, the answers' deadline and the socket cap."""
 
     class GuardedH11Protocol(H11Protocol):
         _header_timer = None
+        _send_timer = None
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -34,17 +48,53 @@ def guarded_protocol(header_timeout: float, max_sockets: int) -> type:
 
         def connection_lost(self, exc) -> None:
             self._disarm()
+            self._send_taken()
             super().connection_lost(exc)
 
         def handle_events(self) -> None:
             super().handle_events()
             if self.conn.their_state is not h11.IDLE:  # the request's headers are in: the body has its own deadline
                 self._disarm()
+                if not self._send_held():  # the previous answer was taken: a new one gets its own deadline
+                    self._send_taken()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            if not self._send_held():
+                self._send_taken()
             if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
                 self._arm()  # the next request on a kept-alive connection
+
+        def pause_writing(self) -> None:  # the transport's buffer is over its high-water mark
+            super().pause_writing()
+            if self._send_timer is None:
+                self._send_timer = self.loop.call_later(send_timeout, self._send_late)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if not self._send_held():
+                self._send_taken()
+
+        def _send_held(self) -> bool:
+            """Whether bytes of an answer wait for the client: in the transport's buffer, or in the
+            app's ``send`` (waiting for the buffer to drain)."""
+            return bool(self.transport.get_write_buffer_size()) or self.flow is not None and self.flow.write_paused
+
+        def _send_taken(self) -> None:
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
+
+        def _send_late(self) -> None:
+            self._send_timer = None
+            if self._send_held():  # (a connection closing after its answer waits for the client too)
+                sock = self.transport.get_extra_info("socket")
+                try:
+                    if sock is not None:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+                except OSError:  # already gone
+                    pass
+                self.transport.abort()
 
         def _arm(self) -> None:
             self._disarm()

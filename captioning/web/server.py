@@ -64,8 +64,8 @@ def load_models(checkpoints: Sequence[str], device: str = "cpu", examples: Seque
 
 
 def uvicorn_config(app, host: str, port: int, limits, log_level: str = "info"):
-    """The ``uvicorn.Config`` of the server: its h11 protocol with the headers' deadline and the
-    socket cap (captioning/web/protocol.py), headers of at most :data:`HEADER_BYTES`, idle
+    """The ``uvicorn.Config`` of the server: its h11 protocol with the headers' and the answers'
+    deadlines and the socket cap (captioning/web/protocol.py), headers of at most :data:`HEADER_BYTES`, idle
     connections closed after ``limits.keep_alive`` s; uvicorn's own ``limit_concurrency`` is left
     off (it counts idle sockets): :class:`captioning.web.guard.Guard` counts the requests handled."""
     import uvicorn
@@ -73,7 +73,7 @@ def uvicorn_config(app, host: str, port: int, limits, log_level: str = "info"):
     from captioning.web.protocol import guarded_protocol
 
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                          http=guarded_protocol(limits.header_timeout, limits.max_sockets),
+                          http=guarded_protocol(limits.header_timeout, limits.max_sockets, limits.send_timeout),
                           timeout_keep_alive=limits.keep_alive, h11_max_incomplete_event_size=HEADER_BYTES)
 
 

@@ -4,7 +4,7 @@ Most tests run ``python -m captioning.web`` in a subprocess on 127.0.0.1 (tests/
 ServerProcess) with short deadlines; those that need a model that fails, blocks or records its
 calls serve a fake captioner with the same uvicorn configuration in a thread (a real server on a
 socket). ``test_load`` (slow) runs tools/dev/web_load_test.py: 64 clients asking for GIFs of the
-longest captions beside 50 stalled clients.
+longest captions beside 50 stalled clients and 50 that never read their answers.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -118,6 +119,87 @@ def test_a_stalled_body_gets_408_and_the_connection_closes(server):
     assert closed and got.startswith(b"HTTP/1.1 413"), got[:200]
     big.close()
     assert server.alive()
+
+
+SEND_TIMEOUT = 3.0
+TCP_ESTABLISHED = 1  # tcp_info's first byte: the connection's state (linux/tcp_states.h)
+
+
+def noise_png(width: int, height: int, seed: int = 0) -> bytes:
+    """A PNG of random pixels: it compresses badly, so that its GIF, and the file itself, are large."""
+    buffer = io.BytesIO()
+    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def never_reads(url: str, request: bytes) -> socket.socket:
+    """A client that sends ``request`` and never reads: a small receive window, so that the answer
+    waits in the server's buffers."""
+    host, port = url.split("//")[1].split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect((host, int(port)))
+    sock.sendall(request)
+    return sock
+
+
+def answer_arrived(sock: socket.socket, seconds: float) -> bool:
+    """Whether the first bytes of an answer arrived within ``seconds`` (peeked at: nothing is read)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                return True
+        except BlockingIOError:
+            time.sleep(0.05)
+    return False
+
+
+def still_open(sock: socket.socket) -> bool:
+    """Whether the connection is established: the server neither closed nor reset it (nothing is read)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_ESTABLISHED
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_INFO"), reason="reads the connection's state from TCP_INFO (Linux)")
+def test_clients_that_never_read_are_reset_at_the_send_deadline(tiny_checkpoint, tmp_path):
+    """Clients that send a request and never read its answer hold the server's memory and sockets
+    (a GIF's answer) or a request slot (a streamed example image) only until --send-timeout: then
+    their connections are reset and the server answers others."""
+    example = tmp_path / "large.png"
+    example.write_bytes(noise_png(2000, 1500))  # 9 MB: more than the sockets' buffers hold
+    proc = ServerProcess([tiny_checkpoint], "--examples", example, "--max-connections", 2, "--max-sockets", 8,
+                         "--send-timeout", SEND_TIMEOUT, "--max-gif-pixels", 8_000_000, log=tmp_path / "server.log")
+    try:
+        host = f"Host: 127.0.0.1:{proc.port}\r\n"
+        body, content_type = encode_multipart(dict(num_beams=1, max_new_tokens=30, return_gif=1, return_image=1),
+                                              "noise.png", noise_png(640, 480))
+        ask_gif = (f"POST /api/caption HTTP/1.1\r\n{host}Content-Type: {content_type}\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        gifs = [never_reads(proc.url, ask_gif) for _ in range(3)]
+        assert all(answer_arrived(sock, 60) for sock in gifs)
+        examples = [never_reads(proc.url, f"GET /examples/0 HTTP/1.1\r\n{host}\r\n".encode()) for _ in range(2)]
+        assert all(answer_arrived(sock, 10) for sock in examples)
+        held = time.monotonic()
+        # the two example answers are still being sent: both request slots are taken
+        status, out = get_json(proc.url, "/api/models")
+        assert status == 503 and "too many requests being handled" in out["error"], out
+        assert all(still_open(sock) for sock in examples)
+        end = held + SEND_TIMEOUT + 10
+        while any(still_open(sock) for sock in gifs + examples):
+            assert time.monotonic() < end, "connections that never read still open after the send deadline"
+            time.sleep(0.1)
+        assert time.monotonic() - held >= SEND_TIMEOUT - 0.5  # (the examples' deadline runs from their answer)
+        status, health = get_json(proc.url, "/healthz")
+        assert status == 200 and health["active"] == 1, health  # the slots are free again: /healthz itself
+        status, out = post_image(proc.url, png_bytes(), **SETTINGS)
+        assert status == 200 and out["generated_text"], out
+        for sock in gifs + examples:
+            sock.close()
+        assert proc.alive()
+    finally:
+        proc.stop()
 
 
 # ---------------------------------------------------------------------- hosts, messages, fields

@@ -190,3 +190,14 @@ def test_a_gif_within_its_budget_is_the_one_the_pictures_draw():
         assert [info["width"], info["height"]] == list(shown.size)
     gif, info = budgeted_gif(image, words, maps, None, max_pixels=8 * MIN_GIF_SIDE * MIN_GIF_SIDE // 4)
     assert gif is None and "do not fit the server's GIF budget" in info["left_out"]
+
+
+@pytest.mark.parametrize("field", ["header_timeout", "body_timeout", "request_timeout", "send_timeout", "stuck_after",
+                                   "keep_alive"])
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_deadline_is_a_positive_finite_number_of_seconds(field, value):
+    from captioning.web.guard import Limits
+
+    with pytest.raises(ValueError, match=f"^{field} must be a positive number of seconds"):
+        Limits(**{field: value})
+    assert getattr(Limits(**{field: 0.5}), field) == 0.5
