@@ -22,6 +22,20 @@ from captioning.web.settings import MAX_TOKENS, PAGE_BEAMS, Settings
 MAX_LISTED_BEAMS = 5  # beams listed when the request does not say (diverse beam search lists all of them)
 
 
+def model_inputs(captioner) -> tuple[tuple[int, str], ...]:
+    """The (S, filter) of each resize ``captioner`` makes of an image (captioning/api.py:
+    ``Captioner._batch``): one per member of an ensemble, at the member's size and with its filter;
+    one for a model."""
+    from captioning.data.images import DEFAULT_INTERPOLATION
+    from captioning.decoding.ensemble import Ensemble
+
+    model = getattr(captioner, "model", None)
+    if isinstance(model, Ensemble):
+        return tuple((int(size), member.spec.interpolation or DEFAULT_INTERPOLATION)
+                     for size, member in zip(model.image_sizes, model.members))
+    return ((int(captioner.image_size), getattr(captioner, "interpolation", None) or DEFAULT_INTERPOLATION),)
+
+
 def ensemble_members(path: str) -> list[str]:
     """``A+B+...`` -> the members of an ensemble served as one model; a path that exists as given
     (or has no ``+``) is one model."""
@@ -42,6 +56,7 @@ class ServedModel:
         self.examples = list(examples) or first_test_images(config)
         self.description = self._describe(config)
         self.grid: tuple[int, int] | None = None  # the attention grid (gh, gw), known after the first caption
+        self.inputs = model_inputs(captioner)  # the resizes the captioner makes of an upload (web/images.py: prepare)
 
     @classmethod
     def load(cls, name: str | None, checkpoint, device: str = "cpu", examples: Sequence[Path] = ()) -> ServedModel:

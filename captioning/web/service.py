@@ -5,7 +5,8 @@ Nothing here knows about HTTP. :class:`InferenceQueue` is
 * **bounded**: at most ``max_pending`` requests wait; one more is refused with :class:`Busy`
   (HTTP 503) instead of piling up. A waiting request holds only its upload, in a temporary file on
   disk; images are decoded by the worker, one batch at a time, and shrunk at once to what is
-  needed (the model's S x S input and a display copy: :func:`captioning.web.images.prepare`).
+  needed (the model's S x S input and a display copy: :func:`captioning.web.images.prepare`; an
+  ensemble whose members read different sizes or filters gets the decoded image itself).
 * **batched**: the worker takes the oldest request and every other waiting request for the same
   model with the same settings (up to ``max_batch``) and captions them in one call, so that
   simultaneous requests share the beam search's matrix products. GIFs and display images are
@@ -156,10 +157,10 @@ class InferenceQueue:
             finally:
                 self._mark("worker", False)
 
-    def _prepare(self, job: Job, image_size: int, interpolation: str) -> tuple | None:
+    def _prepare(self, job: Job, inputs: tuple[tuple[int, str], ...]) -> tuple | None:
         """(job, model input, display copy, (W, H)), or None with the job answered with its error."""
         try:
-            return (job, *prepare(job.upload, image_size, interpolation))
+            return (job, *prepare(job.upload, inputs))
         except ImageError as err:
             _fail(job, upload_error(err, job.upload, job.filename))
         except MemoryError:
@@ -187,10 +188,8 @@ class InferenceQueue:
     def _process(self, batch: list[Job]) -> None:
         start = time.perf_counter()
         model = batch[0].model
-        image_size = int(getattr(model.captioner, "image_size", None) or model.description.get("image_size") or 224)
-        interpolation = getattr(model.captioner, "interpolation", None) or "bilinear"
         ready = [item for job in batch if job.future.set_running_or_notify_cancel()
-                 for item in [self._prepare(job, image_size, interpolation)] if item is not None]
+                 for item in [self._prepare(job, model.inputs)] if item is not None]
         decoded = time.perf_counter()
         if not ready:
             return

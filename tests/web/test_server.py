@@ -399,3 +399,34 @@ def test_an_ensemble_is_served_as_one_model(tiny_checkpoint, hard_checkpoint, ti
     [theirs] = Captioner.from_checkpoints([tiny_checkpoint, hard_checkpoint], device="cpu")(
         image, num_beams=settings.num_beams, max_new_tokens=served.max_new_tokens(settings))
     assert ours["generated_text"] == theirs["generated_text"]
+
+
+def test_the_server_captions_an_ensemble_as_the_captioner_does(tiny_checkpoint, tiny_shapes, tmp_path):
+    """An ensemble of members that read images at different sizes and with different filters: the
+    server hands each member the upload resized once, from the original, as ``captioning caption``
+    does, so its caption, score and maps are the Captioner's on the same file."""
+    import torch
+
+    from captioning.api import Captioner
+    from captioning.data.images import load_image
+
+    # a second member: the same weights reading 48 px images resized with the bicubic filter
+    ckpt = torch.load(tiny_checkpoint, map_location="cpu", weights_only=True)
+    ckpt["hyper_parameters"]["image_size"] = 48
+    ckpt["preprocessing"] = {**ckpt.get("preprocessing", {}), "interpolation": "bicubic"}
+    other = tmp_path / "bicubic48.ckpt"
+    torch.save(ckpt, other)
+    members = [str(tiny_checkpoint), str(other)]
+    upload = tmp_path / "photo.jpg"
+    upload.write_bytes(jpeg_640x480(next(Path(tiny_shapes).parent.rglob("*.png"))))
+    proc = ServerProcess([f"both={'+'.join(members)}"], log=tmp_path / "server.log")
+    try:
+        status, out = post_image(proc.url, upload.read_bytes(), filename="photo.jpg", **SETTINGS)
+    finally:
+        proc.stop()
+    assert status == 200, out
+    [theirs] = Captioner.from_checkpoints(members, device="cpu")(
+        [load_image(upload)], return_attention=True, num_return_sequences=SETTINGS["num_beams"], **SETTINGS)
+    assert (out["generated_text"], out["tokens"]) == (theirs["generated_text"], theirs["tokens"])
+    assert out["score"] == theirs["score"]  # bit for bit: the same pixels went in
+    assert out["attention"] == np.round(theirs["attention"].astype(np.float64), 4).tolist()
