@@ -5,18 +5,19 @@ no references, and its harmonic mean with the caption's best match among the ref
     RefCLIP-S(c, R, v) = H-mean(CLIP-S(c, v), max(max_r cos(E_t(c), E_t(r)), 0))   (the texts with that prefix too)
 
 averaged over the images, as the paper's code does (its text prefix included). The CLIP model is an
-OpenCLIP one (the extra ``ecosystem``): ``MODEL/TAG`` (e.g. ``ViT-B-32/openai``), its weights from
-OpenCLIP's cache, or ``MODEL`` with ``weights=`` a local safetensors file or weights-only state dict
-of the whole CLIP. Where none can be loaded (no open_clip, offline with nothing cached), the score
-is reported unavailable with the reason, as METEOR is without Java. :class:`ClipScoring` is what the
+OpenCLIP one (the extra ``ecosystem``): ``MODEL/TAG`` (e.g. ``ViT-B-32/openai``; the tag one of
+OpenCLIP's for the model, :func:`check_open_clip_name`), its weights from OpenCLIP's cache, or
+``MODEL`` with ``weights=`` a local safetensors file or weights-only state dict of the whole CLIP.
+Where none can be loaded (no open_clip, offline with nothing cached, a damaged weights file), the
+score is reported unavailable with the reason, as METEOR is without Java. :class:`ClipScoring` is what the
 Evaluator calls (``evaluate``, ``captioning test`` and, when asked, validation: :class:`ClipScoreConfig`).
 """
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -44,8 +45,8 @@ class ClipScoreConfig:
         validation: also score validation's captions (logged as ``val/CLIPScore``, ``val/RefCLIPScore``).
     """
 
-    model: Optional[str] = None
-    weights: Optional[str] = None
+    model: str | None = None
+    weights: str | None = None
     validation: bool = False
 
 
@@ -58,19 +59,19 @@ class ClipScoring:
     that cannot be loaded is tried once; its reason is logged once and noted every time.
     """
 
-    def __init__(self, model: Optional[str] = None, weights: Optional[str] = None, device: Optional[str] = None):
+    def __init__(self, model: str | None = None, weights: str | None = None, device: str | None = None):
         self.model, self.weights, self.device = model, weights, device
-        self._scorer: Optional[ClipScorer] = None
-        self._missing: Optional[str] = NOT_COMPUTED if model is None else None
+        self._scorer: ClipScorer | None = None
+        self._missing: str | None = NOT_COMPUTED if model is None else None
 
     @classmethod
-    def of(cls, config: Optional[ClipScoreConfig], device: Optional[str] = None) -> Optional["ClipScoring"]:
+    def of(cls, config: ClipScoreConfig | None, device: str | None = None) -> ClipScoring | None:
         """The scoring a :class:`ClipScoreConfig` asks for; None when it names no model."""
         if config is None or config.model is None:
             return None
         return cls(config.model, config.weights, device)
 
-    def scorer(self) -> Optional["ClipScorer"]:
+    def scorer(self) -> ClipScorer | None:
         """The loaded CLIP model (loaded now if needed), or None with the reason in :attr:`missing`."""
         if self._scorer is None and self._missing is None:
             from captioning.common import default_device
@@ -84,7 +85,7 @@ class ClipScoring:
         return self._scorer
 
     @property
-    def missing(self) -> Optional[str]:
+    def missing(self) -> str | None:
         return self._missing
 
     def __call__(self, images: Callable[[list], Sequence[Image.Image]], predictions: dict,
@@ -104,7 +105,7 @@ class ClipScorer:
         self.name, self.device = name, device
 
     @classmethod
-    def load(cls, spec: str, weights: Optional[str] = None, device: str = "cpu", pretrained: bool = True) -> "ClipScorer":
+    def load(cls, spec: str, weights: str | None = None, device: str = "cpu", pretrained: bool = True) -> ClipScorer:
         """``spec`` = ``MODEL[/TAG]``; ``weights``: a local file instead of the tag's download;
         ``pretrained`` false: random weights (tests). One line of :class:`ConfigError` or
         :class:`CheckpointError` when the model cannot be had."""
@@ -113,19 +114,18 @@ class ClipScorer:
         except ImportError:
             raise ConfigError("CLIPScore needs open_clip: pip install 'captioning[ecosystem]'") from None
         model_name, _, tag = spec.partition("/")
-        if model_name not in open_clip.list_models():
-            raise ConfigError(f"--clip-model {spec}: no OpenCLIP model {model_name!r} "
-                              "(python -c \"import open_clip; print(open_clip.list_models())\")")
+        check_open_clip_name(f"--clip-model {spec}", model_name, tag)
         if pretrained and not tag and weights is None:
             raise ConfigError(f"--clip-model {spec}: name its weights (MODEL/TAG, e.g. ViT-B-32/openai) or pass --clip-weights FILE")
+        state = _read_state(weights) if weights is not None else None  # before building: a bad file fails fast
         try:
             model, _, preprocess = open_clip.create_model_and_transforms(
                 model_name, pretrained=tag if pretrained and weights is None else None)
-        except Exception as err:  # noqa: BLE001 -- offline and not cached, a bad tag, ...
+        except Exception as err:  # noqa: BLE001 -- offline and not cached, ...
             raise CheckpointError(f"--clip-model {spec}: its weights cannot be loaded ({' '.join(str(err).split())[:160]}); "
                                   "pass a local file with --clip-weights") from None
-        if weights is not None:
-            model.load_state_dict(_read_state(weights))
+        if state is not None:
+            _load_state(model, state, weights, model_name)
         return cls(model, preprocess, open_clip.get_tokenizer(model_name), spec, device)
 
     @torch.no_grad()
@@ -138,7 +138,7 @@ class ClipScorer:
         return F.normalize(self.model.encode_image(batch).float(), dim=-1)
 
     def __call__(self, images: Sequence[Image.Image], captions: Sequence[str],
-                 references: Optional[Sequence[Sequence[str]]] = None, batch_size: int = 32) -> dict[str, float]:
+                 references: Sequence[Sequence[str]] | None = None, batch_size: int = 32) -> dict[str, float]:
         """{"CLIPScore", and with references "RefCLIPScore"}: means over the images."""
         clip_s, ref_s = [], []
         for start in range(0, len(captions), batch_size):
@@ -158,8 +158,41 @@ class ClipScorer:
         return scores
 
 
+def check_open_clip_name(field: str, model: str, tag: str = "") -> None:
+    """A one-line ConfigError, starting with ``field``, unless OpenCLIP has the model ``model`` and,
+    when ``tag`` is given, that pretrained tag for it. A tag outside OpenCLIP's list (a path, as in
+    ``ViT-B-32//path/x.pt``) would reach OpenCLIP's own loader, which reads files with its own
+    settings rather than the project's weights-only loader (:func:`captioning.files.safe_torch_load`)."""
+    try:
+        import open_clip
+    except ImportError:
+        raise ConfigError(f"{field}: needs open_clip: pip install 'captioning[ecosystem]'") from None
+    if model not in open_clip.list_models():
+        raise ConfigError(f"{field}: OpenCLIP has no model {model!r}; list the names with "
+                          f"python -c \"import open_clip; print(open_clip.list_models())\"")
+    if tag and tag not in open_clip.list_pretrained_tags_by_model(model):
+        raise ConfigError(f"{field}: OpenCLIP has no pretrained tag {tag[:80]!r} for {model}; list them with "
+                          f"python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\"")
+
+
+def _load_state(model: torch.nn.Module, state: dict, path: str, model_name: str) -> None:
+    """Load ``state`` (read from ``path``) into ``model``; a one-line CheckpointError naming the file
+    when its tensors are not those of OpenCLIP's ``model_name`` (missing, unexpected, other shapes)."""
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # tensors of other shapes; the message lists each on its own line
+        lines = [line.strip() for line in str(err).splitlines() if line.strip().startswith("size mismatch")]
+        raise CheckpointError(f"{path}: not the weights of OpenCLIP's {model_name} "
+                              f"({(lines or [' '.join(str(err).split())])[0][:160]})") from None
+    if missing or unexpected:
+        example = f"e.g. {missing[0]!r}" if missing else f"e.g. {unexpected[0]!r} unexpected"
+        raise CheckpointError(f"{path}: not the weights of OpenCLIP's {model_name} ({len(missing)} tensors missing, "
+                              f"{len(unexpected)} unexpected, {example})")
+
+
 def _read_state(path: str) -> dict:
-    """A CLIP state dict from a safetensors file or a weights-only torch file (never code)."""
+    """A CLIP state dict from a safetensors file or a weights-only torch file (never code); a
+    one-line CheckpointError naming the file when it is missing, damaged or not a state dict."""
     from captioning.files import safe_torch_load
 
     if not os.path.isfile(path):
@@ -167,6 +200,14 @@ def _read_state(path: str) -> dict:
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
 
-        return load_file(path)
-    state = safe_torch_load(path, legacy_pickle=True)
-    return state.get("state_dict", state) if isinstance(state, dict) else state
+        try:
+            return load_file(path)
+        except Exception as err:  # noqa: BLE001 -- safetensors' own error types: a damaged or truncated file
+            detail = " ".join(f"{type(err).__name__}: {err}".split())[:160]
+            raise CheckpointError(f"{path}: not a readable safetensors file ({detail})") from None
+    state = safe_torch_load(path, legacy_pickle=True)  # one line naming the file for anything unreadable
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
+    return state
