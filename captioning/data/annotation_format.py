@@ -19,6 +19,7 @@ imports its module.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -134,6 +135,88 @@ def is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+#: the integers an image id may be: those of a 64-bit tensor (the batches' ``image_ids``)
+ID_RANGE = (-(2**63), 2**63 - 1)
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for one-line messages about any value of a file."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_id(value: Any, where: str) -> int:
+    """``value`` if it is an integer that a 64-bit tensor holds (a batch's ``image_ids``), else a
+    one-line AnnotationError naming ``where`` (the file and field)."""
+    if not is_int(value):
+        raise AnnotationError(f"{where}: expected an integer, got {shown(value)}")
+    if not ID_RANGE[0] <= value <= ID_RANGE[1]:
+        raise AnnotationError(f"{where}: {shown(value)} is outside the 64-bit integers an image id may be "
+                              f"({ID_RANGE[0]} to {ID_RANGE[1]})")
+    return value
+
+
+def check_text(value: str, where: str) -> str:
+    """``value`` if UTF-8 can store it (JSON's ``\\ud800`` escapes give lone surrogates, which no
+    file the project writes can hold), else a one-line AnnotationError naming ``where``."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise AnnotationError(f"{where}: a lone surrogate {shown(value[err.start:err.end])} is no text UTF-8 "
+                              "can store (a broken \\ud800-style escape?)") from None
+    return value
+
+
+def check_texts(values: Sequence[str], where: str) -> None:
+    """:func:`check_text` of each string."""
+    for value in values:
+        check_text(value, where)
+
+
+def check_objects(objects: Any, where: str) -> list[dict]:
+    """An image's ``objects`` (the shapes data's: each a ``words`` list of strings, or ``size``,
+    ``color`` and ``shape`` strings, and optionally a ``bbox`` [x0, y0, x1, y1] of finite numbers),
+    checked at reading so that scoring (data/shapes.py) never meets one it cannot use; None is no objects."""
+    objects = [] if objects is None else objects
+    if not isinstance(objects, list):
+        raise AnnotationError(f"{where}: expected a list of objects, got {type(objects).__name__}")
+    for k, obj in enumerate(objects):
+        at = f"{where}[{k}]"
+        if not isinstance(obj, dict):
+            raise AnnotationError(f"{at}: expected an object, got {type(obj).__name__}")
+        words = obj.get("words")
+        if words is not None:
+            if not isinstance(words, list) or not words or not all(isinstance(w, str) for w in words):
+                raise AnnotationError(f"{at}.words: expected a non-empty list of strings, got {shown(words)}")
+            check_texts(words, f"{at}.words")
+        else:
+            for name in ("size", "color", "shape"):
+                if not isinstance(obj.get(name), str):
+                    raise AnnotationError(f"{at}: expected 'words' or the strings 'size', 'color' and 'shape' "
+                                          f"({name}: {shown(obj.get(name))})")
+                check_text(obj[name], f"{at}.{name}")
+        bbox = obj.get("bbox")
+        if bbox is not None and not (isinstance(bbox, list) and len(bbox) == 4 and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in bbox)):
+            raise AnnotationError(f"{at}.bbox: expected [x0, y0, x1, y1], four finite numbers, got {shown(bbox)}")
+    return objects
+
+
+def check_image_size(width: Any, height: Any, where: str) -> tuple[int | None, int | None]:
+    """An image's recorded ``width`` and ``height``: positive integers (None: not recorded) whose
+    product the image decoder would accept (data/images.py's pixel limit), else a one-line AnnotationError."""
+    for name, value in (("width", width), ("height", height)):
+        if value is not None and (not is_int(value) or value < 1):
+            raise AnnotationError(f"{where}.{name}: expected a positive integer, got {shown(value)}")
+    if width is not None and height is not None:
+        from PIL import Image
+
+        limit = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+        if limit and width * height > limit:
+            raise AnnotationError(f"{where}: {width} x {height} pixels is over the image decoder's limit of {limit:,}")
+    return width, height
+
+
 def read_json(path: str) -> Any:
     """A JSON annotation file, with one-line AnnotationErrors for a missing, unreadable or malformed file."""
     require_file(path, AnnotationError, "an annotation file")
@@ -146,6 +229,8 @@ def read_json(path: str) -> Any:
         raise AnnotationError(f"{path}: not UTF-8 text (is it really a JSON annotation file?)") from None
     except RecursionError:
         raise AnnotationError(f"{path}: JSON nested too deeply to be an annotation file") from None
+    except ValueError as err:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise AnnotationError(f"{path}: unreadable JSON ({' '.join(str(err).split())[:120]})") from None
     except OSError as err:
         raise AnnotationError(f"{path}: cannot read ({err.strerror or err})") from None
 
@@ -153,7 +238,7 @@ def read_json(path: str) -> Any:
 def image_path(path: str, where: str, *parts: str) -> str:
     """A record's image path, relative to the images folder: normalised, and refused (one line naming
     ``where`` in the annotation file ``path``) when absolute or above the folder (``..``)."""
-    rel = os.path.normpath(os.path.join(*parts))
+    rel = check_text(os.path.normpath(os.path.join(*parts)), f"{path}: {where}: image path")
     if os.path.isabs(rel) or os.path.splitdrive(rel)[0] or rel in (".", "..") or rel.startswith(".." + os.sep):
         raise AnnotationError(
             f"{path}: {where}: image path {rel!r} is outside the images folder (absolute, "

@@ -18,7 +18,16 @@ import re
 from typing import Optional, Sequence, Union
 
 from captioning.common import PathLike
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, image_path, is_int, read_json
+from captioning.data.annotation_format import (
+    FORMATS,
+    AnnotationFormat,
+    check_id,
+    check_image_size,
+    check_text,
+    image_path,
+    is_int,
+    read_json,
+)
 from captioning.data.records import SPLITS, ImageRecord
 from captioning.errors import AnnotationError
 from captioning.tokenizers import tokenize
@@ -45,21 +54,28 @@ def _coco(path: str, data: dict, problems: Optional[list] = None):
             raise AnnotationError(f"{path}: missing or ill-typed top-level field {key!r} (not a COCO caption file?)")
     annotations, images = [], []
     for i, ann in enumerate(data["annotations"]):
-        if not isinstance(ann, dict) or not {"id", "image_id", "caption"} <= ann.keys():
-            _report(f"{path}: annotations[{i}]: expected an object with 'id', 'image_id' and 'caption'", problems)
-        elif not is_int(ann["image_id"]):
-            _report(f"{path}: annotations[{i}].image_id: expected an integer, got {ann['image_id']!r}", problems)
-        else:
-            annotations.append(ann)
+        try:
+            if not isinstance(ann, dict) or not {"id", "image_id", "caption"} <= ann.keys():
+                raise AnnotationError(f"{path}: annotations[{i}]: expected an object with 'id', 'image_id' and 'caption'")
+            check_id(ann["image_id"], f"{path}: annotations[{i}].image_id")
+            if isinstance(ann["caption"], str):
+                check_text(ann["caption"], f"{path}: annotations[{i}].caption")
+        except AnnotationError as err:
+            _report(str(err), problems)
+            continue
+        annotations.append(ann)
     for i, img in enumerate(data["images"]):
-        if not isinstance(img, dict) or not {"id", "file_name"} <= img.keys():
-            _report(f"{path}: images[{i}]: expected an object with 'id' and 'file_name'", problems)
-        elif not is_int(img["id"]):
-            _report(f"{path}: images[{i}].id: expected an integer, got {img['id']!r}", problems)
-        elif not isinstance(img["file_name"], str) or not img["file_name"].strip():
-            _report(f"{path}: images[{i}].file_name: expected a non-empty string", problems)
-        else:
-            images.append(img)
+        try:
+            if not isinstance(img, dict) or not {"id", "file_name"} <= img.keys():
+                raise AnnotationError(f"{path}: images[{i}]: expected an object with 'id' and 'file_name'")
+            check_id(img["id"], f"{path}: images[{i}].id")
+            if not isinstance(img["file_name"], str) or not img["file_name"].strip():
+                raise AnnotationError(f"{path}: images[{i}].file_name: expected a non-empty string")
+            check_image_size(img.get("width"), img.get("height"), f"{path}: images[{i}]")
+        except AnnotationError as err:
+            _report(str(err), problems)
+            continue
+        images.append(img)
     coco = COCO()
     coco.dataset = {**data, "annotations": annotations, "images": images}
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress

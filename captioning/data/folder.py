@@ -12,7 +12,7 @@ import os
 from typing import Optional
 
 from captioning.common import PathLike
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, image_path
+from captioning.data.annotation_format import FORMATS, AnnotationFormat, check_text, image_path
 from captioning.data.records import SPLITS, ImageRecord
 from captioning.errors import AnnotationError
 from captioning.tokenizers import tokenize
@@ -39,6 +39,8 @@ def _rows(path: str):
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise AnnotationError(f"{path}: line {n}: malformed JSON ({err.msg})") from None
+                except (ValueError, RecursionError) as err:  # more digits than Python converts; nesting
+                    raise AnnotationError(f"{path}: line {n}: unreadable JSON ({' '.join(str(err).split())[:120]})") from None
                 if not isinstance(row, dict):
                     raise AnnotationError(f"{path}: line {n}: expected an object {{\"image\", \"caption\"}}")
                 yield n, row
@@ -51,6 +53,8 @@ def _add_row(path: str, line: int, row: dict, records: dict, merge_restval: bool
         raise AnnotationError(f"{path}: line {line}: missing or empty field 'image'")
     if caption is not None and not isinstance(caption, str):
         raise AnnotationError(f"{path}: line {line}: field 'caption' must be a string")
+    if caption is not None:
+        check_text(caption, f"{path}: line {line}: field 'caption'")
     split = str(split).strip()
     if split not in SPLITS:
         raise AnnotationError(f"{path}: line {line}: unknown split {split!r} (expected one of {', '.join(SPLITS)})")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import parse_qsl
 
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, is_int
+from captioning.data.annotation_format import FORMATS, AnnotationFormat, check_id, check_text, is_int, shown
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError
 from captioning.tokenizers import tokenize
@@ -117,19 +117,52 @@ def columns_of(names: list[str], mapping: dict, where: str) -> Columns:
         f"e.g. {where}?image=COLUMN&captions=COLUMN[,COLUMN...]&split=COLUMN (or path=COLUMN for image files)")
 
 
+#: a Hub dataset name: ``owner/name`` or a canonical ``name``; each part begins with a letter or
+#: digit (never ``.`` or ``..``), as the Hub's repository names do
+HUB_NAME = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")
+#: the first ``datasets`` release that takes ``trust_remote_code`` (before it, a dataset's loading
+#: script always ran); from 2.16 to 2.19 the script runs unless told False, which open_dataset does
+FIRST_SAFE_DATASETS = (2, 16)
+
+
+def hub_name(path: str) -> tuple[str, str | None]:
+    """(name, revision or None) of ``hf://owner/name[@revision]``, checked: a Hub name only, never a
+    path on this machine (``datasets.load_dataset`` reads a local folder or script of that name
+    first, so a name that exists here is refused rather than read); one-line AnnotationError."""
+    name, _, revision = path[len(HUB_PREFIX):].partition("@")
+    if not HUB_NAME.fullmatch(name) or ".." in name or name.endswith((".", "-")):
+        raise AnnotationError(f"{path}: expected hf://owner/name[@revision], a Hub dataset's name")
+    if os.path.lexists(name):
+        raise AnnotationError(
+            f"{path}: {name!r} is also a path in the working folder, which the datasets library would read "
+            f"instead of the Hub dataset; run from another folder, or give a save_to_disk folder as a path")
+    return name, revision or None
+
+
+def _check_datasets_version(datasets, path: str) -> None:
+    """One line if the installed ``datasets`` would run a Hub dataset's loading script whatever it is told."""
+    version = tuple(int(x) for x in re.findall(r"\d+", datasets.__version__)[:2])
+    if version < FIRST_SAFE_DATASETS:
+        raise AnnotationError(
+            f"{path}: datasets {datasets.__version__} runs a Hub dataset's loading script (code) when it loads it; "
+            "upgrade it (pip install 'datasets>=2.20') to read Hub datasets")
+
+
 def open_dataset(path: str) -> dict:
-    """{Hub split name: datasets.Dataset} of ``hf://owner/name[@revision]`` or a save_to_disk folder."""
+    """{Hub split name: datasets.Dataset} of ``hf://owner/name[@revision]`` or a save_to_disk folder.
+
+    A Hub dataset is loaded with ``trust_remote_code=False``: a dataset that needs its loading script
+    run is refused by the library, never run."""
     try:
         import datasets
     except ImportError:
         raise AnnotationError(f"{path}: reading Hub datasets needs the datasets package (pip install 'captioning[ecosystem]')") from None
     if path.startswith(HUB_PREFIX):
-        name, _, revision = path[len(HUB_PREFIX):].partition("@")
-        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name):
-            raise AnnotationError(f"{path}: expected hf://owner/name[@revision]")
+        name, revision = hub_name(path)
+        _check_datasets_version(datasets, path)
         try:
-            loaded = datasets.load_dataset(name, revision=revision or None)
-        except Exception as err:  # offline, not cached, no such dataset, gated...
+            loaded = datasets.load_dataset(name, revision=revision, trust_remote_code=False)
+        except Exception as err:  # offline, not cached, no such dataset, gated, a loading script refused...
             detail = " ".join(str(err).split())[:160] or type(err).__name__
             raise AnnotationError(
                 f"{path}: could not load the dataset {name} ({type(err).__name__}: {detail}); load it once with network "
@@ -148,18 +181,39 @@ def _cache_root() -> str:
     return os.environ.get("CAPTIONING_IMAGE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "captioning", "dataset-images")
 
 
-def _image_file(value: Any, folder: str, stem: str) -> str:
+def _local_image(source: Any, local_root: str | None) -> bytes:
+    """The bytes of an image value that holds a file path instead of bytes: only for a save_to_disk
+    folder (``local_root``), and only a file inside that folder (a relative path is relative to it).
+    A dataset from the Hub never makes this machine read one of its own files."""
+    if local_root is None:
+        raise AnnotationError(f"holds a file path ({shown(source)}), not image bytes: a Hub dataset's images are "
+                              "read from the bytes it holds, never from this machine's disk")
+    if not isinstance(source, str) or not source:
+        raise AnnotationError("no image bytes")
+    root = os.path.realpath(local_root)
+    file = os.path.realpath(os.path.join(root, source))
+    if os.path.commonpath([root, file]) != root:
+        raise AnnotationError(f"image path {shown(source)} is outside the dataset's folder {local_root} "
+                              "(only files inside it are read)")
+    try:
+        with open(file, "rb") as f:
+            return f.read()
+    except OSError as err:
+        raise AnnotationError(f"image path {shown(source)}: cannot read ({err.strerror or err})") from None
+
+
+def _image_file(value: Any, folder: str, stem: str, local_root: str | None = None) -> str:
     """The cached file of one image value of the dataset (written once); AnnotationError if it is not
-    an image of an accepted format."""
+    an image of an accepted format. A value of a file path and no bytes is read only from inside a
+    save_to_disk folder ``local_root`` (:func:`_local_image`)."""
     from PIL import Image, UnidentifiedImageError
 
     from captioning.data.images import IMAGE_FORMATS
 
     data = value.get("bytes") if isinstance(value, dict) else value
     source = value.get("path") if isinstance(value, dict) else None
-    if data is None and source and os.path.isfile(source):
-        with open(source, "rb") as f:
-            data = f.read()
+    if data is None and source:
+        data = _local_image(source, local_root)
     if isinstance(data, Image.Image):  # a decoded image: stored as PNG
         buffer = io.BytesIO()
         data.save(buffer, format="PNG")
@@ -187,20 +241,27 @@ def _captions(row: dict, cols: Columns) -> list[str]:
         items = value if isinstance(value, (list, tuple)) else [value]
         for item in items:
             if isinstance(item, dict):  # Karpathy's {"raw": ..., "tokens": [...]}
-                item = item.get("raw") or " ".join(item.get("tokens") or [])
+                tokens = item.get("tokens") or []
+                if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
+                    raise AnnotationError(f"{c}: tokens: expected a list of strings, got {shown(tokens)}")
+                item = item.get("raw") or " ".join(tokens)
             if item is not None and not isinstance(item, str):
                 raise AnnotationError(f"{c}: expected strings, got {type(item).__name__}")
+            if item is not None:
+                check_text(item, c)
             if item and item.strip():
                 out.append(item.strip())
     return out
 
 
-def _image_id(value: Any) -> Optional[int]:
-    if is_int(value):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return None
+def _image_id(value: Any, column: str) -> Optional[int]:
+    """The image id of an id column's value (an integer, or a string of ASCII digits), None for
+    another value; one line for an id no 64-bit tensor holds."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
+        if len(value.strip()) > 40:  # past int64 whatever its leading zeros; int() of it may be refused by Python
+            raise AnnotationError(f"{column}: {shown(value)} is outside the 64-bit integers an image id may be")
+        value = int(value)
+    return check_id(value, column) if is_int(value) else None
 
 
 def load_hub(path: str, merge_restval: bool = True, problems: Optional[list] = None) -> list[ImageRecord]:
@@ -211,6 +272,7 @@ def load_hub(path: str, merge_restval: bool = True, problems: Optional[list] = N
     is appended there and the row left out, so that one reading lists them all."""
     base, mapping = split_query(path)
     parts = open_dataset(base)
+    local_root = None if base.startswith(HUB_PREFIX) else base  # a save_to_disk folder's own files may be read
     key = hashlib.sha1("|".join(f"{s}:{d._fingerprint}" for s, d in sorted(parts.items())).encode()).hexdigest()[:16]
     folder = os.path.join(_cache_root(), key)
     records: list[ImageRecord] = []
@@ -234,13 +296,13 @@ def load_hub(path: str, merge_restval: bool = True, problems: Optional[list] = N
                 captions = _captions(row, cols)
                 if not captions:
                     raise AnnotationError("no usable captions (all missing or empty)")
-                image_id = _image_id(row[cols.id]) if cols.id else None
+                image_id = _image_id(row[cols.id], cols.id) if cols.id else None
                 image_id = counter - 1 if image_id is None else image_id
                 if image_id in seen:
                     raise AnnotationError(f"image id {image_id} already used by {seen[image_id]}")
                 if cols.image:
                     try:
-                        rel = _image_file(row[cols.image], os.path.join(folder, hub_split or "all"), str(i))
+                        rel = _image_file(row[cols.image], os.path.join(folder, hub_split or "all"), str(i), local_root)
                     except AnnotationError as err:
                         raise AnnotationError(f"{cols.image}: {err}") from None
                 else:

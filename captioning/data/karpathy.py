@@ -10,7 +10,17 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Union
 
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, image_path, is_int, read_json
+from captioning.data.annotation_format import (
+    FORMATS,
+    AnnotationFormat,
+    check_id,
+    check_image_size,
+    check_objects,
+    check_text,
+    check_texts,
+    image_path,
+    read_json,
+)
 from captioning.data.records import SPLITS, ImageRecord
 from captioning.errors import AnnotationError
 from captioning.tokenizers import tokenize
@@ -30,9 +40,12 @@ def _captions(path: str, where: str, sentences: Any) -> tuple[list[str], list[li
             raise AnnotationError(f"{path}: {at}: missing field 'tokens' or 'raw'")
         if raw is not None and not isinstance(raw, str):
             raise AnnotationError(f"{path}: {at}.raw: expected a string, got {type(raw).__name__}")
+        if raw is not None:
+            check_text(raw, f"{path}: {at}.raw")
         if toks is not None:
             if not isinstance(toks, list) or not all(isinstance(t, str) for t in toks):
                 raise AnnotationError(f"{path}: {at}.tokens: expected a list of strings")
+            check_texts(toks, f"{path}: {at}.tokens")
             words = [t.strip().lower() for t in toks if t.strip()]
         else:
             words = tokenize(raw)
@@ -60,14 +73,9 @@ def _record(path: str, i: int, img: Any, merge_restval: bool) -> ImageRecord:
     imgid = img.get("imgid", i)
     image_id = img.get("cocoid", imgid)
     for name, value in (("imgid", imgid), ("cocoid", image_id)):
-        if not is_int(value):
-            raise AnnotationError(f"{path}: {where}.{name}: expected an integer, got {value!r}")
-    for name in ("width", "height"):
-        if img.get(name) is not None and not is_int(img[name]):
-            raise AnnotationError(f"{path}: {where}.{name}: expected an integer, got {img[name]!r}")
-    objects = img.get("objects") or []
-    if not isinstance(objects, list) or not all(isinstance(o, dict) for o in objects):
-        raise AnnotationError(f"{path}: {where}.objects: expected a list of objects")
+        check_id(value, f"{path}: {where}.{name}")
+    check_image_size(img.get("width"), img.get("height"), f"{path}: {where}")
+    objects = check_objects(img.get("objects"), f"{path}: {where}.objects")
     rel = image_path(path, where, filepath, filename)
     captions, tokens = _captions(path, where, img["sentences"])
     if not captions:

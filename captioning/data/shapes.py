@@ -405,7 +405,9 @@ def grounding(records: dict, alignments: dict, images_root: Optional[str] = None
         for t, triple in locate_objects(words):  # (index of the shape noun, triple)
             if t >= len(alphas) or not unused.get(triple):
                 continue
-            bbox = unused[triple].pop(0)["bbox"]
+            bbox = unused[triple].pop(0).get("bbox")
+            if bbox is None:  # an object without a box (data/annotation_format.py: check_objects) is not scored
+                continue
             soft.append((alphas[t].reshape(gh, gw), size, bbox))
             if locations is not None:
                 one_hot = np.zeros(gh * gw)

@@ -7,6 +7,9 @@ from captioning.data.records import ImageRecord, split_records
 from captioning.errors import AnnotationError, ConfigError
 
 
+CIRCLE = {"size": "small", "color": "red", "shape": "circle", "bbox": [1, 2, 10, 12.5]}
+
+
 def karpathy_image(imgid, split="train", filepath="imgs", sentences=None, **extra):
     sentences = sentences if sentences is not None else [{"tokens": ["a", "dog"], "raw": "A dog."}]
     return {"filepath": filepath, "filename": f"{imgid}.jpg", "imgid": imgid, "split": split,
@@ -33,7 +36,7 @@ def test_loads_records(tmp_path):
                        sentences=[{"tokens": ["A", "Man", "riding"], "raw": "A man riding."},
                                   {"raw": "Un homme à vélo, près du café."},
                                   {"tokens": [], "raw": "   "}]),
-        karpathy_image(1, split="val", filepath="", objects=[{"shape": "circle"}]),
+        karpathy_image(1, split="val", filepath="", objects=[CIRCLE]),
         karpathy_image(2, split="restval"),
         karpathy_image(3, split="test", sentences=[{"tokens": ["two", "cats"]}]),
     ]
@@ -44,7 +47,7 @@ def test_loads_records(tmp_path):
     assert first.captions == ["A man riding.", "Un homme à vélo, près du café."]  # the blank one is skipped
     assert first.tokens == [["a", "man", "riding"], ["un", "homme", "à", "vélo", "près", "du", "café"]]
     assert (first.width, first.height, first.objects) == (640, 480, [])
-    assert records[1].path == "1.jpg" and records[1].image_id == 1 and records[1].objects == [{"shape": "circle"}]
+    assert records[1].path == "1.jpg" and records[1].image_id == 1 and records[1].objects == [CIRCLE]
     assert records[2].split == "train"  # restval merged
     assert records[3].captions == ["two cats"]  # no raw: the tokens joined
     assert [r.imgid for r in split_records(records, "train")] == [0, 2]
@@ -103,3 +106,67 @@ def test_duplicates(tmp_path):
         "images[2]: image listed twice (path 'imgs/1.jpg' already used by images[1])")
     same_coco = [karpathy_image(0, cocoid=9), karpathy_image(1, cocoid=9)]
     assert "image_id 9 already used by images[0]" in annotation_error(write_karpathy(tmp_path, same_coco))
+
+
+def test_ids_that_no_64_bit_tensor_holds(tmp_path):
+    """An id of valid JSON past int64 is refused at reading (before, it failed in the collate's
+    torch.tensor, after the whole split was read); the extremes that fit are read and batched."""
+    import torch
+
+    for bad in (2**63, -(2**63) - 1, 10**30):
+        message = annotation_error(write_karpathy(tmp_path, [karpathy_image(0), {**karpathy_image(1), "cocoid": bad}]))
+        assert message.startswith("images[1].cocoid: ") and "64-bit" in message
+    assert annotation_error(write_karpathy(tmp_path, [{**karpathy_image(0), "imgid": 2**64}])).startswith("images[0].imgid")
+    edges = [{**karpathy_image(0), "cocoid": 2**63 - 1}, {**karpathy_image(1), "cocoid": -(2**63)}]
+    ids = [r.image_id for r in load_karpathy(write_karpathy(tmp_path, edges))]
+    assert torch.tensor(ids).tolist() == [2**63 - 1, -(2**63)]
+    (tmp_path / "digits.json").write_text('{"images": [{"imgid": ' + "9" * 5000 + "}]}")
+    assert "unreadable JSON" in annotation_error(tmp_path / "digits.json")  # Python's own digit limit
+
+
+def test_lone_surrogates_are_refused_at_reading(tmp_path):
+    """JSON's escapes can spell a lone surrogate, which no UTF-8 file (a vocabulary, results) can hold."""
+    path = tmp_path / "ann.json"
+    for sentence, field in (({"tokens": ["a", "\ud800"]}, "tokens"), ({"raw": "a dog \udfff"}, "raw")):
+        path.write_text(json.dumps({"images": [karpathy_image(0), karpathy_image(1, sentences=[sentence])]}))
+        message = annotation_error(path)
+        assert message.startswith(f"images[1].sentences[0].{field}: a lone surrogate")
+        problems = []
+        assert [r.imgid for r in load_karpathy(path, problems=problems)] == [0] and len(problems) == 1
+
+
+@pytest.mark.parametrize("objects, field", [
+    ([{"shape": "circle"}], "objects[0]"),  # no size: scoring would fail with a KeyError
+    ([{"size": "small", "color": "red", "shape": 3}], "objects[0]"),
+    ([{"words": "small red circle"}], "objects[0].words"),
+    ([{"words": ["small", 1, "circle"]}], "objects[0].words"),
+    ([{**CIRCLE, "bbox": [0, 0, 1]}], "objects[0].bbox"),
+    ([{**CIRCLE, "bbox": [0, 0, 1, "2"]}], "objects[0].bbox"),
+    ([CIRCLE, "circle"], "objects[1]"),
+    ({"shape": "circle"}, "objects"),
+])
+def test_objects_that_scoring_cannot_use(tmp_path, objects, field):
+    message = annotation_error(write_karpathy(tmp_path, [karpathy_image(0), karpathy_image(1, objects=objects)]))
+    assert message.startswith(f"images[1].{field}: ")
+
+
+def test_objects_that_are_read_are_scored(tmp_path):
+    from captioning.data.shapes import record_objects, shapes_scores
+
+    words = {"words": ["big", "blue", "square"], "bbox": [0, 0, 4, 4]}
+    records = load_karpathy(write_karpathy(tmp_path, [karpathy_image(0, objects=[CIRCLE, words]),
+                                                      karpathy_image(1, objects=[{**CIRCLE, "bbox": None}])]))
+    assert record_objects(records[0]) == [("small", "red", "circle"), ("big", "blue", "square")]
+    scores = shapes_scores(records, {0: "a small red circle", 1: "a small red circle"})
+    assert scores["object_precision"] == 1.0
+    words_and_maps = (["a", "small", "red", "circle"], [[0.25] * 4] * 4, None)  # (T,), (T, L) with L = 2 x 2
+    scores = shapes_scores(records, {0: "a small red circle", 1: "a small red circle"},
+                           {0: words_and_maps, 1: words_and_maps}, str(tmp_path))
+    assert "grounding" in scores  # image 1's circle has no box: not scored, no KeyError
+
+
+@pytest.mark.parametrize("size, field", [({"width": 0}, "width"), ({"height": -3}, "height"), ({"width": 1.5}, "width"),
+                                         ({"width": 10**6, "height": 10**6}, None)])
+def test_image_sizes_that_make_no_sense(tmp_path, size, field):
+    message = annotation_error(write_karpathy(tmp_path, [karpathy_image(0, **size)]))
+    assert message.startswith(f"images[0].{field}: " if field else "images[0]: 1000000 x 1000000 pixels")
