@@ -221,10 +221,10 @@ class Captioner:
                     grid = grid_shape(out.alphas.size(-1))
                     item["attention"] = out.alphas[i, :n].reshape(n, *grid).cpu().numpy()
                     if out.locations.dim() == 3:  # hard multi-head: a cell per head
-                        item["head_locations"] = [[divmod(int(l), grid[1]) for l in step] for step in out.locations[i, :n].tolist()]
-                        item["locations"] = [divmod(int(l), grid[1]) for l in out.alphas[i, :n].argmax(-1).tolist()]
+                        item["head_locations"] = [[divmod(int(cell), grid[1]) for cell in step] for step in out.locations[i, :n].tolist()]
+                        item["locations"] = [divmod(int(cell), grid[1]) for cell in out.alphas[i, :n].argmax(-1).tolist()]
                     else:
-                        item["locations"] = [divmod(int(l), grid[1]) for l in out.locations[i, :n].tolist()]
+                        item["locations"] = [divmod(int(cell), grid[1]) for cell in out.locations[i, :n].tolist()]
                     if out.head_alphas is not None:  # an ensemble's: each member's map; a multi-head model's: each head's
                         parts = out.head_alphas.size(2)
                         key = "member_attention" if isinstance(self.model, Ensemble) and len(self.model.members) > 1 else "head_attention"

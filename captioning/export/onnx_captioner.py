@@ -124,7 +124,7 @@ class OnnxCaptioner:
         if (L, D) != (self.num_locations, self.feature_dim):
             raise CheckpointError(f"{encoder}: gives {L} locations of {D} features, but {config} says "
                                   f"{self.num_locations} of {self.feature_dim} (files of different models?)")
-        for mode, session in self.steps.items():
+        for mode in self.steps:
             path = os.path.join(self.folder, self.config["onnx"]["steps"][mode])
             try:
                 logp = self.step(np.array([BOS]), encoded[2], encoded[3], encoded[0], encoded[1], mode)[0]
@@ -333,7 +333,7 @@ class OnnxCaptioner:
                 if return_attention:
                     grid = grid_shape(out["alphas"].shape[-1])
                     item["attention"] = out["alphas"][i, :n].reshape(n, *grid).astype(np.float32)
-                    item["locations"] = [divmod(int(l), grid[1]) for l in out["locations"][i, :n].tolist()]
+                    item["locations"] = [divmod(int(cell), grid[1]) for cell in out["locations"][i, :n].tolist()]
                 results.append(item)
         return results
 
