@@ -27,7 +27,6 @@ import copy
 import os
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -130,7 +129,7 @@ def onnx_unsupported(config) -> str:
     return ", ".join(f"{k}={getattr(config, k)!r}" for k, v in PAPER_ATTENTION.items() if getattr(config, k) != v)
 
 
-def export_onnx(model, out, card: Optional[dict] = None, opset: int = OPSET) -> Path:
+def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Path:
     """Write the ONNX folder of a ShowAttendTell with its ``spec`` (as storage/load.py's load_model gives
     it): encoder.onnx, decoder_step*.onnx, config.json, vocab.json, README.md. Returns the folder."""
     from captioning.errors import ConfigError

@@ -6,7 +6,6 @@ captions of the batch.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -85,7 +84,7 @@ class CrossEntropy(Objective):
     attention_kinds = ("soft",)
 
     def __init__(self, doubly_stochastic: float = 1.0, label_smoothing: float = 0.0,
-                 scheduled_sampling_start: Optional[int] = None, scheduled_sampling_increase_every: int = 5,
+                 scheduled_sampling_start: int | None = None, scheduled_sampling_increase_every: int = 5,
                  scheduled_sampling_increase_prob: float = 0.05, scheduled_sampling_max_prob: float = 0.25, **settings):
         super().__init__(doubly_stochastic=doubly_stochastic, label_smoothing=label_smoothing,
                          scheduled_sampling_start=scheduled_sampling_start,
@@ -125,7 +124,7 @@ class CrossEntropy(Objective):
         self.sample_prob = self.sampling_prob(epoch)
 
     def likelihood_terms(self, out: DecoderOutput, captions: Tensor,
-                         weight: Optional[Tensor] = None) -> tuple[Tensor, Tensor, dict]:
+                         weight: Tensor | None = None) -> tuple[Tensor, Tensor, dict]:
         """(loss, log p(y | a) per caption (B,), logs) of a teacher-forced pass over ``captions`` (B, T + 1);
         ``weight`` (B,): row weights of the loss (None: every row 1). With label smoothing the loss's
         word term is smoothed; log p(y | a) and the logged NLL are the plain ones."""
@@ -144,7 +143,7 @@ class CrossEntropy(Objective):
         logs = {"nll_per_token": -log_likelihood.sum() / out.mask.sum(), "attention_penalty": penalty}
         return loss, log_likelihood, logs
 
-    def static_step_problem(self) -> Optional[str]:
+    def static_step_problem(self) -> str | None:
         if self.sampling[0] is not None:
             return "scheduled sampling draws words on the host's schedule and samples inside the pass"
         return None

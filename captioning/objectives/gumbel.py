@@ -12,8 +12,6 @@ Configs and checkpoints may also name it as ``HardAttentionReinforce`` with ``es
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
-
 import torch
 from torch import Tensor
 
@@ -42,7 +40,7 @@ class HardAttentionGumbel(HardAttentionObjective):
     #: state, never updated by this estimator: dropped on loading
     _OTHER_BUFFERS = ("advantage_var", "baseline_weight", "baseline_bias")
 
-    def __init__(self, gumbel_temperature: float = 1.0, gumbel_temperature_final: Optional[float] = None,
+    def __init__(self, gumbel_temperature: float = 1.0, gumbel_temperature_final: float | None = None,
                  gumbel_anneal_steps: int = 0, **settings):
         """``settings``: the options both hard-attention objectives have (:class:`HardAttentionObjective`)."""
         super().__init__(gumbel_temperature=gumbel_temperature, gumbel_temperature_final=gumbel_temperature_final,
@@ -60,7 +58,7 @@ class HardAttentionGumbel(HardAttentionObjective):
         return anneal(self.gumbel_temperature, self.gumbel_temperature_final, self.gumbel_anneal_steps,
                       int(self.steps_done), geometric=True)
 
-    def static_step_problem(self) -> Optional[str]:
+    def static_step_problem(self) -> str | None:
         if super().static_step_problem():
             return super().static_step_problem()
         if self.gumbel_anneal_steps > 0 and self.gumbel_temperature_final is not None:

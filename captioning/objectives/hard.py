@@ -15,7 +15,7 @@ the entropy bonus linearly from lambda_e.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional, Union
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -33,25 +33,25 @@ def caption_reward(log_likelihood: Tensor, mask: Tensor, reward_per_step: bool =
     return (log_likelihood / steps if reward_per_step else log_likelihood).detach()
 
 
-def weighted_sum_mean(x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
+def weighted_sum_mean(x: Tensor, weight: Tensor | None = None) -> Tensor:
     """mean_b weight_b x_b (B,): a batch mean of per-row loss terms with row weights (None: 1)."""
     return (x if weight is None else x * weight).mean()
 
 
-def weighted_mean(x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
+def weighted_mean(x: Tensor, weight: Tensor | None = None) -> Tensor:
     """The mean over rows of x (B, ...), or its weighted mean with the row weights ``weight`` (B,)."""
     if weight is None:
         return x.mean(0)
     return (x * weight.view(-1, *(1,) * (x.dim() - 1))).sum(0) / weight.sum().clamp(min=1e-12)
 
 
-def update_baseline(baseline: Tensor, reward: Tensor, decay: float = 0.9, weight: Optional[Tensor] = None) -> Tensor:
+def update_baseline(baseline: Tensor, reward: Tensor, decay: float = 0.9, weight: Tensor | None = None) -> Tensor:
     """Exponential moving average b_k = decay * b_{k-1} + (1 - decay) * mean reward (Section 4.1);
     with row weights (``semi_sampling_per: expectation``), the weighted mean reward."""
     return decay * baseline + (1.0 - decay) * weighted_mean(reward, weight).detach()
 
 
-def anneal(start: float, end: Optional[float], steps: int, step, geometric: bool = False):
+def anneal(start: float, end: float | None, steps: int, step, geometric: bool = False):
     """``start`` moved to ``end`` over ``steps`` steps (linearly, or geometrically), then ``end``.
 
     ``step`` an int gives a number; a 0-d tensor gives a 0-d tensor on its device (nothing read back)."""
@@ -75,8 +75,8 @@ class SemiSampled:
     captions: Tensor  # (B, T + 1)
     lengths: Tensor  # (B,)
     use_expected: Tensor  # (B,) bool: the rows that take the expected context
-    weight: Optional[Tensor]  # (B,) row weights of the loss (semi_sampling_per expectation), else None
-    p_expected: Union[float, Tensor]  # this step's expected-context probability (a 0-d tensor with a schedule)
+    weight: Tensor | None  # (B,) row weights of the loss (semi_sampling_per expectation), else None
+    p_expected: float | Tensor  # this step's expected-context probability (a 0-d tensor with a schedule)
 
 
 class HardAttentionObjective(CrossEntropy):
@@ -101,9 +101,9 @@ class HardAttentionObjective(CrossEntropy):
         semi_sampling_per: Literal["batch", "image", "expectation"] = "batch",
         num_samples: int = 1,
         reward_per_step: bool = True,
-        lambda_e_final: Optional[float] = None,
+        lambda_e_final: float | None = None,
         entropy_anneal_steps: int = 0,
-        semi_sampling_p_final: Optional[float] = None,
+        semi_sampling_p_final: float | None = None,
         semi_sampling_anneal_steps: int = 0,
         **settings,
     ):
@@ -167,7 +167,7 @@ class HardAttentionObjective(CrossEntropy):
         computed on the device from the step count (nothing read back: a captured step replays it)."""
         return anneal(self.semi_sampling_p, self.semi_sampling_p_final, self.semi_sampling_anneal_steps, self.steps_done)
 
-    def static_step_problem(self) -> Optional[str]:
+    def static_step_problem(self) -> str | None:
         if self.entropy_anneal_steps > 0 and self.lambda_e_final is not None:
             return "the entropy schedule (lambda_e_final) reads the step count on the host at every step"
         return None

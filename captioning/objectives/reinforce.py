@@ -38,15 +38,22 @@ semi-sampling draw and its schedule, the entropy bonus, the reward's moving aver
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from captioning.errors import ConfigError
 from captioning.objectives.base import OBJECTIVES, ObjectiveOutput
-from captioning.objectives.hard import (SEMI_SAMPLING, HardAttentionObjective, anneal, caption_reward,  # noqa: F401
-                                        update_baseline, weighted_mean, weighted_sum_mean)
+from captioning.objectives.hard import (  # noqa: F401
+    SEMI_SAMPLING,
+    HardAttentionObjective,
+    anneal,
+    caption_reward,
+    update_baseline,
+    weighted_mean,
+    weighted_sum_mean,
+)
 
 BASELINES = ("moving_average", "leave_one_out", "learned")
 ESTIMATORS = ("reinforce", "gumbel")
@@ -69,8 +76,8 @@ def reinforce_loss(
     lambda_r: float = 0.1,
     lambda_e: float = 0.002,
     reward_per_step: bool = True,
-    scale: Optional[Tensor] = None,
-    weight: Optional[Tensor] = None,
+    scale: Tensor | None = None,
+    weight: Tensor | None = None,
 ) -> ReinforceTerms:
     """The second and third terms of Eq. 12, as a loss to minimise.
 
@@ -160,7 +167,7 @@ class HardAttentionReinforce(HardAttentionObjective):
         normalize_reward: bool = False,
         estimator: Literal["reinforce", "gumbel"] = "reinforce",
         gumbel_temperature: float = 1.0,
-        gumbel_temperature_final: Optional[float] = None,
+        gumbel_temperature_final: float | None = None,
         gumbel_anneal_steps: int = 0,
         **settings,
     ):

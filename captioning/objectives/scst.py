@@ -29,21 +29,21 @@ two passes in train mode would draw two different masks).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
-from typing import Literal, Mapping, Optional, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from captioning.decoding.search import BAD_ENDINGS, GenerationConfig
 from captioning.errors import ConfigError
 from captioning.metrics.cider import CiderD
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
-from captioning.decoding.search import BAD_ENDINGS, GenerationConfig
 from captioning.objectives.base import OBJECTIVES, Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.vocab import Vocabulary
-
 
 _PLAIN_WORD = re.compile(r"[^\W_]+(?:['\-][^\W_]+)*")  # the form of vocab.tokenize's words
 
@@ -108,9 +108,9 @@ class SCST(Objective):
             raise ConfigError(f"model.objective.max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
         self.num_samples, self.baseline, self.max_new_tokens = num_samples, baseline, max_new_tokens
         self.location_gradient = location_gradient
-        self._references: Optional[dict] = None  # image_id -> tuple of tokenised training references
-        self._cider: Optional[CiderD] = None
-        self._cider_state: Optional[dict] = None
+        self._references: dict | None = None  # image_id -> tuple of tokenised training references
+        self._cider: CiderD | None = None
+        self._cider_state: dict | None = None
         self._word_tokens: dict = {}  # vocabulary word -> its PTB tokens (None: tokenise its captions whole)
 
     # ------------------------------------------------------------------ references and CIDEr-D
@@ -148,7 +148,7 @@ class SCST(Objective):
             self._cider = CiderD.from_state_dict(state["cider_d"])
             self._cider_state = state
 
-    def _ptb_tokens(self, words: Sequence[str]) -> Optional[str]:
+    def _ptb_tokens(self, words: Sequence[str]) -> str | None:
         """The PTB tokens of a caption of vocabulary words, from each word's tokens (cached): a word of
         letters and digits with inner apostrophes or hyphens ("dog's", "t-shirt", "cannot") is
         tokenised alike alone or in a caption. None if a word is not of that form ("<unk>", "5.5")."""
@@ -174,7 +174,7 @@ class SCST(Objective):
                 texts[i] = ptb_tokenize(vocab.decode_text(rows[i]))
         return self.cider.scores(texts, references), words
 
-    def static_step_problem(self) -> Optional[str]:
+    def static_step_problem(self) -> str | None:
         return "self-critical training decodes captions of varying length inside its step"
 
     def forward(self, model, features: Tensor, batch: dict, static: bool = False) -> ObjectiveOutput:
@@ -191,7 +191,7 @@ class SCST(Objective):
         except KeyError as err:
             raise ConfigError(f"SCST: image {err.args[0]} of the training batch has no training references") from None
         if references is None:
-            self.cider  # raises the error that says what to do
+            _ = self.cider  # raises the error that says what to do
         hard = model.attention_kind == "hard"
         decoder = model.decoder
         with _eval_mode(decoder):  # dropout off: see the module's docstring

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import torch
 
@@ -129,7 +129,7 @@ def spec_from_hparams(hparams: dict, where: str) -> tuple[ModelSpec, dict, dict]
     return (spec, to_plain({k: h[k] for k in TRAINING_KEYS if k in h}), to_plain({k: h[k] for k in RUN_KEYS if k in h}))
 
 
-def read_checkpoint_file(path: str, source: Optional[ModelSource] = None) -> ModelFile:
+def read_checkpoint_file(path: str, source: ModelSource | None = None) -> ModelFile:
     """A checkpoint file written by ``fit``, read (nothing that runs code) and checked."""
     path = os.fspath(path)
     ckpt = safe_torch_load(path, map_location="cpu")
@@ -162,7 +162,7 @@ def read_checkpoint_file(path: str, source: Optional[ModelSource] = None) -> Mod
         training_state={k: v for k, v in state.items() if not k.startswith("model.")}, run=run)
 
 
-def state_mismatch(expected: dict, given: dict) -> Optional[str]:
+def state_mismatch(expected: dict, given: dict) -> str | None:
     """The first difference between the tensors a model needs and those given, in a few words; None if they fit."""
     missing, unexpected = [k for k in expected if k not in given], [k for k in given if k not in expected]
     for key, tensor in expected.items():

@@ -12,20 +12,28 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import torch
 
 from captioning import __version__
-from captioning.viz.attention_maps import grid_shape
 from captioning.errors import CaptioningError, CheckpointError
 from captioning.files import atomic_write_json, atomic_write_text
 from captioning.models.spec import ModelSpec
 from captioning.storage.checkpoint import TRAINING_KEYS, ModelFile, ModelSource, to_plain
-from captioning.storage.layout import (CARD_FILE, CONFIG_FILE, FORMAT, FORMAT_VERSION, VOCAB_FILE, WEIGHTS_FILE,
-                                            read_config, read_vocab)
+from captioning.storage.layout import (
+    CARD_FILE,
+    CONFIG_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    read_config,
+    read_vocab,
+)
+from captioning.viz.attention_maps import grid_shape
 
-def model_config(model, card: Optional[dict] = None, spec: Optional[ModelSpec] = None) -> dict:
+
+def model_config(model, card: dict | None = None, spec: ModelSpec | None = None) -> dict:
     """config.json of a ShowAttendTell ``model`` (its ``spec``, unless given). ``card``: what the model
     card says; its "training" entry (the training settings) becomes config.json's "training"."""
     spec = (spec or model.spec).without_pretrained()  # the weights are in the folder
@@ -133,7 +141,7 @@ def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> 
     return "\n".join(lines) + "\n"
 
 
-def save_folder(out, model, card: Optional[dict] = None, spec: Optional[ModelSpec] = None) -> Path:
+def save_folder(out, model, card: dict | None = None, spec: ModelSpec | None = None) -> Path:
     """Write ``model`` (a ShowAttendTell with its ``spec``, unless given) as a model folder:
     model.safetensors, config.json, vocab.json, README.md. ``card``: what the model card says
     (:class:`~captioning.storage.checkpoint.ModelFile`'s card). Returns the folder."""
@@ -152,7 +160,7 @@ def save_folder(out, model, card: Optional[dict] = None, spec: Optional[ModelSpe
     return out
 
 
-def read_metrics(path: Optional[str]) -> Optional[dict]:
+def read_metrics(path: str | None) -> dict | None:
     """An ``evaluate`` report (its "scores"), for the model card; None without a path."""
     if path is None:
         return None
@@ -164,7 +172,7 @@ def read_metrics(path: Optional[str]) -> Optional[dict]:
     return report
 
 
-def read_folder(folder: str, source: Optional[ModelSource] = None) -> ModelFile:
+def read_folder(folder: str, source: ModelSource | None = None) -> ModelFile:
     """A model folder written by ``captioning export`` (config.json, vocab.json, model.safetensors),
     read (nothing is unpickled) and checked; every problem is one line naming the file."""
     from safetensors import SafetensorError
@@ -191,7 +199,7 @@ def read_folder(folder: str, source: Optional[ModelSource] = None) -> ModelFile:
                      source=source or ModelSource(folder, "folder", folder), files={"config": config_path, "weights": path})
 
 
-def push_to_hub(folder: str, repo_id: str, private: Optional[bool] = None, token: Optional[str] = None,
+def push_to_hub(folder: str, repo_id: str, private: bool | None = None, token: str | None = None,
                 commit_message: str = "Upload a Show, Attend and Tell captioner") -> str:
     """Upload a model folder to the Hugging Face Hub as model repository ``repo_id`` (created if
     needed; log in first with ``hf auth login`` or pass ``token``). Returns the repository's URL."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from captioning.errors import CheckpointError
 
@@ -29,10 +29,10 @@ _HUB_ID = re.compile(rf"({_PART}/{_PART})(?:@([A-Za-z0-9][A-Za-z0-9._/-]*))?")
 
 class HubId(NamedTuple):
     repo_id: str  # owner/name
-    revision: Optional[str]  # a branch, tag or commit; None: the default branch
+    revision: str | None  # a branch, tag or commit; None: the default branch
 
 
-def parse_hub_id(name: str) -> Optional[HubId]:
+def parse_hub_id(name: str) -> HubId | None:
     """The Hub id ``name`` stands for (see the module docstring), or None when it is a path."""
     explicit = name.startswith(PREFIX)
     body = name[len(PREFIX):] if explicit else name
@@ -55,8 +55,8 @@ def looks_like_hub_id(name: str) -> bool:
     return parse_hub_id(os.fspath(name)) is not None
 
 
-def resolve_folder(name_or_path: str, revision: Optional[str] = None, local_files_only: Optional[bool] = None,
-                   cache_dir: Optional[str] = None) -> str:
+def resolve_folder(name_or_path: str, revision: str | None = None, local_files_only: bool | None = None,
+                   cache_dir: str | None = None) -> str:
     """The local folder of a model: ``name_or_path`` itself if it is a path, else the snapshot of the
     Hub repository it names (the model folder's files only), downloaded into or found in
     huggingface_hub's cache. ``revision`` pins it (an ``@revision`` in the name does too; both at

@@ -15,22 +15,20 @@ Lightning, no objective, no optimizer: the training code is not imported.
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
 
 import torch
 
+from captioning.common import PathLike
 from captioning.errors import CheckpointError
-from captioning.models.spec import build_model
 from captioning.models.show_attend_tell import ShowAttendTell
+from captioning.models.spec import build_model
 from captioning.storage.checkpoint import ModelFile, ModelSource, read_checkpoint_file, state_mismatch
 from captioning.storage.folder import read_folder
 from captioning.storage.hub import looks_like_hub_id, resolve_folder
 
-PathLike = Union[str, os.PathLike]
 
-
-def read_model_file(path: PathLike, revision: Optional[str] = None, local_files_only: Optional[bool] = None,
-                    cache_dir: Optional[str] = None) -> ModelFile:
+def read_model_file(path: PathLike, revision: str | None = None, local_files_only: bool | None = None,
+                    cache_dir: str | None = None) -> ModelFile:
     """The :class:`ModelFile` of a checkpoint file, a model folder or a Hub id ``owner/name`` (fetched
     into, or found in, huggingface_hub's cache; the other arguments are for it: see
     :func:`~captioning.storage.hub.resolve_folder`)."""
@@ -61,8 +59,8 @@ def model_of(file: ModelFile) -> ShowAttendTell:
     return model.eval()
 
 
-def load_model(path: PathLike, device: Optional[Union[str, torch.device]] = None, revision: Optional[str] = None,
-               local_files_only: Optional[bool] = None, cache_dir: Optional[str] = None) -> ShowAttendTell:
+def load_model(path: PathLike, device: str | torch.device | None = None, revision: str | None = None,
+               local_files_only: bool | None = None, cache_dir: str | None = None) -> ShowAttendTell:
     """The captioner of a checkpoint file (``captioning fit``'s), a model folder (``captioning export``'s)
     or a Hugging Face Hub model ``owner/name``, in eval mode on ``device`` (default: the CPU).
 

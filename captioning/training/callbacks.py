@@ -125,9 +125,9 @@ class ValidationExamples(Callback):
         import numpy as np
         import torch
 
-        from captioning.viz.attention_maps import grid_shape
         from captioning.data.images import load_image, to_tensor
         from captioning.errors import ImageError
+        from captioning.viz.attention_maps import grid_shape
         from captioning.viz.pictures import render_grid
 
         pictures = []

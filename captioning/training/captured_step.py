@@ -2,7 +2,7 @@
 losses, backward and gradient clipping recorded once and replayed (captioning/cuda_graphs.py)."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -24,8 +24,8 @@ class GraphedTrainingStep:
         optimizer.step()
     """
 
-    def __init__(self, model, objective, params: list, clip: Optional[float] = None, capture: bool = True,
-                 encode: Optional[Callable] = None):
+    def __init__(self, model, objective, params: list, clip: float | None = None, capture: bool = True,
+                 encode: Callable | None = None):
         self.model, self.objective, self.params, self.clip = model, objective, list(params), clip
         self.encode = encode  # inputs (features or images) -> annotation vectors; default: the inputs
         self.buffers = [b for m in (model, objective) for b in m.buffers()]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -42,7 +42,7 @@ class DurableCheckpointIO(TorchCheckpointIO):
     """Lightning's torch.save checkpoints, written durably (:func:`save_durably`); local paths only
     (a remote URL is left to Lightning's own writer)."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None or "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         save_durably(checkpoint, os.fspath(path))

@@ -12,20 +12,21 @@ SIGTERM); a ModelCheckpoint in ``trainer.callbacks`` replaces that default, and
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from jsonargparse import Namespace
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.fabric.plugins import CheckpointIO
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from captioning.data.datamodule import CaptionDataModule
 from captioning.objectives import current_spelling
-from captioning.training.module import CaptioningModule
 from captioning.training.allocator import keep_freed_memory
 from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 from captioning.training.checkpoint_io import DurableCheckpointIO
+from captioning.training.module import CaptioningModule
 from captioning.training.resume import last_checkpoint
+
 
 def _encoder_interpolation(encoder) -> str:
     """``data.interpolation`` of the ``model.encoder`` settings (an EncoderConfig or its namespace)."""

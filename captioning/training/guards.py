@@ -7,7 +7,8 @@ trainer gets them, the CLI's or one built in a test.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Literal, Optional
+from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 import torch
@@ -59,7 +60,7 @@ class NonFiniteLoss:
     def __init__(self, mode: Literal["error", "skip"]):
         self.skip = mode == "skip"
 
-    def __call__(self, module, batch_idx: int, step: Callable[[], ObjectiveOutput]) -> Optional[ObjectiveOutput]:
+    def __call__(self, module, batch_idx: int, step: Callable[[], ObjectiveOutput]) -> ObjectiveOutput | None:
         """``step()``'s output if its loss is finite, else None (skip) or a CaptioningError (error)."""
         saved = [b.clone() for b in module.buffers()] if self.skip else None
         out = step()

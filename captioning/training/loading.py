@@ -3,7 +3,6 @@ settings and running state). Captioning needs the model only: storage/load.py's 
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
 
 import torch
 
@@ -16,7 +15,7 @@ from captioning.training.module import CaptioningModule
 from captioning.training.optim import OptimizerConfig
 
 
-def load_module(path: Union[str, os.PathLike], device: Optional[str] = None) -> CaptioningModule:
+def load_module(path: str | os.PathLike, device: str | None = None) -> CaptioningModule:
     """The :class:`CaptioningModule` of a checkpoint or model folder, in eval mode: the model
     ``load_model`` gives (with its ``source`` and ``card``), the objective rebuilt with the recorded
     settings (the default of the attention kind where a folder records none) and a checkpoint's

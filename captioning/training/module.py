@@ -12,7 +12,7 @@ storage/ rebuilds the model without running code.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Optional
+from typing import Literal
 
 import lightning as L
 from torch import Tensor
@@ -35,7 +35,7 @@ from captioning.training.strategies import step_strategy
 from captioning.vocab import Vocabulary
 
 
-def split_evaluators(clip_score: Optional[ClipScoreConfig] = None) -> dict[str, Evaluator]:
+def split_evaluators(clip_score: ClipScoreConfig | None = None) -> dict[str, Evaluator]:
     """The scoring of each split: validation picks the best checkpoint, with no Java (metrics/ptb.py's
     tokens); test scores with Java's. CLIPScore in test, and in validation when ``clip_score`` says so."""
     clip = ClipScoring.of(clip_score)
@@ -78,18 +78,18 @@ class CaptioningModule(L.LightningModule):
         self,
         encoder: EncoderConfig = EncoderConfig(),
         decoder: DecoderConfig = DecoderConfig(),
-        objective: Optional[Objective] = None,
+        objective: Objective | None = None,
         optimizer: OptimizerConfig = OptimizerConfig(),
         val_generation: GenerationConfig = GenerationConfig(num_beams=1),
         test_generation: GenerationConfig = GenerationConfig(num_beams=3),
         nonfinite_loss: Literal["error", "skip"] = "error",
         image_size: int = 224,
-        init_from: Optional[str] = None,
+        init_from: str | None = None,
         static_shapes: bool = False,
         length_buckets: tuple[int, ...] = (16, 24, 32, 48, 64),
         cuda_graphs: bool = False,
         tf32: bool = True,
-        clip_score: Optional[ClipScoreConfig] = None,
+        clip_score: ClipScoreConfig | None = None,
     ):
         super().__init__()
         self.encoder_config, self.decoder_config, self.optimizer_config = encoder, decoder, optimizer
@@ -107,11 +107,11 @@ class CaptioningModule(L.LightningModule):
             "static_shapes": static_shapes, "length_buckets": list(length_buckets), "cuda_graphs": cuda_graphs, "tf32": tf32,
             **({"init_from": str(init_from)} if init_from is not None else {}),
         })
-        self.model: Optional[ShowAttendTell] = None  # built once the vocabulary is known (set_vocab)
+        self.model: ShowAttendTell | None = None  # built once the vocabulary is known (set_vocab)
         self.evaluators = split_evaluators(clip_score)
 
     @property
-    def vocab(self) -> Optional[Vocabulary]:
+    def vocab(self) -> Vocabulary | None:
         return self.model.vocab if self.model is not None else None
 
     def set_vocab(self, vocab: Vocabulary) -> None:
@@ -156,7 +156,7 @@ class CaptioningModule(L.LightningModule):
         return [StepSeeding(), *([TF32()] if self.tf32 else []), *self.step_strategy.callbacks(), *recipe_callbacks(self)]
 
     # ------------------------------------------------------------------ training, validation and test
-    def training_step(self, batch: dict, batch_idx: int) -> Optional[Tensor]:
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor | None:
         if batch["captions"].size(0) == 0:  # every image of the batch was unreadable (and skipped)
             return None
         out = self.step_strategy(self, batch, batch_idx)

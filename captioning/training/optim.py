@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Union
 
 import torch
 
@@ -29,9 +28,9 @@ class OptimizerConfig:
 
     lr: float = 2e-4
     weight_decay: float = 0.0
-    encoder_lr: Optional[float] = None
+    encoder_lr: float | None = None
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    ema_decay: Optional[float] = None
+    ema_decay: float | None = None
     ema_start_step: int = 0
 
     def __post_init__(self):
@@ -49,7 +48,7 @@ class OptimizerConfig:
             raise ConfigError(f"model.optimizer.ema_start_step: expected an integer >= 0, got {self.ema_start_step!r}")
 
 
-def _number(value: Union[int, float]) -> bool:
+def _number(value: int | float) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

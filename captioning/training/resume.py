@@ -12,7 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -81,7 +81,7 @@ def _architecture_difference(saved: dict, here: dict) -> str:
     return "model: another architecture"
 
 
-def continuation_difference(saved: dict, here: dict) -> Optional[str]:
+def continuation_difference(saved: dict, here: dict) -> str | None:
     """One line naming the first setting of :data:`SETTINGS` that differs (None if none does).
     A setting the checkpoint does not record (an earlier version's) is not compared."""
     for key, option in SETTINGS.items():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Literal, Optional, Union
+from typing import Literal
 
 import torch
 from lightning.pytorch.callbacks import Callback
@@ -55,7 +55,7 @@ class ScheduleConfig:
     rate: float = 0.8
     patience: int = 8
     warmup_steps: int = 0
-    total_steps: Optional[int] = None
+    total_steps: int | None = None
     final_lr_ratio: float = 0.0
 
     def __post_init__(self):
@@ -121,7 +121,7 @@ def total_steps(config: ScheduleConfig, trainer) -> int:
 
 
 def with_schedule(optimizer: torch.optim.Optimizer, config: ScheduleConfig, trainer=None,
-                  automatic: bool = True) -> Union[torch.optim.Optimizer, dict]:
+                  automatic: bool = True) -> torch.optim.Optimizer | dict:
     """What ``configure_optimizers`` returns: the optimizer, with its scheduler and the interval
     Lightning steps it at unless ``config.kind`` is none. ``automatic``: the module's automatic
     optimisation (Lightning steps schedulers only then)."""

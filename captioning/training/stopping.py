@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 
@@ -27,8 +27,8 @@ class StopSignals:
         on_second: called before exiting on a second signal (e.g. to kill the other DDP ranks).
     """
 
-    def __init__(self, on_second: Optional[Callable[[], None]] = None):
-        self.requested: Optional[int] = None
+    def __init__(self, on_second: Callable[[], None] | None = None):
+        self.requested: int | None = None
         self.on_second = on_second
         self._previous: dict = {}
 
@@ -73,7 +73,7 @@ def cpu_group(trainer):
     return None if "gloo" in str(dist.get_backend()) else dist.new_group(backend="gloo")
 
 
-def agree(trainer, group, signum: Optional[int], due: bool) -> tuple[Optional[int], bool]:
+def agree(trainer, group, signum: int | None, due: bool) -> tuple[int | None, bool]:
     """(the signal any rank received (the largest number), rank 0's ``due``): the same on every rank.
 
     Called by every rank at the same point (each batch); on one process, the arguments as they are."""

@@ -16,7 +16,6 @@ the loss checked by a non-finite guard (guards.py).
 from __future__ import annotations
 
 import logging
-from typing import Optional
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -44,7 +43,7 @@ class EagerStep:
         """The Lightning callbacks this step needs."""
         return []
 
-    def __call__(self, module, batch: dict, batch_idx: int) -> Optional[ObjectiveOutput]:
+    def __call__(self, module, batch: dict, batch_idx: int) -> ObjectiveOutput | None:
         model = module.model
         return self.guard(module, batch_idx, lambda: self.objective(model, model.features(batch), batch, static=self.static))
 
@@ -65,7 +64,7 @@ class StaticStep(EagerStep):
         target = next((n for n in self.length_buckets if n >= width), width)
         return F.pad(captions, (0, target - width), value=Vocabulary.pad_id) if target > width else captions
 
-    def __call__(self, module, batch: dict, batch_idx: int) -> Optional[ObjectiveOutput]:
+    def __call__(self, module, batch: dict, batch_idx: int) -> ObjectiveOutput | None:
         return super().__call__(module, {**batch, "captions": self.bucketed(batch["captions"])}, batch_idx)
 
 
@@ -81,7 +80,7 @@ class CapturedStep(StaticStep):
 
     def __init__(self, objective: Objective, length_buckets: tuple[int, ...], check_every: int = 50):
         super().__init__(objective, None, length_buckets)
-        self.clip_val: Optional[float] = None
+        self.clip_val: float | None = None
         self.graphs = None  # the GraphedTrainingStep, built at the first step (on the fit's device)
         self.nonfinite = NonFiniteCount(check_every)
 

@@ -9,20 +9,23 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.training.loading import load_module
 from captioning.data import shapes
 from captioning.data.karpathy import load_karpathy
+from captioning.decoding.search import GenerationConfig, generate
 from captioning.errors import ConfigError
 from captioning.models.attention import glimpse
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
-from captioning.decoding.search import GenerationConfig, generate
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.objectives.gumbel import HardAttentionGumbel
-from captioning.objectives.reinforce import (HardAttentionReinforce, leave_one_out_baseline, location_grad_sq,
-                                             reinforce_loss)
+from captioning.objectives.reinforce import (
+    HardAttentionReinforce,
+    leave_one_out_baseline,
+    location_grad_sq,
+    reinforce_loss,
+)
 from captioning.training.cli import run_lightning_cli
-from tests.helpers import fit_args
-from tests.helpers import exact_gradient, flat_grad, tiny_problem, z_scores
+from captioning.training.loading import load_module
+from tests.helpers import exact_gradient, fit_args, flat_grad, tiny_problem, z_scores
 
 
 # --------------------------------------------------------------------------- unbiased baselines

@@ -6,8 +6,18 @@ import pytest
 import torch
 
 from captioning.errors import CaptioningError, ConfigError
-from captioning.objectives import (OBJECTIVES, SCST, CrossEntropy, HardAttentionGumbel, HardAttentionReinforce,
-                                   Objective, ObjectiveOutput, list_objectives, objective_class, objective_from_spec)
+from captioning.objectives import (
+    OBJECTIVES,
+    SCST,
+    CrossEntropy,
+    HardAttentionGumbel,
+    HardAttentionReinforce,
+    Objective,
+    ObjectiveOutput,
+    list_objectives,
+    objective_class,
+    objective_from_spec,
+)
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.storage.checkpoint import read_checkpoint_file
 from captioning.training.cli import run_lightning_cli

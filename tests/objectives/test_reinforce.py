@@ -2,10 +2,8 @@
 
 import torch
 
-
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.objectives.reinforce import reinforce_loss, update_baseline
-
 from tests.helpers import exact_gradient, flat_grad, tiny_problem, z_scores
 
 

@@ -6,15 +6,16 @@ import numpy as np
 import pytest
 import torch
 
+from captioning.decoding.search import BAD_ENDINGS, GenerationConfig, bad_ending_ids
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
-from captioning.decoding.search import BAD_ENDINGS, GenerationConfig, bad_ending_ids
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.objectives import SCST, objective_from_spec
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.objectives.scst import bad_ending_rate, mean_of_others
-from captioning.vocab import Vocabulary, tokenize
+from captioning.tokenizers import tokenize
+from captioning.vocab import Vocabulary
 from tests.helpers import ROOT, fit_args
 
 SCST_CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("scst_*.yaml"))
@@ -124,7 +125,7 @@ def test_settings_are_checked_and_kept():
     assert spec["class_path"] == "captioning.objectives.scst.SCST"
     assert objective_from_spec(spec).settings == spec["init_args"]
     with pytest.raises(ConfigError, match="training references"):
-        SCST().cider
+        _ = SCST().cider
 
 
 # --------------------------------------------------------------------------- the gradient

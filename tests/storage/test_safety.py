@@ -8,11 +8,11 @@ import sys
 import pytest
 import torch
 
-from captioning.storage.load import load_model
 from captioning.errors import CaptioningError, CheckpointError
 from captioning.files import atomic_write_json, safe_torch_load
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
+from captioning.storage.load import load_model
 from captioning.training.module import CaptioningModule
 from captioning.vocab import Vocabulary
 
@@ -187,9 +187,9 @@ def nan_loader():
 
 
 def tiny_trainer(**kw):
-    import lightning as L
-
     import tempfile
+
+    import lightning as L
 
     # the module's own ModelCheckpoint writes under default_root_dir: keep it out of the working tree
     return L.Trainer(accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False,

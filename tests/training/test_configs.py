@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.training.loading import load_module
 from captioning.training.cli import run_lightning_cli
+from captioning.training.loading import load_module
 from tests.helpers import ROOT, fit_args
 
 CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))

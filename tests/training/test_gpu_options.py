@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.storage.load import load_model
-from captioning.training.cli import run_lightning_cli
-from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.decoding.search import GenerationConfig
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.models.encoders import EncoderConfig, build_encoder
-from captioning.decoding.search import GenerationConfig
+from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.storage.load import load_model
+from captioning.training.cli import run_lightning_cli
 from tests.helpers import fit_args
 
 

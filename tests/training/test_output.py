@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from captioning.viz.curves import plot_curves, read_scalars
 from captioning.training.cli import run_lightning_cli
+from captioning.viz.curves import plot_curves, read_scalars
 from tests.helpers import ROOT
 
 

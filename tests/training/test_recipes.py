@@ -42,7 +42,7 @@ def fit(annotations, root, steps_per_epoch, extra=()):
     from captioning.training.cli import run_lightning_cli
 
     cli = run_lightning_cli(fit_args(annotations, root, steps=steps_per_epoch, extra=[
-        "--model.decoder.dropout", "0.0", "--trainer.callbacks+=test_recipes.Record", *extra]))
+        "--model.decoder.dropout", "0.0", f"--trainer.callbacks+={__name__}.Record", *extra]))
     (record,) = [c for c in cli.trainer.callbacks if isinstance(c, Record)]
     return record, os.path.join(root, "checkpoints")
 
@@ -118,7 +118,7 @@ def test_scheduled_sampling_at_p_0_is_teacher_forcing(placement):
     scheduled = CrossEntropy(doubly_stochastic=0.5, scheduled_sampling_start=0)
     scheduled.start_epoch(0)
     batch = {"captions": CAPTIONS, "lengths": LENGTHS}
-    model = lambda f, c, l, **kw: decoder(f, c, l, **kw)  # noqa: E731
+    model = lambda f, c, lengths, **kw: decoder(f, c, lengths, **kw)  # noqa: E731
     assert torch.equal(scheduled(model, features, batch).loss, objective(model, features, batch).loss)
 
 

@@ -8,8 +8,13 @@ import torch
 from captioning.errors import CaptioningError, ConfigError
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
-from captioning.objectives import (OBJECTIVES, HardAttentionGumbel, HardAttentionReinforce, current_spelling,
-                                   objective_from_spec)
+from captioning.objectives import (
+    OBJECTIVES,
+    HardAttentionGumbel,
+    HardAttentionReinforce,
+    current_spelling,
+    objective_from_spec,
+)
 from captioning.training.guards import TF32, NonFiniteCount, StepSeeding, step_seed
 from captioning.training.module import CaptioningModule
 from captioning.training.strategies import CapturedStep, EagerStep, StaticStep
