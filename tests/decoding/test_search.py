@@ -144,7 +144,7 @@ def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cel
 def test_attention_temperature_must_be_a_positive_number(bad):
     from captioning.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="attention_temperature: expected a number > 0"):
+    with pytest.raises(ConfigError, match="attention_temperature: expected a finite number > 0"):
         GenerationConfig(attention_temperature=bad)
 
 
