@@ -57,7 +57,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, Annotations, is_int
+from captioning.data.annotation_format import (
+    FORMATS,
+    AnnotationFormat,
+    Annotations,
+    check_id,
+    check_image_size,
+    check_objects,
+    check_texts,
+    is_int,
+)
 from captioning.data.datasets import Collate, ImageDataset
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError, ConfigError, ImageError, ImageTooLargeError, NotAnImageError
@@ -70,6 +79,12 @@ SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "valid": "va
                "restval": "restval"}
 _KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's key + extension of a member name
 _BRACES = re.compile(r"\{[^{}]*\}")
+#: the most shard files one brace pattern may name (counted before it is expanded)
+MAX_PATTERN_SHARDS = 1_000_000
+#: the most bytes one member may hold: a text member is read whole while indexing, an image member
+#: whole when its sample is read
+MAX_TEXT_MEMBER = 64 << 20
+MAX_IMAGE_MEMBER = 1 << 30
 
 
 # ---------------------------------------------------------------------------------------- naming
@@ -106,12 +121,80 @@ def shard_paths(path) -> list[str]:
 
 
 def _expand(pattern: str) -> list[str]:
-    """The files of a brace pattern (webdataset's own expansion, braceexpand)."""
+    """The files of a brace pattern (webdataset's own expansion, braceexpand), counted first: a
+    pattern of more than :data:`MAX_PATTERN_SHARDS` names is one line, not a list built in memory."""
     try:
-        from braceexpand import braceexpand
+        from braceexpand import UnbalancedBracesError, braceexpand
     except ImportError:
         raise AnnotationError(f"{pattern}: brace patterns need the webdataset package (pip install 'captioning[ecosystem]')") from None
+    try:
+        count = count_expansion(pattern)
+    except UnbalancedBracesError:
+        raise AnnotationError(f"{pattern}: unbalanced braces in the shard pattern") from None
+    if count > MAX_PATTERN_SHARDS:
+        raise AnnotationError(f"{pattern}: the pattern names {count:,} shard files, more than the {MAX_PATTERN_SHARDS:,} "
+                              "one pattern may name (a typo in a range?)")
     return list(braceexpand(pattern))
+
+
+def count_expansion(pattern: str) -> int:
+    """How many strings ``braceexpand(pattern)`` gives, computed from its grammar without expanding:
+    a pattern is the product of its parts, a ``{a,b,...}`` sequence the sum of its items' counts, a
+    ``{m..n[..step]}`` range its length. UnbalancedBracesError as braceexpand."""
+    from braceexpand import UnbalancedBracesError, alphabet
+
+    def items(text: str) -> list[str | None]:
+        """The parts of a pattern at depth 0: brace expressions (their inside) and literals (None)."""
+        out, start, depth, pos = [], 0, 0, 0
+        while pos < len(text):
+            if text[pos] == "\\":
+                pos += 2
+                continue
+            if text[pos] == "{":
+                depth += 1
+                if depth == 1:
+                    start = pos
+            elif text[pos] == "}":
+                depth -= 1
+                if depth == 0:
+                    out.append(text[start + 1:pos])
+            pos += 1
+        if depth != 0:
+            raise UnbalancedBracesError(f"Unbalanced braces: {text!r}")
+        return out
+
+    def expression(expr: str) -> int:
+        ints = re.match(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$", expr)
+        chars = re.match(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$", expr)
+        if ints or chars:
+            first, last, step = (ints or chars).groups()
+            step = (int(step) or 1) if step else 1
+            if ints:
+                return len(range(int(first), int(last) + 1, step) if int(first) < int(last)
+                           else range(int(first), int(last) - 1, -step))
+            a, b = alphabet.index(first), alphabet.index(last)
+            return len(alphabet[a:b + 1:step] if a < b else alphabet[a:(b or -len(alphabet)) - 1:-step])
+        parts, start, depth, pos = [], 0, 0, 0  # a sequence: the items between commas at depth 0
+        while pos < len(expr):
+            if expr[pos] == "\\":
+                pos += 2
+                continue
+            depth += {"{": 1, "}": -1}.get(expr[pos], 0)
+            if expr[pos] == "," and depth == 0:
+                parts.append(expr[start:pos])
+                start = pos + 1
+            pos += 1
+        if depth != 0 or not parts:  # not a sequence: braceexpand keeps the braces and expands inside
+            return pattern_count(expr)
+        return sum(pattern_count(p) for p in (*parts, expr[start:]))
+
+    def pattern_count(text: str) -> int:
+        count = 1
+        for expr in items(text):
+            count *= expression(expr)
+        return count
+
+    return pattern_count(pattern)
 
 
 # ---------------------------------------------------------------------------------------- index
@@ -158,6 +241,8 @@ def _sample_record(imgid: int, files: dict, image: Optional[Member]) -> ImageRec
             meta = json.loads(_text(files["json"], ".json"))
         except json.JSONDecodeError as err:
             raise AnnotationError(f".json: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+        except (ValueError, RecursionError) as err:  # more digits than Python converts; nesting
+            raise AnnotationError(f".json: unreadable JSON ({' '.join(str(err).split())[:120]})") from None
         if not isinstance(meta, dict):
             raise AnnotationError(f".json: expected an object, got {type(meta).__name__}")
     if image is None:
@@ -168,7 +253,10 @@ def _sample_record(imgid: int, files: dict, image: Optional[Member]) -> ImageRec
     captions = [captions] if isinstance(captions, str) else [] if captions is None else captions
     if not isinstance(captions, list) or not all(isinstance(c, str) for c in captions):
         raise AnnotationError(".json captions: expected a string or a list of strings")
+    check_texts(captions, ".json captions")
     tokens = meta.get("tokens")
+    if _token_lists(tokens, len(captions)):
+        check_texts([w for t in tokens for w in t], ".json tokens")
     pairs = [(c.strip(), t) for c, t in zip(captions, tokens)] if _token_lists(tokens, len(captions)) else \
         [(c.strip(), tokenize(c)) for c in captions]
     pairs = [(c, [w.strip().lower() for w in t if w.strip()]) for c, t in pairs]
@@ -180,10 +268,10 @@ def _sample_record(imgid: int, files: dict, image: Optional[Member]) -> ImageRec
     if split is None:
         raise AnnotationError(f"unknown split {raw_split!r} (expected train, val/validation, test or restval)")
     image_id = meta.get("image_id")
-    if image_id is not None and not is_int(image_id):
-        raise AnnotationError(f".json image_id: expected an integer, got {image_id!r}")
-    objects = meta.get("objects") if isinstance(meta.get("objects"), list) else []
-    size = [meta.get(k) if is_int(meta.get(k)) else None for k in ("width", "height")]
+    if image_id is not None:
+        check_id(image_id, ".json image_id")
+    objects = check_objects(meta["objects"], ".json objects") if isinstance(meta.get("objects"), list) else []
+    size = check_image_size(*(meta.get(k) if is_int(meta.get(k)) else None for k in ("width", "height")), ".json")
     return ImageRecord(imgid, imgid if image_id is None else image_id, f"{os.path.basename(image.shard)}/{image.name}",
                        split, [c for c, _ in pairs], [t for _, t in pairs], objects, *size)
 
@@ -191,6 +279,50 @@ def _sample_record(imgid: int, files: dict, image: Optional[Member]) -> ImageRec
 def _token_lists(tokens, n: int) -> bool:
     return isinstance(tokens, list) and len(tokens) == n and all(
         isinstance(t, list) and all(isinstance(w, str) for w in t) for t in tokens)
+
+
+def _check_member(shard: str, info: tarfile.TarInfo, end: int, limit: int) -> None:
+    """A member's header, checked before its bytes are read or skipped: its size lies within the
+    shard's ``end`` bytes and under ``limit``, and it is no sparse file (whose stored bytes are not
+    its content). A one-line AnnotationError naming the shard and member otherwise."""
+    where = f"{shard}: member {info.name!r}"
+    if info.issparse():
+        raise AnnotationError(f"{where}: a sparse file (its stored bytes are not its content); write shards of plain files")
+    if info.size < 0 or info.offset_data + info.size > end:
+        raise AnnotationError(f"{where}: its header declares {info.size:,} bytes, past the end of the shard "
+                              f"({end:,} bytes): a damaged or forged tar header")
+    if info.size > limit:
+        raise AnnotationError(f"{where}: {info.size:,} bytes, more than the {limit:,} a member of its kind may hold")
+
+
+def _shard_samples(shard: str) -> dict[str, tuple[dict, list]]:
+    """key -> (text files {extension: bytes}, [image Member]) of one shard: every member's header is
+    checked (:func:`_check_member`) before its bytes are read (text) or skipped (images)."""
+    try:
+        end = os.path.getsize(shard)
+        tar = tarfile.open(shard, "r:")
+    except (tarfile.TarError, OSError, ValueError, OverflowError) as err:
+        raise AnnotationError(f"{shard}: not a readable tar file ({err})") from None
+    samples: dict[str, tuple[dict, list]] = {}
+    with tar:
+        try:
+            for info in tar:  # the next header is read only after this member's was checked
+                if not info.isfile():
+                    continue  # folders, links: no bytes of their own
+                match = _KEY.match(info.name)
+                ext = match.group(2).lower() if match else ""
+                _check_member(shard, info, end, MAX_TEXT_MEMBER if ext in ("txt", "json") else MAX_IMAGE_MEMBER)
+                if not match or os.path.basename(info.name).startswith("."):
+                    continue
+                files, image = samples.setdefault(match.group(1), ({}, []))
+                if ext in IMAGE_EXTS:
+                    image.append(Member(shard, info.offset_data, info.size, info.name))
+                elif ext in ("txt", "json"):
+                    files[ext] = tar.extractfile(info).read()
+        except (tarfile.TarError, OSError, ValueError, OverflowError, EOFError) as err:
+            # a header tarfile cannot parse (bad number fields, a PAX record of absurd length, a cut file)
+            raise AnnotationError(f"{shard}: damaged tar file ({' '.join(str(err).split())[:160]})") from None
+    return samples
 
 
 def read_index(path, merge_restval: bool = True, problems: Optional[list] = None) -> ShardIndex:
@@ -205,25 +337,7 @@ def read_index(path, merge_restval: bool = True, problems: Optional[list] = None
     seen: dict[int, str] = {}
     position = 0
     for s, shard in enumerate(shards):
-        try:
-            tar = tarfile.open(shard, "r:")
-        except (tarfile.TarError, OSError) as err:
-            raise AnnotationError(f"{shard}: not a readable tar file ({err})") from None
-        with tar:
-            samples: dict[str, tuple[dict, list]] = {}  # key -> (text files, [image member])
-            try:
-                for info in tar:
-                    match = _KEY.match(info.name)
-                    if not info.isfile() or not match or os.path.basename(info.name).startswith("."):
-                        continue
-                    key, ext = match.group(1), match.group(2).lower()
-                    files, image = samples.setdefault(key, ({}, []))
-                    if ext in IMAGE_EXTS:
-                        image.append(Member(shard, info.offset_data, info.size, info.name))
-                    elif ext in ("txt", "json"):
-                        files[ext] = tar.extractfile(info).read()
-            except (tarfile.TarError, OSError) as err:
-                raise AnnotationError(f"{shard}: damaged tar file ({err})") from None
+        samples = _shard_samples(shard)
         for key, (files, image) in samples.items():
             where = f"{shard}: {key}"
             try:

@@ -225,3 +225,29 @@ def test_real_dataset_config_fits_one_step(config, tmp_path_factory):
     if kind == "hard":
         assert (objective["lambda_r"], objective["lambda_e"], objective["semi_sampling_p"]) == (0.1, 0.002, 0.5)
     assert cli.datamodule.min_word_freq == 1 and cli.datamodule.batch_size == 8
+
+
+def test_values_of_valid_json_no_later_step_can_use(tmp_path):
+    """A lone surrogate (JSON's escapes can spell one), an id past int64 and more digits than Python
+    converts are one line at reading, in every JSON reader (before: failures when a vocabulary or
+    results file was written, or in the collate's torch.tensor)."""
+    def error(load, path) -> str:
+        with pytest.raises(AnnotationError) as err:
+            load(path)
+        assert "\n" not in str(err.value) and str(path) in str(err.value)
+        return str(err.value)
+
+    rows = tmp_path / "captions.jsonl"
+    rows.write_text(json.dumps({"image": "a.jpg", "caption": "a red \ud800 circle"}) + "\n")
+    assert "line 1: field 'caption': a lone surrogate" in error(load_folder, rows)
+    rows.write_text('{"image": "a.jpg", "caption": "a", "n": ' + "1" * 5000 + "}\n")
+    assert "line 1: unreadable JSON" in error(load_folder, rows)
+    coco = tmp_path / "captions_val2014.json"
+    coco.write_text(json.dumps({"images": [{"id": 2**63, "file_name": "a.jpg"}],
+                                "annotations": [{"id": 1, "image_id": 2**63, "caption": "a dog"}]}))
+    assert "annotations[0].image_id: 9223372036854775808 is outside the 64-bit" in error(load_coco, coco)
+    coco.write_text(json.dumps({"images": [{"id": 1, "file_name": "a.jpg"}],
+                                "annotations": [{"id": 1, "image_id": 1, "caption": "a \udfff dog"}]}))
+    assert "annotations[0].caption: a lone surrogate" in error(load_coco, coco)
+    coco.write_text(json.dumps({"images": [{"id": 1, "file_name": "a\ud800.jpg"}], "annotations": []}))
+    assert "image 1: image path: a lone surrogate" in error(load_coco, coco)
