@@ -26,7 +26,7 @@ from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.generation import GenerationConfig, generation_options
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
-from captioning.viz.attention_maps import grid_shape
+from captioning.common import grid_shape
 
 ImageInput = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 

@@ -387,7 +387,7 @@ def grounding(records: dict, alignments: dict, images_root: Optional[str] = None
     Returns grounding_scores' dict; for hard attention (``locations`` given) also "chosen_cell":
     the same scores of a one-hot map at the cell each word actually attended.
     """
-    from captioning.viz.attention_maps import grid_shape
+    from captioning.common import grid_shape
     from captioning.metrics import grounding_scores
 
     soft, chosen = [], []

@@ -36,7 +36,7 @@ from captioning.models.cells import DecoderState
 from captioning.decoding.generation import GenerationConfig
 from captioning.decoding.parts import GenerationOutput
 from captioning.decoding.search import generate
-from captioning.viz.attention_maps import grid_shape
+from captioning.common import grid_shape
 
 
 def ensemble_weights(weights: Optional[Sequence[float]], members: int) -> tuple[float, ...]:

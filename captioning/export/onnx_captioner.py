@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from captioning.viz.attention_maps import grid_shape
+from captioning.common import grid_shape
 from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, check_interpolation, to_array
 from captioning.errors import CheckpointError, ConfigError
 from captioning.storage.hub import resolve_folder

@@ -30,7 +30,7 @@ from captioning.storage.layout import (
     read_config,
     read_vocab,
 )
-from captioning.viz.attention_maps import grid_shape
+from captioning.common import grid_shape
 
 
 def model_config(model, card: dict | None = None, spec: ModelSpec | None = None) -> dict:

@@ -127,7 +127,7 @@ class ValidationExamples(Callback):
 
         from captioning.data.images import load_image, to_tensor
         from captioning.errors import ImageError
-        from captioning.viz.attention_maps import grid_shape
+        from captioning.common import grid_shape
         from captioning.viz.pictures import render_grid
 
         pictures = []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from captioning.common import grid_shape  # noqa: F401 (its home is the ground floor; viz and its callers read it here)
 
 
 def as_array(x) -> np.ndarray:

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from captioning.viz.attention_maps import as_array, grid_shape, upsample_map
+from captioning.common import grid_shape
+from captioning.viz.attention_maps import as_array, upsample_map
 
 Cell = Sequence[int] | int  # (row, col), or a row-major location index
 

@@ -544,7 +544,7 @@ def variant_config(name: str) -> dict:
 def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=VARIANTS) -> list[dict]:
     from captioning.models.encoders import EncoderConfig
     from captioning.models.show_attend_tell import ShowAttendTell
-    from captioning.objectives import OBJECTIVES
+    from captioning.objectives import objective_from_spec
 
     coco = sizes == "coco"
     V, B = (10000, 32) if coco else (40, 48)
@@ -568,8 +568,7 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
         decoding = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(device)
         with torch.no_grad():  # untrained models end their captions at random: this one never does,
             decoding.decoder.out_logits.bias[EOS] = -1e4  # so every variant decodes max_new_tokens steps
-        cls = OBJECTIVES[objective["class_path"].rsplit(".", 1)[1]]
-        obj = cls(**objective.get("init_args", {})).to(device)
+        obj = objective_from_spec(objective).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         batch = {"captions": captions, "lengths": lengths}
 
