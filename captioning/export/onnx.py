@@ -121,7 +121,7 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: l
     os.replace(tmp, path)
 
 
-PAPER_ATTENTION = {"score": "additive", "heads": 1, "placement": "bahdanau", "window": "global", "refiner_layers": 0}
+PAPER_ATTENTION = {"kind": "lstm", "score": "additive", "heads": 1, "placement": "bahdanau", "window": "global", "refiner_layers": 0}
 
 
 def onnx_unsupported(config) -> str:
