@@ -24,7 +24,8 @@ class CaptionDataModule(CaptionData, L.LightningDataModule):
         super().setup(stage)
         spec = getattr(getattr(self.trainer, "lightning_module", None), "spec", None)
         if self.features is not None and spec is not None:  # a cache of another encoder is one line, not wrong inputs
-            self.feature_cache().check(encoder=spec.encoder.name, grid_size=spec.encoder.grid_size)
+            encoder = spec.encoder
+            self.feature_cache().check(encoder=encoder.name, grid_size=encoder.grid_size, pretrained=encoder.pretrained)
 
     def on_before_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
         return self.drop_bad_images(batch)

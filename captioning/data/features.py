@@ -28,6 +28,22 @@ from captioning.common import PathLike
 
 
 
+#: the settings of an extraction a cache records in its index's ``meta``, and a run reading it (or
+#: an extraction resuming it) must share: another value means other features for the same image
+SETTINGS = ("image_size", "encoder", "grid_size", "pretrained", "interpolation")
+
+
+def check_meta(recorded: dict, ours: dict, where: str) -> None:
+    """One line of ConfigError naming the first of :data:`SETTINGS` whose value in ``recorded`` (a
+    cache's meta) differs from ``ours`` (a run's); a setting either side lacks is not compared (as
+    in caches written before it was recorded)."""
+    for setting in SETTINGS:
+        theirs, mine = recorded.get(setting), ours.get(setting)
+        if mine is not None and theirs is not None and theirs != mine:
+            raise ConfigError(f"{where}: features extracted with {setting} {theirs!r}, this run has {mine!r}; "
+                              f"extract them again for these settings (captioning extract-features) or match {setting}")
+
+
 def _read_index(path: str) -> dict:
     """A part's index, checked: {"image_ids": [int, ...], "grid": [L, D], "meta": {...}}; one line of
     ConfigError naming the file otherwise."""
@@ -69,11 +85,18 @@ class FeatureCache:
             raise ConfigError(f"{self.root}: not a feature cache (no *.index.json; write one with `captioning extract-features`)")
         self.parts: list[str] = []
         ids, parts, rows, grid = [], [], [], None
+        self.meta: dict = {}  # the parts' meta, merged: they agree on every setting each records
         for k, path in enumerate(indexes):
             index = _read_index(path)
             if grid is not None and tuple(index["grid"]) != grid:
                 raise ConfigError(f"{path}: grid {index['grid']} differs from the other parts' {list(grid)}")
             grid = tuple(index["grid"])
+            meta = index.get("meta") if isinstance(index.get("meta"), dict) else {}
+            for setting in SETTINGS:
+                if setting in meta and setting in self.meta and meta[setting] != self.meta[setting]:
+                    raise ConfigError(f"{path}: extracted with {setting} {meta[setting]!r}, another part of the cache "
+                                      f"with {self.meta[setting]!r}: parts of different extractions; extract them again")
+            self.meta = {**meta, **self.meta}
             base = path[: -len(".index.json")]
             n = len(index["image_ids"])
             _check_sizes(base, n, grid)
@@ -88,21 +111,16 @@ class FeatureCache:
         if dup.size:
             raise ConfigError(f"{self.root}: image {int(dup[0])} is in two parts (shards of different extractions?)")
         self.grid_shape = grid  # (L, D)
-        self.meta = index.get("meta") if isinstance(index.get("meta"), dict) else {}
         self._maps: Optional[list] = None
         self._pid: Optional[int] = None
 
     def check(self, image_size: Optional[int] = None, encoder: Optional[str] = None, grid_size: Optional[int] = None,
-              interpolation: Optional[str] = None) -> None:
+              interpolation: Optional[str] = None, pretrained: Optional[bool] = None) -> None:
         """One line of ConfigError, naming the setting, if the cache was extracted with another image
-        size, encoder, grid size or resize filter than the run's (settings the cache did not record,
-        as caches written before the filter was recorded, are not checked)."""
-        for setting, ours in (("image_size", image_size), ("encoder", encoder), ("grid_size", grid_size),
-                              ("interpolation", interpolation)):
-            theirs = self.meta.get(setting)
-            if ours is not None and theirs is not None and theirs != ours:
-                raise ConfigError(f"{self.root}: features extracted with {setting} {theirs!r}, this run has {ours!r}; "
-                                  f"extract them again for these settings (captioning extract-features) or match {setting}")
+        size, encoder, grid size, resize filter or pretrained weights than the run's (settings the
+        cache did not record, as caches written before the filter was recorded, are not checked)."""
+        check_meta(self.meta, {"image_size": image_size, "encoder": encoder, "grid_size": grid_size,
+                               "interpolation": interpolation, "pretrained": pretrained}, self.root)
 
     def __getstate__(self) -> dict:  # DataLoader workers reopen the memmaps themselves
         state = dict(self.__dict__)

@@ -77,3 +77,59 @@ def test_an_index_of_the_wrong_shape(cached, tmp_path, content):
     cache, index = _copy(cached[1], tmp_path)
     index.write_text(content)
     assert str(index) in _one_line(lambda: FeatureCache(cache))
+
+
+def write_part(folder, k, n, ids, meta, grid=(4, 8)):
+    """A complete cache part written by hand: its index, zero features, every row done."""
+    import json
+
+    import numpy as np
+
+    base = folder / f"part-{k:03d}-of-{n:03d}"
+    base.with_name(base.name + ".index.json").write_text(json.dumps({"image_ids": ids, "grid": list(grid),
+                                                                    "dtype": "float16", "meta": meta}))
+    np.zeros((len(ids), *grid), np.float16).tofile(str(base) + ".f16")
+    np.ones(len(ids), np.uint8).tofile(str(base) + ".done")
+
+
+def test_every_part_s_meta_is_read(tmp_path):
+    """The settings are read from every part (before: from the last part only, so a part that did
+    not record them hid those of the others)."""
+    write_part(tmp_path, 0, 2, [1, 2], {"encoder": "resnet50", "grid_size": 2, "image_size": 32})
+    write_part(tmp_path, 1, 2, [3], {})
+    cache = FeatureCache(tmp_path)
+    assert cache.meta == {"encoder": "resnet50", "grid_size": 2, "image_size": 32}
+    assert "encoder 'resnet50', this run has 'vgg16'" in _one_line(lambda: cache.check(encoder="vgg16"))
+
+
+@pytest.mark.parametrize("setting, values", [("encoder", ("resnet50", "vgg16")), ("pretrained", (True, False)),
+                                             ("interpolation", ("bilinear", "bicubic"))])
+def test_parts_of_different_extractions(tmp_path, setting, values):
+    write_part(tmp_path, 0, 2, [1, 2], {setting: values[0]})
+    write_part(tmp_path, 1, 2, [3], {setting: values[1]})
+    message = _one_line(lambda: FeatureCache(tmp_path))
+    assert "part-001-of-002.index.json" in message and f"{setting} {values[1]!r}" in message
+    assert "parts of different extractions" in message
+
+
+def test_the_data_module_compares_the_model_s_encoder(tmp_path, cached):
+    """Training compares the cache's encoder, grid and weights with the model's (models/spec.py's
+    encoder settings, which the data module reads from the LightningModule in setup)."""
+    from types import SimpleNamespace
+
+    data = cached[0]
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    write_part(cache, 0, 1, list(range(10)), {"encoder": "resnet50", "grid_size": 2, "pretrained": False,
+                                             "image_size": SIZE, "interpolation": "bilinear"})
+
+    def setup(**encoder):
+        dm = CaptionDataModule(str(data), features=str(cache), image_size=SIZE, batch_size=2, num_workers=0, min_word_freq=1)
+        spec = SimpleNamespace(encoder=EncoderConfig(**{"name": "resnet50", "grid_size": 2, "pretrained": False, **encoder}))
+        dm.trainer = SimpleNamespace(lightning_module=SimpleNamespace(spec=spec))
+        dm.setup("fit")
+
+    setup()
+    assert "encoder 'resnet50', this run has 'resnet101'" in _one_line(lambda: setup(name="resnet101"))
+    assert "grid_size 2, this run has 7" in _one_line(lambda: setup(grid_size=7))
+    assert "pretrained False, this run has True" in _one_line(lambda: setup(pretrained=True))
