@@ -10,19 +10,45 @@ from pathlib import Path
 
 from captioning.cli.caption import gather_images, load_captioner
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.options import at_least, fraction, generation_args, generation_overrides, report_skipped
+from captioning.cli.options import (
+    IMAGES_HELP,
+    at_least,
+    fraction,
+    generation_args,
+    generation_overrides,
+    refuse_urls,
+    report_skipped,
+)
 from captioning.errors import CaptioningError
+
+
+#: the file formats attend writes, by --out suffix
+FILE_SUFFIXES = (".gif", ".png")
+
+
+def out_kind(out: Path) -> str:
+    """What ``--out`` names: "file" (a .gif or .png), "folder" (an existing folder, or a name without
+    a suffix), else a one-line error (``x.txt`` would otherwise become a folder named x.txt)."""
+    if out.is_dir():
+        return "folder"
+    if out.suffix.lower() in FILE_SUFFIXES:
+        return "file"
+    if out.suffix:
+        raise CaptioningError(f"--out {out}: attend writes {' or '.join(FILE_SUFFIXES)} files, not {out.suffix}; "
+                              "for a folder give a name without a suffix (or an existing folder)")
+    return "folder"
 
 
 def attend_targets(paths: Sequence[str], out: Path, fmt: str | None) -> list[list[tuple[Path, str]]]:
     """The files to write for each image: [(path, format), ...] per image.
 
-    ``out`` ending in .gif / .png is one file for one image (``fmt`` must agree); otherwise a folder,
-    where each image gets <stem>.<format>, or <stem>.<source extension>.<format> when two sources share
-    a stem (photo.jpg and photo.png), numbered if still not unique: nothing is overwritten by its sibling.
+    ``out`` ending in .gif / .png is one file for one image (``fmt`` must agree); otherwise a folder
+    (:func:`out_kind`), where each image gets <stem>.<format>, or <stem>.<source extension>.<format>
+    when two sources share a stem (photo.jpg and photo.png), numbered if still not unique: nothing is
+    overwritten by its sibling.
     """
     suffix = out.suffix.lower()
-    if suffix in (".gif", ".png"):
+    if out_kind(out) == "file":
         if len(paths) != 1:
             raise CaptioningError(f"--out {out}: one file for {len(paths)} images; give a folder")
         if fmt == "both":
@@ -63,9 +89,10 @@ class Attend(Command):
             "(several --checkpoint: the weighted mean of the models' maps, or each model's with --members each)")
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
+        p.add_argument("images", nargs="+", help=IMAGES_HELP)
         generation_args(p)
-        p.add_argument("--out", required=True, help="FILE.gif / FILE.png for one image, else a folder")
+        p.add_argument("--out", required=True,
+                       help="FILE.gif / FILE.png for one image, else a folder (a name without a suffix, or an existing folder)")
         p.add_argument("--format", choices=("gif", "png", "both"), default=None,
                        help="GIF (a frame per word), PNG grid (a panel per word) or both (default: the --out suffix, else gif)")
         p.add_argument("--duration-ms", type=at_least(1), default=800, help="time per GIF frame")
@@ -77,6 +104,8 @@ class Attend(Command):
                        help="several --checkpoint: the models' weighted mean map (titled so), or a picture per model, titled")
 
     def run(self, args: argparse.Namespace) -> int:
+        refuse_urls(args.images)
+        out_kind(Path(args.out))  # a file suffix that is not .gif / .png: one line, before the model loads
         captioner = load_captioner(args)
         if args.members == "each" and len(args.checkpoint) < 2:
             print("note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr)

@@ -9,10 +9,13 @@ from collections.abc import Sequence
 
 from captioning.cli.commands import COMMANDS, Command
 from captioning.cli.options import (
+    IMAGES_HELP,
     apply_image_limit,
+    check_generation_flags,
     checkpoints_and_weights,
     generation_args,
     generation_overrides,
+    refuse_urls,
     report_skipped,
 )
 from captioning.errors import CaptioningError
@@ -39,10 +42,8 @@ def load_captioner(args):
     """The checkpoint's Captioner (several --checkpoint: their ensemble's; with --onnx, the ONNX
     folder's OnnxCaptioner: no torch is imported then) and the generation settings of the command's
     arguments, checked before any image is read; a note when a hard-attention setting meets a soft model."""
-    from captioning.decoding.generation import GenerationConfig
-
     apply_image_limit(args)
-    GenerationConfig(num_beams=args.num_beams).replace(**generation_overrides(args))  # one-line errors, early
+    check_generation_flags(args)  # one-line errors in the flags' words, early; the note of implied flags
     paths, weights = checkpoints_and_weights(args)
     if getattr(args, "onnx", None):
         from captioning.export.onnx_captioner import OnnxCaptioner
@@ -69,17 +70,18 @@ class Caption(Command):
     help = "caption images"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
+        p.add_argument("images", nargs="+", help=IMAGES_HELP)
         generation_args(p, onnx=True)
         p.add_argument("--json", action="store_true", help='print [{"image", "generated_text", "score"}, ...]')
 
     def run(self, args: argparse.Namespace) -> int:
+        refuse_urls(args.images)
         captioner = load_captioner(args)
         good, bad = gather_images(args.images)
         overrides = generation_overrides(args)
         grouped = (args.num_beam_groups or 1) > 1  # diverse beam search: every beam, labelled by its group
         if grouped:
-            overrides["num_return_sequences"] = args.num_beams
+            overrides["num_return_sequences"] = overrides["num_beams"]
         results = captioner([im for _, im in good], **overrides) if good else []
         rows = [{"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)]
         if grouped:

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING
 from PIL import Image, ImageDraw
 
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.options import generation_args, generation_overrides, report_skipped
+from captioning.cli.options import (
+    IMAGES_HELP,
+    check_generation_flags,
+    generation_args,
+    generation_overrides,
+    refuse_urls,
+    report_skipped,
+)
 from captioning.data.images import expand_image_paths, load_images
 from captioning.errors import CaptioningError
 from captioning.files import atomic_write_bytes
@@ -169,7 +176,7 @@ class CompareAttention(Command):
     help = "side-by-side attention of two or more checkpoints on the same images (a row or GIF column each)"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("images", nargs="+", help="image files, folders or glob patterns")
+        p.add_argument("images", nargs="+", help=IMAGES_HELP)
         p.add_argument("--checkpoints", nargs="+", required=True, help="two or more checkpoints (e.g. soft and hard)")
         generation_args(p, checkpoint=False)
         p.add_argument("--labels", nargs="+", default=None, help="one name per checkpoint (default: file stems)")
@@ -183,6 +190,8 @@ class CompareAttention(Command):
                        help="multi-head models: the mean of the heads' maps, or also a row per head")
 
     def run(self, args: argparse.Namespace) -> int:
+        refuse_urls(args.images)
+        check_generation_flags(args)  # one-line errors in the flags' words, before any model loads
         written = compare(args.checkpoints, args.images, args.out, labels=args.labels, gif=args.gif,
                           duration_ms=args.duration_ms, panel_size=args.panel_size, alpha=args.alpha, style=args.style,
                           device=args.device, heads=args.heads, **generation_overrides(args))

@@ -16,7 +16,13 @@ import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.options import apply_image_limit, at_least, checkpoints_and_weights, generation_args, generation_overrides
+from captioning.cli.options import (
+    apply_image_limit,
+    at_least,
+    check_generation_flags,
+    checkpoints_and_weights,
+    generation_args,
+)
 from captioning.common import default_device
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
@@ -200,7 +206,7 @@ class Evaluate(Command):
             model = Ensemble([load_model(p) for p in paths], weights, names=paths)
         report = evaluate(
             model, args.annotations, images_root=args.images_root, split=args.split,
-            generation=model.spec.generation.replace(**generation_overrides(args)),
+            generation=check_generation_flags(args, model.spec.generation),
             batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, spice=args.spice,
             grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=" + ".join(paths),
             clip_model=args.clip_model, clip_weights=args.clip_weights,

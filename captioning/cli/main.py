@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         # a passthrough command is listed here; main() hands its arguments to it unparsed
         p = sub.add_parser(name, help=command.help, add_help=not command.passthrough)
         command.add_arguments(p)
-        p.set_defaults(run=command.run)
+        p.set_defaults(run=command.run, command_parser=p)
     return parser
 
 
@@ -67,7 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] in COMMANDS and COMMANDS.get(argv[0]).passthrough:
             return COMMANDS.get(argv[0])().run(argparse.Namespace(command=argv[0], argv=argv))
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # said by the command's parser: its --help lists the flags the user meant
+            getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
         if not getattr(args, "run", None):
             parser.print_help()
             return 2

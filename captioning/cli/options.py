@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
+from collections.abc import Sequence
 
-from captioning.decoding.generation import GenerationOption, generation_options
+from captioning.decoding.generation import GenerationOption, flag_words, generation_options, relation_problem
+from captioning.errors import ConfigError
 
 
 class ShortErrorParser(argparse.ArgumentParser):
@@ -42,6 +45,20 @@ def fraction(text: str) -> float:
     return value
 
 
+#: the images' positional argument, in the help of the commands that read image files
+IMAGES_HELP = "image files, folders (searched with their subfolders) or glob patterns; local files, not URLs"
+
+
+def refuse_urls(items: Sequence[str]) -> None:
+    """A one-line error for an argument that is a URL (http://, https://, s3://...): images are read
+    from files only."""
+    for item in items:
+        scheme, sep, _ = item.partition("://")
+        if sep and scheme.isalnum():
+            raise ConfigError(f"{item}: URLs are not read: download it first (e.g. curl -O {item}), "
+                              "then give the file")
+
+
 def report_skipped(bad: list) -> None:
     for _, reason in bad:
         print(f"skipped: {reason}", file=sys.stderr)
@@ -69,8 +86,6 @@ def weight_list(text: str) -> tuple[float, ...]:
 def checkpoints_and_weights(args) -> tuple[list[str], tuple[float, ...] | None]:
     """The command's --checkpoint paths (one or more) and --ensemble-weights (None: equal), checked
     to agree in number (a one-line ConfigError otherwise)."""
-    from captioning.errors import ConfigError
-
     paths, weights = list(args.checkpoint or []), getattr(args, "ensemble_weights", None)
     if weights is not None and len(weights) != len(paths):
         what = "--onnx" if not paths else f"{len(paths)} --checkpoint"
@@ -80,6 +95,9 @@ def checkpoints_and_weights(args) -> tuple[list[str], tuple[float, ...] | None]:
 
 #: a decoding flag's default, in its help: the model's own setting
 THE_MODELS = "the model's"
+#: Pillow's decompression-bomb limit (PIL.Image.MAX_IMAGE_PIXELS), the default of --max-image-pixels:
+#: quoted here without importing Pillow; a test keeps it equal to Pillow's
+PILLOW_PIXELS = 89_478_485
 
 
 def option_type(option: GenerationOption):
@@ -105,7 +123,8 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
 
     The decoding flags are GenerationConfig's fields with ``cli`` true (decoding/generation.py:
     ``generation_options()``), each with its help, bounds and choices; they default to None (the
-    model's own setting), except ``--num-beams``, whose default is the command's (``beams``)."""
+    model's own setting), except ``--num-beams``, whose default is the command's (``beams``), or 1
+    when the flags ask for sampling (:func:`generation_settings`)."""
     if checkpoint and onnx:
         model = p.add_mutually_exclusive_group(required=True)
         model.add_argument("--checkpoint", action="append", help=CHECKPOINT_HELP + ENSEMBLE_HELP)
@@ -117,33 +136,91 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
         p.add_argument("--ensemble-weights", type=weight_list, default=None, metavar="W1,W2,...",
                        help="with several --checkpoint: the models' weights in the average of their log-probabilities, "
                             "in --checkpoint order (normalised to sum 1; default equal)")
+    p.set_defaults(default_beams=beams)
     for option in generation_options():
         if not option.cli:
             continue
-        default = beams if option.name == "num_beams" else None
-        help = f"{option.help}; default: {THE_MODELS if default is None else default}"
+        if option.name == "num_beams":
+            help = f"{in_flags(option.help)}; default: {beams}, or 1 with --do-sample, --top-p, --top-k or --temperature"
+        else:
+            help = f"{in_flags(option.help)}; default: {THE_MODELS}"
+        if option.name in SAMPLING:
+            help += "; implies --do-sample unless --num-beams is above 1"
         if option.type is bool:
             p.add_argument(option.flag, action="store_true", default=None, help=help)
         elif option.choices:
-            p.add_argument(option.flag, choices=option.choices, default=default, help=help)
+            p.add_argument(option.flag, choices=option.choices, default=None, help=help)
         else:
-            p.add_argument(option.flag, type=option_type(option), default=default, metavar=option.metavar, help=help)
+            p.add_argument(option.flag, type=option_type(option), default=None, metavar=option.metavar, help=help)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
     p.add_argument("--max-image-pixels", type=at_least(1), default=None, metavar="N",
-                   help="refuse images of more pixels (decompression-bomb guard; default: Pillow's, about 89 million)")
+                   help=f"refuse images of more pixels (decompression-bomb guard; default: {PILLOW_PIXELS:,}, Pillow's)")
+
+
+def in_flags(text: str) -> str:
+    """An option's help with the decoding fields it names as their flags ("with do_sample" ->
+    "with --do-sample"), as the command line's help says them."""
+    names = "|".join(o.name for o in generation_options() if o.cli)
+    return re.sub(rf"(?<![\w-])({names})(?!\w)", lambda m: flag_words(m.group(1)), text)
+
+
+#: the flags that only mean something when sampling, with their values that change nothing
+SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+def generation_settings(args) -> tuple[dict, str | None]:
+    """The GenerationConfig fields a command's arguments set (None: keep the model's), and a note
+    (one line) when the flags implied some of them.
+
+    Sampling draws one caption per image: ``--do-sample`` without ``--num-beams`` decodes with one
+    beam, and a sampling option (``--temperature``, ``--top-k``, ``--top-p``) given without
+    ``--do-sample`` samples, unless ``--num-beams`` asks for more than one beam (then the
+    config's checks say what does not go together). Otherwise ``--num-beams`` defaults to the
+    command's number."""
+    values = {option.name: getattr(args, option.name, None) for option in generation_options() if option.cli}
+    beams, implied = values.get("num_beams"), []
+    given = [name for name, neutral in SAMPLING.items() if values.get(name) not in (None, neutral)]
+    asked = ["do_sample"] if values.get("do_sample") else given
+    if given and not values.get("do_sample") and beams in (None, 1):
+        values["do_sample"] = True
+        implied.append(flag_words("do_sample"))
+    if beams is None:
+        values["num_beams"] = 1 if values.get("do_sample") else getattr(args, "default_beams", None)
+        if values.get("do_sample"):
+            implied.append(f"{flag_words('num_beams')} 1")
+    if not implied:
+        return values, None
+    return values, (f"note: {', '.join(map(flag_words, asked))} samples one caption per image: "
+                    f"decoding with {' '.join(implied)}")
 
 
 def generation_overrides(args) -> dict:
     """The GenerationConfig fields a command's arguments set (None: keep the model's)."""
-    return {option.name: getattr(args, option.name, None) for option in generation_options() if option.cli}
+    return generation_settings(args)[0]
+
+
+def check_generation_flags(args, base=None):
+    """The decoding settings of a command: ``base`` (a GenerationConfig; default: its defaults) with
+    the arguments' settings, checked in the flags' words (one-line ConfigError); prints the note of
+    :func:`generation_settings` once, to stderr."""
+    from captioning.decoding.generation import GenerationConfig
+
+    overrides, note = generation_settings(args)
+    base = base or GenerationConfig()
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    merged = dict(vars(base), **changes)
+    problem = relation_problem(argparse.Namespace(**merged), flag_words)
+    if problem:
+        raise ConfigError(problem)
+    if note:
+        print(note, file=sys.stderr)
+    return base.replace(**changes)
 
 
 def apply_image_limit(args) -> None:
     """``--max-image-pixels``: the process's decompression-bomb limit."""
     if getattr(args, "max_image_pixels", None) is not None:
         from PIL import Image
-
-        from captioning.errors import ConfigError
 
         if args.max_image_pixels < 1:
             raise ConfigError(f"--max-image-pixels: expected a positive number, got {args.max_image_pixels}")

@@ -282,23 +282,9 @@ class GenerationConfig:
     def __post_init__(self):
         for opt in _options().values():  # each field alone: its type and bounds (GenerationOption.check)
             setattr(self, opt.name, opt.check(getattr(self, opt.name)))
-        if self.do_sample and self.num_beams > 1:
-            raise ConfigError("do_sample works with one beam: set num_beams 1 to sample, or do_sample false for beam search")
-        if self.num_return_sequences > self.num_beams:
-            raise ConfigError(f"num_return_sequences ({self.num_return_sequences}) cannot exceed num_beams ({self.num_beams})")
-        if self.num_beams % self.num_beam_groups:
-            raise ConfigError(f"num_beam_groups ({self.num_beam_groups}) must divide num_beams ({self.num_beams})")
-        if self.num_beam_groups > 1 and self.do_sample:
-            raise ConfigError("num_beam_groups (diverse beam search) does not sample: set do_sample false")
-        if self.num_beam_groups > 1 and self.diversity_penalty == 0:
-            raise ConfigError("num_beam_groups > 1 needs diversity_penalty > 0 (otherwise the groups are the same beams)")
-        if self.diversity_penalty > 0 and self.num_beam_groups == 1:
-            raise ConfigError("diversity_penalty applies between beam groups: set num_beam_groups > 1 (dividing num_beams)")
-        if self.top_p < 1 and not self.do_sample:
-            raise ConfigError(f"top_p ({self.top_p}) applies to sampling: set do_sample true (and num_beams 1)")
-        if self.min_new_tokens >= self.max_new_tokens:
-            raise ConfigError(f"min_new_tokens ({self.min_new_tokens}) must be below max_new_tokens ({self.max_new_tokens}): "
-                              "a caption needs room for EOS")
+        problem = relation_problem(self)
+        if problem:
+            raise ConfigError(problem)
 
     def resolve_tokens(self, vocab: Vocabulary) -> GenerationConfig:
         """This config with ``suppress_tokens`` as ids of ``vocab`` (a word it lacks, or an id
@@ -324,6 +310,58 @@ class GenerationConfig:
     def replace(self, **changes) -> GenerationConfig:
         """A copy with the given fields changed; fields given as None keep their value."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+# ---------------------------------------------------------------------- how the fields relate
+def field_words(name: str, value: Any = None) -> str:
+    """A field, or the act of setting it, in the API's and the configs' words: ``num_beams``;
+    ``set num_beams 1``, ``set do_sample false``."""
+    if value is None:
+        return name
+    return f"set {name} {str(value).lower() if isinstance(value, bool) else value}"
+
+
+def flag_words(name: str, value: Any = None) -> str:
+    """A field, or the act of setting it, in the command line's words: ``--num-beams``;
+    ``give --num-beams 1``, ``add --do-sample``, ``leave out --do-sample``. A field that is no flag
+    (``num_return_sequences``: the commands set it) keeps its name."""
+    if not _options()[name].cli:
+        return field_words(name, value)
+    flag = _options()[name].flag
+    if value is None:
+        return flag
+    if isinstance(value, bool):
+        return f"add {flag}" if value else f"leave out {flag}"
+    return f"give {flag} {value}"
+
+
+def relation_problem(config: Any, say: typing.Callable[..., str] = field_words) -> str | None:
+    """Why the fields of ``config`` (a GenerationConfig, or anything with its attributes) do not go
+    together, in one line, or None. ``say(name[, value])`` words a field or the act of setting it:
+    :func:`field_words` (the API's and the configs' names) or :func:`flag_words` (the command line's
+    flags, for the settings a user typed as flags)."""
+    c = config
+    if c.do_sample and c.num_beams > 1:
+        return (f"{say('do_sample')} works with one beam: {say('num_beams', 1)} to sample, "
+                f"or {say('do_sample', False)} for beam search")
+    if c.num_return_sequences > c.num_beams:
+        return f"{say('num_return_sequences')} ({c.num_return_sequences}) cannot exceed {say('num_beams')} ({c.num_beams})"
+    if c.num_beams % c.num_beam_groups:
+        return f"{say('num_beam_groups')} ({c.num_beam_groups}) must divide {say('num_beams')} ({c.num_beams})"
+    if c.num_beam_groups > 1 and c.do_sample:
+        return f"{say('num_beam_groups')} (diverse beam search) does not sample: {say('do_sample', False)}"
+    if c.num_beam_groups > 1 and c.diversity_penalty == 0:
+        return (f"{say('num_beam_groups')} > 1 needs {say('diversity_penalty')} > 0 "
+                "(otherwise the groups are the same beams)")
+    if c.diversity_penalty > 0 and c.num_beam_groups == 1:
+        return (f"{say('diversity_penalty')} applies between beam groups: set {say('num_beam_groups')} > 1 "
+                f"(dividing {say('num_beams')})")
+    if c.top_p < 1 and not c.do_sample:
+        return f"{say('top_p')} ({c.top_p}) applies to sampling: {say('do_sample', True)} (with one beam)"
+    if c.min_new_tokens >= c.max_new_tokens:
+        return (f"{say('min_new_tokens')} ({c.min_new_tokens}) must be below {say('max_new_tokens')} "
+                f"({c.max_new_tokens}): a caption needs room for EOS")
+    return None
 
 
 # ---------------------------------------------------------------------- the options' list

@@ -400,21 +400,21 @@ def run(argv: list) -> int:
 @pytest.mark.parametrize("flags,message", [
     (["--num-beam-groups", "0"], "--num-beam-groups"),
     (["--num-beam-groups", "two"], "--num-beam-groups"),
-    (["--num-beams", "4", "--num-beam-groups", "2"], "num_beam_groups > 1 needs diversity_penalty"),
-    (["--num-beams", "3", "--num-beam-groups", "2", "--diversity-penalty", "1"], "must divide num_beams"),
+    (["--num-beams", "4", "--num-beam-groups", "2"], "--num-beam-groups > 1 needs --diversity-penalty"),
+    (["--num-beams", "3", "--num-beam-groups", "2", "--diversity-penalty", "1"], "must divide --num-beams"),
     (["--diversity-penalty", "-1"], "--diversity-penalty"),
     (["--diversity-penalty", "nan"], "--diversity-penalty"),
-    (["--diversity-penalty", "0.5"], "set num_beam_groups > 1"),
+    (["--diversity-penalty", "0.5"], "set --num-beam-groups > 1"),
     (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size"),
     (["--no-repeat-ngram-size", "1.5"], "--no-repeat-ngram-size"),
     (["--repetition-penalty", "0"], "--repetition-penalty"),
     (["--repetition-penalty", "inf"], "--repetition-penalty"),
     (["--top-p", "0"], "--top-p"),
     (["--top-p", "1.5"], "--top-p"),
-    (["--top-p", "0.9"], "applies to sampling"),
-    (["--top-p", "0.9", "--do-sample"], "do_sample works with one beam"),
+    (["--top-p", "0.9", "--num-beams", "3"], "--top-p (0.9) applies to sampling: add --do-sample"),
+    (["--top-p", "0.9", "--do-sample", "--num-beams", "2"], "--do-sample works with one beam: give --num-beams 1"),
     (["--min-new-tokens", "-3"], "--min-new-tokens"),
-    (["--min-new-tokens", "40"], "must be below max_new_tokens"),
+    (["--min-new-tokens", "40"], "--min-new-tokens (40) must be below --max-new-tokens"),
     (["--suppress-tokens", "a,,b"], "--suppress-tokens"),
     (["--suppress-tokens", "-4"], "--suppress-tokens: expected token ids >= 0"),
     (["--suppress-tokens", "<end>"], "cannot be suppressed"),
@@ -434,7 +434,7 @@ def test_evaluate_flags_are_checked(tiny_checkpoint, capsys, tmp_path):
     code = run(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tmp_path / "none.json"),
                  "--num-beams", "4", "--num-beam-groups", "3", "--diversity-penalty", "1"])
     err = capsys.readouterr().err
-    assert code != 0 and "must divide num_beams" in err and len(err.strip().splitlines()) == 1, err
+    assert code != 0 and "must divide --num-beams" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_config_yaml_takes_the_new_fields():
