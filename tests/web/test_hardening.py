@@ -4,7 +4,8 @@ Most tests run ``python -m captioning.web`` in a subprocess on 127.0.0.1 (tests/
 ServerProcess) with short deadlines; those that need a model that fails, blocks or records its
 calls serve a fake captioner with the same uvicorn configuration in a thread (a real server on a
 socket). ``test_load`` (slow) runs tools/dev/web_load_test.py: 64 clients asking for GIFs of the
-longest captions beside 50 stalled clients and 50 that never read their answers.
+longest captions beside 50 stalled clients and 50 that never read their answers (a large example
+image).
 """
 from __future__ import annotations
 
@@ -405,14 +406,17 @@ def test_the_render_queue_is_bounded(served):
 # ---------------------------------------------------------------------- load
 @pytest.mark.slow
 def test_load(tiny_checkpoint):
-    """64 clients asking for GIFs of long captions (60 words at most), beside 50 stalled ones: every
-    good request answered with its GIF, the server's peak resident memory bounded, the server
-    healthy after."""
+    """64 clients asking for GIFs of long captions (60 words at most), beside 50 stalled ones and 50
+    that ask for a 9 MB example image and never read it: every good request answered with its GIF,
+    every non-reading connection reset at the send deadline, the server's peak resident memory
+    bounded, the server healthy after."""
     from tools.dev.web_load_test import run_load
 
-    report = run_load([str(tiny_checkpoint)], clients=64, requests=128, slow_clients=50, time_limit=45)
+    report = run_load([str(tiny_checkpoint)], clients=64, requests=128, slow_clients=50, nonreading_clients=50,
+                      send_timeout=3.0, time_limit=45)
     print("\n" + json.dumps(report, indent=1))
     assert report["answered"] == {"200": 128}, report["answered"]
     assert report["slow_clients_closed"] == report["slow_clients"] == 50
+    assert report["nonreading_closed"] == report["nonreading_clients"] == 50, report
     assert report["healthy_after"]
     assert report["peak_rss_mb"] < 1500, report
