@@ -141,7 +141,8 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
         if not option.cli:
             continue
         if option.name == "num_beams":
-            help = f"{in_flags(option.help)}; default: {beams}, or 1 with --do-sample, --top-p, --top-k or --temperature"
+            help = (f"{in_flags(option.help)}; default: {beams}, "
+                    "or 1 with --do-sample, --top-p, --top-k or --temperature")
         else:
             help = f"{in_flags(option.help)}; default: {THE_MODELS}"
         if option.name in SAMPLING:
@@ -154,7 +155,7 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
             p.add_argument(option.flag, type=option_type(option), default=None, metavar=option.metavar, help=help)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
     p.add_argument("--max-image-pixels", type=at_least(1), default=None, metavar="N",
-                   help=f"refuse images of more pixels (decompression-bomb guard; default: {PILLOW_PIXELS:,}, Pillow's)")
+                   help=f"refuse images of more pixels (decompression-bomb guard; default: Pillow's, {PILLOW_PIXELS:,})")
 
 
 def in_flags(text: str) -> str:

@@ -215,8 +215,10 @@ class GenerationConfig:
       trained on sampled locations for part of its captions, can score better with a sharper
       context (docs/studies/HARD_ATTENTION.md); choose it on the validation split. Soft-attention
       models, and the modes "argmax" and "sample", ignore it.
-    - forbid_bad_endings: EOS gets probability 0 after a word of :data:`BAD_ENDINGS`; a caption
-      that reaches max_new_tokens still stops there.
+    - forbid_bad_endings: EOS gets probability 0 after a word of :data:`BAD_ENDINGS`, and so do the
+      words of BAD_ENDINGS at the last step max_new_tokens allows: a caption that the length limit
+      cuts ends on a good word too ("... to the right of" cannot happen; the search picks the best
+      good word there, and beam search weighs it in the beams' scores).
     - location_samples: K > 1 decodes each image K times with sampled locations (attention_mode
       is then "sample") and keeps the caption of the best score
       (:func:`captioning.decoding.search.best_of_k`). Soft-attention models ignore it.

@@ -34,10 +34,14 @@ def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", devic
     return table
 
 
-def _forbid_eos(logp: Tensor, previous: Tensor, table: Optional[Tensor]) -> Tensor:
-    """log p with EOS at -inf in the rows whose previous token is a bad ending."""
+def _forbid_eos(logp: Tensor, previous: Tensor, table: Optional[Tensor], last: Optional[Tensor] = None) -> Tensor:
+    """log p (N, V) with EOS at -inf in the rows whose previous token is a bad ending and, in the
+    rows at their last step (``last`` (N,) bool: the length limit ends the caption with this
+    word), the bad endings themselves at -inf: a caption cut by max_new_tokens ends on a good word."""
     if table is None:
         return logp
+    if last is not None:
+        logp = logp.masked_fill(last.unsqueeze(1) & table, float("-inf"))
     logp[:, EOS] = logp[:, EOS].masked_fill(table[previous], float("-inf"))
     return logp
 
@@ -98,6 +102,7 @@ class LogitsProcessor:
             self.suppress = torch.zeros(V, dtype=torch.bool, device=device)
             self.suppress[list(config.suppress_tokens)] = True
         self.needs_prefix = self.ngram > 0 or self.penalty != 1.0
+        self.last_step = config.max_new_tokens - 1  # a row with this many tokens chooses its last word
 
     def __call__(self, logp: Tensor, previous: Tensor, lengths: Tensor, prefix: Optional[Tensor]) -> Tensor:
         """logp (N, V), previous tokens (N,), tokens generated per row (N,), prefix (N, T) or None."""
@@ -111,7 +116,8 @@ class LogitsProcessor:
             logp[:, EOS] = logp[:, EOS].masked_fill(lengths < self.min_new, float("-inf"))
         if self.suppress is not None:
             logp = logp.masked_fill(self.suppress, float("-inf"))
-        return _forbid_eos(logp, previous, self.ban)
+        last = lengths == self.last_step if self.ban is not None else None
+        return _forbid_eos(logp, previous, self.ban, last)
 
 
 def extend_prefix(prefix: Tensor, lengths: Tensor, tokens: Tensor) -> Tensor:
