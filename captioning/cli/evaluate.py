@@ -135,6 +135,16 @@ def clip_scores(scores: dict, notes: dict, data: CaptionData, split: str, predic
     scores.update(got)
 
 
+#: the decimals of the scores evaluate prints (the --out report keeps every digit)
+SHOWN_DECIMALS = 4
+
+
+def shown_scores(scores: dict) -> dict:
+    """The scores as printed: numbers rounded to :data:`SHOWN_DECIMALS` decimals (a BLEU-4 of
+    6.666666666222223e-17 is 0.0), anything else as it is."""
+    return {k: round(v, SHOWN_DECIMALS) if isinstance(v, float) else v for k, v in scores.items()}
+
+
 #: an evaluation server's subsets, and the name its submission file must have
 SERVER_FILES = {
     "coco": (("val2014", "test2014"), "captions_{subset}_{name}_results.json"),  # the COCO caption server's convention
@@ -182,7 +192,7 @@ class Evaluate(Command):
         p.add_argument("--clip-weights", default=None, metavar="FILE",
                        help="the CLIP model's weights from a local safetensors or weights-only file instead of its cache")
         p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
-        p.add_argument("--out", default=None, help="write the metrics JSON here")
+        p.add_argument("--out", default=None, help="write the metrics JSON here (every digit; printed scores have 4 decimals)")
         p.add_argument("--results", default=None, help="write the COCO results JSON here")
         p.add_argument("--server-results", choices=("coco", "nocaps"), default=None,
                        help="also write the captions as an evaluation server's submission file (docs/EVALUATION.md)")
@@ -211,7 +221,7 @@ class Evaluate(Command):
             grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=" + ".join(paths),
             clip_model=args.clip_model, clip_weights=args.clip_weights,
         )
-        print(json.dumps(report["scores"], indent=2))
+        print(json.dumps(shown_scores(report["scores"]), indent=2))
         if args.server_results:
             path = write_server_results(report["predictions"], args.server_results, args.server_subset, args.server_name,
                                         args.server_dir)

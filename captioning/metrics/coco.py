@@ -4,8 +4,8 @@ Both sides are PTB-tokenised, then scored with BLEU-1..4, METEOR (Java), ROUGE-L
 CIDEr-D) and, when asked and available, SPICE (Java). These are the numbers of the paper's Table 1
 (there shown x100).
 
-pycocoevalcap's PTBTokenizer runs Stanford's tokenizer in Java; :mod:`.ptb` gives the same tokens in
-pure Python. With ``tokenizer="auto"`` (the default) :class:`CocoScorer` uses Java when ``java`` is
+pycocoevalcap's PTBTokenizer runs Stanford's tokenizer in Java (:func:`java_tokenize` runs the same
+command, quietly); :mod:`.ptb` gives the same tokens in pure Python. With ``tokenizer="auto"`` (the default) :class:`CocoScorer` uses Java when ``java`` is
 on PATH and Python otherwise, so without Java BLEU, ROUGE-L and CIDEr (pure Python in pycocoevalcap)
 are the same numbers, and METEOR and SPICE are reported unavailable (``"METEOR": None,
 "METEOR_error": why``) instead of raising.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import textwrap
 import threading
 from typing import Hashable, Mapping, Optional, Sequence
 
@@ -107,9 +108,7 @@ class CocoScorer:
         if self.tokenizer == "java" and not java:
             raise RuntimeError("tokenizer='java' needs Java (no 'java' on PATH); use tokenizer='auto' or 'python'")
         if self.tokenizer == "java" or (self.tokenizer == "auto" and java):
-            from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
-
-            tokenize = PTBTokenizer().tokenize
+            tokenize = java_tokenize
         else:
             from captioning.metrics.ptb import tokenize_corpus as tokenize
 
@@ -150,7 +149,8 @@ class CocoScorer:
                 score, _ = Spice().compute_score(gts, res)
                 return {"SPICE": float(score)}
             except Exception as err:  # Java out of memory, failed parse, ...
-                reason = f"SPICE failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+                detail = textwrap.shorten(f"{type(err).__name__}: {err}", 200, placeholder=" ...")
+                reason = f"SPICE failed: {detail}"
         return {"SPICE": None, "SPICE_error": reason}
 
     # ------------------------------------------------------------------ lifetime
@@ -166,6 +166,35 @@ class CocoScorer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def java_tokenize(captions_for_image: Mapping) -> dict:
+    """pycocoevalcap's ``PTBTokenizer().tokenize``: the same Java command on the same lines, so the
+    same tokens, with Java's report ("PTBTokenizer tokenized N tokens at ...") kept off the
+    terminal (its stderr is read, and shown only when Java fails), and the lines written to a
+    temporary file outside site-packages. ``{key: [{"caption": str}, ...]}`` -> ``{key: [str, ...]}``."""
+    import subprocess
+    import tempfile
+
+    from pycocoevalcap.tokenizer import ptbtokenizer as ptb
+
+    keys = [k for k, v in captions_for_image.items() for _ in range(len(v))]
+    sentences = "\n".join(c["caption"].replace("\n", " ") for v in captions_for_image.values() for c in v)
+    with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as f:
+        f.write(sentences.encode())
+    try:
+        proc = subprocess.run(["java", "-cp", ptb.STANFORD_CORENLP_3_4_1_JAR, "edu.stanford.nlp.process.PTBTokenizer",
+                               "-preserveLines", "-lowerCase", f.name],
+                              cwd=os.path.dirname(os.path.abspath(ptb.__file__)), capture_output=True)
+    finally:
+        os.remove(f.name)
+    if proc.returncode != 0:
+        detail = " ".join(proc.stderr.decode(errors="replace").split())
+        raise RuntimeError(f"the PTB tokenizer (Java) failed: {textwrap.shorten(detail, 200, placeholder=' ...')}")
+    tokenized: dict = {}
+    for k, line in zip(keys, proc.stdout.decode().split("\n")):
+        tokenized.setdefault(k, []).append(" ".join(w for w in line.rstrip().split(" ") if w not in ptb.PUNCTUATIONS))
+    return tokenized
 
 
 class _SafeMeteor:

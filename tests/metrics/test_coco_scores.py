@@ -53,6 +53,22 @@ def test_scores_equal_pycocoevalcap_called_directly():
 
 
 @needs_java
+@needs_java
+def test_the_java_tokenizer_is_quiet_and_gives_pycocoevalcaps_tokens(capfd):
+    """Java's "PTBTokenizer tokenized N tokens at ..." line used to reach the terminal."""
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    captions = {i: [{"caption": c} for c in refs] + [{"caption": "It's a dog -- (on) the \"grass\"..."}]
+                for i, refs in REFS.items()}
+    ours = metrics.java_tokenize(captions)
+    capfd.readouterr()
+    theirs = PTBTokenizer().tokenize(captions)
+    assert "PTBTokenizer tokenized" in capfd.readouterr().err  # pycocoevalcap's own call is chatty
+    assert ours == theirs
+    CocoScorer(metrics=("BLEU",), tokenizer="java")(REFS, RIGHT)
+    assert capfd.readouterr() == ("", "")
+
+
 def test_predictions_must_cover_exactly_the_reference_ids():
     scorer = CocoScorer(metrics=("BLEU",))
     with pytest.raises(ValueError, match="missing 1 id.*3"):
