@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from captioning.cli.options import at_least
+from captioning.errors import ConfigError
 from captioning.web.gifs import DEFAULT_GIF_PIXELS
 from captioning.web.server import DEFAULT_HOST, DEFAULT_MAX_PIXELS, DEFAULT_PORT
 from captioning.web.service import DEFAULT_MAX_RENDER
@@ -73,10 +74,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from captioning.web.guard import Limits
     from captioning.web.server import serve
 
-    limits = Limits(header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                    request_timeout=args.request_timeout, send_timeout=args.send_timeout, stuck_after=args.stuck_after,
-                    max_active=args.max_connections, max_sockets=args.max_sockets, max_render=args.max_render,
-                    max_gif_pixels=args.max_gif_pixels, allowed_hosts=tuple(args.allowed_hosts))
+    try:
+        limits = Limits(header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                        request_timeout=args.request_timeout, send_timeout=args.send_timeout,
+                        stuck_after=args.stuck_after, max_active=args.max_connections, max_sockets=args.max_sockets,
+                        max_render=args.max_render, max_gif_pixels=args.max_gif_pixels,
+                        allowed_hosts=tuple(args.allowed_hosts))
+    except ValueError as err:  # a deadline of nan or inf: "<field> must be ..." names the flag --<field>
+        field, _, rest = str(err).partition(" ")
+        raise ConfigError(f"--{field.replace('_', '-')} {rest}") from None
     return serve(args.checkpoint, host=args.host, port=args.port, device=args.device, examples=args.examples,
                  max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels, max_batch=args.max_batch,
                  max_pending=args.max_pending, max_connections=args.max_connections, threads=args.threads,

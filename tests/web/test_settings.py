@@ -201,3 +201,14 @@ def test_a_deadline_is_a_positive_finite_number_of_seconds(field, value):
     with pytest.raises(ValueError, match=f"^{field} must be a positive number of seconds"):
         Limits(**{field: value})
     assert getattr(Limits(**{field: 0.5}), field) == 0.5
+
+
+@pytest.mark.parametrize("flag", ["--header-timeout", "--body-timeout", "--send-timeout", "--request-timeout",
+                                  "--stuck-after"])
+def test_a_deadline_flag_of_nan_or_inf_is_one_line_before_anything_loads(flag, tmp_path, capsys):
+    from captioning.web.__main__ import main
+
+    for value in ("nan", "inf"):
+        assert main(["--checkpoint", str(tmp_path / "absent.ckpt"), flag, value]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {flag} must be a positive number of seconds, got {value}") and err.count("\n") == 1, err
