@@ -4,6 +4,7 @@ options' wrong values (docs/RECIPES.md)."""
 import glob
 import math
 import os
+import signal
 
 import pytest
 import torch
@@ -305,3 +306,66 @@ def test_a_resumed_run_has_the_uninterrupted_runs_average(tiny_shapes, tmp_path)
     for key in ("state_dict", "current_model_state"):  # the average, and the training weights
         for name, value in a[key].items():
             torch.testing.assert_close(b[key][name], value, msg=f"{key} {name}")
+
+
+class SignalAt(Callback):
+    """Sends this process SIGTERM once, at the start of the first training or validation batch after
+    optimizer step ``step`` (LastCheckpoint, training/callbacks.py, acts on it at that batch's end)."""
+
+    def __init__(self, step: int, where: str):
+        self.step, self.where, self.sent = step, where, False
+
+    def _send(self, trainer) -> None:
+        if not self.sent and not trainer.sanity_checking and trainer.global_step == self.step:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.where == "training":
+            self._send(trainer)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.where == "validation":
+            self._send(trainer)
+
+
+@pytest.mark.parametrize("where", ["validation", "training"])
+def test_a_run_signalled_with_the_average_on_resumes_to_the_uninterrupted_run(where, tiny_shapes, tmp_path):
+    """SIGTERM inside a validation (the average swapped in) or inside a training batch (the
+    average's update for that step not yet made when last.ckpt is written): the checkpoint holds the
+    average as the model and the training weights beside it, and the resumed run ends as the
+    uninterrupted one (the average, the training weights, Adam's moments)."""
+    from captioning.training.cli import run_lightning_cli
+
+    ema = ["--model.optimizer.ema_decay", "0.5", "--model.optimizer.ema_start_step", "1", "--trainer.max_epochs", "2",
+           "--model.decoder.dropout", "0.0"]
+
+    def run(root, extra=()):
+        return run_lightning_cli(fit_args(tiny_shapes, root, steps=3, extra=[*ema, *extra]))
+
+    run(tmp_path / "whole", ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
+                             "--trainer.callbacks.save_top_k", "-1", "--trainer.callbacks.filename", "{step}"])
+    stopped = tmp_path / "stopped"
+    step = 3 if where == "validation" else 2  # the validation at the end of epoch 0; a batch inside it
+    with pytest.raises(SystemExit) as stop:
+        run(stopped, [f"--trainer.callbacks+={__name__}.SignalAt", "--trainer.callbacks.step", str(step),
+                      "--trainer.callbacks.where", where])
+    assert stop.value.code == 128 + signal.SIGTERM
+    last = stopped / "checkpoints" / "last.ckpt"
+    at_stop = safe_torch_load(last)
+    stopped_at = at_stop["global_step"]
+    assert stopped_at == (3 if where == "validation" else 3)  # a training batch: the step under way is made
+    reference = safe_torch_load(tmp_path / "whole" / "checkpoints" / f"step={stopped_at}.ckpt")
+    for key in ("state_dict", "current_model_state"):  # the average, and the training weights, as at that step
+        for name, value in reference[key].items():
+            assert torch.equal(at_stop[key][name], value), f"{key} {name}"
+
+    run(stopped, ["--ckpt_path", str(last)])
+    whole = safe_torch_load(tmp_path / "whole" / "checkpoints" / "step=6.ckpt")
+    resumed = safe_torch_load(last)
+    assert resumed["global_step"] == whole["global_step"] == 6
+    for key in ("state_dict", "current_model_state"):
+        for name, value in whole[key].items():
+            assert torch.equal(resumed[key][name], value), f"{key} {name}"
+    for a, b in zip(whole["optimizer_states"][0]["state"].values(), resumed["optimizer_states"][0]["state"].values()):
+        assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
