@@ -3,7 +3,8 @@
     plot_curves("outputs/demo/train/lightning_logs/version_0", "outputs/demo/curves.png")
 
 Each panel is one scalar against the training step: the training loss (with its running mean)
-and the validation scores the run logged (CIDEr, BLEU-4 and, on the shapes data, object F1).
+and the validation scores the run logged (CIDEr, BLEU-4 and, on the shapes data, object F1). A
+scalar logged fewer than MIN_POINTS times is named with its values instead of drawn.
 """
 from __future__ import annotations
 
@@ -36,6 +37,33 @@ def read_scalars(log_dir: PathLike) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+#: a panel draws a curve from this many logged points; with fewer it says so (one point of a
+#: 20-step run's loss is no curve)
+MIN_POINTS = 3
+#: values are drawn rounded to this many decimals: differences below are float noise (a BLEU-4 of
+#: 1.97e-13 against 6.2e-11 is 0 against 0, not an axis from one to the other)
+DECIMALS = 6
+
+
+def too_few_points(steps: np.ndarray, values: np.ndarray) -> str | None:
+    """What a panel says instead of a curve of fewer than :data:`MIN_POINTS` points, or None."""
+    if len(values) == 0:
+        return "not logged"
+    if len(values) >= MIN_POINTS:
+        return None
+    shown = ", ".join(f"{v:.4g} at step {int(s)}" for s, v in zip(steps, np.round(values, DECIMALS)))
+    points = "1 point" if len(values) == 1 else f"{len(values)} points"
+    return f"too few points for a curve\n{points}: {shown}"
+
+
+def value_range(values: np.ndarray) -> tuple[float, float]:
+    """The panel's vertical axis: the values' range after rounding to :data:`DECIMALS` decimals; a
+    flat series gets a unit range around its value."""
+    rounded = np.round(values, DECIMALS)
+    lo, hi = float(rounded.min()), float(rounded.max())
+    return (lo - 0.5, hi + 0.5) if hi - lo < 10.0 ** -DECIMALS else (lo, hi)
+
+
 def _panel(draw: ImageDraw.ImageDraw, box: tuple, title: str, steps: np.ndarray, values: np.ndarray,
            smooth: bool) -> None:
     from captioning.viz.pictures import ui_font
@@ -45,12 +73,12 @@ def _panel(draw: ImageDraw.ImageDraw, box: tuple, title: str, steps: np.ndarray,
     draw.text((x0 + 8, y0 + 4), title, fill=(20, 20, 20), font=font)
     left, top, right, bottom = x0 + 56, y0 + 30, x1 - 12, y1 - 28
     draw.rectangle((left, top, right, bottom), outline=(170, 170, 170))
-    if len(values) == 0:
-        draw.text((left + 8, top + 8), "not logged", fill=(120, 120, 120), font=small)
+    note = too_few_points(steps, values)
+    if note:
+        draw.text((left + 8, top + 8), note, fill=(120, 120, 120), font=small)
         return
-    lo, hi = float(values.min()), float(values.max())
-    if hi - lo < 1e-12:
-        lo, hi = lo - 0.5, hi + 0.5
+    values = np.round(values, DECIMALS)
+    lo, hi = value_range(values)
     s0, s1 = float(steps.min()), float(max(steps.max(), steps.min() + 1))
 
     def xy(s, v):
