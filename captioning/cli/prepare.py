@@ -39,6 +39,27 @@ def length_report(lengths: Sequence[int], width: int = 40, out: Optional[TextIO]
         print(f"  {label} {'#' * round(width * c / top):<{width}} {c}", file=out)
 
 
+#: above this share of the training words' occurrences turned <unk>, prepare names the words lost
+LOST_SHARE = 0.05
+#: the words a warning names (the most frequent lost ones)
+LOST_SHOWN = 8
+
+
+def lost_words_warning(words: Counter, vocab, min_word_freq: int) -> str | None:
+    """One line naming the training words that become <unk> (the most frequent first, and their
+    count) when they are more than :data:`LOST_SHARE` of the training words, with the flags that
+    keep them; None otherwise. ``words``: each training word's count."""
+    lost = sorted((w for w in words if w not in vocab), key=lambda w: (-words[w], w))
+    share = sum(words[w] for w in lost) / max(sum(words.values()), 1)
+    if share <= LOST_SHARE:
+        return None
+    shown = ", ".join(repr(w) for w in lost[:LOST_SHOWN]) + (", ..." if len(lost) > LOST_SHOWN else "")
+    keep = min(words[w] for w in lost)  # the cut that keeps every one of them
+    return (f"warning: {len(lost)} of {len(words)} distinct training words ({share:.0%} of the training words) "
+            f"are seen fewer than {min_word_freq} times and become <unk>: {shown}; on a small set keep them with "
+            f"--min-word-freq {keep} (and --data.min_word_freq {keep} when training)")
+
+
 def check_images(records, images_root: str, progress: bool = True, shards=None) -> list[str]:
     """Messages of every missing or unreadable image (each file tried once); ``shards``: the
     :class:`~captioning.data.webdataset.ShardIndex` the records' images are read from."""
@@ -115,6 +136,9 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         total = sum(words.values())
         print(f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of {len(words)} distinct training words; "
               f"{unk / max(total, 1):.2%} of training words become <unk>")
+        warning = lost_words_warning(words, vocab, min_word_freq)
+        if warning:
+            print(warning, file=sys.stderr)
         if out and not problems:  # a vocabulary of a dataset with problems is not written
             vocab.save(out)  # (parent folders are created)
             print(f"wrote {out}")
@@ -145,7 +169,9 @@ class Prepare(Command):
                        help="Karpathy split JSON, COCO caption JSON file(s), or a captions .csv / .jsonl")
         p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
         p.add_argument("--split-file", default=None, help="for COCO caption files: Karpathy's dataset_coco.json")
-        p.add_argument("--min-word-freq", type=at_least(1), default=5, help="rarer training words become <unk>")
+        p.add_argument("--min-word-freq", type=at_least(1), default=5,
+                       help="rarer training words become <unk>, as in training (--data.min_word_freq, default 5); "
+                            "prepare names the words lost when they are many (a small set wants 1)")
         p.add_argument("--max-vocab-size", type=at_least(0), default=None)
         p.add_argument("--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)")
         p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
