@@ -180,6 +180,7 @@ def run_load(checkpoints: Sequence[str], clients: int = 64, requests: int = 128,
             healthy = False
         report.update({
             "answered": statuses, "seconds": round(seconds, 2), "requests_per_s": round(requests / seconds, 2),
+            "answered_200_per_s": round(sum(n for k, n in statuses.items() if k.startswith("200")) / seconds, 2),
             "latency_p50_s": round(statistics.median(latencies), 3) if latencies else None,
             "latency_p99_s": round(_percentile(latencies, 0.99), 3) if latencies else None,
             "slow_clients_closed": sum(all(t < time_limit for t in times) for times in per_client),
@@ -215,7 +216,7 @@ def main(argv=None) -> int:
                       max_new_tokens=args.max_new_tokens, nonreading_clients=args.nonreading_clients,
                       send_timeout=args.send_timeout)
     print(json.dumps(report, indent=2))
-    print(f"\n{report['requests_per_s']} requests/s, latency p50 {report['latency_p50_s']} s, p99 "
+    print(f"\n{report['requests_per_s']} requests/s ({report['answered_200_per_s']} answered 200), latency p50 {report['latency_p50_s']} s, p99 "
           f"{report['latency_p99_s']} s, peak RSS {report['peak_rss_mb']} MB; answered {report['answered']}; "
           f"{report['slow_clients_closed']}/{report['slow_clients']} stalled sockets closed; "
           f"{report['nonreading_closed']}/{report['nonreading_clients']} non-reading sockets reset; "
