@@ -23,10 +23,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from captioning.errors import ConfigError, ImageError
 from captioning.common import PathLike
-
-
+from captioning.errors import ConfigError, ImageError
 
 #: the settings of an extraction a cache records in its index's ``meta``, and a run reading it (or
 #: an extraction resuming it) must share: another value means other features for the same image

@@ -7,13 +7,13 @@ import torch
 import yaml
 
 from captioning.cli import main
-from captioning.training.cli import run_lightning_cli
+from captioning.cli.extract import extract_features, parse_shard
 from captioning.data.datamodule import CaptionDataModule
 from captioning.data.features import FeatureCache
-from captioning.cli.extract import extract_features, parse_shard
 from captioning.data.formats import load_records
 from captioning.errors import ConfigError, ImageError
 from captioning.models.encoders import EncoderConfig, build_encoder
+from captioning.training.cli import run_lightning_cli
 from tests.helpers import make_karpathy
 
 SIZE = 32

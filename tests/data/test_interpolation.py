@@ -12,7 +12,6 @@ from PIL import Image
 from captioning.cli import main
 from captioning.data.images import INTERPOLATIONS, load_image, to_array, to_pixels, to_tensor
 from captioning.errors import ConfigError
-
 from tests.helpers import ROOT, fit_args
 
 SIZE = 48  # the shapes images are 64 px: resized, so the filter shows
@@ -102,22 +101,22 @@ def test_api_folder_and_onnx_resize_with_bicubic(vit, tiny_shapes, tmp_path):
 
 
 def test_evaluate_and_the_web_service_resize_with_the_models_interpolation(vit, tiny_shapes, tmp_path, monkeypatch):
-    import captioning.cli.evaluate as evaluate
+    import captioning.data.captions as captions
     from captioning.web.images import prepare
 
     _, checkpoint = vit
     seen = []
 
-    class Data(evaluate.CaptionData):
+    class Data(captions.CaptionData):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             seen.append(self.interpolation)
 
-    monkeypatch.setattr(evaluate, "CaptionData", Data)
+    monkeypatch.setattr(captions, "CaptionData", Data)  # (captioning evaluate imports it when it runs)
     assert main(["evaluate", "--checkpoint", str(checkpoint), "--annotations", str(tiny_shapes), "--split", "test",
                  "--num-beams", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "m.json")]) == 0
     assert seen == ["bicubic"]
-    model_input, _, _ = prepare(str(picture(tiny_shapes)), SIZE, "bicubic")
+    model_input, _, _ = prepare(str(picture(tiny_shapes)), [(SIZE, "bicubic")])
     assert np.array_equal(np.asarray(model_input).transpose(2, 0, 1), to_pixels(load_image(picture(tiny_shapes)), SIZE, "bicubic"))
 
 

@@ -6,7 +6,6 @@ from captioning.data.karpathy import load_karpathy
 from captioning.data.records import ImageRecord, split_records
 from captioning.errors import AnnotationError, ConfigError
 
-
 CIRCLE = {"size": "small", "color": "red", "shape": "circle", "bbox": [1, 2, 10, 12.5]}
 
 

@@ -13,7 +13,6 @@ from captioning.data.captions import CaptionData
 from captioning.data.formats import detect_format, load_records
 from captioning.data.karpathy import load_karpathy
 from captioning.errors import AnnotationError, ConfigError
-
 from tests.helpers import fit_args
 
 wds = pytest.importorskip("webdataset", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
