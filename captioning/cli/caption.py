@@ -15,6 +15,7 @@ from captioning.cli.options import (
     checkpoints_and_weights,
     generation_args,
     generation_overrides,
+    image_paths,
     refuse_urls,
     report_skipped,
 )
@@ -22,13 +23,14 @@ from captioning.errors import CaptioningError
 
 
 def gather_images(items: Sequence[str]) -> tuple[list, list]:
-    """(path, PIL image) of every readable image the arguments name; (item, reason) for the others,
-    an empty folder or a pattern that matches nothing included. None at all is a one-line error."""
-    from captioning.data.images import expand_image_paths, load_images
+    """(path, PIL image) of every readable image the arguments name (folders with their subfolders:
+    :func:`~captioning.cli.options.image_paths`); (item, reason) for the others, an empty folder or a
+    pattern that matches nothing included. None at all is a one-line error."""
+    from captioning.data.images import load_images
 
     paths, empty = [], []
     for item in items:
-        found = expand_image_paths([item])
+        found = image_paths([item])
         if not found:
             empty.append((item, f"{item}: no images found (an empty folder, or a pattern that matches nothing)"))
         paths += found

@@ -32,10 +32,11 @@ from captioning.cli.options import (
     check_generation_flags,
     generation_args,
     generation_overrides,
+    image_paths,
     refuse_urls,
     report_skipped,
 )
-from captioning.data.images import expand_image_paths, load_images
+from captioning.data.images import load_images
 from captioning.errors import CaptioningError
 from captioning.files import atomic_write_bytes
 from captioning.viz import pictures as V
@@ -142,7 +143,7 @@ def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels:
     if len(labels) != len(checkpoints):
         raise CaptioningError(f"{len(labels)} label(s) for {len(checkpoints)} checkpoint(s)")
     captioners = [Captioner.from_checkpoint(c, device) for c in checkpoints]
-    good, bad = load_images(expand_image_paths(images))
+    good, bad = load_images(image_paths(images))
     report_skipped(bad)
     pils = [im for _, im in good]
     results = [c(pils, return_attention=True, **generate_kwargs) if pils else [] for c in captioners]

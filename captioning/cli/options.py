@@ -59,6 +59,24 @@ def refuse_urls(items: Sequence[str]) -> None:
                               "then give the file")
 
 
+def image_paths(items: Sequence[str]) -> list[str]:
+    """The image files the arguments name, in the order given: a folder's images with its
+    subfolders' (sorted by path: photos/ includes photos/beach/1.jpg), a glob pattern's matches, a
+    file as it is (data/images.py: ``expand_image_paths`` for the files and patterns)."""
+    import os
+    from pathlib import Path
+
+    from captioning.data.images import IMAGE_SUFFIXES, expand_image_paths
+
+    paths = []
+    for item in items:
+        if os.path.isdir(item):
+            paths += sorted(str(p) for p in Path(item).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        else:
+            paths += expand_image_paths([item])
+    return paths
+
+
 def report_skipped(bad: list) -> None:
     for _, reason in bad:
         print(f"skipped: {reason}", file=sys.stderr)

@@ -134,3 +134,27 @@ def test_attend_out_of_another_suffix_is_one_line(out, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "attend writes .gif or .png files" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / out).exists()  # no folder named x.txt
+
+
+def test_a_folder_is_searched_with_its_subfolders(tmp_path):
+    from captioning.cli.options import image_paths
+    from tests.helpers import write_jpeg
+
+    for name in ("photos/b.jpg", "photos/beach/a.jpg", "photos/beach/deep/c.PNG", "photos/notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        write_jpeg(tmp_path / name, 0) if not name.endswith(".txt") else (tmp_path / name).write_text("x")
+    found = [p.removeprefix(str(tmp_path) + "/") for p in image_paths([str(tmp_path / "photos")])]
+    assert found == ["photos/b.jpg", "photos/beach/a.jpg", "photos/beach/deep/c.PNG"]
+
+
+def test_caption_reads_the_subfolders(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
+    import shutil
+
+    images = shapes_test_images(tiny_shapes, 2)
+    (tmp_path / "photos" / "beach").mkdir(parents=True)
+    shutil.copy(images[0], tmp_path / "photos" / "top.png")
+    shutil.copy(images[1], tmp_path / "photos" / "beach" / "inner.png")
+    assert main(["caption", str(tmp_path / "photos"), "--checkpoint", str(tiny_checkpoint), "--max-new-tokens", "4",
+                 "--num-beams", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["image"] for r in rows] == [str(tmp_path / "photos" / "beach" / "inner.png"), str(tmp_path / "photos" / "top.png")]
