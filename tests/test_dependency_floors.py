@@ -1,6 +1,7 @@
 """The dependency floors stand at the releases that fixed the security problems the code relies on
 being fixed: weights-only torch.load (torch 2.6), starlette's Range-header DoS (0.49.1) and
-python-multipart's CVE-2024-53981 (0.0.18)."""
+python-multipart's CVE-2024-53981 (0.0.18), and datasets no longer running a dataset's loading script by
+default (2.20)."""
 import re
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ else:  # pragma: no cover
     tomllib = pytest.importorskip("tomli")
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-FLOORS = {"torch": (2, 6), "starlette": (0, 49, 1), "python-multipart": (0, 0, 18)}
+FLOORS = {"torch": (2, 6), "starlette": (0, 49, 1), "python-multipart": (0, 0, 18), "datasets": (2, 20)}
 
 
 def _floors() -> dict:
