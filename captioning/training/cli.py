@@ -25,7 +25,7 @@ from captioning.training.allocator import keep_freed_memory
 from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 from captioning.training.checkpoint_io import DurableCheckpointIO
 from captioning.training.module import CaptioningModule
-from captioning.training.resume import last_checkpoint
+from captioning.training.resume import check_resume_path, last_checkpoint
 
 
 def _encoder_interpolation(encoder) -> str:
@@ -105,15 +105,32 @@ class CaptioningCLI(LightningCLI):
         if class_path != objective["class_path"]:
             config["model.objective"] = Namespace(class_path=class_path, init_args=Namespace(**init_args))
 
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI reads ``--ckpt_path``'s hyperparameters into the config before anything is
+        built, with ``torch.load``: the file is first read by the project's loader, and a URL refused
+        (training/resume.py: check_resume_path), so that a bad file is one line, not a traceback."""
+        subcommand = self.config.get("subcommand")
+        if subcommand:
+            check_resume_path(None, self.config[subcommand].get("ckpt_path"))
+        super()._parse_ckpt_path()
+
     def before_fit(self) -> None:
         """``--ckpt_path last``: the last.ckpt of this run's own checkpoint folders, the newest
         version's (training/resume.py: last_checkpoint; never another file under the root folder).
+        Any checkpoint is read by the project's loader, and a URL refused (check_resume_path).
         (Lightning looks only in the new run's own checkpoint folder, and with the default logger
         every run gets a new ``version_N``, so it would never find the previous run's.)"""
         config = self.config_init[self.subcommand]
         if config.get("ckpt_path") == "last":
             config["ckpt_path"] = last_checkpoint(self.trainer)
             print(f"resuming from {config['ckpt_path']}", flush=True)
+        check_resume_path(self.trainer, config.get("ckpt_path"))
+
+    def before_validate(self) -> None:
+        """A checkpoint to score goes through the project's loader (training/resume.py: check_resume_path)."""
+        check_resume_path(self.trainer, self.config_init[self.subcommand].get("ckpt_path"))
+
+    before_test = before_validate
 
     def instantiate_trainer(self, **kwargs):
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init

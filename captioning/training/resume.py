@@ -114,6 +114,22 @@ def check_checkpoint(module, checkpoint: dict) -> None:
             raise CheckpointError(f"{path}: its weights do not fit this config's model ({mismatch})")
 
 
+def check_resume_path(trainer, ckpt_path) -> None:
+    """Before Lightning reads ``--ckpt_path``: a URL is refused in one line, and a local file is read
+    through the project's loader (files.py: ``safe_torch_load``, weights only). The run's checkpoint
+    plugin (checkpoint_io.py: DurableCheckpointIO) loads with it; without a trainer yet, or with a
+    plugin of the config's own, which would load with something else, the file is checked here."""
+    from captioning.training.checkpoint_io import DurableCheckpointIO, refuse_url
+
+    if ckpt_path is None or str(ckpt_path) in ("best", "last", "hpc", "registry"):
+        return
+    refuse_url(ckpt_path)
+    if trainer is None or not isinstance(trainer.strategy.checkpoint_io, DurableCheckpointIO):
+        from captioning.files import safe_torch_load
+
+        safe_torch_load(os.fspath(ckpt_path))
+
+
 # ---------------------------------------------------------------------- --ckpt_path last
 def checkpoint_folders(trainer) -> list[str]:
     """The folders this run's configuration writes last.ckpt to, newest run first: a ModelCheckpoint's

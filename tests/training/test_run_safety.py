@@ -332,3 +332,63 @@ def test_ddp_sigterm_on_one_rank_stops_every_rank_at_the_same_step_with_a_checkp
     assert f"SIGTERM: stopped after step 3; wrote {last}" in done.stdout
     assert "finished" not in done.stdout
     assert safe_torch_load(last)["global_step"] == 3
+
+
+# ---------------------------------------------------------------------- --ckpt_path through the project's loader
+class RunsCode:
+    """Unpickling this calls os.system (a checkpoint that would run code)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_a_code_running_ckpt_path_is_refused_in_one_line_with_nothing_run(command, tiny_shapes, tiny_checkpoint,
+                                                                          tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    ckpt = safe_torch_load(tiny_checkpoint)
+    ckpt["hyper_parameters"]["payload"] = RunsCode(marker)
+    evil = tmp_path / "evil.ckpt"
+    torch.save(ckpt, evil)
+    argv = fit_args(tiny_shapes, tmp_path / "run", steps=2, extra=["--trainer.max_epochs", "2", "--ckpt_path", str(evil)])
+    err = one_line_error(capsys, [command, *argv[1:]])
+    assert "evil.ckpt: refused to load: not a plain-weights checkpoint" in err
+    assert not marker.exists()
+    torch.load(evil, weights_only=False)  # Lightning's reader of a URL's file would have run it
+    assert marker.exists()
+
+
+def test_a_code_running_ckpt_path_is_refused_whatever_the_checkpoint_plugin(tiny_shapes, tiny_checkpoint, tmp_path, capsys):
+    """A config's own CheckpointIO would read the file its way: the project's loader reads it first."""
+    marker = tmp_path / "pwned"
+    ckpt = safe_torch_load(tiny_checkpoint)
+    ckpt["hyper_parameters"]["payload"] = RunsCode(marker)
+    evil = tmp_path / "evil.ckpt"
+    torch.save(ckpt, evil)
+    err = one_line_error(capsys, fit_args(tiny_shapes, tmp_path / "run", steps=2, extra=[
+        "--trainer.max_epochs", "2", "--trainer.plugins", "lightning.fabric.plugins.TorchCheckpointIO",
+        "--ckpt_path", str(evil)]))
+    assert "evil.ckpt: refused to load" in err and not marker.exists()
+
+
+@pytest.mark.parametrize("url", ["https://example.com/last.ckpt", "http://127.0.0.1:9/last.ckpt", "s3://bucket/last.ckpt"])
+def test_a_ckpt_path_url_is_refused_in_one_line(url, tiny_shapes, tmp_path, capsys):
+    err = one_line_error(capsys, fit_args(tiny_shapes, tmp_path, steps=2, extra=["--ckpt_path", url]))
+    assert f"{url}: refused: a checkpoint to resume from is a local file" in err
+
+
+def test_the_checkpoint_plugin_reads_with_the_project_s_loader(tiny_checkpoint, tmp_path):
+    from captioning.errors import CheckpointError
+    from captioning.training.checkpoint_io import DurableCheckpointIO
+
+    io = DurableCheckpointIO()
+    assert io.load_checkpoint(tiny_checkpoint)["global_step"] == safe_torch_load(tiny_checkpoint)["global_step"]
+    legacy = tmp_path / "legacy.ckpt"
+    torch.save({"state_dict": {}}, legacy, _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointError, match="legacy pickle"):
+        io.load_checkpoint(legacy)
+    with pytest.raises(CheckpointError, match="refused: a checkpoint to resume from is a local file"):
+        io.load_checkpoint("https://example.com/x.ckpt")
