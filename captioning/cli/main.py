@@ -77,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CaptioningError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`captioning prepare ... | head`): stop quietly, as cat does
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        return 141  # 128 + SIGPIPE
     except Exception as err:  # e.g. jsonargparse wraps an objective's ConfigError in a ValueError of many lines
         cause = _captioning_cause(err)
         if cause is None:

@@ -77,11 +77,16 @@ def image_paths(items: Sequence[str]) -> list[str]:
     return paths
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun, singular for one: "1 image", "12 images", "1,500 steps"."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def report_skipped(bad: list) -> None:
     for _, reason in bad:
         print(f"skipped: {reason}", file=sys.stderr)
     if bad:
-        print(f"{len(bad)} image(s) skipped", file=sys.stderr)
+        print(f"{counted(len(bad), 'image')} skipped", file=sys.stderr)
 
 
 #: what --checkpoint takes, in every command's help

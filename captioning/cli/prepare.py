@@ -17,7 +17,7 @@ from typing import Optional, Sequence, TextIO
 import numpy as np
 
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.options import at_least
+from captioning.cli.options import at_least, counted
 from captioning.errors import CaptioningError
 
 
@@ -55,8 +55,8 @@ def lost_words_warning(words: Counter, vocab, min_word_freq: int) -> str | None:
         return None
     shown = ", ".join(repr(w) for w in lost[:LOST_SHOWN]) + (", ..." if len(lost) > LOST_SHOWN else "")
     keep = min(words[w] for w in lost)  # the cut that keeps every one of them
-    return (f"warning: {len(lost)} of {len(words)} distinct training words ({share:.0%} of the training words) "
-            f"are seen fewer than {min_word_freq} times and become <unk>: {shown}; on a small set keep them with "
+    return (f"warning: {len(lost)} of {counted(len(words), 'distinct training word')} ({share:.0%} of the training "
+            f"words) are seen fewer than {min_word_freq} times and become <unk>: {shown}; on a small set keep them with "
             f"--min-word-freq {keep} (and --data.min_word_freq {keep} when training)")
 
 
@@ -101,13 +101,13 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         records = load_records(annotations, split_file, problems=problems)
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
-    print(f"{first}: {detect_format(first)} format, {len(records)} images, images under {images_root}")
+    print(f"{first}: {detect_format(first)} format, {counted(len(records), 'image')}, images under {images_root}")
     per_split = Counter(r.split for r in records)
     caps = Counter()
     for r in records:
         caps[r.split] += len(r.captions)
     for split in sorted(per_split):
-        print(f"  {split:<8} {per_split[split]:>8} images {caps[split]:>9} captions")
+        print(f"  {split:<8} {counted(per_split[split], 'image'):>15} {counted(caps[split], 'caption'):>18}")
     if problems:
         problems = [f"{len(problems)} image(s) or row(s) of the annotation file have problems (listed above)"]
     if not records:
@@ -125,16 +125,17 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
             print(f"unreadable: {message}", file=sys.stderr)
         if bad:
             hint = f"; is --images-root {images_root} right?" if len(bad) == len(records) else ""
-            problems.append(f"{len(bad)} of {len(records)} images are missing or unreadable (listed above){hint}")
+            verb = "is" if len(bad) == 1 else "are"
+            problems.append(f"{len(bad)} of {counted(len(records), 'image')} {verb} missing or unreadable (listed above){hint}")
         else:
-            print(f"all {len(records)} images readable")
+            print(f"all {counted(len(records), 'image')} readable" if len(records) > 1 else "the image is readable")
     train = [t for r in records if r.split == "train" for t in r.tokens]
     if train:
         vocab = Vocabulary.build(train, min_word_freq, max_vocab_size)
         words = Counter(w for t in train for w in t)
         unk = sum(c for w, c in words.items() if w not in vocab)
         total = sum(words.values())
-        print(f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of {len(words)} distinct training words; "
+        print(f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of {counted(len(words), 'distinct training word')}; "
               f"{unk / max(total, 1):.2%} of training words become <unk>")
         warning = lost_words_warning(words, vocab, min_word_freq)
         if warning:

@@ -158,3 +158,18 @@ def test_caption_reads_the_subfolders(tiny_checkpoint, tiny_shapes, tmp_path, ca
                  "--num-beams", "1", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["image"] for r in rows] == [str(tmp_path / "photos" / "beach" / "inner.png"), str(tmp_path / "photos" / "top.png")]
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """`captioning prepare ... | head` printed a BrokenPipeError traceback once head had its lines."""
+    import subprocess
+    import sys
+
+    from tests.helpers import make_karpathy
+
+    annotations = make_karpathy(tmp_path, n_train=2, n_val=1, n_test=1)
+    script = ("import sys, captioning.cli.prepare as p; from captioning.cli import main; "
+              "p.length_report = lambda *a, **k: (_ for _ in ()).throw(BrokenPipeError(32, 'Broken pipe')); "
+              f"sys.exit(main(['prepare', '--annotations', {str(annotations)!r}, '--no-image-check']))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr

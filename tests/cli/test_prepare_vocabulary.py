@@ -38,3 +38,14 @@ def test_prepare_names_the_words_it_loses(tmp_path, capsys):
 def test_no_warning_when_few_words_are_lost(tmp_path, capsys):
     assert main(["prepare", "--annotations", str(own_set(tmp_path)), "--no-image-check", "--min-word-freq", "1"]) == 0
     assert "<unk>" not in capsys.readouterr().err
+
+
+def test_counts_of_one_are_singular(tmp_path, capsys):
+    """"the run's 1 steps": a count of one takes the singular."""
+    from tests.helpers import make_karpathy
+
+    annotations = make_karpathy(tmp_path, n_train=1, n_val=1, n_test=1, captions=1)
+    assert main(["prepare", "--annotations", str(annotations), "--min-word-freq", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "3 images," in out and "train" in out and "1 image " in out and "1 caption" in out
+    assert "1 images" not in out and "1 captions" not in out
