@@ -12,9 +12,8 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable
 
-from captioning.errors import CheckpointError
 from captioning.common import PathLike
-
+from captioning.errors import CheckpointError
 
 
 def _temporary_file(folder: Path, name: str) -> tuple[int, str]:
@@ -121,3 +120,27 @@ def safe_torch_load(path: PathLike, map_location: Any = "cpu", legacy_pickle: bo
     except Exception as err:  # damaged zip, truncated pickle, random bytes...
         detail = f"{type(err).__name__}: {' '.join(str(err).split())}"[:150]
         raise CheckpointError(f"{path}: not a readable checkpoint, damaged or of another format ({detail})") from None
+
+
+def read_state_dict(path: str, what: str = "weights") -> dict:
+    """A state dict (tensor names -> tensors) from a safetensors file or a weights-only torch file, never a
+    pickle that runs code; a one-line CheckpointError naming the file (``what`` says what it should hold)
+    when it is missing, damaged or not a state dict."""
+    import torch
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such {what} file")
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path)
+        except Exception as err:  # noqa: BLE001 -- safetensors' own error types: a damaged or truncated file
+            detail = " ".join(f"{type(err).__name__}: {err}".split())[:160]
+            raise CheckpointError(f"{path}: not a readable safetensors file ({detail})") from None
+    state = safe_torch_load(path, legacy_pickle=True)  # weights only, also in torch.save's older format
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
+    return state

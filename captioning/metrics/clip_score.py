@@ -15,7 +15,6 @@ Evaluator calls (``evaluate``, ``captioning test`` and, when asked, validation: 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from captioning.errors import CheckpointError, ConfigError
+from captioning.files import read_state_dict
 
 W = 2.5
 PREFIX = "A photo depicts "
@@ -117,7 +117,7 @@ class ClipScorer:
         check_open_clip_name(f"--clip-model {spec}", model_name, tag)
         if pretrained and not tag and weights is None:
             raise ConfigError(f"--clip-model {spec}: name its weights (MODEL/TAG, e.g. ViT-B-32/openai) or pass --clip-weights FILE")
-        state = _read_state(weights) if weights is not None else None  # before building: a bad file fails fast
+        state = read_state_dict(weights, "CLIP weights") if weights is not None else None  # before building: a bad file fails fast
         try:
             model, _, preprocess = open_clip.create_model_and_transforms(
                 model_name, pretrained=tag if pretrained and weights is None else None)
@@ -188,26 +188,3 @@ def _load_state(model: torch.nn.Module, state: dict, path: str, model_name: str)
         example = f"e.g. {missing[0]!r}" if missing else f"e.g. {unexpected[0]!r} unexpected"
         raise CheckpointError(f"{path}: not the weights of OpenCLIP's {model_name} ({len(missing)} tensors missing, "
                               f"{len(unexpected)} unexpected, {example})")
-
-
-def _read_state(path: str) -> dict:
-    """A CLIP state dict from a safetensors file or a weights-only torch file (never code); a
-    one-line CheckpointError naming the file when it is missing, damaged or not a state dict."""
-    from captioning.files import safe_torch_load
-
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: no such CLIP weights file")
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(path)
-        except Exception as err:  # noqa: BLE001 -- safetensors' own error types: a damaged or truncated file
-            detail = " ".join(f"{type(err).__name__}: {err}".split())[:160]
-            raise CheckpointError(f"{path}: not a readable safetensors file ({detail})") from None
-    state = safe_torch_load(path, legacy_pickle=True)  # one line naming the file for anything unreadable
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
-    return state

@@ -35,7 +35,6 @@ A new encoder is a subclass of :class:`Encoder` registered by name beside it::
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -136,31 +135,12 @@ class SmallCNN(Encoder):
         return self.pool(self.body(images))
 
 
-def _read_weights(path: str) -> dict:
-    """A state dict from a safetensors file or a weights-only torch file (never a pickle that runs code)."""
-    from captioning.files import safe_torch_load
-
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: no such weights file")
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(path)
-        except Exception as err:
-            raise CheckpointError(f"{path}: not a readable safetensors file ({type(err).__name__})") from None
-    state = safe_torch_load(path, legacy_pickle=True)  # weights only, also in torch.save's older format
-    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
-    return state
-
-
 def _load_local_weights(model: nn.Module, path: str, strip: tuple = ("module.",)) -> None:
-    """Load ``path`` (:func:`_read_weights`) into ``model``; keys lose the first prefix of ``strip``
+    """Load ``path`` (:func:`captioning.files.read_state_dict`) into ``model``; keys lose the first prefix of ``strip``
     they start with; a classifier head's tensors may be missing, nothing else."""
-    state = _read_weights(path)
+    from captioning.files import read_state_dict
+
+    state = read_state_dict(path)
     for prefix in strip:
         if any(k.startswith(prefix) for k in state):
             state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
@@ -458,15 +438,11 @@ class OpenClipEncoder(Encoder):
     @staticmethod
     def check_name(name: str) -> None:
         """A one-line ConfigError unless OpenCLIP knows the model (and tag) of ``name`` = open_clip:<model>[/<tag>]."""
-        field = "model.encoder.name"
-        open_clip = _import_ecosystem("open_clip", name)
+        from captioning.metrics.clip_score import check_open_clip_name
+
+        _import_ecosystem("open_clip", name)  # the extra's install hint when OpenCLIP is missing
         model, _, tag = name[len("open_clip:"):].partition("/")
-        if model not in open_clip.list_models():
-            raise ConfigError(f"{field}: OpenCLIP has no model {model!r}; list the names with "
-                              f"python -c \"import open_clip; print(open_clip.list_models())\"")
-        if tag and tag not in open_clip.list_pretrained_tags_by_model(model):
-            raise ConfigError(f"{field}: OpenCLIP has no pretrained tag {tag!r} for {model}; list them with "
-                              f"python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\"")
+        check_open_clip_name("model.encoder.name", model, tag)
 
     def grid(self, images: Tensor) -> Tensor:
         out = self.visual.forward_intermediates(images, indices=1, normalize_intermediates=True, intermediates_only=True)
