@@ -7,6 +7,7 @@ one, and a failed write leaves the previous file intact.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 from pathlib import Path
@@ -144,3 +145,21 @@ def read_state_dict(path: str, what: str = "weights") -> dict:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
     return state
+
+
+def plain_json(value: Any, strict: bool = False) -> Any:
+    """JSON types, recursively: mapping keys to strings, tuples to lists, tensors and numpy values to numbers
+    (one element) or nested lists. With ``strict`` (values sent to a client), a non-finite float becomes None
+    and any other object its ``str``; without it they are kept as they are."""
+    if isinstance(value, dict):
+        return {str(k): plain_json(v, strict) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v, strict) for v in value]
+    if isinstance(value, (str, bool, int)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if not strict or math.isfinite(value) else None
+    if hasattr(value, "item") and hasattr(value, "tolist"):  # torch tensors, numpy arrays and scalars
+        count = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 1)
+        return plain_json(value.item() if count == 1 else value.tolist(), strict)
+    return str(value) if strict else value

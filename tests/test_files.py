@@ -1,6 +1,7 @@
 import json
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,3 +106,19 @@ def test_safe_torch_load_bad_files(tmp_path):
     torch.save({"w": torch.zeros(100)}, tmp_path / "good.ckpt")
     (tmp_path / "cut.ckpt").write_bytes((tmp_path / "good.ckpt").read_bytes()[:200])
     assert "not a readable checkpoint" in one_line_error(tmp_path / "cut.ckpt")
+
+
+def test_plain_json_turns_tensors_numpy_and_tuples_into_json_types():
+    import math
+
+    import numpy as np
+
+    from captioning.files import plain_json
+
+    value = {1: (torch.tensor(2.5), np.float32(0.25), torch.tensor([1, 2]), np.array([[3]]), float("nan"), Path("x"))}
+    kept = plain_json(value)
+    assert list(kept) == ["1"] and kept["1"][:4] == [2.5, 0.25, [1, 2], 3] and math.isnan(kept["1"][4])
+    assert kept["1"][5] == Path("x")  # without strict, other objects are left as they are
+    strict = plain_json(value, strict=True)
+    assert strict["1"][4] is None and strict["1"][5] == "x"
+    json.dumps(strict, allow_nan=False)  # strict values are plain JSON

@@ -29,6 +29,7 @@ from typing import Any, Literal, Union
 from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
+from captioning.files import plain_json
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
 
@@ -68,7 +69,7 @@ class ModelSpec:
     def to_dict(self) -> dict:
         """Plain JSON values: {"encoder": {...}, "decoder": {...}, "image_size": S, "generation": {...},
         "interpolation": "bicubic"}."""
-        return _plain(dataclasses.asdict(self))
+        return plain_json(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "model") -> ModelSpec:
@@ -130,15 +131,6 @@ def encoder_interpolation(encoder: EncoderConfig) -> str:
 
 
 # ---------------------------------------------------------------------- checked reading
-def _plain(value: Any) -> Any:
-    """JSON types: tuples to lists, recursively."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def _kind(hint) -> str:
     """A type hint in words, for errors."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)

@@ -3,7 +3,6 @@ example images, a request's settings checked against it and its results turned i
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 from PIL import Image
 
 from captioning.errors import ConfigError
+from captioning.files import plain_json
 from captioning.models import ATTENTION_MODES
 from captioning.web.errors import RequestError
 from captioning.web.examples import first_test_images, training_config
@@ -81,7 +81,7 @@ class ServedModel:
         info["parameters"] = int(sum(p.numel() for p in self.captioner.model.parameters()))
         if self.checkpoint is not None:
             info["checkpoint"] = self.checkpoint.name
-        return _jsonable(info)
+        return plain_json(info, strict=True)
 
     def max_new_tokens(self, settings: Settings) -> int:
         """The request's maximum length, or the model's own, never over :data:`MAX_TOKENS`."""
@@ -90,8 +90,8 @@ class ServedModel:
 
     def defaults(self) -> dict:
         g = self.captioner.generation
-        return _jsonable({"num_beams": PAGE_BEAMS, "max_new_tokens": self.max_new_tokens(Settings()),
-                          "length_penalty": g.length_penalty, "attention_mode": g.attention_mode if self.hard else None})
+        return plain_json({"num_beams": PAGE_BEAMS, "max_new_tokens": self.max_new_tokens(Settings()),
+                          "length_penalty": g.length_penalty, "attention_mode": g.attention_mode if self.hard else None}, strict=True)
 
     def info(self) -> dict:
         """What GET /api/models tells about this model."""
@@ -149,30 +149,15 @@ class ServedModel:
         return {
             "model": self.name,
             "generated_text": result["generated_text"],
-            "score": _jsonable(float(result["score"])),
+            "score": plain_json(float(result["score"]), strict=True),
             "tokens": list(result["tokens"]),
             "attention": np.round(attention, 4).tolist(),
             "attention_shape": list(attention.shape),
             "locations": [[int(r), int(c)] for r, c in result["locations"]],
             "attention_kind": "hard" if self.hard else "soft",
-            "beams": [{"generated_text": b["generated_text"], "score": _jsonable(float(b["score"]))}
+            "beams": [{"generated_text": b["generated_text"], "score": plain_json(float(b["score"]), strict=True)}
                       for b in result["beams"]],
         }
-
-
-def _jsonable(value):
-    """Plain JSON types (numpy and torch scalars to floats, tuples to lists), recursively."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, bool, int)) or value is None:
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if hasattr(value, "item"):
-        return _jsonable(value.item())
-    return str(value)
 
 
 def _file_names(value):
