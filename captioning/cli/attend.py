@@ -21,7 +21,6 @@ from captioning.cli.options import (
 )
 from captioning.errors import CaptioningError
 
-
 #: the file formats attend writes, by --out suffix
 FILE_SUFFIXES = (".gif", ".png")
 

@@ -56,8 +56,8 @@ def lost_words_warning(words: Counter, vocab, min_word_freq: int) -> str | None:
     shown = ", ".join(repr(w) for w in lost[:LOST_SHOWN]) + (", ..." if len(lost) > LOST_SHOWN else "")
     keep = min(words[w] for w in lost)  # the cut that keeps every one of them
     return (f"warning: {len(lost)} of {counted(len(words), 'distinct training word')} ({share:.0%} of the training "
-            f"words) are seen fewer than {min_word_freq} times and become <unk>: {shown}; on a small set keep them with "
-            f"--min-word-freq {keep} (and --data.min_word_freq {keep} when training)")
+            f"words) are seen fewer than {min_word_freq} times and become <unk>: {shown}; "
+            f"on a small set keep them with --min-word-freq {keep} (and --data.min_word_freq {keep} when training)")
 
 
 def check_images(records, images_root: str, progress: bool = True, shards=None) -> list[str]:
@@ -126,7 +126,8 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         if bad:
             hint = f"; is --images-root {images_root} right?" if len(bad) == len(records) else ""
             verb = "is" if len(bad) == 1 else "are"
-            problems.append(f"{len(bad)} of {counted(len(records), 'image')} {verb} missing or unreadable (listed above){hint}")
+            problems.append(f"{len(bad)} of {counted(len(records), 'image')} {verb} missing or unreadable "
+                            f"(listed above){hint}")
         else:
             print(f"all {counted(len(records), 'image')} readable" if len(records) > 1 else "the image is readable")
     train = [t for r in records if r.split == "train" for t in r.tokens]
@@ -135,7 +136,8 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         words = Counter(w for t in train for w in t)
         unk = sum(c for w, c in words.items() if w not in vocab)
         total = sum(words.values())
-        print(f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of {counted(len(words), 'distinct training word')}; "
+        print(f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of "
+              f"{counted(len(words), 'distinct training word')}; "
               f"{unk / max(total, 1):.2%} of training words become <unk>")
         warning = lost_words_warning(words, vocab, min_word_freq)
         if warning:

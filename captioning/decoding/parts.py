@@ -10,9 +10,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
 from captioning.models.decoder import ShowAttendTellDecoder
-from captioning.decoding.generation import GenerationConfig
 from captioning.vocab import Vocabulary
 
 EOS, PAD = Vocabulary.eos_id, Vocabulary.pad_id

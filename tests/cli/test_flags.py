@@ -157,7 +157,8 @@ def test_caption_reads_the_subfolders(tiny_checkpoint, tiny_shapes, tmp_path, ca
     assert main(["caption", str(tmp_path / "photos"), "--checkpoint", str(tiny_checkpoint), "--max-new-tokens", "4",
                  "--num-beams", "1", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["image"] for r in rows] == [str(tmp_path / "photos" / "beach" / "inner.png"), str(tmp_path / "photos" / "top.png")]
+    photos = tmp_path / "photos"
+    assert [r["image"] for r in rows] == [str(photos / "beach" / "inner.png"), str(photos / "top.png")]
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path):
@@ -175,8 +176,8 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="files.py's safe_torch_load cuts the detail at 150 characters: the lead's change "
-                                       "(report of issue 40); remove this mark then")
+@pytest.mark.xfail(strict=True, reason="files.py's safe_torch_load cuts the detail at 150 characters: the lead's "
+                                       "change (report of issue 40); remove this mark then")
 def test_a_damaged_checkpoints_message_ends_on_a_whole_word(tmp_path, capsys):
     from tests.helpers import FIXTURES
 
