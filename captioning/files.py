@@ -10,6 +10,7 @@ import json
 import math
 import os
 import pickle
+import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
@@ -119,7 +120,8 @@ def safe_torch_load(path: PathLike, map_location: Any = "cpu", legacy_pickle: bo
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
     except Exception as err:  # damaged zip, truncated pickle, random bytes...
-        detail = f"{type(err).__name__}: {' '.join(str(err).split())}"[:150]
+        text = " ".join(str(err).split()).split(". ")[0]  # the first sentence (torch adds advice for its developers)
+        detail = textwrap.shorten(f"{type(err).__name__}: {text}", 150, placeholder=" ...")
         raise CheckpointError(f"{path}: not a readable checkpoint, damaged or of another format ({detail})") from None
 
 

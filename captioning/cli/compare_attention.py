@@ -30,6 +30,7 @@ from captioning.cli.commands import COMMANDS, Command
 from captioning.cli.options import (
     IMAGES_HELP,
     check_generation_flags,
+    fraction,
     generation_args,
     generation_overrides,
     image_paths,
@@ -185,7 +186,7 @@ class CompareAttention(Command):
         p.add_argument("--gif", action="store_true", help="also write a side-by-side GIF per image")
         p.add_argument("--duration-ms", type=int, default=800, help="time per GIF frame")
         p.add_argument("--panel-size", type=int, default=128, help="long side of each word's panel, in pixels")
-        p.add_argument("--alpha", type=float, default=0.6, help="heatmap opacity")
+        p.add_argument("--alpha", type=fraction, default=0.6, help="heatmap opacity")
         p.add_argument("--style", choices=V.STYLES, default="heatmap")
         p.add_argument("--heads", choices=("mean", "each"), default="mean",
                        help="multi-head models: the mean of the heads' maps, or also a row per head")

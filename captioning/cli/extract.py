@@ -45,13 +45,16 @@ def _open_part(base: str, image_ids: list[int], grid: tuple, meta: dict) -> tupl
     rows = len(image_ids)
     os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
     if os.path.exists(index_path):
-        with open(index_path) as f:
-            index = json.load(f)
+        from captioning.data.features import check_meta, read_index
+
+        index = read_index(index_path)  # one line for a damaged index
         if index["image_ids"] != image_ids or tuple(index["grid"]) != tuple(grid):
             raise ConfigError(
                 f"{index_path}: written for other images or another encoder grid; use a new --out folder "
                 f"(or delete {os.path.basename(base)}.*)"
             )
+        recorded = index.get("meta")
+        check_meta(recorded if isinstance(recorded, dict) else {}, meta, index_path)  # the same encoder settings
         return (np.memmap(base + ".f16", dtype=np.float16, mode="r+", shape=(rows, *grid)),
                 np.memmap(base + ".done", dtype=np.uint8, mode="r+", shape=(rows,)))
     data = np.memmap(base + ".f16", dtype=np.float16, mode="w+", shape=(rows, *grid))

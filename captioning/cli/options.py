@@ -29,8 +29,9 @@ def at_least(least: float, kind: type = int):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"expected a number >= {least}, got {text}")
+        if not math.isfinite(value) or value < least:  # int() never gives nan; float() does
+            finite = "a finite number" if kind is float else "a number"
+            raise argparse.ArgumentTypeError(f"expected {finite} >= {least}, got {text}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
@@ -60,21 +61,11 @@ def refuse_urls(items: Sequence[str]) -> None:
 
 
 def image_paths(items: Sequence[str]) -> list[str]:
-    """The image files the arguments name, in the order given: a folder's images with its
-    subfolders' (sorted by path: photos/ includes photos/beach/1.jpg), a glob pattern's matches, a
-    file as it is (data/images.py: ``expand_image_paths`` for the files and patterns)."""
-    import os
-    from pathlib import Path
+    """The image files the arguments name, in the order given (data/images.py: ``expand_image_paths``: a
+    folder's images with its subfolders', a glob pattern's matches, a file as it is)."""
+    from captioning.data.images import expand_image_paths
 
-    from captioning.data.images import IMAGE_SUFFIXES, expand_image_paths
-
-    paths = []
-    for item in items:
-        if os.path.isdir(item):
-            paths += sorted(str(p) for p in Path(item).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-        else:
-            paths += expand_image_paths([item])
-    return paths
+    return expand_image_paths(items)
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:

@@ -42,7 +42,7 @@ def check_meta(recorded: dict, ours: dict, where: str) -> None:
                               f"extract them again for these settings (captioning extract-features) or match {setting}")
 
 
-def _read_index(path: str) -> dict:
+def read_index(path: str) -> dict:
     """A part's index, checked: {"image_ids": [int, ...], "grid": [L, D], "meta": {...}}; one line of
     ConfigError naming the file otherwise."""
     try:
@@ -85,7 +85,7 @@ class FeatureCache:
         ids, parts, rows, grid = [], [], [], None
         self.meta: dict = {}  # the parts' meta, merged: they agree on every setting each records
         for k, path in enumerate(indexes):
-            index = _read_index(path)
+            index = read_index(path)
             if grid is not None and tuple(index["grid"]) != grid:
                 raise ConfigError(f"{path}: grid {index['grid']} differs from the other parts' {list(grid)}")
             grid = tuple(index["grid"])

@@ -156,7 +156,7 @@ def open_dataset(path: str) -> dict:
     try:
         import datasets
     except ImportError:
-        raise AnnotationError(f"{path}: reading Hub datasets needs the datasets package (pip install 'captioning[ecosystem]')") from None
+        raise AnnotationError(f"{path}: reading Hub datasets needs the datasets package (pip install -e '.[ecosystem]')") from None
     if path.startswith(HUB_PREFIX):
         name, revision = hub_name(path)
         _check_datasets_version(datasets, path)

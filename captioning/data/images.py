@@ -225,11 +225,12 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".ti
 
 
 def expand_image_paths(items: Sequence[str]) -> list[str]:
-    """Image paths from files, folders (their images, sorted) and glob patterns, in the order given."""
+    """Image paths from files, folders (their images and their subfolders', sorted by path: photos/ includes
+    photos/beach/1.jpg) and glob patterns, in the order given."""
     paths = []
     for item in items:
         if os.path.isdir(item):
-            paths += sorted(str(p) for p in Path(item).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+            paths += sorted(str(p) for p in Path(item).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
         elif any(ch in item for ch in "*?[") and not os.path.exists(item):
             paths += sorted(glob.glob(item))
         else:

@@ -126,7 +126,7 @@ def _expand(pattern: str) -> list[str]:
     try:
         from braceexpand import UnbalancedBracesError, braceexpand
     except ImportError:
-        raise AnnotationError(f"{pattern}: brace patterns need the webdataset package (pip install 'captioning[ecosystem]')") from None
+        raise AnnotationError(f"{pattern}: brace patterns need the webdataset package (pip install -e '.[ecosystem]')") from None
     try:
         count = count_expansion(pattern)
     except UnbalancedBracesError:
@@ -677,7 +677,7 @@ def write_shards(records: Sequence[ImageRecord], images_root: str, out_dir: str,
     try:
         import webdataset as wds
     except ImportError:
-        raise ConfigError("writing shards needs the webdataset package (pip install 'captioning[ecosystem]')") from None
+        raise ConfigError("writing shards needs the webdataset package (pip install -e '.[ecosystem]')") from None
 
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ConfigError(f"shard size: expected an integer >= 1, got {shard_size!r}")

@@ -138,7 +138,7 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
     try:
         import onnx  # noqa: F401  (torch.onnx writes the graphs through it)
     except ImportError:
-        raise ConfigError("export --format onnx needs the onnx package: pip install 'captioning[onnx]'") from None
+        raise ConfigError("export --format onnx needs the onnx package: pip install -e '.[onnx]'") from None
     unsupported = onnx_unsupported(model.decoder.config)
     if unsupported:
         raise ConfigError(f"export --format onnx: the ONNX step graph is the paper's attention (additive score, one head, "

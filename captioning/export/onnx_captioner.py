@@ -58,7 +58,7 @@ def _session(path: str, num_threads: Optional[int]):
     try:
         import onnxruntime as ort
     except ImportError:
-        raise ConfigError("captioning with ONNX graphs needs onnxruntime: pip install 'captioning[onnx]' "
+        raise ConfigError("captioning with ONNX graphs needs onnxruntime: pip install -e '.[onnx]' "
                           "(or pip install onnxruntime)") from None
 
     if not os.path.isfile(path):

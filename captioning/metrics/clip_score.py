@@ -112,7 +112,7 @@ class ClipScorer:
         try:
             import open_clip
         except ImportError:
-            raise ConfigError("CLIPScore needs open_clip: pip install 'captioning[ecosystem]'") from None
+            raise ConfigError("CLIPScore needs open_clip: pip install -e '.[ecosystem]'") from None
         model_name, _, tag = spec.partition("/")
         check_open_clip_name(f"--clip-model {spec}", model_name, tag)
         if pretrained and not tag and weights is None:
@@ -166,7 +166,7 @@ def check_open_clip_name(field: str, model: str, tag: str = "") -> None:
     try:
         import open_clip
     except ImportError:
-        raise ConfigError(f"{field}: needs open_clip: pip install 'captioning[ecosystem]'") from None
+        raise ConfigError(f"{field}: needs open_clip: pip install -e '.[ecosystem]'") from None
     if model not in open_clip.list_models():
         raise ConfigError(f"{field}: OpenCLIP has no model {model!r}; list the names with "
                           f"python -c \"import open_clip; print(open_clip.list_models())\"")

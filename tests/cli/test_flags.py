@@ -176,8 +176,6 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="files.py's safe_torch_load cuts the detail at 150 characters: the lead's "
-                                       "change (report of issue 40); remove this mark then")
 def test_a_damaged_checkpoints_message_ends_on_a_whole_word(tmp_path, capsys):
     from tests.helpers import FIXTURES
 

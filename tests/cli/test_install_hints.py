@@ -29,8 +29,6 @@ def test_the_hints_name_existing_extras():
     assert {extra for _, extra in named} <= extras(), sorted(named)
 
 
-@pytest.mark.xfail(strict=True, reason="the hints of export/, models/, metrics/clip_score.py, data/ are the lead's to "
-                                       "change (report of issue 40); remove this mark then")
 def test_no_hint_names_a_package_that_is_not_on_pypi():
     wrong = [f"{path}:{text[:m.start()].count(chr(10)) + 1}" for path, text in sources().items()
              for m in WRONG.finditer(text)]

@@ -166,3 +166,10 @@ def test_cli_extract_then_train_from_features(data, tmp_path, capsys):
     with pytest.raises(ConfigError, match="features extracted with encoder 'resnet50', this run has 'resnet101'"):
         run_lightning_cli(args + ["--model.encoder.name", "resnet101"])
     assert main(["extract-features", "--config", str(tmp_path / "none.yaml"), "--out", str(out)]) == 1
+
+
+def test_resume_refuses_a_part_written_with_other_encoder_settings(data, encoder, tmp_path):
+    """The same grid, another encoder name in the part's meta: resuming it is one line naming the setting."""
+    extract(data, encoder, tmp_path, max_batches=1, meta={"encoder": "resnet50"})
+    with pytest.raises(ConfigError, match="features extracted with encoder 'resnet50', this run has 'resnet101'"):
+        extract(data, encoder, tmp_path, meta={"encoder": "resnet101"})
