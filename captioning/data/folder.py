@@ -2,13 +2,18 @@
 (``{"image": ..., "caption": ..., "split"?: ...}``), one caption per row.
 
 Rows of the same image are grouped into one :class:`ImageRecord` (in order of first appearance;
-``imgid`` = ``image_id`` = that order). Without a ``split`` column every image is ``train``.
+``imgid`` = ``image_id`` = that order). A file that names no split on any row gets a held-out part:
+:func:`hold_out` puts a tenth of its images (at least one each, from three images on) in ``val`` and a
+tenth in ``test``, chosen with a fixed seed so every run of the same file gets the same parts, and says
+so in one line on stderr.
 """
 from __future__ import annotations
 
 import csv
 import json
 import os
+import random
+import sys
 from typing import Optional
 
 from captioning.common import PathLike
@@ -44,6 +49,24 @@ def _rows(path: str):
                 if not isinstance(row, dict):
                     raise AnnotationError(f"{path}: line {n}: expected an object {{\"image\", \"caption\"}}")
                 yield n, row
+
+
+#: the seed and the share of the images :func:`hold_out` puts in each of val and test
+HOLD_OUT_SEED, HOLD_OUT_SHARE = 0, 0.1
+
+
+def hold_out(path: str, records: list[ImageRecord]) -> None:
+    """Split a file that names no split: a seeded tenth of the images to ``val``, a tenth to ``test``."""
+    if len(records) < 3:
+        return
+    n = max(1, round(HOLD_OUT_SHARE * len(records)))
+    order = random.Random(HOLD_OUT_SEED).sample(range(len(records)), len(records))
+    for i in order[:n]:
+        records[i].split = "val"
+    for i in order[n:2 * n]:
+        records[i].split = "test"
+    print(f"{path}: no split column: {n} of {len(records)} images held out for val and {n} for test "
+          f"(seed {HOLD_OUT_SEED}); give a split column (train, val, test) to choose them", file=sys.stderr)
 
 
 def _add_row(path: str, line: int, row: dict, records: dict, merge_restval: bool) -> None:
@@ -82,8 +105,10 @@ def load_folder(path: PathLike, merge_restval: bool = True, problems: Optional[l
     if not os.path.isfile(path):
         raise AnnotationError(f"{path}: no such file")
     records: dict[str, ImageRecord] = {}
+    named_split = False
     try:
         for line, row in _rows(path):
+            named_split = named_split or bool(row.get("split"))
             try:
                 _add_row(path, line, row, records, merge_restval)
             except AnnotationError as err:
@@ -103,7 +128,10 @@ def load_folder(path: PathLike, merge_restval: bool = True, problems: Optional[l
         records = {k: r for k, r in records.items() if r.captions}
     if not records:
         raise AnnotationError(f"{path}: no rows")
-    return list(records.values())
+    result = list(records.values())
+    if not named_split:
+        hold_out(path, result)
+    return result
 
 
 @FORMATS.register("folder")

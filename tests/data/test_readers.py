@@ -62,12 +62,27 @@ def test_folder_csv_and_jsonl(tmp_path):
         w.writerow(["image", "caption"])
         w.writerows([["0.jpg", "A dog, running."], ["1.jpg", "a cat"], ["0.jpg", "a brown dog"], ["2.jpg", "a mat"]])
     records = load_folder(tmp_path / "captions.csv")
-    assert [(r.path, r.split, len(r.captions)) for r in records] == [("0.jpg", "train", 2), ("1.jpg", "train", 1), ("2.jpg", "train", 1)]
+    assert [(r.path, len(r.captions)) for r in records] == [("0.jpg", 2), ("1.jpg", 1), ("2.jpg", 1)]
+    assert sorted(r.split for r in records) == ["test", "train", "val"]  # no split column: one each held out
     assert records[0].tokens[0] == ["a", "dog", "running"]
     rows = [{"image": "0.jpg", "caption": "a dog", "split": "train"}, {"image": "1.jpg", "caption": "a cat", "split": "val"},
             {"image": "2.jpg", "caption": "a mat", "split": "test"}]
     (tmp_path / "captions.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert [r.split for r in load_records(tmp_path / "captions.jsonl")] == ["train", "val", "test"]
+
+
+def test_a_file_without_splits_holds_out_a_seeded_tenth_for_val_and_test(tmp_path, capsys):
+    rows = [f"{i}.jpg,a picture of thing {i}" for i in range(40)]
+    (tmp_path / "c.csv").write_text("image,caption\n" + "\n".join(rows) + "\n")
+    first = [(r.path, r.split) for r in load_folder(tmp_path / "c.csv")]
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "no split column: 4 of 40 images held out for val and 4 for test (seed 0)" in said[0]
+    assert [s for _, s in first].count("val") == 4 and [s for _, s in first].count("test") == 4
+    assert [(r.path, r.split) for r in load_folder(tmp_path / "c.csv")] == first  # the same parts every run
+    capsys.readouterr()
+    (tmp_path / "d.csv").write_text("image,caption,split\n" + "\n".join(r + ",train" for r in rows) + "\n")
+    assert {r.split for r in load_folder(tmp_path / "d.csv")} == {"train"}  # a split column is taken as it is
+    assert "held out" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content, message", [
