@@ -20,6 +20,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 
 from captioning.training.stopping import StopSignals, agree, cpu_group, validation_not_begun
 
+log = logging.getLogger(__name__)
+
 #: messages of other packages that say nothing about the run (matched at the start of the message)
 _NOISE = (
     "💡 Tip:",  # Lightning's adverts for its cloud products
@@ -107,12 +109,16 @@ class ValidationExamples(Callback):
     """After each validation, a few fixed validation images with their captions and attention maps
     (a panel per word, as ``captioning attend --format png`` draws them) in TensorBoard's images tab.
 
-    Needs a logger that can take images (TensorBoard, the default) and image files (not a feature cache).
+    Needs a logger that can take images (TensorBoard, the default) and the images themselves (not a
+    feature cache): read through the data's own route (``CaptionData.read_image``: an image file, a
+    WebDataset shard's member, a Hub dataset's image), as every other reader of the data does. A
+    validation none of whose images can be read logs a warning once and draws nothing.
     """
 
     def __init__(self, count: int = 4, panel_size: int = 128):
         super().__init__()
         self.count, self.panel_size = count, panel_size
+        self._warned = False
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         writer = getattr(trainer.logger, "experiment", None)
@@ -120,23 +126,25 @@ class ValidationExamples(Callback):
         if trainer.sanity_checking or not trainer.is_global_zero or not hasattr(writer, "add_image") \
                 or dm is None or dm.features is not None:
             return
-        import os
-
         import numpy as np
         import torch
 
-        from captioning.data.images import load_image, to_tensor
-        from captioning.errors import ImageError
         from captioning.common import grid_shape
+        from captioning.data.images import to_tensor
+        from captioning.errors import ImageError
         from captioning.viz.pictures import render_grid
 
-        pictures = []
+        pictures, problems = [], []
         for record in dm.records("val")[: self.count]:
             try:
-                pictures.append(load_image(os.path.join(dm.images_root, record.path)))
-            except ImageError:
-                continue
+                pictures.append(dm.read_image(record))
+            except ImageError as err:
+                problems.append(str(err))
         if not pictures:
+            if problems and not self._warned:
+                self._warned = True
+                log.warning("validation examples: none of the first %d validation images could be read (%s)",
+                            len(problems), problems[0])
             return
         model = pl_module.model
         batch = torch.stack([to_tensor(p, pl_module.image_size, model.spec.interpolation) for p in pictures]).to(pl_module.device)

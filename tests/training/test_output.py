@@ -98,3 +98,41 @@ def test_ckpt_path_last_finds_the_previous_version_folder(tiny_shapes, tmp_path,
     assert main(fit_args(tiny_shapes, tmp_path / "empty", steps=2, extra=["--ckpt_path", "last"])) != 0
     err = capsys.readouterr().err.strip()
     assert "--ckpt_path last: no last.ckpt under" in err and len(err.splitlines()) == 1
+
+
+def test_validation_examples_of_a_shard_dataset_are_read_from_its_shards(tiny_shapes, tmp_path):
+    """Shards hold their images: the pictures read them through the data's own route (an images
+    folder beside the annotations would not have them)."""
+    pytest.importorskip("webdataset", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from captioning.cli import main
+    from tests.helpers import fit_args
+
+    shards = tmp_path / "shards"
+    assert main(["prepare", "--annotations", str(tiny_shapes), "--min-word-freq", "1",
+                 "--to-webdataset", str(shards), "--shard-size", "16"]) == 0
+    cli = run_lightning_cli(fit_args(shards, tmp_path / "run", steps=2, extra=["--trainer.logger", "true"]))
+    events = EventAccumulator(cli.trainer.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    assert sorted(events.Tags()["images"]) == [f"val_examples/{i}" for i in range(4)]
+    assert events.Images("val_examples/0")[-1].width > events.Images("val_examples/0")[-1].height
+
+
+def test_validation_examples_that_cannot_be_read_are_one_warning(tiny_shapes, tmp_path, caplog):
+    import shutil
+
+    from tests.helpers import fit_args
+
+    from captioning.data.captions import CaptionData
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_shapes.parent, data)
+    copy = CaptionData(str(data / tiny_shapes.name), min_word_freq=1)
+    for record in copy.records("val")[:4]:  # the pictures' images; the other validation images score
+        (Path(copy.images_root) / record.path).write_bytes(b"not an image")
+    with caplog.at_level("WARNING", logger="captioning.training.callbacks"):
+        run_lightning_cli(fit_args(data / tiny_shapes.name, tmp_path / "run", steps=2, extra=[
+            "--trainer.logger", "true", "--trainer.max_epochs", "2", "--data.on_bad_image", "skip"]))
+    warnings = [r for r in caplog.records if r.name == "captioning.training.callbacks"]
+    assert len(warnings) == 1 and "none of the first 4 validation images could be read" in warnings[0].getMessage()
