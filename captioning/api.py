@@ -11,24 +11,25 @@ Generation arguments are the fields of :class:`~captioning.decoding.generation.G
 with the names of Hugging Face's ``generate`` (num_beams, max_new_tokens, do_sample, top_p, ...):
 ``help(Captioner.__call__)`` lists them with their bounds.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 
-from captioning.common import default_device
+from captioning.common import default_device, grid_shape
 from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, to_tensor
 from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.generation import GenerationConfig, generation_options
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
-from captioning.common import grid_shape
 
-ImageInput = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
+ImageInput = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
 
 
 def as_pil(image: ImageInput) -> Image.Image:
@@ -47,9 +48,15 @@ class Captioner:
     mean map.
     """
 
-    def __init__(self, model: Union[ShowAttendTell, Ensemble], image_size: Optional[int] = None, generation: Optional[GenerationConfig] = None,
-                 description: Optional[dict] = None, device: Optional[Union[str, torch.device]] = None,
-                 spec: Optional[ModelSpec] = None):
+    def __init__(
+        self,
+        model: ShowAttendTell | Ensemble,
+        image_size: int | None = None,
+        generation: GenerationConfig | None = None,
+        description: dict | None = None,
+        device: str | torch.device | None = None,
+        spec: ModelSpec | None = None,
+    ):
         self.device = default_device(device)
         self.model = model.eval().to(self.device)
         self.spec = spec or getattr(model, "spec", None)  # the model's description, for save_pretrained
@@ -64,39 +71,54 @@ class Captioner:
         self.description = dict(description or {})
 
     @classmethod
-    def from_model(cls, model: ShowAttendTell, device: Optional[Union[str, torch.device]] = None,
-                   spec: Optional[ModelSpec] = None, card: Optional[dict] = None) -> "Captioner":
+    def from_model(
+        cls,
+        model: ShowAttendTell,
+        device: str | torch.device | None = None,
+        spec: ModelSpec | None = None,
+        card: dict | None = None,
+    ) -> Captioner:
         """The captioner of a model and its spec (``model.spec`` unless given) and card (``model.card``):
         a model :func:`~captioning.storage.load.load_model` gives. The default decoding is the spec's
         with one beam (Hugging Face's default)."""
         spec = spec or model.spec
         card = dict(card if card is not None else getattr(model, "card", None) or {})
         generation = spec.generation.one_beam()
-        description = {"encoder": spec.encoder.name, "training_data": card.get("training_data"),
-                       "test_scores": card.get("test_scores"), "card": card}
+        description = {
+            "encoder": spec.encoder.name,
+            "training_data": card.get("training_data"),
+            "test_scores": card.get("test_scores"),
+            "card": card,
+        }
         return cls(model, spec.image_size, generation, description, device, spec=spec)
 
     @classmethod
-    def from_module(cls, module, device: Optional[Union[str, torch.device]] = None,
-                    training_data: Optional[str] = None) -> "Captioner":
+    def from_module(
+        cls, module, device: str | torch.device | None = None, training_data: str | None = None
+    ) -> Captioner:
         """The captioner of a trained CaptioningModule (e.g. the one a fit returned): its model."""
-        spec = getattr(module.model, "spec", None) or ModelSpec(module.encoder_config, module.decoder_config,
-                                                                 module.image_size, module.test_generation)
+        spec = getattr(module.model, "spec", None) or ModelSpec(
+            module.encoder_config, module.decoder_config, module.image_size, module.test_generation
+        )
         card = dict(getattr(module, "card", None) or {})
         if training_data:
             card["training_data"] = training_data
         return cls.from_model(module.model, device, spec, card)
 
     @classmethod
-    def from_checkpoint(cls, path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None) -> "Captioner":
+    def from_checkpoint(cls, path: str | os.PathLike, device: str | torch.device | None = None) -> Captioner:
         """The captioner of a checkpoint file (``captioning fit``'s) or of a model folder (``captioning export``'s)."""
         from captioning.storage.load import load_model
 
         return cls.from_model(load_model(path), device)
 
     @classmethod
-    def from_checkpoints(cls, paths: Sequence[Union[str, os.PathLike]], weights: Optional[Sequence[float]] = None,
-                         device: Optional[Union[str, torch.device]] = None) -> "Captioner":
+    def from_checkpoints(
+        cls,
+        paths: Sequence[str | os.PathLike],
+        weights: Sequence[float] | None = None,
+        device: str | torch.device | None = None,
+    ) -> Captioner:
         """The captioner of an ensemble of checkpoints or model folders of one vocabulary
         (:class:`~captioning.decoding.ensemble.Ensemble`): their log-probabilities averaged at each
         step, weighted by ``weights`` (normalised to sum 1; equal by default). One path gives that
@@ -107,15 +129,28 @@ class Captioner:
         if len(paths) == 1 and weights is None:
             return cls.from_checkpoint(paths[0], device)
         ensemble = Ensemble([load_model(p) for p in paths], weights, names=paths)
-        description = {"encoder": " + ".join(m.spec.encoder.name for m in ensemble.members),
-                       "ensemble": [{"checkpoint": p, "weight": w} for p, w in zip(paths, ensemble.weights)]}
-        return cls(ensemble, ensemble.spec.image_size, ensemble.spec.generation.one_beam(), description, device,
-                   spec=ensemble.spec)
+        description = {
+            "encoder": " + ".join(m.spec.encoder.name for m in ensemble.members),
+            "ensemble": [{"checkpoint": p, "weight": w} for p, w in zip(paths, ensemble.weights)],
+        }
+        return cls(
+            ensemble,
+            ensemble.spec.image_size,
+            ensemble.spec.generation.one_beam(),
+            description,
+            device,
+            spec=ensemble.spec,
+        )
 
     @classmethod
-    def from_pretrained(cls, name_or_path: Union[str, os.PathLike], device: Optional[Union[str, torch.device]] = None,
-                        revision: Optional[str] = None, local_files_only: Optional[bool] = None,
-                        cache_dir: Optional[str] = None) -> "Captioner":
+    def from_pretrained(
+        cls,
+        name_or_path: str | os.PathLike,
+        device: str | torch.device | None = None,
+        revision: str | None = None,
+        local_files_only: bool | None = None,
+        cache_dir: str | None = None,
+    ) -> Captioner:
         """The captioner of a model folder (``captioning export``'s) or of a Hugging Face Hub model ``owner/name``.
 
         Only JSON and safetensors are read: nothing is unpickled. A Hub id is fetched into (or found
@@ -128,26 +163,34 @@ class Captioner:
 
         name = os.fspath(name_or_path)
         if looks_like_hub_id(name):
-            return cls.from_model(load_model(name, revision=revision, local_files_only=local_files_only,
-                                             cache_dir=cache_dir), device)
+            return cls.from_model(
+                load_model(name, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir), device
+            )
         return cls.from_model(model_of(read_folder(name)), device)  # a folder only, never a pickle
 
-    def save_pretrained(self, folder: Union[str, os.PathLike]) -> str:
+    def save_pretrained(self, folder: str | os.PathLike) -> str:
         """Write this model as a model folder (model.safetensors, config.json, vocab.json, README.md)."""
         import dataclasses
 
         from captioning.storage.folder import save_folder
 
         if self.spec is None:
-            raise ValueError("save_pretrained needs the model's spec: make the Captioner with from_checkpoint, "
-                             "from_pretrained, from_model or from_module")
+            raise ValueError(
+                "save_pretrained needs the model's spec: make the Captioner with from_checkpoint, "
+                "from_pretrained, from_model or from_module"
+            )
         if isinstance(self.model, Ensemble):
             raise ValueError("save_pretrained writes one model: save each member of an ensemble on its own")
         card = self.description.get("card") or {"training_data": self.description.get("training_data")}
         return str(save_folder(folder, self.model, card, dataclasses.replace(self.spec, image_size=self.image_size)))
 
-    def push_to_hub(self, repo_id: str, private: Optional[bool] = None, token: Optional[str] = None,
-                    commit_message: str = "Upload a Show, Attend and Tell captioner") -> str:
+    def push_to_hub(
+        self,
+        repo_id: str,
+        private: bool | None = None,
+        token: str | None = None,
+        commit_message: str = "Upload a Show, Attend and Tell captioner",
+    ) -> str:
         """Upload this model to the Hugging Face Hub as ``repo_id`` (``owner/name``, created if needed):
         the folder :meth:`save_pretrained` writes. Log in first (``hf auth login``) or pass ``token``.
         Returns the repository's URL; load it anywhere with ``Captioner.from_pretrained(repo_id)``."""
@@ -162,18 +205,23 @@ class Captioner:
     def describe(self) -> dict:
         """What the model is: attention kind, encoder, vocabulary size, image size (for people and pages);
         for an ensemble, its members and weights too."""
-        return {"attention": self.attention_kind, "encoder": self.description.get("encoder"),
-                "vocab_size": len(self.vocab), "image_size": self.image_size,
-                "training_data": self.description.get("training_data"), "test_scores": self.description.get("test_scores"),
-                **({"ensemble": self.description["ensemble"]} if self.description.get("ensemble") else {})}
+        return {
+            "attention": self.attention_kind,
+            "encoder": self.description.get("encoder"),
+            "vocab_size": len(self.vocab),
+            "image_size": self.image_size,
+            "training_data": self.description.get("training_data"),
+            "test_scores": self.description.get("test_scores"),
+            **({"ensemble": self.description["ensemble"]} if self.description.get("ensemble") else {}),
+        }
 
     @torch.no_grad()
     def __call__(
         self,
-        images: Union[ImageInput, Sequence[ImageInput]],
+        images: ImageInput | Sequence[ImageInput],
         return_attention: bool = False,
         batch_size: int = 16,
-        generator: Optional[torch.Generator] = None,
+        generator: torch.Generator | None = None,
         **generation,
     ) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time.
@@ -211,9 +259,13 @@ class Captioner:
                     "tokens": [self.vocab.itos[t] for t in ids],
                 }
                 if out.beam_sequences is not None:
-                    item["beams"] = [{"generated_text": self.vocab.decode_text(seq), "score": float(score)}
-                                     for seq, score in zip(out.beam_sequences[i].tolist(), out.beam_scores[i].tolist())]
-                    if config.num_beam_groups > 1 and out.beam_indices is not None:  # diverse beam search: each beam's group
+                    item["beams"] = [
+                        {"generated_text": self.vocab.decode_text(seq), "score": float(score)}
+                        for seq, score in zip(out.beam_sequences[i].tolist(), out.beam_scores[i].tolist())
+                    ]
+                    if (
+                        config.num_beam_groups > 1 and out.beam_indices is not None
+                    ):  # diverse beam search: each beam's group
                         per_group = config.num_beams // config.num_beam_groups
                         for beam, row in zip(item["beams"], out.beam_indices[i].tolist()):
                             beam["group"] = row // per_group + 1
@@ -221,13 +273,23 @@ class Captioner:
                     grid = grid_shape(out.alphas.size(-1))
                     item["attention"] = out.alphas[i, :n].reshape(n, *grid).cpu().numpy()
                     if out.locations.dim() == 3:  # hard multi-head: a cell per head
-                        item["head_locations"] = [[divmod(int(cell), grid[1]) for cell in step] for step in out.locations[i, :n].tolist()]
-                        item["locations"] = [divmod(int(cell), grid[1]) for cell in out.alphas[i, :n].argmax(-1).tolist()]
+                        item["head_locations"] = [
+                            [divmod(int(cell), grid[1]) for cell in step] for step in out.locations[i, :n].tolist()
+                        ]
+                        item["locations"] = [
+                            divmod(int(cell), grid[1]) for cell in out.alphas[i, :n].argmax(-1).tolist()
+                        ]
                     else:
                         item["locations"] = [divmod(int(cell), grid[1]) for cell in out.locations[i, :n].tolist()]
-                    if out.head_alphas is not None:  # an ensemble's: each member's map; a multi-head model's: each head's
+                    if (
+                        out.head_alphas is not None
+                    ):  # an ensemble's: each member's map; a multi-head model's: each head's
                         parts = out.head_alphas.size(2)
-                        key = "member_attention" if isinstance(self.model, Ensemble) and len(self.model.members) > 1 else "head_attention"
+                        key = (
+                            "member_attention"
+                            if isinstance(self.model, Ensemble) and len(self.model.members) > 1
+                            else "head_attention"
+                        )
                         item[key] = out.head_alphas[i, :n].reshape(n, parts, *grid).cpu().numpy()
                 results.append(item)
         return results
@@ -237,15 +299,17 @@ class Captioner:
         ensemble's: one batch per member, at its size and with its interpolation."""
         if isinstance(self.model, Ensemble):
             filters = [m.spec.interpolation or DEFAULT_INTERPOLATION for m in self.model.members]
-            return [torch.stack([to_tensor(im, size, f) for im in images]).to(self.device)
-                    for size, f in zip(self.model.image_sizes, filters)]
+            return [
+                torch.stack([to_tensor(im, size, f) for im in images]).to(self.device)
+                for size, f in zip(self.model.image_sizes, filters)
+            ]
         return torch.stack([to_tensor(im, self.image_size, self.interpolation) for im in images]).to(self.device)
 
     def render(
         self,
         image: ImageInput,
-        result: Optional[dict] = None,
-        path: Optional[Union[str, os.PathLike]] = None,
+        result: dict | None = None,
+        path: str | os.PathLike | None = None,
         format: str = "gif",
         duration_ms: int = 800,
         alpha: float = 0.6,
@@ -283,13 +347,17 @@ class Captioner:
         if heads == "each" and "head_attention" in result:
             return self._render_heads(pil, words, result, path, format, duration_ms, alpha, style)
         if "member_attention" in result:
-            return self._render_members(pil, words, result, hard_cells, path, format, duration_ms, alpha, style, members)
+            return self._render_members(
+                pil, words, result, hard_cells, path, format, duration_ms, alpha, style, members
+            )
         if path is None:
             if format == "gif":
                 return visualize.render_frames(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
             return visualize.render_grid(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
         if format == "gif":
-            return visualize.save_gif(pil, words, maps, path, duration_ms=duration_ms, hard_cells=hard_cells, alpha=alpha, style=style)
+            return visualize.save_gif(
+                pil, words, maps, path, duration_ms=duration_ms, hard_cells=hard_cells, alpha=alpha, style=style
+            )
         return visualize.save_grid(pil, words, maps, path, hard_cells=hard_cells, alpha=alpha, style=style)
 
     def member_labels(self) -> list[str]:
@@ -305,7 +373,9 @@ class Captioner:
 
         render = visualize.render_frames if format == "gif" else visualize.render_grid
         if members == "mean":
-            pictures = [render(pil, words, result["attention"][: len(words)], hard_cells=hard_cells, alpha=alpha, style=style)]
+            pictures = [
+                render(pil, words, result["attention"][: len(words)], hard_cells=hard_cells, alpha=alpha, style=style)
+            ]
             labels = [f"weighted mean of {len(self.model.members)} models' maps"]
         else:
             maps = result["member_attention"][: len(words)]  # (T, members, gh, gw)

@@ -1,4 +1,5 @@
 """Definitions every layer shares: the path type, the default device and the attention grid's shape."""
+
 from __future__ import annotations
 
 import math

@@ -12,10 +12,11 @@ Elsewhere (the CPU, or CUDA graphs unavailable) ``fn`` simply runs: the same res
 The training step (training/captured_step.py) and the decoding loops (decoding/loops.py) use this; the callers keep
 what they need of the outputs before the next call, since a replay overwrites them.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -46,14 +47,19 @@ class ShapeGraphs:
             kept beside the graph (``extra``: e.g. the gradient tensors the capture allocated).
     """
 
-    def __init__(self, fn: Callable, enabled: bool = True, warmup: int = 2,
-                 before_capture: Optional[Callable[[], object]] = None,
-                 after_capture: Optional[Callable[[object], object]] = None):
+    def __init__(
+        self,
+        fn: Callable,
+        enabled: bool = True,
+        warmup: int = 2,
+        before_capture: Callable[[], object] | None = None,
+        after_capture: Callable[[object], object] | None = None,
+    ):
         self.fn, self.enabled, self.warmup = fn, enabled, warmup
         self.before_capture, self.after_capture = before_capture, after_capture
         self.graphs: dict[tuple, _Captured] = {}
         self.pool = None
-        self.last: Optional[_Captured] = None  # the entry of the latest replay (None after an eager call)
+        self.last: _Captured | None = None  # the entry of the latest replay (None after an eager call)
 
     @staticmethod
     def signature(inputs: Sequence[Tensor]) -> tuple:

@@ -4,6 +4,7 @@ A write goes to a temporary file in the destination's folder, is flushed to disk
 over the destination (``os.replace``): a reader sees the old file or the new one, never half of
 one, and a failed write leaves the previous file intact.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,9 @@ import math
 import os
 import pickle
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from captioning.common import PathLike
 from captioning.errors import CheckpointError
@@ -104,10 +106,16 @@ def safe_torch_load(path: PathLike, map_location: Any = "cpu", legacy_pickle: bo
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
     with open(path, "rb") as f:
         head = f.read(4)
-    if head[:1] == b"\x80" and not legacy_pickle:  # a bare pickle (torch.save's legacy format): never unpickled, whatever it holds
-        raise CheckpointError(f"{path}: refused to load: not a plain-weights checkpoint (a legacy pickle, not the "
-                              "zip format `captioning fit` writes; re-save it with torch.save where you trust it)")
-    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip format (or, allowed, a legacy pickle)
+    if (
+        head[:1] == b"\x80" and not legacy_pickle
+    ):  # a bare pickle (torch.save's legacy format): never unpickled, whatever it holds
+        raise CheckpointError(
+            f"{path}: refused to load: not a plain-weights checkpoint (a legacy pickle, not the "
+            "zip format `captioning fit` writes; re-save it with torch.save where you trust it)"
+        )
+    if not (
+        head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+    ):  # torch.save's zip format (or, allowed, a legacy pickle)
         raise CheckpointError(f"{path}: not a checkpoint file (expected one written by `captioning fit`)")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)

@@ -17,6 +17,7 @@ A registry only knows the implementations whose modules were imported: the modul
 registry imports its built-in implementations (so ``from captioning.models.attention import
 SCORES`` sees all of them); a user's own implementation registers when the user imports it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator

@@ -6,12 +6,13 @@ always the same. Tokens seen fewer than ``min_freq`` times become ``<unk>`` (pap
 words for COCO with a threshold of ~5). The vocabulary holds its tokenizer (captioning/tokenizers.py),
 which turns generated tokens back into text; a stored vocabulary that names none used ``words``.
 """
+
 from __future__ import annotations
 
 import json
 import os
 from collections import Counter
-from typing import Iterable, Optional, Sequence, Union
+from collections.abc import Iterable, Sequence
 
 from captioning.errors import ConfigError
 from captioning.files import atomic_write_json
@@ -26,8 +27,9 @@ class Vocabulary:
     SPECIALS = (PAD, BOS, EOS, UNK)
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
-    def __init__(self, itos: Sequence[str], min_freq: Optional[int] = None,
-                 tokenizer: Union[str, Tokenizer] = DEFAULT_TOKENIZER):
+    def __init__(
+        self, itos: Sequence[str], min_freq: int | None = None, tokenizer: str | Tokenizer = DEFAULT_TOKENIZER
+    ):
         itos = list(itos)
         if tuple(itos[:4]) != self.SPECIALS:
             raise ConfigError(f"vocabulary: must start with {', '.join(self.SPECIALS)}, got {itos[:4]}")
@@ -39,11 +41,18 @@ class Vocabulary:
         self.itos: list[str] = itos
         self.stoi: dict[str, int] = {w: i for i, w in enumerate(itos)}
         self.min_freq = min_freq
-        self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(tokenizer, "vocabulary.tokenizer")
+        self.tokenizer = (
+            tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(tokenizer, "vocabulary.tokenizer")
+        )
 
     @classmethod
-    def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 5, max_size: Optional[int] = None,
-              tokenizer: Union[str, Tokenizer] = DEFAULT_TOKENIZER) -> "Vocabulary":
+    def build(
+        cls,
+        token_lists: Iterable[Sequence[str]],
+        min_freq: int = 5,
+        max_size: int | None = None,
+        tokenizer: str | Tokenizer = DEFAULT_TOKENIZER,
+    ) -> Vocabulary:
         """Vocabulary of the tokens seen at least ``min_freq`` times (at most ``max_size`` besides the
         specials); ``token_lists`` are the training captions as ``tokenizer`` splits them."""
         if min_freq < 1:
@@ -51,8 +60,9 @@ class Vocabulary:
         if max_size is not None and max_size < 0:
             raise ConfigError(f"max_size must be non-negative, got {max_size}")
         counts = Counter(w for tokens in token_lists for w in tokens)
-        words = sorted((w for w, n in counts.items() if n >= min_freq and w not in cls.SPECIALS),
-                       key=lambda w: (-counts[w], w))
+        words = sorted(
+            (w for w, n in counts.items() if n >= min_freq and w not in cls.SPECIALS), key=lambda w: (-counts[w], w)
+        )
         return cls(list(cls.SPECIALS) + words[:max_size], min_freq=min_freq, tokenizer=tokenizer)
 
     def __len__(self) -> int:
@@ -67,7 +77,7 @@ class Vocabulary:
     def __repr__(self) -> str:
         return f"Vocabulary({len(self)} tokens, min_freq={self.min_freq}, tokenizer={self.tokenizer.name!r})"
 
-    def encode(self, tokens: Sequence[str], max_length: Optional[int] = None) -> list[int]:
+    def encode(self, tokens: Sequence[str], max_length: int | None = None) -> list[int]:
         """``[BOS] + ids of the first max_length words + [EOS]``; unknown words -> UNK."""
         words = tokens if max_length is None else tokens[:max_length]
         return [self.bos_id] + [self.stoi.get(w, self.unk_id) for w in words] + [self.eos_id]
@@ -101,16 +111,16 @@ class Vocabulary:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Vocabulary":
+    def from_dict(cls, d: dict) -> Vocabulary:
         if not isinstance(d, dict) or not isinstance(d.get("itos"), list):
             raise ConfigError("vocabulary: expected a dictionary with a list 'itos'")
         return cls(d["itos"], min_freq=d.get("min_freq"), tokenizer=d.get("tokenizer", DEFAULT_TOKENIZER))
 
-    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         atomic_write_json(path, self.to_dict())
 
     @classmethod
-    def load(cls, path: Union[str, "os.PathLike[str]"]) -> "Vocabulary":
+    def load(cls, path: str | os.PathLike[str]) -> Vocabulary:
         path = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as f:

@@ -1,4 +1,5 @@
 """Shared fixtures: tiny shapes datasets and a briefly trained checkpoint, made once per session."""
+
 import os
 from pathlib import Path
 
@@ -24,7 +25,9 @@ def tiny_shapes(tmp_path_factory) -> Path:
     """A shapes dataset of 40/8/8 images at 64 px; returns the annotation file."""
     from captioning.data.shapes import generate
 
-    return generate(tmp_path_factory.mktemp("shapes"), n_train=40, n_val=8, n_test=8, seed=3, image_size=64, progress=False)
+    return generate(
+        tmp_path_factory.mktemp("shapes"), n_train=40, n_val=8, n_test=8, seed=3, image_size=64, progress=False
+    )
 
 
 @pytest.fixture(scope="session")

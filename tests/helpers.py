@@ -1,6 +1,7 @@
 """What several test files share: paths, `fit` arguments, tiny datasets written on the fly, and a hard-attention
 problem small enough to enumerate. Fixtures live in conftest.py; plain functions here (import them from
 ``tests.helpers``)."""
+
 import http.client
 import io
 import itertools
@@ -39,16 +40,35 @@ def caption_tokens(text: str) -> list[str]:
 def fit_args(annotations, root_dir, config="shapes_soft.yaml", steps=2, extra=()):
     """`captioning fit` arguments for a few fast steps of a config on tiny data."""
     return [
-        "fit", "--config", str(ROOT / "configs" / config),
-        "--data.annotations", str(annotations),
-        "--data.batch_size", "8", "--data.num_workers", "0",
-        "--trainer.default_root_dir", str(root_dir),
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", str(steps),
-        "--trainer.limit_val_batches", "1", "--trainer.accelerator", "cpu",
-        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
-        "--model.val_generation.max_new_tokens", "12", "--model.test_generation.max_new_tokens", "12", *extra,
+        "fit",
+        "--config",
+        str(ROOT / "configs" / config),
+        "--data.annotations",
+        str(annotations),
+        "--data.batch_size",
+        "8",
+        "--data.num_workers",
+        "0",
+        "--trainer.default_root_dir",
+        str(root_dir),
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        str(steps),
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger",
+        "false",
+        "--model.val_generation.max_new_tokens",
+        "12",
+        "--model.test_generation.max_new_tokens",
+        "12",
+        *extra,
     ]
-
 
 
 # ---------------------------------------------------------------------- tiny real-format datasets
@@ -65,8 +85,9 @@ def caption(rng) -> str:
     return " ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
 
 
-def make_karpathy(root: Path, n_train: int = 12, n_val: int = 4, n_test: int = 4, captions: int = 3,
-                  cocoid: bool = False) -> Path:
+def make_karpathy(
+    root: Path, n_train: int = 12, n_val: int = 4, n_test: int = 4, captions: int = 3, cocoid: bool = False
+) -> Path:
     """A Karpathy split file with JPEGs under root/images; returns the annotation file."""
     rng = np.random.default_rng(0)
     images = []
@@ -103,7 +124,6 @@ def make_coco(root: Path) -> tuple[Path, Path, Path]:
     return files[0], files[1], root / "dataset_coco.json"
 
 
-
 # ---------------------------------------------------------------------- a hard-attention problem small enough to enumerate
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 7, 5, 3
@@ -111,7 +131,9 @@ V, D, L = 7, 5, 3
 
 def tiny_problem():
     torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=4, hidden_dim=6, attention_dim=4, dropout=0.0, attention_kind="hard"))
+    dec = ShowAttendTellDecoder(
+        V, D, DecoderConfig(embed_dim=4, hidden_dim=6, attention_dim=4, dropout=0.0, attention_kind="hard")
+    )
     features = torch.randn(1, L, D) * 2
     captions = torch.tensor([[BOS, 4, EOS]])  # two decoding steps: 3^2 = 9 location sequences
     lengths = torch.tensor([3])
@@ -140,8 +162,6 @@ def z_scores(est, exact, directions):
     return (mean - exact @ directions.T) / se
 
 
-
-
 # ---------------------------------------------------------------------- the web server in a subprocess, and a stand-in model
 MAX_UPLOAD_MB = 1
 MAX_PIXELS = 4_000_000
@@ -163,8 +183,17 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         self._log = open(log, "wb")
-        args = [sys.executable, "-m", "captioning.web", "--host", "127.0.0.1", "--port", str(self.port),
-                "--log-level", "warning"]
+        args = [
+            sys.executable,
+            "-m",
+            "captioning.web",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+        ]
         for spec in checkpoints:
             args += ["--checkpoint", str(spec)]
         self.proc = subprocess.Popen(args + [str(a) for a in extra], stdout=self._log, stderr=subprocess.STDOUT)
@@ -247,7 +276,6 @@ def _bomb_png() -> bytes:
     return buffer.getvalue()
 
 
-
 class FakeVocab(list):
     EOS = "<end>"
 
@@ -265,16 +293,42 @@ class FakeCaptioner:
         self.calls = []
 
     def describe(self):
-        return {"attention": "hard", "encoder": "resnet101", "vocab_size": 6, "image_size": 32,
-                "training_data": "coco (Karpathy train)", "test_scores": {"BLEU-4": np.float32(0.25), "CIDEr": 0.9}}
+        return {
+            "attention": "hard",
+            "encoder": "resnet101",
+            "vocab_size": 6,
+            "image_size": 32,
+            "training_data": "coco (Karpathy train)",
+            "test_scores": {"BLEU-4": np.float32(0.25), "CIDEr": 0.9},
+        }
 
-    def __call__(self, images, num_beams=3, max_new_tokens=None, length_penalty=None, attention_mode=None,
-                 return_attention=False, num_return_sequences=1):
-        self.calls.append(dict(n=len(images), num_beams=num_beams, attention_mode=attention_mode,
-                               num_return_sequences=num_return_sequences))
+    def __call__(
+        self,
+        images,
+        num_beams=3,
+        max_new_tokens=None,
+        length_penalty=None,
+        attention_mode=None,
+        return_attention=False,
+        num_return_sequences=1,
+    ):
+        self.calls.append(
+            dict(
+                n=len(images),
+                num_beams=num_beams,
+                attention_mode=attention_mode,
+                num_return_sequences=num_return_sequences,
+            )
+        )
         beams = [{"generated_text": "a cat", "score": -0.5}, {"generated_text": "a a cat", "score": -0.9}]
-        return [{"generated_text": "a cat", "score": -0.5, "tokens": ["a", "cat", "<end>"],
-                 "attention": np.full((3, 2, 2), 0.25), "locations": [(0, 1), (1, 1), (0, 0)],
-                 "beams": beams[:num_return_sequences]} for _ in images]
-
-
+        return [
+            {
+                "generated_text": "a cat",
+                "score": -0.5,
+                "tokens": ["a", "cat", "<end>"],
+                "attention": np.full((3, 2, 2), 0.25),
+                "locations": [(0, 1), (1, 1), (0, 0)],
+                "beams": beams[:num_return_sequences],
+            }
+            for _ in images
+        ]

@@ -1,4 +1,5 @@
 """The Python API: Captioner on paths, PIL images and tensors; attention maps; render()."""
+
 import json
 
 import numpy as np
@@ -6,11 +7,11 @@ import pytest
 import torch
 from PIL import Image
 
-from captioning.viz import pictures as V
 from captioning.api import Captioner, as_pil
+from captioning.cli import main
 from captioning.data.images import load_image
 from captioning.errors import ConfigError, ImageError
-from captioning.cli import main
+from captioning.viz import pictures as V
 from tests.helpers import caption_tokens
 
 SETTINGS = dict(num_beams=2, max_new_tokens=8)
@@ -73,7 +74,7 @@ def _variants(path, tmp_path):
     rgba = rgb.copy()
     rgba.putalpha(Image.new("L", rgb.size, 128))
     rgba.save(tmp_path / "rgba.png")
-    grey16 = Image.fromarray((np.asarray(rgb.convert("L"), dtype=np.uint16) * 257))
+    grey16 = Image.fromarray(np.asarray(rgb.convert("L"), dtype=np.uint16) * 257)
     grey16.save(tmp_path / "grey16.png")
     return [tmp_path / "rgba.png", tmp_path / "grey16.png", _exif_rotated(path, tmp_path)]
 
@@ -112,8 +113,24 @@ def test_return_attention_gives_a_map_per_token(captioner, images):
 
 def test_api_and_cli_give_identical_captions(captioner, images, tiny_checkpoint, capsys):
     api = captioner([str(p) for p in images], **SETTINGS)
-    assert main(["caption", *map(str, images), "--checkpoint", str(tiny_checkpoint), "--json", "--device", "cpu",
-                 "--num-beams", str(SETTINGS["num_beams"]), "--max-new-tokens", str(SETTINGS["max_new_tokens"])]) == 0
+    assert (
+        main(
+            [
+                "caption",
+                *map(str, images),
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--json",
+                "--device",
+                "cpu",
+                "--num-beams",
+                str(SETTINGS["num_beams"]),
+                "--max-new-tokens",
+                str(SETTINGS["max_new_tokens"]),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert [r["generated_text"] for r in rows] == [r["generated_text"] for r in api]
     assert [r["score"] for r in rows] == pytest.approx([r["score"] for r in api])
@@ -169,8 +186,7 @@ def test_a_cell_lands_on_its_region_of_a_non_square_original(captioner, tmp_path
 
     # through render(): the frames show the original's aspect, scaled for display, the map on the right spot
     words = caption_tokens(result["generated_text"]) or ["x"]
-    fake = {"tokens": words, "attention": np.stack([one_hot] * len(words)),
-            "locations": [(row, col)] * len(words)}
+    fake = {"tokens": words, "attention": np.stack([one_hot] * len(words)), "locations": [(row, col)] * len(words)}
     first = captioner.render(original, fake)[0]
     width = first.width
     assert width == 2 * 256  # short side scaled to 256, aspect kept

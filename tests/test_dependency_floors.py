@@ -2,6 +2,7 @@
 being fixed: weights-only torch.load (torch 2.6), starlette's Range-header DoS (0.49.1) and
 python-multipart's CVE-2024-53981 (0.0.18), and datasets no longer running a dataset's loading script by
 default (2.20)."""
+
 import re
 import sys
 from pathlib import Path
@@ -20,7 +21,9 @@ FLOORS = {"torch": (2, 6), "starlette": (0, 49, 1), "python-multipart": (0, 0, 1
 def _floors() -> dict:
     project = tomllib.loads(PYPROJECT.read_text())["project"]
     found = {}
-    for requirement in project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]:
+    for requirement in project["dependencies"] + [
+        r for extra in project["optional-dependencies"].values() for r in extra
+    ]:
         match = re.fullmatch(r"([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?>=([0-9.]+)", requirement.replace(" ", ""))
         if match:
             found[match.group(1).lower()] = tuple(int(x) for x in match.group(2).split("."))
@@ -31,4 +34,6 @@ def _floors() -> dict:
 def test_floor_is_at_the_fixed_release(package):
     floors = _floors()
     assert package in floors, f"{package} has no >= floor in pyproject.toml"
-    assert floors[package] >= FLOORS[package], f"{package}>={'.'.join(map(str, floors[package]))} allows releases before the fix"
+    assert floors[package] >= FLOORS[package], (
+        f"{package}>={'.'.join(map(str, floors[package]))} allows releases before the fix"
+    )

@@ -5,6 +5,7 @@ For README.md and every Markdown file under docs/, each relative link or image t
 that links it. Web addresses (http, https), ``mailto:`` and in-page anchors (``#section``) are not
 checked; a path's ``#fragment`` is dropped before the check.
 """
+
 from __future__ import annotations
 
 import re
@@ -56,16 +57,23 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def test_link_pattern():
-    text = "\n".join([
-        "See [the guide](docs/TRAINING.md#configs) and ![a picture](assets/x.png \"title\").",
-        "A [web link](https://example.com), [mail](mailto:a@b.c) and [an anchor](#results).",
-        "`[not a link](nowhere.md)` in inline code.",
-        "```",
-        "[inside a code block](nowhere.md)",
-        "```",
-    ])
-    assert [t for _, t in links(text)] == ["docs/TRAINING.md#configs", "assets/x.png", "https://example.com",
-                                           "mailto:a@b.c", "#results"]
+    text = "\n".join(
+        [
+            'See [the guide](docs/TRAINING.md#configs) and ![a picture](assets/x.png "title").',
+            "A [web link](https://example.com), [mail](mailto:a@b.c) and [an anchor](#results).",
+            "`[not a link](nowhere.md)` in inline code.",
+            "```",
+            "[inside a code block](nowhere.md)",
+            "```",
+        ]
+    )
+    assert [t for _, t in links(text)] == [
+        "docs/TRAINING.md#configs",
+        "assets/x.png",
+        "https://example.com",
+        "mailto:a@b.c",
+        "#results",
+    ]
 
 
 def test_a_broken_link_is_reported(tmp_path):

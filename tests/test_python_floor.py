@@ -1,6 +1,7 @@
 """The Python floor in pyproject.toml is honest: no module of the package, the tools or the tests needs a newer
 Python than ``requires-python`` says (syntax, standard-library modules and members, annotations), as vermin
 reads them; and the check itself catches code that needs a newer Python."""
+
 import re
 import subprocess
 import sys
@@ -16,15 +17,25 @@ def floor() -> str:
     """``requires-python``'s lower bound, e.g. "3.10"."""
     text = (ROOT / "pyproject.toml").read_text()
     found = re.search(r'^requires-python\s*=\s*">=\s*(3\.\d+)"', text, re.M)
-    assert found, "pyproject.toml: requires-python is not of the form \">=3.N\""
+    assert found, 'pyproject.toml: requires-python is not of the form ">=3.N"'
     return found.group(1)
 
 
 def vermin(*paths) -> subprocess.CompletedProcess:
     """vermin on ``paths``, failing where they need a newer Python than the floor. ``long``: vermin takes
     ``torch.long`` for Python 2's builtin."""
-    args = [sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())", "--no-tips", "--violations", "--eval-annotations", "--exclude", "long",
-            f"--target={floor()}-", *map(str, paths)]
+    args = [
+        sys.executable,
+        "-c",
+        "import sys, vermin; sys.exit(vermin.main())",
+        "--no-tips",
+        "--violations",
+        "--eval-annotations",
+        "--exclude",
+        "long",
+        f"--target={floor()}-",
+        *map(str, paths),
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=300)
 
 

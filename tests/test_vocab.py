@@ -20,7 +20,10 @@ def test_tokenize_lowercases_and_drops_punctuation():
     assert tokenize("  -- ... !!") == []
     assert tokenize("Un CAFÉ crème \u2014 Dog\u2019s") == ["un", "café", "crème", "dog's"]
     assert tokenize("cafe\u0301") == ["café"]  # decomposed accent joined to its letter
-    assert tokenize("\u5317\u4eac \u0441\u043e\u0431\u0430\u043a\u0430") == ["\u5317\u4eac", "\u0441\u043e\u0431\u0430\u043a\u0430"]
+    assert tokenize("\u5317\u4eac \u0441\u043e\u0431\u0430\u043a\u0430") == [
+        "\u5317\u4eac",
+        "\u0441\u043e\u0431\u0430\u043a\u0430",
+    ]
 
 
 def test_specials_and_build_with_min_freq():

@@ -1,4 +1,5 @@
 """``python -m captioning.cli ...`` = ``captioning ...``."""
+
 import sys
 
 from captioning.cli.main import main

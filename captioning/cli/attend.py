@@ -1,5 +1,6 @@
 """``captioning attend``: where the model looked for each word, as a GIF (a frame per word) and/or a
 grid PNG (a panel per word) per image."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ def out_kind(out: Path) -> str:
     if out.suffix.lower() in FILE_SUFFIXES:
         return "file"
     if out.suffix:
-        raise CaptioningError(f"--out {out}: attend writes {' or '.join(FILE_SUFFIXES)} files, not {out.suffix}; "
-                              "for a folder give a name without a suffix (or an existing folder)")
+        raise CaptioningError(
+            f"--out {out}: attend writes {' or '.join(FILE_SUFFIXES)} files, not {out.suffix}; "
+            "for a folder give a name without a suffix (or an existing folder)"
+        )
     return "folder"
 
 
@@ -84,30 +87,49 @@ def writable_folder(folder: Path) -> None:
 
 @COMMANDS.register("attend")
 class Attend(Command):
-    help = ("write attention GIFs / grids: where the model looked for each word "
-            "(several --checkpoint: the weighted mean of the models' maps, or each model's with --members each)")
+    help = (
+        "write attention GIFs / grids: where the model looked for each word "
+        "(several --checkpoint: the weighted mean of the models' maps, or each model's with --members each)"
+    )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("images", nargs="+", help=IMAGES_HELP)
         generation_args(p)
-        p.add_argument("--out", required=True,
-                       help="FILE.gif / FILE.png for one image, else a folder (a name without a suffix, or an existing folder)")
-        p.add_argument("--format", choices=("gif", "png", "both"), default=None,
-                       help="GIF (a frame per word), PNG grid (a panel per word) or both (default: the --out suffix, else gif)")
+        p.add_argument(
+            "--out",
+            required=True,
+            help="FILE.gif / FILE.png for one image, else a folder (a name without a suffix, or an existing folder)",
+        )
+        p.add_argument(
+            "--format",
+            choices=("gif", "png", "both"),
+            default=None,
+            help="GIF (a frame per word), PNG grid (a panel per word) or both (default: the --out suffix, else gif)",
+        )
         p.add_argument("--duration-ms", type=at_least(1), default=800, help="time per GIF frame")
         p.add_argument("--alpha", type=fraction, default=0.6, help="heatmap opacity")
         p.add_argument("--style", choices=("heatmap", "paper"), default="heatmap")
-        p.add_argument("--heads", choices=("mean", "each"), default="mean",
-                       help="multi-head models: the mean of the heads' maps, or a picture per head")
-        p.add_argument("--members", choices=("mean", "each"), default="mean",
-                       help="several --checkpoint: the models' weighted mean map (titled so), or a picture per model, titled")
+        p.add_argument(
+            "--heads",
+            choices=("mean", "each"),
+            default="mean",
+            help="multi-head models: the mean of the heads' maps, or a picture per head",
+        )
+        p.add_argument(
+            "--members",
+            choices=("mean", "each"),
+            default="mean",
+            help="several --checkpoint: the models' weighted mean map (titled so), or a picture per model, titled",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         refuse_urls(args.images)
         out_kind(Path(args.out))  # a file suffix that is not .gif / .png: one line, before the model loads
         captioner = load_captioner(args)
         if args.members == "each" and len(args.checkpoint) < 2:
-            print("note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr)
+            print(
+                "note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr
+            )
         good, bad = gather_images(args.images)
         targets = attend_targets([p for p, _ in good], Path(args.out), args.format) if good else []
         for folder in {t.parent for files in targets for t, _ in files}:
@@ -115,8 +137,17 @@ class Attend(Command):
         results = captioner([im for _, im in good], return_attention=True, **generation_overrides(args)) if good else []
         for (path, image), result, files in zip(good, results, targets):
             for target, fmt in files:
-                captioner.render(image, result, target, format=fmt, duration_ms=args.duration_ms, alpha=args.alpha, style=args.style,
-                                heads=args.heads, members=args.members)
+                captioner.render(
+                    image,
+                    result,
+                    target,
+                    format=fmt,
+                    duration_ms=args.duration_ms,
+                    alpha=args.alpha,
+                    style=args.style,
+                    heads=args.heads,
+                    members=args.members,
+                )
                 print(f"{path}\t{result['generated_text']}\t-> {target}")
         report_skipped(bad)
         return 1 if bad else 0

@@ -1,5 +1,6 @@
 """``captioning caption``: captions of image files, folders and glob patterns, with a checkpoint
 (several: an ensemble) or an ONNX folder (onnxruntime, without PyTorch)."""
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,9 @@ def gather_images(items: Sequence[str]) -> tuple[list, list]:
             empty.append((item, f"{item}: no images found (an empty folder, or a pattern that matches nothing)"))
         paths += found
     if not paths:
-        raise CaptioningError(empty[0][1] if len(empty) == 1 else f"no images found in {', '.join(i for i, _ in empty)}")
+        raise CaptioningError(
+            empty[0][1] if len(empty) == 1 else f"no images found in {', '.join(i for i, _ in empty)}"
+        )
     good, bad = load_images(paths)
     return good, empty + bad
 
@@ -53,17 +56,25 @@ def load_captioner(args):
         if args.device not in (None, "cpu"):
             print(f"note: --device {args.device} is ignored with --onnx (onnxruntime runs on the CPU)", file=sys.stderr)
         captioner = OnnxCaptioner(args.onnx)
-        captioner.check_generation(captioner.generation.replace(**generation_overrides(args)))  # e.g. sampling: before any image
+        captioner.check_generation(
+            captioner.generation.replace(**generation_overrides(args))
+        )  # e.g. sampling: before any image
     else:
         from captioning.api import Captioner
 
         captioner = Captioner.from_checkpoints(paths, weights, args.device)
     if args.attention_mode not in (None, "expected") and captioner.attention_kind == "soft":
-        print(f"note: --attention-mode {args.attention_mode} applies to hard-attention models; "
-              "this one has soft attention (it reads the expected context)", file=sys.stderr)
+        print(
+            f"note: --attention-mode {args.attention_mode} applies to hard-attention models; "
+            "this one has soft attention (it reads the expected context)",
+            file=sys.stderr,
+        )
     if getattr(args, "attention_temperature", None) not in (None, 1.0) and captioner.attention_kind == "soft":
-        print("note: --attention-temperature applies to hard-attention models; "
-              "this one has soft attention (it reads the expected context)", file=sys.stderr)
+        print(
+            "note: --attention-temperature applies to hard-attention models; "
+            "this one has soft attention (it reads the expected context)",
+            file=sys.stderr,
+        )
     return captioner
 
 
@@ -85,11 +96,18 @@ class Caption(Command):
         if grouped:
             overrides["num_return_sequences"] = overrides["num_beams"]
         results = captioner([im for _, im in good], **overrides) if good else []
-        rows = [{"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)]
+        rows = [
+            {"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)
+        ]
         if grouped:
             for row, result in zip(rows, results):
-                row["beams"] = sorted(({"group": b.get("group", 1), "generated_text": b["generated_text"], "score": b["score"]}
-                                       for b in result.get("beams", [])), key=lambda b: (b["group"], -b["score"]))
+                row["beams"] = sorted(
+                    (
+                        {"group": b.get("group", 1), "generated_text": b["generated_text"], "score": b["score"]}
+                        for b in result.get("beams", [])
+                    ),
+                    key=lambda b: (b["group"], -b["score"]),
+                )
         if args.json:
             rows += [{"image": p, "error": reason} for p, reason in bad]
             print(json.dumps(rows, indent=2, ensure_ascii=False))

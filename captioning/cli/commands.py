@@ -20,6 +20,7 @@ and its import in cli/main.py (the order of the imports is the order of ``captio
 listing). A command module imports nothing heavy at its top: building the parser imports every
 command module, and ``captioning caption --onnx`` runs where torch cannot be imported.
 """
+
 from __future__ import annotations
 
 import argparse

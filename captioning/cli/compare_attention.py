@@ -16,6 +16,7 @@ column) per head after the mean's. For the attention variants:
     captioning compare-attention --checkpoints soft.ckpt multihead.ckpt luong.ckpt local.ckpt \\
         --labels soft multihead luong local --num-beams 3 --out compare/ test_image.png
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,13 +63,19 @@ def _fit(text: str, font, width: float) -> str:
     return text
 
 
-def compare_grid(image: Image.Image, rows: Sequence[tuple[str, Captioner, dict]], panel_size: int = 128,
-                 alpha: float = 0.6, style: str = "heatmap") -> Image.Image:
+def compare_grid(
+    image: Image.Image,
+    rows: Sequence[tuple[str, Captioner, dict]],
+    panel_size: int = 128,
+    alpha: float = 0.6,
+    style: str = "heatmap",
+) -> Image.Image:
     """One row per (label, captioner, result): a title line "label: caption", then a panel per word."""
     image = image.convert("RGB")
     scale = panel_size / max(image.size)
-    shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
-                         Image.Resampling.BICUBIC)
+    shown = image.resize(
+        (max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.BICUBIC
+    )
     pw, ph = shown.size
     title_font, word_font = V.ui_font(16), V.ui_font(int(min(max(pw / 10, 11), 18)))
     title_h, word_h = V._line_height(title_font) + 4, V._line_height(word_font) + 2
@@ -92,8 +99,9 @@ def compare_grid(image: Image.Image, rows: Sequence[tuple[str, Captioner, dict]]
     return canvas
 
 
-def compare_frames(image: Image.Image, rows: Sequence[tuple[str, Captioner, dict]], alpha: float = 0.6,
-                   style: str = "heatmap") -> list[Image.Image]:
+def compare_frames(
+    image: Image.Image, rows: Sequence[tuple[str, Captioner, dict]], alpha: float = 0.6, style: str = "heatmap"
+) -> list[Image.Image]:
     """The checkpoints' GIF frames side by side under their labels; as many frames as the longest caption + 1."""
     title_font = V.ui_font(18)
     title_h = V._line_height(title_font) + 2 * GAP
@@ -134,9 +142,20 @@ def with_heads(label: str, captioner: Captioner, result: dict) -> list[tuple[str
     return rows
 
 
-def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels: Sequence[str] | None = None,
-            gif: bool = False, duration_ms: int = 800, panel_size: int = 128, alpha: float = 0.6,
-            style: str = "heatmap", device: str | None = None, heads: str = "mean", **generate_kwargs) -> list[Path]:
+def compare(
+    checkpoints: Sequence[str],
+    images: Sequence[str],
+    out: str,
+    labels: Sequence[str] | None = None,
+    gif: bool = False,
+    duration_ms: int = 800,
+    panel_size: int = 128,
+    alpha: float = 0.6,
+    style: str = "heatmap",
+    device: str | None = None,
+    heads: str = "mean",
+    **generate_kwargs,
+) -> list[Path]:
     """Write the comparison PNG (and GIF) of every readable image; returns the files written."""
     from captioning.api import Captioner
 
@@ -161,11 +180,14 @@ def compare(checkpoints: Sequence[str], images: Sequence[str], out: str, labels:
         atomic_write_bytes(target, buffer.getvalue())
         written.append(target)
         if gif:
-            frames = [f.quantize(256, method=Image.Quantize.FASTOCTREE)
-                      for f in compare_frames(image, rows, alpha=alpha, style=style)]
+            frames = [
+                f.quantize(256, method=Image.Quantize.FASTOCTREE)
+                for f in compare_frames(image, rows, alpha=alpha, style=style)
+            ]
             buffer = io.BytesIO()
-            frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=int(duration_ms),
-                           loop=0)
+            frames[0].save(
+                buffer, format="GIF", save_all=True, append_images=frames[1:], duration=int(duration_ms), loop=0
+            )
             target = folder / f"{Path(path).stem}.gif"
             atomic_write_bytes(target, buffer.getvalue())
             written.append(target)
@@ -188,13 +210,28 @@ class CompareAttention(Command):
         p.add_argument("--panel-size", type=int, default=128, help="long side of each word's panel, in pixels")
         p.add_argument("--alpha", type=fraction, default=0.6, help="heatmap opacity")
         p.add_argument("--style", choices=V.STYLES, default="heatmap")
-        p.add_argument("--heads", choices=("mean", "each"), default="mean",
-                       help="multi-head models: the mean of the heads' maps, or also a row per head")
+        p.add_argument(
+            "--heads",
+            choices=("mean", "each"),
+            default="mean",
+            help="multi-head models: the mean of the heads' maps, or also a row per head",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         refuse_urls(args.images)
         check_generation_flags(args)  # one-line errors in the flags' words, before any model loads
-        written = compare(args.checkpoints, args.images, args.out, labels=args.labels, gif=args.gif,
-                          duration_ms=args.duration_ms, panel_size=args.panel_size, alpha=args.alpha, style=args.style,
-                          device=args.device, heads=args.heads, **generation_overrides(args))
+        written = compare(
+            args.checkpoints,
+            args.images,
+            args.out,
+            labels=args.labels,
+            gif=args.gif,
+            duration_ms=args.duration_ms,
+            panel_size=args.panel_size,
+            alpha=args.alpha,
+            style=args.style,
+            device=args.device,
+            heads=args.heads,
+            **generation_overrides(args),
+        )
         return 0 if written else 1

@@ -10,12 +10,12 @@ Everything lands in one folder (default outputs/demo):
     captions.json         captions of a few test images
     attention/*.gif, *.png  where the model looked, one frame / panel per word
 """
+
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
-from typing import Optional
 
 from captioning.cli.commands import COMMANDS, Command
 from captioning.cli.options import at_least
@@ -33,14 +33,14 @@ def config_path(name: str) -> Path:
     return path
 
 
-def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int] = None, examples: int = 4) -> dict:
+def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: int | None = None, examples: int = 4) -> dict:
     from captioning.api import Captioner
-    from captioning.storage.load import load_model
-    from captioning.viz.curves import plot_curves
-    from captioning.data.shapes import generate
     from captioning.cli.evaluate import evaluate
+    from captioning.data.shapes import generate
     from captioning.files import atomic_write_json
+    from captioning.storage.load import load_model
     from captioning.training.cli import run_lightning_cli
+    from captioning.viz.curves import plot_curves
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -52,11 +52,17 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
 
     print("[2/4] training soft attention on the CPU (configs/shapes_soft.yaml)")
     args = [
-        "fit", "--config", str(config_path("shapes_soft.yaml")),
-        "--data.annotations", str(annotations),
-        "--trainer.default_root_dir", str(out_dir / "train"),
-        "--trainer.accelerator", "cpu",
-        "--seed_everything", str(seed),
+        "fit",
+        "--config",
+        str(config_path("shapes_soft.yaml")),
+        "--data.annotations",
+        str(annotations),
+        "--trainer.default_root_dir",
+        str(out_dir / "train"),
+        "--trainer.accelerator",
+        "cpu",
+        "--seed_everything",
+        str(seed),
     ]
     if max_epochs is not None:
         args += ["--trainer.max_epochs", str(max_epochs)]
@@ -67,9 +73,15 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
 
     print(f"[3/4] evaluating {best} on the test split (beam search, 3 beams)")
     model = load_model(best)
-    report = evaluate(model, str(annotations), split="test", generation=model.spec.generation.replace(num_beams=3),
-                      metrics_path=str(out_dir / "metrics.json"), results_path=str(out_dir / "results.json"),
-                      checkpoint=best)
+    report = evaluate(
+        model,
+        str(annotations),
+        split="test",
+        generation=model.spec.generation.replace(num_beams=3),
+        metrics_path=str(out_dir / "metrics.json"),
+        results_path=str(out_dir / "results.json"),
+        checkpoint=best,
+    )
 
     print("[4/4] captioning example images and writing attention GIFs")
     from captioning.data.karpathy import load_karpathy
@@ -84,8 +96,16 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
         stem = Path(path).stem
         gif = captioner.render(path, res, out_dir / "attention" / f"{stem}.gif", format="gif")
         png = captioner.render(path, res, out_dir / "attention" / f"{stem}.png", format="png")
-        captions.append({"image": path, "generated_text": res["generated_text"], "score": res["score"],
-                         "references": rec.captions, "gif": str(gif), "grid": str(png)})
+        captions.append(
+            {
+                "image": path,
+                "generated_text": res["generated_text"],
+                "score": res["score"],
+                "references": rec.captions,
+                "gif": str(gif),
+                "grid": str(png),
+            }
+        )
     atomic_write_json(out_dir / "captions.json", captions)
 
     total = time.perf_counter() - t0
@@ -97,8 +117,10 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: Optional[int]
         return f"{s[name]:.3f}" if isinstance(s.get(name), float) else "n/a"
 
     print()
-    print(f"test split: BLEU-4 {score('BLEU-4')}  CIDEr {score('CIDEr')}  METEOR {score('METEOR')}  "
-          f"object F1 {score('object_f1')}")
+    print(
+        f"test split: BLEU-4 {score('BLEU-4')}  CIDEr {score('CIDEr')}  METEOR {score('METEOR')}  "
+        f"object F1 {score('object_f1')}"
+    )
     for key, note in report["notes"].items():
         if key.endswith("_error"):  # e.g. METEOR without Java
             print(f"note: {note}")

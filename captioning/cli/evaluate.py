@@ -6,6 +6,7 @@ adds the plain loop over the split, the COCO results file and the report. Unread
 skipped, reported by name and counted; the rest are scored. The captions are written before they
 are scored, so a scorer failure never loses them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,8 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Optional, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from captioning.cli.commands import COMMANDS, Command
 from captioning.cli.options import (
@@ -36,20 +38,20 @@ if TYPE_CHECKING:
 def evaluate(
     model,
     annotations: str,
-    images_root: Optional[str] = None,
+    images_root: str | None = None,
     split: str = "test",
-    generation: Optional[GenerationConfig] = None,
+    generation: GenerationConfig | None = None,
     batch_size: int = 32,
     num_workers: int = 0,
-    device: Optional[str] = None,
+    device: str | None = None,
     spice: bool = False,
     grounding: bool = False,
-    metrics_path: Optional[str] = None,
-    results_path: Optional[str] = None,
-    checkpoint: Optional[str] = None,
+    metrics_path: str | None = None,
+    results_path: str | None = None,
+    checkpoint: str | None = None,
     progress: bool = True,
-    clip_model: Optional[str] = None,
-    clip_weights: Optional[str] = None,
+    clip_model: str | None = None,
+    clip_weights: str | None = None,
     metrics: Sequence[str] = METRICS,
     tokenizer: str = "auto",
 ) -> dict:
@@ -77,16 +79,30 @@ def evaluate(
     generation = generation or model.spec.generation
     dev = default_device(device)
     model = model.eval().to(dev)
-    data = CaptionData(annotations, images_root, eval_batch_size=batch_size, num_workers=num_workers,
-                             image_size=model.spec.image_size, on_bad_image="skip",
-                             interpolation=model.spec.interpolation or "bilinear")
+    data = CaptionData(
+        annotations,
+        images_root,
+        eval_batch_size=batch_size,
+        num_workers=num_workers,
+        image_size=model.spec.image_size,
+        on_bad_image="skip",
+        interpolation=model.spec.interpolation or "bilinear",
+    )
     data.set_vocab(model.vocab)
-    evaluator = Evaluator(metrics, spice=spice, keep_alignments=grounding, training_captions=training_captions(data),
-                          tokenizer=tokenizer, clip=ClipScoring(clip_model, clip_weights, str(dev)))
+    evaluator = Evaluator(
+        metrics,
+        spice=spice,
+        keep_alignments=grounding,
+        training_captions=training_captions(data),
+        tokenizer=tokenizer,
+        clip=ClipScoring(clip_model, clip_weights, str(dev)),
+    )
 
     start = time.perf_counter()
     skipped = []
-    for batch in tqdm(data.eval_dataloader(split), desc=f"decoding {split}", unit="batch", disable=None if progress else True):
+    for batch in tqdm(
+        data.eval_dataloader(split), desc=f"decoding {split}", unit="batch", disable=None if progress else True
+    ):
         skipped += batch.pop("bad_images")  # unreadable images, named with the reason; the rest go on
         if batch["image_ids"].numel():
             evaluator.add(model, {k: v.to(dev) for k, v in batch.items()}, generation)
@@ -96,8 +112,12 @@ def evaluate(
         atomic_write_json(results_path, [{"image_id": i, "caption": c} for i, c in predictions.items()])
 
     try:
-        scores, notes = evaluator.score(predictions, data.references(split), lambda p, a: data.dataset_scores(split, p, a),
-                                        images=split_images(data, split))
+        scores, notes = evaluator.score(
+            predictions,
+            data.references(split),
+            lambda p, a: data.dataset_scores(split, p, a),
+            images=split_images(data, split),
+        )
     finally:
         evaluator.close()
     if predictions and not spice:
@@ -120,8 +140,16 @@ def evaluate(
     return report
 
 
-def clip_scores(scores: dict, notes: dict, data: CaptionData, split: str, predictions: dict,
-                clip_model: Optional[str], clip_weights: Optional[str], device: str) -> None:
+def clip_scores(
+    scores: dict,
+    notes: dict,
+    data: CaptionData,
+    split: str,
+    predictions: dict,
+    clip_model: str | None,
+    clip_weights: str | None,
+    device: str,
+) -> None:
     """CLIPScore and RefCLIPScore of the captions into ``scores``, or into ``notes`` why they are missing
     (the data is read only once a CLIP model has loaded). ``evaluate`` has its Evaluator compute them."""
     from captioning.decoding.evaluator import split_images
@@ -152,7 +180,7 @@ SERVER_FILES = {
 }
 
 
-def server_file(server: str, subset: Optional[str] = None, name: str = "captioning", folder: str = ".") -> str:
+def server_file(server: str, subset: str | None = None, name: str = "captioning", folder: str = ".") -> str:
     """The path of an evaluation server's submission file (:data:`SERVER_FILES`); one line of
     :class:`ConfigError` for a subset the server does not have or a name that cannot be a file name."""
     subsets, pattern = SERVER_FILES[server]
@@ -160,12 +188,15 @@ def server_file(server: str, subset: Optional[str] = None, name: str = "captioni
     if subset not in subsets:
         raise ConfigError(f"--server-subset: the {server} server's subsets are {', '.join(subsets)}, got {subset!r}")
     if not name or not all(c.isalnum() or c in "-_" for c in name):
-        raise ConfigError(f"--server-name: letters, digits, '-' and '_' only (it is part of the file name), got {name!r}")
+        raise ConfigError(
+            f"--server-name: letters, digits, '-' and '_' only (it is part of the file name), got {name!r}"
+        )
     return os.path.join(folder, pattern.format(subset=subset, name=name))
 
 
-def write_server_results(predictions: dict, server: str, subset: Optional[str] = None, name: str = "captioning",
-                         folder: str = ".") -> str:
+def write_server_results(
+    predictions: dict, server: str, subset: str | None = None, name: str = "captioning", folder: str = "."
+) -> str:
     """The captions as an evaluation server's submission: a JSON list of {"image_id": int, "caption": str},
     one per image, in the file :func:`server_file` names. Returns its path."""
     path = server_file(server, subset, name, folder)
@@ -182,22 +213,43 @@ class Evaluate(Command):
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         generation_args(p)
         p.add_argument("--annotations", required=True, help="Karpathy-format annotation file")
-        p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
+        p.add_argument(
+            "--images-root",
+            default=None,
+            help="folder the image paths are relative to (default: the annotation file's)",
+        )
         p.add_argument("--split", default="test")
         p.add_argument("--batch-size", type=at_least(1), default=32)
         p.add_argument("--num-workers", type=at_least(0), default=0)
         p.add_argument("--spice", action="store_true", help="also try SPICE (needs Java and Stanford CoreNLP)")
-        p.add_argument("--clip-model", default=None, metavar="MODEL[/TAG]",
-                       help="CLIPScore and RefCLIPScore with this OpenCLIP model (e.g. ViT-B-32/openai; weights from its cache)")
-        p.add_argument("--clip-weights", default=None, metavar="FILE",
-                       help="the CLIP model's weights from a local safetensors or weights-only file instead of its cache")
+        p.add_argument(
+            "--clip-model",
+            default=None,
+            metavar="MODEL[/TAG]",
+            help="CLIPScore and RefCLIPScore with this OpenCLIP model (e.g. ViT-B-32/openai; weights from its cache)",
+        )
+        p.add_argument(
+            "--clip-weights",
+            default=None,
+            metavar="FILE",
+            help="the CLIP model's weights from a local safetensors or weights-only file instead of its cache",
+        )
         p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
-        p.add_argument("--out", default=None, help="write the metrics JSON here (every digit; printed scores have 4 decimals)")
+        p.add_argument(
+            "--out", default=None, help="write the metrics JSON here (every digit; printed scores have 4 decimals)"
+        )
         p.add_argument("--results", default=None, help="write the COCO results JSON here")
-        p.add_argument("--server-results", choices=("coco", "nocaps"), default=None,
-                       help="also write the captions as an evaluation server's submission file (docs/EVALUATION.md)")
-        p.add_argument("--server-subset", default=None,
-                       help="the server's subset: coco val2014 (default) or test2014; nocaps val (default) or test")
+        p.add_argument(
+            "--server-results",
+            choices=("coco", "nocaps"),
+            default=None,
+            help="also write the captions as an evaluation server's submission file (docs/EVALUATION.md)",
+        )
+        p.add_argument(
+            "--server-subset",
+            default=None,
+            help="the server's subset: coco val2014 (default) or test2014; nocaps val (default) or test",
+        )
         p.add_argument("--server-name", default="captioning", help="the method's name in the submission file's name")
         p.add_argument("--server-dir", default=".", help="the folder the submission file is written to")
 
@@ -215,16 +267,27 @@ class Evaluate(Command):
 
             model = Ensemble([load_model(p) for p in paths], weights, names=paths)
         report = evaluate(
-            model, args.annotations, images_root=args.images_root, split=args.split,
+            model,
+            args.annotations,
+            images_root=args.images_root,
+            split=args.split,
             generation=check_generation_flags(args, model.spec.generation),
-            batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, spice=args.spice,
-            grounding=args.grounding, metrics_path=args.out, results_path=args.results, checkpoint=" + ".join(paths),
-            clip_model=args.clip_model, clip_weights=args.clip_weights,
+            batch_size=args.batch_size,
+            num_workers=args.num_workers,
+            device=args.device,
+            spice=args.spice,
+            grounding=args.grounding,
+            metrics_path=args.out,
+            results_path=args.results,
+            checkpoint=" + ".join(paths),
+            clip_model=args.clip_model,
+            clip_weights=args.clip_weights,
         )
         print(json.dumps(shown_scores(report["scores"]), indent=2))
         if args.server_results:
-            path = write_server_results(report["predictions"], args.server_results, args.server_subset, args.server_name,
-                                        args.server_dir)
+            path = write_server_results(
+                report["predictions"], args.server_results, args.server_subset, args.server_name, args.server_dir
+            )
             print(f"wrote {path} (submit it to the {args.server_results} evaluation server)", file=sys.stderr)
         for key, note in report["notes"].items():
             if key.endswith("_error"):  # a metric that could not be computed, and why

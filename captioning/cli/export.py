@@ -8,20 +8,21 @@ folder or a Hub id); the model card gets its training data, steps and best valid
 the test scores of an ``evaluate`` report given with ``--metrics``. storage/folder.py writes the
 safetensors folder, export/onnx.py the graphs.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import Path
-from typing import Optional
 
 from captioning.cli.commands import COMMANDS, Command
 from captioning.cli.options import at_least
 from captioning.errors import CaptioningError
 
 
-def export(checkpoint: str, out: str, format: str = "safetensors", metrics: Optional[str] = None,
-           opset: Optional[int] = None) -> Path:
+def export(
+    checkpoint: str, out: str, format: str = "safetensors", metrics: str | None = None, opset: int | None = None
+) -> Path:
     """Write the model folder of ``checkpoint`` in ``format`` ("safetensors" or "onnx"). Returns the folder."""
     from captioning.storage.folder import metrics_card, read_metrics, save_folder
     from captioning.storage.load import load_model
@@ -40,16 +41,28 @@ def export(checkpoint: str, out: str, format: str = "safetensors", metrics: Opti
 
 @COMMANDS.register("export")
 class Export(Command):
-    help = ("write a model folder to share (safetensors + config.json + vocab.json + "
-            "model card), or ONNX graphs that caption without PyTorch")
+    help = (
+        "write a model folder to share (safetensors + config.json + vocab.json + "
+        "model card), or ONNX graphs that caption without PyTorch"
+    )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--checkpoint", required=True, help="a checkpoint written by `captioning fit` (or a model folder)")
+        p.add_argument(
+            "--checkpoint", required=True, help="a checkpoint written by `captioning fit` (or a model folder)"
+        )
         p.add_argument("--out", required=True, help="the model folder to write")
-        p.add_argument("--format", choices=("safetensors", "onnx"), default="safetensors",
-                       help="safetensors: weights for Captioner.from_pretrained / --checkpoint; onnx: encoder.onnx and "
-                            "decoder_step*.onnx for `caption --onnx` and OnnxCaptioner (default: safetensors)")
-        p.add_argument("--metrics", default=None, help="a report of `captioning evaluate --out`: its test scores go in the model card")
+        p.add_argument(
+            "--format",
+            choices=("safetensors", "onnx"),
+            default="safetensors",
+            help="safetensors: weights for Captioner.from_pretrained / --checkpoint; onnx: encoder.onnx and "
+            "decoder_step*.onnx for `caption --onnx` and OnnxCaptioner (default: safetensors)",
+        )
+        p.add_argument(
+            "--metrics",
+            default=None,
+            help="a report of `captioning evaluate --out`: its test scores go in the model card",
+        )
         p.add_argument("--opset", type=at_least(13), default=17, help="ONNX opset (with --format onnx)")
         p.add_argument("--overwrite", action="store_true", help="write into a folder that is not empty")
 
@@ -59,7 +72,9 @@ class Export(Command):
         if os.path.isfile(args.out):
             raise CaptioningError(f"--out {args.out}: a file, not a folder")
         if os.path.isdir(args.out) and any(not p.startswith(".") for p in os.listdir(args.out)) and not args.overwrite:
-            raise CaptioningError(f"--out {args.out}: the folder exists and is not empty (pass --overwrite to write into it)")
+            raise CaptioningError(
+                f"--out {args.out}: the folder exists and is not empty (pass --overwrite to write into it)"
+            )
         folder = export(args.checkpoint, args.out, format=args.format, metrics=args.metrics, opset=args.opset)
         files = folder_summary(folder)
         source = os.path.getsize(args.checkpoint) if os.path.isfile(args.checkpoint) else None

@@ -5,12 +5,13 @@ The config is read by the same parser as ``captioning fit`` (LightningCLI), so i
 overrides are exactly those of training: the model's encoder settings pick the encoder, the data
 settings the images.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +30,7 @@ def part_name(shard: int, num_shards: int) -> str:
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """"i/n" -> (i, n) with 0 <= i < n."""
+    """ "i/n" -> (i, n) with 0 <= i < n."""
     try:
         i, n = (int(x) for x in text.split("/"))
     except ValueError:
@@ -55,8 +56,10 @@ def _open_part(base: str, image_ids: list[int], grid: tuple, meta: dict) -> tupl
             )
         recorded = index.get("meta")
         check_meta(recorded if isinstance(recorded, dict) else {}, meta, index_path)  # the same encoder settings
-        return (np.memmap(base + ".f16", dtype=np.float16, mode="r+", shape=(rows, *grid)),
-                np.memmap(base + ".done", dtype=np.uint8, mode="r+", shape=(rows,)))
+        return (
+            np.memmap(base + ".f16", dtype=np.float16, mode="r+", shape=(rows, *grid)),
+            np.memmap(base + ".done", dtype=np.uint8, mode="r+", shape=(rows,)),
+        )
     data = np.memmap(base + ".f16", dtype=np.float16, mode="w+", shape=(rows, *grid))
     done = np.memmap(base + ".done", dtype=np.uint8, mode="w+", shape=(rows,))
     data.flush(), done.flush()
@@ -77,11 +80,11 @@ def extract_features(
     batch_size: int = 64,
     num_workers: int = 0,
     shard: tuple[int, int] = (0, 1),
-    device: Optional[str] = None,
-    meta: Optional[dict] = None,
+    device: str | None = None,
+    meta: dict | None = None,
     progress: bool = True,
-    max_batches: Optional[int] = None,
-    images: Optional[Callable[[list[ImageRecord]], ImageDataset]] = None,
+    max_batches: int | None = None,
+    images: Callable[[list[ImageRecord]], ImageDataset] | None = None,
 ) -> dict:
     """Run ``encoder`` over the images of this shard, resuming a previous run in ``out_dir``.
 
@@ -110,11 +113,18 @@ def extract_features(
         dataset = ImageDataset(pending, images_root, image_size, interpolation=interpolation)
     else:
         dataset = images(pending)
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, shuffle=False,
-                        collate_fn=Collate(0, "images", dataset.visual_shape, on_bad_image="skip"))
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        shuffle=False,
+        collate_fn=Collate(0, "images", dataset.visual_shape, on_bad_image="skip"),
+    )
     unreadable, extracted = [], 0
     amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    with tqdm(total=len(pending), desc=f"features {os.path.basename(base)}", unit="img", disable=None if progress else True) as bar:
+    with tqdm(
+        total=len(pending), desc=f"features {os.path.basename(base)}", unit="img", disable=None if progress else True
+    ) as bar:
         for b, batch in enumerate(loader):
             if max_batches is not None and b >= max_batches:
                 break
@@ -129,13 +139,25 @@ def extract_features(
                 done.flush()  # ...then their flags
                 extracted += len(rows)
             bar.update(len(batch["image_ids"]) + len(batch["bad_images"]))
-    return {"part": base, "rows": len(ids), "done": int(np.asarray(done).sum()), "extracted": extracted,
-            "unreadable": unreadable}
+    return {
+        "part": base,
+        "rows": len(ids),
+        "done": int(np.asarray(done).sum()),
+        "extracted": extracted,
+        "unreadable": unreadable,
+    }
 
 
-def extract_from_config(config: PathLike, out_dir: PathLike, batch_size: int = 64, num_workers: int = 0,
-                        shard: tuple[int, int] = (0, 1), overrides: Sequence[str] = (),
-                        device: Optional[str] = None, progress: bool = True) -> dict:
+def extract_from_config(
+    config: PathLike,
+    out_dir: PathLike,
+    batch_size: int = 64,
+    num_workers: int = 0,
+    shard: tuple[int, int] = (0, 1),
+    overrides: Sequence[str] = (),
+    device: str | None = None,
+    progress: bool = True,
+) -> dict:
     """Extract the features of every image of the config's annotation file (``overrides``: more
     ``--data.x`` / ``--model.x`` arguments, as for fit). Returns extract_features' report."""
     if not os.path.isfile(config):
@@ -145,11 +167,28 @@ def extract_from_config(config: PathLike, out_dir: PathLike, batch_size: int = 6
     cli = run_lightning_cli(["--config", str(config), *overrides], run=False)
     encoder_config, data = cli.model.encoder_config, cli.datamodule
     if encoder_config.name == "small_cnn":
-        raise ConfigError(f"{config}: model.encoder.name small_cnn is trained with the decoder; caching its features makes no sense")
-    meta = {"encoder": encoder_config.name, "grid_size": encoder_config.grid_size, "pretrained": encoder_config.pretrained,
-            "interpolation": data.interpolation}
+        raise ConfigError(
+            f"{config}: model.encoder.name small_cnn is trained with the decoder; caching its features makes no sense"
+        )
+    meta = {
+        "encoder": encoder_config.name,
+        "grid_size": encoder_config.grid_size,
+        "pretrained": encoder_config.pretrained,
+        "interpolation": data.interpolation,
+    }
     encoder = build_encoder(dataclasses.replace(encoder_config, channels_last=False))
     records = data.all_records()
-    return extract_features(records, encoder, data.images_root, out_dir, data.image_size, batch_size, num_workers,
-                            shard, device, meta, progress, images=data.image_dataset)
-
+    return extract_features(
+        records,
+        encoder,
+        data.images_root,
+        out_dir,
+        data.image_size,
+        batch_size,
+        num_workers,
+        shard,
+        device,
+        meta,
+        progress,
+        images=data.image_dataset,
+    )

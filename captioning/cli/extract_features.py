@@ -1,5 +1,6 @@
 """``captioning extract-features``: a training config's frozen encoder run once over all its images
 into a feature cache (the work is cli/extract.py's; the cache's layout data/features.py's)."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,13 +31,23 @@ class ExtractFeatures(Command):
 
         overrides = []
         if args.annotations:
-            overrides += ["--data.annotations", args.annotations[0] if len(args.annotations) == 1 else json.dumps(args.annotations)]
+            overrides += [
+                "--data.annotations",
+                args.annotations[0] if len(args.annotations) == 1 else json.dumps(args.annotations),
+            ]
         if args.images_root:
             overrides += ["--data.images_root", args.images_root]
         if args.split_file:
             overrides += ["--data.split_file", args.split_file]
-        report = extract_from_config(args.config, args.out, batch_size=args.batch_size, num_workers=args.num_workers,
-                                     shard=parse_shard(args.shard), overrides=overrides, device=args.device)
+        report = extract_from_config(
+            args.config,
+            args.out,
+            batch_size=args.batch_size,
+            num_workers=args.num_workers,
+            shard=parse_shard(args.shard),
+            overrides=overrides,
+            device=args.device,
+        )
         for message in report["unreadable"]:
             print(f"unreadable: {message}", file=sys.stderr)
         print(f"{report['part']}: {report['done']} of {report['rows']} images done ({report['extracted']} this run)")

@@ -5,6 +5,7 @@ Training goes through LightningCLI (``fit``, ``validate``, ``test``: ``--config`
 ``--model.x`` / ``--data.x`` / ``--trainer.x`` overrides); everything else is a plain subcommand.
 User errors end in one line on stderr and a non-zero exit, never a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ from captioning.cli import prepare  # noqa: F401
 from captioning.cli import export  # noqa: F401
 from captioning.cli import serve  # noqa: F401
 from captioning.cli import extract_features  # noqa: F401
+
 # isort: on
 from captioning.cli.commands import COMMANDS
 from captioning.cli.options import ShortErrorParser
@@ -62,8 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "predict":
-            raise CaptioningError("`captioning predict` is not a command: caption images or folders with "
-                                  "`captioning caption IMAGES --checkpoint CKPT`, a whole split with `captioning evaluate`")
+            raise CaptioningError(
+                "`captioning predict` is not a command: caption images or folders with "
+                "`captioning caption IMAGES --checkpoint CKPT`, a whole split with `captioning evaluate`"
+            )
         if argv and argv[0] in COMMANDS and COMMANDS.get(argv[0]).passthrough:
             return COMMANDS.get(argv[0])().run(argparse.Namespace(command=argv[0], argv=argv))
         parser = build_parser()

@@ -1,4 +1,5 @@
 """``captioning make-shapes``: the synthetic shapes dataset (data/shapes.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,14 +19,25 @@ class MakeShapes(Command):
         p.add_argument("--test", type=at_least(1), default=300, help="test images")
         p.add_argument("--seed", type=int, default=0, help="random seed")
         p.add_argument("--image-size", type=at_least(16), default=64, help="side of the square images, in pixels")
-        p.add_argument("--preset", choices=("demo", "hard"), default="demo",
-                       help="demo: 1-4 objects on a gradient, PNG (the demo's data); hard: 2-4 objects of 3 sizes, "
-                            "8 colours, 6 shapes on textured backgrounds, JPEG")
+        p.add_argument(
+            "--preset",
+            choices=("demo", "hard"),
+            default="demo",
+            help="demo: 1-4 objects on a gradient, PNG (the demo's data); hard: 2-4 objects of 3 sizes, "
+            "8 colours, 6 shapes on textured backgrounds, JPEG",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from captioning.data.shapes import generate
 
-        path = generate(args.out, n_train=args.train, n_val=args.val, n_test=args.test, seed=args.seed,
-                        image_size=args.image_size, preset=args.preset)
+        path = generate(
+            args.out,
+            n_train=args.train,
+            n_val=args.val,
+            n_test=args.test,
+            seed=args.seed,
+            image_size=args.image_size,
+            preset=args.preset,
+        )
         print(f"wrote {path}")
         return 0

@@ -3,6 +3,7 @@
 Kept apart from the commands so that each can use them without importing another, and light:
 nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,14 @@ class ShortErrorParser(argparse.ArgumentParser):
 
 def at_least(least: float, kind: type = int):
     """An argparse type: a number of ``kind`` that is at least ``least`` (its error names the bound)."""
+
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
         if not math.isfinite(value) or value < least:  # int() never gives nan; float() does
             finite = "a finite number" if kind is float else "a number"
             raise argparse.ArgumentTypeError(f"expected {finite} >= {least}, got {text}")
@@ -56,8 +60,7 @@ def refuse_urls(items: Sequence[str]) -> None:
     for item in items:
         scheme, sep, _ = item.partition("://")
         if sep and scheme.isalnum():
-            raise ConfigError(f"{item}: URLs are not read: download it first (e.g. curl -O {item}), "
-                              "then give the file")
+            raise ConfigError(f"{item}: URLs are not read: download it first (e.g. curl -O {item}), then give the file")
 
 
 def image_paths(items: Sequence[str]) -> list[str]:
@@ -82,8 +85,10 @@ def report_skipped(bad: list) -> None:
 
 #: what --checkpoint takes, in every command's help
 CHECKPOINT_HELP = "a checkpoint written by `captioning fit`, or a model folder written by `captioning export`"
-ENSEMBLE_HELP = ("; given several times, an ensemble of models of one vocabulary: their log-probabilities averaged "
-                 "at each step (docs/EVALUATION.md, Ensembles)")
+ENSEMBLE_HELP = (
+    "; given several times, an ensemble of models of one vocabulary: their log-probabilities averaged "
+    "at each step (docs/EVALUATION.md, Ensembles)"
+)
 
 
 def weight_list(text: str) -> tuple[float, ...]:
@@ -117,6 +122,7 @@ PILLOW_PIXELS = 89_478_485
 def option_type(option: GenerationOption):
     """An argparse type for a decoding option: its text converted and checked by the option itself,
     so a flag refuses what the config refuses, in the same words."""
+
     def parse(text: str):
         try:
             value = option.convert(text)
@@ -142,21 +148,30 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
     if checkpoint and onnx:
         model = p.add_mutually_exclusive_group(required=True)
         model.add_argument("--checkpoint", action="append", help=CHECKPOINT_HELP + ENSEMBLE_HELP)
-        model.add_argument("--onnx", metavar="FOLDER",
-                           help="an ONNX folder written by `captioning export --format onnx`: runs with onnxruntime, without PyTorch")
+        model.add_argument(
+            "--onnx",
+            metavar="FOLDER",
+            help="an ONNX folder written by `captioning export --format onnx`: runs with onnxruntime, without PyTorch",
+        )
     elif checkpoint:
         p.add_argument("--checkpoint", action="append", required=True, help=CHECKPOINT_HELP + ENSEMBLE_HELP)
     if checkpoint:
-        p.add_argument("--ensemble-weights", type=weight_list, default=None, metavar="W1,W2,...",
-                       help="with several --checkpoint: the models' weights in the average of their log-probabilities, "
-                            "in --checkpoint order (normalised to sum 1; default equal)")
+        p.add_argument(
+            "--ensemble-weights",
+            type=weight_list,
+            default=None,
+            metavar="W1,W2,...",
+            help="with several --checkpoint: the models' weights in the average of their log-probabilities, "
+            "in --checkpoint order (normalised to sum 1; default equal)",
+        )
     p.set_defaults(default_beams=beams)
     for option in generation_options():
         if not option.cli:
             continue
         if option.name == "num_beams":
-            help = (f"{in_flags(option.help)}; default: {beams}, "
-                    "or 1 with --do-sample, --top-p, --top-k or --temperature")
+            help = (
+                f"{in_flags(option.help)}; default: {beams}, or 1 with --do-sample, --top-p, --top-k or --temperature"
+            )
         else:
             help = f"{in_flags(option.help)}; default: {THE_MODELS}"
         if option.name in SAMPLING:
@@ -168,8 +183,13 @@ def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool
         else:
             p.add_argument(option.flag, type=option_type(option), default=None, metavar=option.metavar, help=help)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
-    p.add_argument("--max-image-pixels", type=at_least(1), default=None, metavar="N",
-                   help=f"refuse images of more pixels (decompression-bomb guard; default: Pillow's, {PILLOW_PIXELS:,})")
+    p.add_argument(
+        "--max-image-pixels",
+        type=at_least(1),
+        default=None,
+        metavar="N",
+        help=f"refuse images of more pixels (decompression-bomb guard; default: Pillow's, {PILLOW_PIXELS:,})",
+    )
 
 
 def in_flags(text: str) -> str:
@@ -205,8 +225,9 @@ def generation_settings(args) -> tuple[dict, str | None]:
             implied.append(f"{flag_words('num_beams')} 1")
     if not implied:
         return values, None
-    return values, (f"note: {', '.join(map(flag_words, asked))} samples one caption per image: "
-                    f"decoding with {' '.join(implied)}")
+    return values, (
+        f"note: {', '.join(map(flag_words, asked))} samples one caption per image: decoding with {' '.join(implied)}"
+    )
 
 
 def generation_overrides(args) -> dict:

@@ -6,13 +6,15 @@ the caption length distribution. Problems (an annotation error, unreadable image
 With ``to_webdataset`` it then writes the dataset as WebDataset shards (data/webdataset.py), unless
 it has problems: data in any format the project reads is moved once.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 from collections import Counter
-from typing import Optional, Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 import numpy as np
 
@@ -21,7 +23,7 @@ from captioning.cli.options import at_least, counted
 from captioning.errors import CaptioningError
 
 
-def length_report(lengths: Sequence[int], width: int = 40, out: Optional[TextIO] = None) -> None:
+def length_report(lengths: Sequence[int], width: int = 40, out: TextIO | None = None) -> None:
     """min / mean / percentiles / max of caption lengths (words), and a text histogram."""
     out = out or sys.stdout
     if len(lengths) == 0:
@@ -29,8 +31,11 @@ def length_report(lengths: Sequence[int], width: int = 40, out: Optional[TextIO]
         return
     a = np.asarray(lengths)
     p = np.percentile(a, [50, 90, 95, 99])
-    print(f"caption length (words): min {a.min()}  mean {a.mean():.1f}  median {p[0]:.0f}  p90 {p[1]:.0f}  "
-          f"p95 {p[2]:.0f}  p99 {p[3]:.0f}  max {a.max()}", file=out)
+    print(
+        f"caption length (words): min {a.min()}  mean {a.mean():.1f}  median {p[0]:.0f}  p90 {p[1]:.0f}  "
+        f"p95 {p[2]:.0f}  p99 {p[3]:.0f}  max {a.max()}",
+        file=out,
+    )
     edges = list(range(0, 31, 5)) + [max(int(a.max()), 30) + 1]
     counts = [int(((a >= lo) & (a < hi)).sum()) for lo, hi in zip(edges[:-1], edges[1:])]
     top = max(counts) or 1
@@ -55,9 +60,11 @@ def lost_words_warning(words: Counter, vocab, min_word_freq: int) -> str | None:
         return None
     shown = ", ".join(repr(w) for w in lost[:LOST_SHOWN]) + (", ..." if len(lost) > LOST_SHOWN else "")
     keep = min(words[w] for w in lost)  # the cut that keeps every one of them
-    return (f"warning: {len(lost)} of {counted(len(words), 'distinct training word')} ({share:.0%} of the training "
-            f"words) are seen fewer than {min_word_freq} times and become <unk>: {shown}; "
-            f"on a small set keep them with --min-word-freq {keep} (and --data.min_word_freq {keep} when training)")
+    return (
+        f"warning: {len(lost)} of {counted(len(words), 'distinct training word')} ({share:.0%} of the training "
+        f"words) are seen fewer than {min_word_freq} times and become <unk>: {shown}; "
+        f"on a small set keep them with --min-word-freq {keep} (and --data.min_word_freq {keep} when training)"
+    )
 
 
 def check_images(records, images_root: str, progress: bool = True, shards=None) -> list[str]:
@@ -81,9 +88,18 @@ def check_images(records, images_root: str, progress: bool = True, shards=None) 
     return problems
 
 
-def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int = 5, out: Optional[str] = None,
-            split_file: Optional[str] = None, max_vocab_size: Optional[int] = None, check: bool = True,
-            progress: bool = True, to_webdataset: Optional[str] = None, shard_size: int = 1000) -> int:
+def prepare(
+    annotations,
+    images_root: str | None = None,
+    min_word_freq: int = 5,
+    out: str | None = None,
+    split_file: str | None = None,
+    max_vocab_size: int | None = None,
+    check: bool = True,
+    progress: bool = True,
+    to_webdataset: str | None = None,
+    shard_size: int = 1000,
+) -> int:
     """Run the checks and print the report; returns the exit status (0 fine, 1 problems).
     ``to_webdataset``: a folder to write the dataset's shards to (``shard_size`` images each)."""
     from captioning.data.formats import default_images_root, detect_format, load_records
@@ -126,8 +142,9 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         if bad:
             hint = f"; is --images-root {images_root} right?" if len(bad) == len(records) else ""
             verb = "is" if len(bad) == 1 else "are"
-            problems.append(f"{len(bad)} of {counted(len(records), 'image')} {verb} missing or unreadable "
-                            f"(listed above){hint}")
+            problems.append(
+                f"{len(bad)} of {counted(len(records), 'image')} {verb} missing or unreadable (listed above){hint}"
+            )
         else:
             print(f"all {counted(len(records), 'image')} readable" if len(records) > 1 else "the image is readable")
     train = [t for r in records if r.split == "train" for t in r.tokens]
@@ -136,9 +153,11 @@ def prepare(annotations, images_root: Optional[str] = None, min_word_freq: int =
         words = Counter(w for t in train for w in t)
         unk = sum(c for w, c in words.items() if w not in vocab)
         total = sum(words.values())
-        print(f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of "
-              f"{counted(len(words), 'distinct training word')}; "
-              f"{unk / max(total, 1):.2%} of training words become <unk>")
+        print(
+            f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of "
+            f"{counted(len(words), 'distinct training word')}; "
+            f"{unk / max(total, 1):.2%} of training words become <unk>"
+        )
         warning = lost_words_warning(words, vocab, min_word_freq)
         if warning:
             print(warning, file=sys.stderr)
@@ -168,22 +187,48 @@ class Prepare(Command):
     help = "check a dataset (splits, images, caption lengths) and build its vocabulary"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--annotations", required=True, nargs="+",
-                       help="Karpathy split JSON, COCO caption JSON file(s), or a captions .csv / .jsonl")
-        p.add_argument("--images-root", default=None, help="folder the image paths are relative to (default: the annotation file's)")
+        p.add_argument(
+            "--annotations",
+            required=True,
+            nargs="+",
+            help="Karpathy split JSON, COCO caption JSON file(s), or a captions .csv / .jsonl",
+        )
+        p.add_argument(
+            "--images-root",
+            default=None,
+            help="folder the image paths are relative to (default: the annotation file's)",
+        )
         p.add_argument("--split-file", default=None, help="for COCO caption files: Karpathy's dataset_coco.json")
-        p.add_argument("--min-word-freq", type=at_least(1), default=5,
-                       help="rarer training words become <unk>, as in training (--data.min_word_freq, default 5); "
-                            "prepare names the words lost when they are many (a small set wants 1)")
+        p.add_argument(
+            "--min-word-freq",
+            type=at_least(1),
+            default=5,
+            help="rarer training words become <unk>, as in training (--data.min_word_freq, default 5); "
+            "prepare names the words lost when they are many (a small set wants 1)",
+        )
         p.add_argument("--max-vocab-size", type=at_least(0), default=None)
-        p.add_argument("--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)")
+        p.add_argument(
+            "--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)"
+        )
         p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
-        p.add_argument("--to-webdataset", default=None, metavar="OUT",
-                       help="then write the dataset as WebDataset shards OUT/{split}-NNNNNN.tar (train with --data.annotations OUT)")
+        p.add_argument(
+            "--to-webdataset",
+            default=None,
+            metavar="OUT",
+            help="then write the dataset as WebDataset shards OUT/{split}-NNNNNN.tar (train with --data.annotations OUT)",
+        )
         p.add_argument("--shard-size", type=at_least(1), default=1000, help="images per shard (--to-webdataset)")
 
     def run(self, args: argparse.Namespace) -> int:
         annotations = args.annotations[0] if len(args.annotations) == 1 else args.annotations
-        return prepare(annotations, images_root=args.images_root, min_word_freq=args.min_word_freq, out=args.out,
-                       split_file=args.split_file, max_vocab_size=args.max_vocab_size, check=not args.no_image_check,
-                       to_webdataset=args.to_webdataset, shard_size=args.shard_size)
+        return prepare(
+            annotations,
+            images_root=args.images_root,
+            min_word_freq=args.min_word_freq,
+            out=args.out,
+            split_file=args.split_file,
+            max_vocab_size=args.max_vocab_size,
+            check=not args.no_image_check,
+            to_webdataset=args.to_webdataset,
+            shard_size=args.shard_size,
+        )

@@ -1,5 +1,6 @@
 """``captioning fit | validate | test``: training and a checkpoint's scores, through LightningCLI
 (training/cli.py): ``--config``, ``--print_config``, ``--model.x`` / ``--data.x`` / ``--trainer.x``."""
+
 from __future__ import annotations
 
 import argparse

@@ -151,8 +151,10 @@ def check_id(value: Any, where: str) -> int:
     if not is_int(value):
         raise AnnotationError(f"{where}: expected an integer, got {shown(value)}")
     if not ID_RANGE[0] <= value <= ID_RANGE[1]:
-        raise AnnotationError(f"{where}: {shown(value)} is outside the 64-bit integers an image id may be "
-                              f"({ID_RANGE[0]} to {ID_RANGE[1]})")
+        raise AnnotationError(
+            f"{where}: {shown(value)} is outside the 64-bit integers an image id may be "
+            f"({ID_RANGE[0]} to {ID_RANGE[1]})"
+        )
     return value
 
 
@@ -162,8 +164,10 @@ def check_text(value: str, where: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise AnnotationError(f"{where}: a lone surrogate {shown(value[err.start:err.end])} is no text UTF-8 "
-                              "can store (a broken \\ud800-style escape?)") from None
+        raise AnnotationError(
+            f"{where}: a lone surrogate {shown(value[err.start : err.end])} is no text UTF-8 "
+            "can store (a broken \\ud800-style escape?)"
+        ) from None
     return value
 
 
@@ -192,12 +196,17 @@ def check_objects(objects: Any, where: str) -> list[dict]:
         else:
             for name in ("size", "color", "shape"):
                 if not isinstance(obj.get(name), str):
-                    raise AnnotationError(f"{at}: expected 'words' or the strings 'size', 'color' and 'shape' "
-                                          f"({name}: {shown(obj.get(name))})")
+                    raise AnnotationError(
+                        f"{at}: expected 'words' or the strings 'size', 'color' and 'shape' "
+                        f"({name}: {shown(obj.get(name))})"
+                    )
                 check_text(obj[name], f"{at}.{name}")
         bbox = obj.get("bbox")
-        if bbox is not None and not (isinstance(bbox, list) and len(bbox) == 4 and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in bbox)):
+        if bbox is not None and not (
+            isinstance(bbox, list)
+            and len(bbox) == 4
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in bbox)
+        ):
             raise AnnotationError(f"{at}.bbox: expected [x0, y0, x1, y1], four finite numbers, got {shown(bbox)}")
     return objects
 

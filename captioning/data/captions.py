@@ -25,11 +25,13 @@ once (in training, the data module's ``on_before_batch_transfer`` calls it).
 With ``on_bad_image="error"`` the first one is raised as an :class:`ImageError` (one line, also when
 it happened in a worker process). A batch whose images are all unreadable has B = 0.
 """
+
 from __future__ import annotations
 
 import logging
 import os
-from typing import Literal, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch.utils.data import DataLoader
@@ -90,33 +92,39 @@ class CaptionData:
 
     def __init__(
         self,
-        annotations: Union[str, list[str]],
-        images_root: Optional[str] = None,
+        annotations: str | list[str],
+        images_root: str | None = None,
         batch_size: int = 32,
         num_workers: int = 0,
         image_size: int = 224,
         min_word_freq: int = 5,
         max_length: int = 30,
         merge_restval: bool = True,
-        features: Optional[str] = None,
-        eval_batch_size: Optional[int] = None,
+        features: str | None = None,
+        eval_batch_size: int | None = None,
         pin_memory: bool = False,
-        max_vocab_size: Optional[int] = None,
+        max_vocab_size: int | None = None,
         on_bad_image: Literal["error", "skip"] = "error",
         group_captions: bool = False,
-        split_file: Optional[str] = None,
+        split_file: str | None = None,
         bucket_by_length: bool = False,
-        vocabulary: Optional[str] = None,
+        vocabulary: str | None = None,
         shuffle_buffer: int = 1000,
         cache_images: bool = False,
         interpolation: str = "bilinear",
-        tokenizer: Optional[str] = None,
+        tokenizer: str | None = None,
     ):
         super().__init__()
-        for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
-                                   ("image_size", image_size, 1), ("min_word_freq", min_word_freq, 1),
-                                   ("max_length", max_length, 1), ("eval_batch_size", eval_batch_size, 1),
-                                   ("max_vocab_size", max_vocab_size, 0), ("shuffle_buffer", shuffle_buffer, 1)):
+        for name, value, least in (
+            ("batch_size", batch_size, 1),
+            ("num_workers", num_workers, 0),
+            ("image_size", image_size, 1),
+            ("min_word_freq", min_word_freq, 1),
+            ("max_length", max_length, 1),
+            ("eval_batch_size", eval_batch_size, 1),
+            ("max_vocab_size", max_vocab_size, 0),
+            ("shuffle_buffer", shuffle_buffer, 1),
+        ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise ConfigError(f"data.{name}: expected an integer >= {least}, got {value!r}")
         if bucket_by_length and group_captions:
@@ -128,10 +136,12 @@ class CaptionData:
         else:
             self.annotations = os.fspath(annotations)
         if features is not None and not os.path.isdir(features):
-            raise ConfigError(f"data.features={features!r}: no such feature cache folder (write one with `captioning extract-features`)")
+            raise ConfigError(
+                f"data.features={features!r}: no such feature cache folder (write one with `captioning extract-features`)"
+            )
         self.split_file = split_file
         self.features = features
-        self._feature_cache: Optional[FeatureCache] = None
+        self._feature_cache: FeatureCache | None = None
         self.images_root = images_root or default_images_root(self.annotations)
         self.vocabulary = vocabulary
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
@@ -145,13 +155,13 @@ class CaptionData:
         self.shuffle_buffer = shuffle_buffer
         self.tokenizer = build_tokenizer(tokenizer or DEFAULT_TOKENIZER, "data.tokenizer")
         self._tokenizer_named = tokenizer is not None  # else a vocabulary given brings its own
-        self.vocab: Optional[Vocabulary] = None
+        self.vocab: Vocabulary | None = None
         self.skipped_samples = 0  # samples dropped for unreadable images (on_bad_image="skip")
         self._bad_files: set[str] = set()
-        self._annotations: Optional[Annotations] = None  # the records and their images' source, read once
+        self._annotations: Annotations | None = None  # the records and their images' source, read once
 
     # ------------------------------------------------------------------ data
-    def set_vocab(self, vocab: Union[Vocabulary, dict]) -> None:
+    def set_vocab(self, vocab: Vocabulary | dict) -> None:
         """Use this vocabulary (e.g. a checkpoint's) instead of building one from the training captions."""
         vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_dict(vocab)
         self._use_tokenizer_of(vocab, "the vocabulary given")
@@ -162,12 +172,14 @@ class CaptionData:
         if vocab.tokenizer.name == self.tokenizer.name:
             return
         if self._tokenizer_named:
-            raise ConfigError(f"data.tokenizer: {self.tokenizer.name!r}, but {source} was built with the "
-                              f"{vocab.tokenizer.name!r} tokenizer; set data.tokenizer: {vocab.tokenizer.name} or leave it out")
+            raise ConfigError(
+                f"data.tokenizer: {self.tokenizer.name!r}, but {source} was built with the "
+                f"{vocab.tokenizer.name!r} tokenizer; set data.tokenizer: {vocab.tokenizer.name} or leave it out"
+            )
         self.tokenizer = vocab.tokenizer
         self._annotations = None  # read again, split by this tokenizer
 
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         """Read the annotation file (once) and build the vocabulary from train tokens unless one was set."""
         self.all_records()
         if self.vocab is None and self.vocabulary is not None:
@@ -176,8 +188,9 @@ class CaptionData:
             self.vocab = vocab
         if self.vocab is None:
             train = self.records("train")
-            self.vocab = Vocabulary.build((t for r in train for t in r.tokens), self.min_word_freq, self.max_vocab_size,
-                                          tokenizer=self.tokenizer)
+            self.vocab = Vocabulary.build(
+                (t for r in train for t in r.tokens), self.min_word_freq, self.max_vocab_size, tokenizer=self.tokenizer
+            )
 
     def read_annotations(self) -> Annotations:
         """The annotation file's records and their images' source, read once. The readers split
@@ -205,7 +218,7 @@ class CaptionData:
         """image_id -> raw reference captions of every image in the split."""
         return {r.image_id: list(r.captions) for r in self.records(split)}
 
-    def dataset_scores(self, split: str, predictions: dict[int, str], alignments: Optional[dict] = None) -> dict:
+    def dataset_scores(self, split: str, predictions: dict[int, str], alignments: dict | None = None) -> dict:
         """Scores that only this dataset can give (the hook the evaluator calls after coco-caption).
 
         For data whose images list their objects (the shapes data): object F1 and, given the
@@ -218,7 +231,7 @@ class CaptionData:
 
         return shapes_scores(records, predictions, alignments, self.images_root)
 
-    def feature_cache(self) -> Optional[FeatureCache]:
+    def feature_cache(self) -> FeatureCache | None:
         """The feature cache (opened once; its memmaps open lazily in each process), or None."""
         if self.features is not None and self._feature_cache is None:
             self._feature_cache = FeatureCache(self.features)
@@ -235,22 +248,48 @@ class CaptionData:
                     f"(e.g. image_id {missing[:3]}); run or resume `captioning extract-features` for them"
                 )
         if kind is ImageDataset:  # evaluation: the images from wherever the format keeps them
-            return self.read_annotations().image_dataset(records, self.images_root, self.image_size, features=cache,
-                                                         cache_images=self.cache_images, interpolation=self.interpolation)
-        return kind(records, self.images_root, self.image_size, features=cache, cache_images=self.cache_images,
-                    interpolation=self.interpolation, **kwargs)
+            return self.read_annotations().image_dataset(
+                records,
+                self.images_root,
+                self.image_size,
+                features=cache,
+                cache_images=self.cache_images,
+                interpolation=self.interpolation,
+            )
+        return kind(
+            records,
+            self.images_root,
+            self.image_size,
+            features=cache,
+            cache_images=self.cache_images,
+            interpolation=self.interpolation,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------ loaders
     def _loader(self, dataset: ImageDataset, batch_size: int, train: bool) -> DataLoader:
         """Training loaders shuffle and carry captions; evaluation loaders keep the file order."""
-        collate = Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, self.on_bad_image, captions=train)
-        kwargs = dict(num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
-                      pin_memory=self.pin_memory, collate_fn=collate)
+        collate = Collate(
+            Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, self.on_bad_image, captions=train
+        )
+        kwargs = dict(
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=self.pin_memory,
+            collate_fn=collate,
+        )
         if train:  # shuffled (or bucketed) per epoch from the run's seed, split over DDP ranks; resumable mid-epoch
             world, rank = self.replicas()
             lengths = dataset.caption_lengths() if self.bucket_by_length else None
-            return ResumableLoader(dataset, batch_size, seed=torch.initial_seed() % 2**31, lengths=lengths,
-                                   num_replicas=world, rank=rank, **kwargs)
+            return ResumableLoader(
+                dataset,
+                batch_size,
+                seed=torch.initial_seed() % 2**31,
+                lengths=lengths,
+                num_replicas=world,
+                rank=rank,
+                **kwargs,
+            )
         # Evaluation: under DDP Lightning puts in its DistributedSampler.
         return DataLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
 
@@ -276,8 +315,9 @@ class CaptionData:
         """One sample per record, ``{"images": (3, S, S), "image_ids": int}``, read from the image
         files or the WebDataset shards alike and resized as the model's are; never from the feature
         cache (``captioning extract-features`` writes one with it)."""
-        return self.read_annotations().image_dataset(records, self.images_root, self.image_size,
-                                                     interpolation=self.interpolation)
+        return self.read_annotations().image_dataset(
+            records, self.images_root, self.image_size, interpolation=self.interpolation
+        )
 
     def read_image(self, record: ImageRecord):
         """The record's image as stored (an RGB PIL image, not resized), from its file or its shard

@@ -8,6 +8,7 @@ Splits: with a split file (Karpathy's dataset_coco.json, or ``{"train": [cocoid,
 "test": [...]}``) each image takes the split its cocoid has there and images it does not list are
 left out; without one, the caption file's name decides (train/val/test in it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,7 +16,7 @@ import io
 import mmap
 import os
 import re
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 from captioning.common import PathLike
 from captioning.data.annotation_format import (
@@ -35,20 +36,22 @@ from captioning.tokenizers import tokenize
 _COCO_KEY = re.compile(rb'"annotations"\s*:')
 
 
-def _report(message: str, problems: Optional[list]) -> None:
+def _report(message: str, problems: list | None) -> None:
     """A problem of one image or entry: raised, or (given a ``problems`` list) noted and left out."""
     if problems is None:
         raise AnnotationError(message)
     problems.append(message)
 
 
-def _coco(path: str, data: dict, problems: Optional[list] = None):
+def _coco(path: str, data: dict, problems: list | None = None):
     """A pycocotools COCO object over already-parsed data (its own loader would read the file again).
     Malformed entries are errors, or with a ``problems`` list noted there and left out."""
     from pycocotools.coco import COCO
 
     if not isinstance(data, dict):
-        raise AnnotationError(f"{path}: expected a JSON object with 'images' and 'annotations' (not a COCO caption file?)")
+        raise AnnotationError(
+            f"{path}: expected a JSON object with 'images' and 'annotations' (not a COCO caption file?)"
+        )
     for key in ("images", "annotations"):
         if not isinstance(data.get(key), list):
             raise AnnotationError(f"{path}: missing or ill-typed top-level field {key!r} (not a COCO caption file?)")
@@ -56,7 +59,9 @@ def _coco(path: str, data: dict, problems: Optional[list] = None):
     for i, ann in enumerate(data["annotations"]):
         try:
             if not isinstance(ann, dict) or not {"id", "image_id", "caption"} <= ann.keys():
-                raise AnnotationError(f"{path}: annotations[{i}]: expected an object with 'id', 'image_id' and 'caption'")
+                raise AnnotationError(
+                    f"{path}: annotations[{i}]: expected an object with 'id', 'image_id' and 'caption'"
+                )
             check_id(ann["image_id"], f"{path}: annotations[{i}].image_id")
             if isinstance(ann["caption"], str):
                 check_text(ann["caption"], f"{path}: annotations[{i}].caption")
@@ -104,7 +109,9 @@ def read_split_file(path: PathLike, merge_restval: bool = True) -> dict[int, str
         raise AnnotationError(f"{path}: expected a Karpathy split file or an object {{split: [cocoid, ...]}}")
     for cocoid, split in splits.items():
         if split not in SPLITS:
-            raise AnnotationError(f"{path}: cocoid {cocoid}: unknown split {split!r} (expected one of {', '.join(SPLITS)})")
+            raise AnnotationError(
+                f"{path}: cocoid {cocoid}: unknown split {split!r} (expected one of {', '.join(SPLITS)})"
+            )
     if merge_restval:
         splits = {k: "train" if v == "restval" else v for k, v in splits.items()}
     return splits
@@ -123,9 +130,13 @@ def _split_from_name(path: str) -> str:
     raise AnnotationError(f"{path}: cannot tell the split from the file name; give a split file (--data.split_file)")
 
 
-def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: Optional[PathLike] = None,
-              merge_restval: bool = True, data: Optional[dict] = None,
-              problems: Optional[list] = None) -> list[ImageRecord]:
+def load_coco(
+    captions_files: PathLike | Sequence[PathLike],
+    split_file: PathLike | None = None,
+    merge_restval: bool = True,
+    data: dict | None = None,
+    problems: list | None = None,
+) -> list[ImageRecord]:
     """Every captioned image of the COCO caption files, ordered by cocoid.
 
     Raises :class:`AnnotationError` for a missing or malformed file, an image listed in two files,
@@ -133,7 +144,11 @@ def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: O
     ``problems`` list, the problems of single images and entries are noted there (each once) and
     those left out, instead of stopping at the first (``captioning prepare``).
     """
-    files = [os.fspath(captions_files)] if isinstance(captions_files, (str, os.PathLike)) else [os.fspath(f) for f in captions_files]
+    files = (
+        [os.fspath(captions_files)]
+        if isinstance(captions_files, (str, os.PathLike))
+        else [os.fspath(f) for f in captions_files]
+    )
     splits = read_split_file(split_file, merge_restval) if split_file else None
     records: dict[int, ImageRecord] = {}
     where: dict[int, str] = {}
@@ -165,7 +180,9 @@ def load_coco(captions_files: Union[PathLike, Sequence[PathLike]], split_file: O
                 _report(f"{path}: image {cocoid} ({rel}): no usable captions", problems)
                 continue
             split = splits[cocoid] if splits is not None else default_split
-            records[cocoid] = ImageRecord(0, cocoid, rel, split, captions, tokens, [], img.get("width"), img.get("height"))
+            records[cocoid] = ImageRecord(
+                0, cocoid, rel, split, captions, tokens, [], img.get("width"), img.get("height")
+            )
             where[cocoid] = path
     if splits is not None:
         lost = sorted(set(splits) - seen)  # (an image left out for a problem of its own is reported already)

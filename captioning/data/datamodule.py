@@ -1,6 +1,7 @@
 """The LightningDataModule of training: :class:`~captioning.data.captions.CaptionData` (every
 setting, reader and loader) with the hooks Lightning calls. Everything that does not train uses
 CaptionData itself, without Lightning."""
+
 from __future__ import annotations
 
 import lightning as L

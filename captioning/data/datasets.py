@@ -6,10 +6,11 @@ place that swaps in a feature cache, or keeps the decoded images in memory with
 ``cache_images``). An unreadable image gives a sample ``{"error": message}`` that :class:`Collate`
 drops from its batch and reports.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -33,13 +34,19 @@ class ImageDataset(Dataset):
     Images are resized with ``interpolation`` (data/images.py: INTERPOLATIONS), the model's.
     """
 
-    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 features: Optional[FeatureCache] = None, cache_images: bool = False,
-                 interpolation: str = DEFAULT_INTERPOLATION):
+    def __init__(
+        self,
+        records: Sequence[ImageRecord],
+        images_root: str,
+        image_size: int,
+        features: FeatureCache | None = None,
+        cache_images: bool = False,
+        interpolation: str = DEFAULT_INTERPOLATION,
+    ):
         self.records, self.images_root, self.image_size = list(records), images_root, image_size
         self.interpolation = check_interpolation(interpolation)
         self.features = features
-        self.pixels: Optional[dict[int, np.ndarray]] = {} if cache_images and features is None else None
+        self.pixels: dict[int, np.ndarray] | None = {} if cache_images and features is None else None
         self.visual_key = "features" if features is not None else "images"  # the batch key of the visual input
         # of one sample's visual input
         self.visual_shape = tuple(features.grid_shape) if features is not None else (3, image_size, image_size)
@@ -75,9 +82,17 @@ class ImageDataset(Dataset):
 class CaptionPairDataset(ImageDataset):
     """One sample per (image, caption) pair; adds ``"captions"``: (T,) long ids [BOS w.. EOS]."""
 
-    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None,
-                 cache_images: bool = False, interpolation: str = DEFAULT_INTERPOLATION):
+    def __init__(
+        self,
+        records: Sequence[ImageRecord],
+        images_root: str,
+        image_size: int,
+        vocab: Vocabulary,
+        max_length: int | None,
+        features: FeatureCache | None = None,
+        cache_images: bool = False,
+        interpolation: str = DEFAULT_INTERPOLATION,
+    ):
         super().__init__(records, images_root, image_size, features, cache_images, interpolation)
         self.vocab, self.max_length = vocab, max_length
         counts = [len(r.tokens) for r in self.records]
@@ -88,8 +103,10 @@ class CaptionPairDataset(ImageDataset):
     def caption_lengths(self) -> np.ndarray:
         """Words of each pair's caption (as encoded: at most max_length), for length bucketing."""
         cap = self.max_length or np.iinfo(np.int64).max
-        return np.array([min(len(self.records[r].tokens[c]), cap) for r, c in zip(self.record_index, self.caption_index)],
-                        dtype=np.int64)
+        return np.array(
+            [min(len(self.records[r].tokens[c]), cap) for r, c in zip(self.record_index, self.caption_index)],
+            dtype=np.int64,
+        )
 
     def __len__(self) -> int:
         return len(self.record_index)
@@ -110,9 +127,17 @@ class CaptionGroupDataset(ImageDataset):
     ``"image_index"``, the image row of every caption), instead of once per caption.
     """
 
-    def __init__(self, records: Sequence[ImageRecord], images_root: str, image_size: int,
-                 vocab: Vocabulary, max_length: Optional[int], features: Optional[FeatureCache] = None,
-                 cache_images: bool = False, interpolation: str = DEFAULT_INTERPOLATION):
+    def __init__(
+        self,
+        records: Sequence[ImageRecord],
+        images_root: str,
+        image_size: int,
+        vocab: Vocabulary,
+        max_length: int | None,
+        features: FeatureCache | None = None,
+        cache_images: bool = False,
+        interpolation: str = DEFAULT_INTERPOLATION,
+    ):
         super().__init__(records, images_root, image_size, features, cache_images, interpolation)
         self.vocab, self.max_length = vocab, max_length
 
@@ -120,7 +145,9 @@ class CaptionGroupDataset(ImageDataset):
         record = self.records[i]
         sample = self._sample(record)
         if "error" not in sample:
-            sample["captions"] = [torch.tensor(self.vocab.encode(t, self.max_length), dtype=torch.long) for t in record.tokens]
+            sample["captions"] = [
+                torch.tensor(self.vocab.encode(t, self.max_length), dtype=torch.long) for t in record.tokens
+            ]
         return sample
 
 
@@ -130,8 +157,9 @@ class Collate:
     ``visual_key`` and ``visual_shape`` name and shape one sample's visual input (see ImageDataset).
     """
 
-    def __init__(self, pad_id: int, visual_key: str, visual_shape: tuple, on_bad_image: str = "error",
-                 captions: bool = False):
+    def __init__(
+        self, pad_id: int, visual_key: str, visual_shape: tuple, on_bad_image: str = "error", captions: bool = False
+    ):
         self.pad_id, self.visual_key, self.visual_shape = pad_id, visual_key, tuple(visual_shape)
         self.on_bad_image, self.captions = on_bad_image, captions
 
@@ -149,7 +177,9 @@ class Collate:
             grouped = bool(good) and isinstance(good[0]["captions"], list)
             if grouped:  # every caption of every image; image_index maps caption rows to image rows
                 seqs = [c for s in good for c in s["captions"]]
-                batch["image_index"] = torch.tensor([i for i, s in enumerate(good) for _ in s["captions"]], dtype=torch.long)
+                batch["image_index"] = torch.tensor(
+                    [i for i, s in enumerate(good) for _ in s["captions"]], dtype=torch.long
+                )
             else:
                 seqs = [s["captions"] for s in good]
             lengths = torch.tensor([len(c) for c in seqs], dtype=torch.long)  # (N,) incl. BOS, EOS

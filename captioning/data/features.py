@@ -13,12 +13,13 @@ row is never read as valid. This file reads caches; captioning/cli/extract.py wr
 dataset: grids stay on disk (memmaps opened lazily, once per process / DataLoader worker) and the
 index is three flat arrays (24 bytes an image).
 """
+
 from __future__ import annotations
 
 import glob
 import json
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -38,8 +39,10 @@ def check_meta(recorded: dict, ours: dict, where: str) -> None:
     for setting in SETTINGS:
         theirs, mine = recorded.get(setting), ours.get(setting)
         if mine is not None and theirs is not None and theirs != mine:
-            raise ConfigError(f"{where}: features extracted with {setting} {theirs!r}, this run has {mine!r}; "
-                              f"extract them again for these settings (captioning extract-features) or match {setting}")
+            raise ConfigError(
+                f"{where}: features extracted with {setting} {theirs!r}, this run has {mine!r}; "
+                f"extract them again for these settings (captioning extract-features) or match {setting}"
+            )
 
 
 def read_index(path: str) -> dict:
@@ -54,9 +57,13 @@ def read_index(path: str) -> dict:
         raise ConfigError(f"{path}: a feature-cache index must be a JSON object, got {type(index).__name__}")
     ids, grid = index.get("image_ids"), index.get("grid")
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise ConfigError(f"{path}: \"image_ids\" must be a list of integers")
-    if not (isinstance(grid, list) and len(grid) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in grid)):
-        raise ConfigError(f"{path}: \"grid\" must be [L, D], two positive integers, got {grid!r}")
+        raise ConfigError(f'{path}: "image_ids" must be a list of integers')
+    if not (
+        isinstance(grid, list)
+        and len(grid) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in grid)
+    ):
+        raise ConfigError(f'{path}: "grid" must be [L, D], two positive integers, got {grid!r}')
     return index
 
 
@@ -66,11 +73,15 @@ def _check_sizes(base: str, rows: int, grid: tuple) -> None:
     for suffix, size in expected.items():
         path = base + suffix
         if not os.path.isfile(path):
-            raise ConfigError(f"{path}: missing (the cache part's index lists {rows} images); rerun `captioning extract-features`")
+            raise ConfigError(
+                f"{path}: missing (the cache part's index lists {rows} images); rerun `captioning extract-features`"
+            )
         actual = os.path.getsize(path)
         if actual != size:
-            raise ConfigError(f"{path}: {actual:,} bytes, but its index lists {rows} images of grid {list(grid)} "
-                              f"({size:,} bytes); the cache is damaged or mixes extractions: rerun `captioning extract-features`")
+            raise ConfigError(
+                f"{path}: {actual:,} bytes, but its index lists {rows} images of grid {list(grid)} "
+                f"({size:,} bytes); the cache is damaged or mixes extractions: rerun `captioning extract-features`"
+            )
 
 
 class FeatureCache:
@@ -80,7 +91,9 @@ class FeatureCache:
         self.root = os.fspath(root)
         indexes = sorted(glob.glob(os.path.join(self.root, "*.index.json")))
         if not indexes:
-            raise ConfigError(f"{self.root}: not a feature cache (no *.index.json; write one with `captioning extract-features`)")
+            raise ConfigError(
+                f"{self.root}: not a feature cache (no *.index.json; write one with `captioning extract-features`)"
+            )
         self.parts: list[str] = []
         ids, parts, rows, grid = [], [], [], None
         self.meta: dict = {}  # the parts' meta, merged: they agree on every setting each records
@@ -92,8 +105,10 @@ class FeatureCache:
             meta = index.get("meta") if isinstance(index.get("meta"), dict) else {}
             for setting in SETTINGS:
                 if setting in meta and setting in self.meta and meta[setting] != self.meta[setting]:
-                    raise ConfigError(f"{path}: extracted with {setting} {meta[setting]!r}, another part of the cache "
-                                      f"with {self.meta[setting]!r}: parts of different extractions; extract them again")
+                    raise ConfigError(
+                        f"{path}: extracted with {setting} {meta[setting]!r}, another part of the cache "
+                        f"with {self.meta[setting]!r}: parts of different extractions; extract them again"
+                    )
             self.meta = {**meta, **self.meta}
             base = path[: -len(".index.json")]
             n = len(index["image_ids"])
@@ -109,16 +124,31 @@ class FeatureCache:
         if dup.size:
             raise ConfigError(f"{self.root}: image {int(dup[0])} is in two parts (shards of different extractions?)")
         self.grid_shape = grid  # (L, D)
-        self._maps: Optional[list] = None
-        self._pid: Optional[int] = None
+        self._maps: list | None = None
+        self._pid: int | None = None
 
-    def check(self, image_size: Optional[int] = None, encoder: Optional[str] = None, grid_size: Optional[int] = None,
-              interpolation: Optional[str] = None, pretrained: Optional[bool] = None) -> None:
+    def check(
+        self,
+        image_size: int | None = None,
+        encoder: str | None = None,
+        grid_size: int | None = None,
+        interpolation: str | None = None,
+        pretrained: bool | None = None,
+    ) -> None:
         """One line of ConfigError, naming the setting, if the cache was extracted with another image
         size, encoder, grid size, resize filter or pretrained weights than the run's (settings the
         cache did not record, as caches written before the filter was recorded, are not checked)."""
-        check_meta(self.meta, {"image_size": image_size, "encoder": encoder, "grid_size": grid_size,
-                               "interpolation": interpolation, "pretrained": pretrained}, self.root)
+        check_meta(
+            self.meta,
+            {
+                "image_size": image_size,
+                "encoder": encoder,
+                "grid_size": grid_size,
+                "interpolation": interpolation,
+                "pretrained": pretrained,
+            },
+            self.root,
+        )
 
     def __getstate__(self) -> dict:  # DataLoader workers reopen the memmaps themselves
         state = dict(self.__dict__)
@@ -162,5 +192,7 @@ class FeatureCache:
         row = int(self.row_of[pos[0]])
         # the done flag is read fresh: a row still being written by a running extraction is refused
         if os.pread(done_fd, 1, row) != b"\x01":
-            raise ImageError(f"{self.root}: features of image {image_id} are incomplete (interrupted extraction? rerun it)")
+            raise ImageError(
+                f"{self.root}: features of image {image_id} are incomplete (interrupted extraction? rerun it)"
+            )
         return torch.from_numpy(np.array(data[row]))  # (L, D) float16, copied out of the memmap

@@ -7,6 +7,7 @@ Rows of the same image are grouped into one :class:`ImageRecord` (in order of fi
 tenth in ``test``, chosen with a fixed seed so every run of the same file gets the same parts, and says
 so in one line on stderr.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,7 +15,6 @@ import json
 import os
 import random
 import sys
-from typing import Optional
 
 from captioning.common import PathLike
 from captioning.data.annotation_format import FORMATS, AnnotationFormat, check_text, image_path
@@ -33,7 +33,9 @@ def _rows(path: str):
             fields = [c.strip() for c in (reader.fieldnames or [])]
             for need in ("image", "caption"):
                 if need not in fields:
-                    raise AnnotationError(f"{path}: the header has no column {need!r} (found {fields}); expected image,caption[,split]")
+                    raise AnnotationError(
+                        f"{path}: the header has no column {need!r} (found {fields}); expected image,caption[,split]"
+                    )
             for row in reader:
                 yield reader.line_num, {k.strip(): v for k, v in row.items() if k is not None}
         else:
@@ -45,9 +47,11 @@ def _rows(path: str):
                 except json.JSONDecodeError as err:
                     raise AnnotationError(f"{path}: line {n}: malformed JSON ({err.msg})") from None
                 except (ValueError, RecursionError) as err:  # more digits than Python converts; nesting
-                    raise AnnotationError(f"{path}: line {n}: unreadable JSON ({' '.join(str(err).split())[:120]})") from None
+                    raise AnnotationError(
+                        f"{path}: line {n}: unreadable JSON ({' '.join(str(err).split())[:120]})"
+                    ) from None
                 if not isinstance(row, dict):
-                    raise AnnotationError(f"{path}: line {n}: expected an object {{\"image\", \"caption\"}}")
+                    raise AnnotationError(f'{path}: line {n}: expected an object {{"image", "caption"}}')
                 yield n, row
 
 
@@ -63,10 +67,13 @@ def hold_out(path: str, records: list[ImageRecord]) -> None:
     order = random.Random(HOLD_OUT_SEED).sample(range(len(records)), len(records))
     for i in order[:n]:
         records[i].split = "val"
-    for i in order[n:2 * n]:
+    for i in order[n : 2 * n]:
         records[i].split = "test"
-    print(f"{path}: no split column: {n} of {len(records)} images held out for val and {n} for test "
-          f"(seed {HOLD_OUT_SEED}); give a split column (train, val, test) to choose them", file=sys.stderr)
+    print(
+        f"{path}: no split column: {n} of {len(records)} images held out for val and {n} for test "
+        f"(seed {HOLD_OUT_SEED}); give a split column (train, val, test) to choose them",
+        file=sys.stderr,
+    )
 
 
 def _add_row(path: str, line: int, row: dict, records: dict, merge_restval: bool) -> None:
@@ -96,7 +103,7 @@ def _add_row(path: str, line: int, row: dict, records: dict, merge_restval: bool
         rec.tokens.append(words)
 
 
-def load_folder(path: PathLike, merge_restval: bool = True, problems: Optional[list] = None) -> list[ImageRecord]:
+def load_folder(path: PathLike, merge_restval: bool = True, problems: list | None = None) -> list[ImageRecord]:
     """ImageRecords of a captions CSV / JSON-lines file; paths are relative to the images folder.
 
     Given a ``problems`` list, a problem of one row is appended to it and the row left out, so that

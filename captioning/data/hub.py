@@ -29,6 +29,7 @@ are written once (their bytes as stored, of the accepted formats of data/images.
 by the one image route, so that every later check (prepare, the loaders) is that of image files.
 Image URLs are never fetched.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,7 @@ import io
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 from urllib.parse import parse_qsl
 
 from captioning.data.annotation_format import FORMATS, AnnotationFormat, check_id, check_text, is_int, shown
@@ -46,8 +47,15 @@ from captioning.tokenizers import tokenize
 
 HUB_PREFIX = "hf://"
 #: Hub split names -> Karpathy split names
-SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "dev": "val", "test": "test",
-               "restval": "restval"}
+SPLIT_NAMES = {
+    "train": "train",
+    "validation": "val",
+    "valid": "val",
+    "val": "val",
+    "dev": "val",
+    "test": "test",
+    "restval": "restval",
+}
 #: the image formats written to the cache (data/images.py's IMAGE_FORMATS) and their file suffixes
 SUFFIXES = {"JPEG": ".jpg", "PNG": ".png", "WEBP": ".webp", "BMP": ".bmp", "GIF": ".gif", "TIFF": ".tif"}
 
@@ -67,7 +75,9 @@ def is_hub_dataset(path: Any) -> bool:
     base, _ = split_query(os.fspath(path))
     if base.startswith(HUB_PREFIX):
         return True
-    return os.path.isdir(base) and any(os.path.isfile(os.path.join(base, f)) for f in ("dataset_dict.json", "state.json"))
+    return os.path.isdir(base) and any(
+        os.path.isfile(os.path.join(base, f)) for f in ("dataset_dict.json", "state.json")
+    )
 
 
 @dataclass
@@ -75,10 +85,10 @@ class Columns:
     """Where a layout keeps each part of a record (column names)."""
 
     captions: tuple[str, ...]
-    image: Optional[str] = None
+    image: str | None = None
     path: tuple[str, ...] = ()
-    split: Optional[str] = None
-    id: Optional[str] = None
+    split: str | None = None
+    id: str | None = None
     layout: str = "column mapping"
 
 
@@ -90,10 +100,17 @@ def columns_of(names: list[str], mapping: dict, where: str) -> Columns:
     if mapping:
         unknown = sorted(set(mapping) - set(MAPPING_KEYS))
         if unknown:
-            raise AnnotationError(f"{where}: unknown column mapping key(s) {', '.join(unknown)} (expected {', '.join(MAPPING_KEYS)})")
+            raise AnnotationError(
+                f"{where}: unknown column mapping key(s) {', '.join(unknown)} (expected {', '.join(MAPPING_KEYS)})"
+            )
         split = lambda key: tuple(c for c in mapping.get(key, "").split(",") if c)  # noqa: E731
-        cols = Columns(split("captions"), mapping.get("image") or None, split("path"), mapping.get("split") or None,
-                       mapping.get("id") or None)
+        cols = Columns(
+            split("captions"),
+            mapping.get("image") or None,
+            split("path"),
+            mapping.get("split") or None,
+            mapping.get("id") or None,
+        )
         if not cols.captions or bool(cols.image) == bool(cols.path):
             raise AnnotationError(f"{where}: the column mapping needs captions= and one of image= or path=")
         missing = [c for c in (*cols.captions, cols.image, *cols.path, cols.split, cols.id) if c and c not in names]
@@ -103,18 +120,33 @@ def columns_of(names: list[str], mapping: dict, where: str) -> Columns:
     has = set(names).__contains__
     numbered = sorted((c for c in names if re.fullmatch(r"caption_\d+", c)), key=lambda c: int(c.split("_")[1]))
     if has("sentences") and has("filename"):
-        return Columns(("sentences",), path=tuple(c for c in ("filepath", "filename") if has(c)),
-                       split="split" if has("split") else None, id=next((c for c in ("cocoid", "imgid") if has(c)), None),
-                       layout="coco-karpathy")
+        return Columns(
+            ("sentences",),
+            path=tuple(c for c in ("filepath", "filename") if has(c)),
+            split="split" if has("split") else None,
+            id=next((c for c in ("cocoid", "imgid") if has(c)), None),
+            layout="coco-karpathy",
+        )
     if has("image") and has("caption"):
-        return Columns(("caption",), image="image", split="split" if has("split") else None,
-                       id=next((c for c in ("img_id", "image_id", "id") if has(c)), None), layout="flickr30k")
+        return Columns(
+            ("caption",),
+            image="image",
+            split="split" if has("split") else None,
+            id=next((c for c in ("img_id", "image_id", "id") if has(c)), None),
+            layout="flickr30k",
+        )
     if has("image") and numbered:
-        return Columns(tuple(numbered), image="image", split="split" if has("split") else None,
-                       id=next((c for c in ("img_id", "image_id", "id") if has(c)), None), layout="flickr8k")
+        return Columns(
+            tuple(numbered),
+            image="image",
+            split="split" if has("split") else None,
+            id=next((c for c in ("img_id", "image_id", "id") if has(c)), None),
+            layout="flickr8k",
+        )
     raise AnnotationError(
         f"{where}: unknown dataset layout (columns: {', '.join(names)}); name the columns after the path, "
-        f"e.g. {where}?image=COLUMN&captions=COLUMN[,COLUMN...]&split=COLUMN (or path=COLUMN for image files)")
+        f"e.g. {where}?image=COLUMN&captions=COLUMN[,COLUMN...]&split=COLUMN (or path=COLUMN for image files)"
+    )
 
 
 #: a Hub dataset name: ``owner/name`` or a canonical ``name``; each part begins with a letter or
@@ -129,13 +161,14 @@ def hub_name(path: str) -> tuple[str, str | None]:
     """(name, revision or None) of ``hf://owner/name[@revision]``, checked: a Hub name only, never a
     path on this machine (``datasets.load_dataset`` reads a local folder or script of that name
     first, so a name that exists here is refused rather than read); one-line AnnotationError."""
-    name, _, revision = path[len(HUB_PREFIX):].partition("@")
+    name, _, revision = path[len(HUB_PREFIX) :].partition("@")
     if not HUB_NAME.fullmatch(name) or ".." in name or name.endswith((".", "-")):
         raise AnnotationError(f"{path}: expected hf://owner/name[@revision], a Hub dataset's name")
     if os.path.lexists(name):
         raise AnnotationError(
             f"{path}: {name!r} is also a path in the working folder, which the datasets library would read "
-            f"instead of the Hub dataset; run from another folder, or give a save_to_disk folder as a path")
+            f"instead of the Hub dataset; run from another folder, or give a save_to_disk folder as a path"
+        )
     return name, revision or None
 
 
@@ -145,7 +178,8 @@ def _check_datasets_version(datasets, path: str) -> None:
     if version < FIRST_SAFE_DATASETS:
         raise AnnotationError(
             f"{path}: datasets {datasets.__version__} runs a Hub dataset's loading script (code) when it loads it; "
-            "upgrade it (pip install 'datasets>=2.20') to read Hub datasets")
+            "upgrade it (pip install 'datasets>=2.20') to read Hub datasets"
+        )
 
 
 def open_dataset(path: str) -> dict:
@@ -156,7 +190,9 @@ def open_dataset(path: str) -> dict:
     try:
         import datasets
     except ImportError:
-        raise AnnotationError(f"{path}: reading Hub datasets needs the datasets package (pip install -e '.[ecosystem]')") from None
+        raise AnnotationError(
+            f"{path}: reading Hub datasets needs the datasets package (pip install -e '.[ecosystem]')"
+        ) from None
     if path.startswith(HUB_PREFIX):
         name, revision = hub_name(path)
         _check_datasets_version(datasets, path)
@@ -166,19 +202,24 @@ def open_dataset(path: str) -> dict:
             detail = " ".join(str(err).split())[:160] or type(err).__name__
             raise AnnotationError(
                 f"{path}: could not load the dataset {name} ({type(err).__name__}: {detail}); load it once with network "
-                f"access (it stays in the datasets cache), or pass a folder written by save_to_disk") from None
+                f"access (it stays in the datasets cache), or pass a folder written by save_to_disk"
+            ) from None
     else:
         try:
             loaded = datasets.load_from_disk(path)
         except Exception as err:
-            raise AnnotationError(f"{path}: not a readable save_to_disk folder ({type(err).__name__}: {str(err)[:160]})") from None
+            raise AnnotationError(
+                f"{path}: not a readable save_to_disk folder ({type(err).__name__}: {str(err)[:160]})"
+            ) from None
     if isinstance(loaded, datasets.Dataset):
         return {"": loaded}
     return dict(loaded)
 
 
 def _cache_root() -> str:
-    return os.environ.get("CAPTIONING_IMAGE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "captioning", "dataset-images")
+    return os.environ.get("CAPTIONING_IMAGE_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "captioning", "dataset-images"
+    )
 
 
 def _local_image(source: Any, local_root: str | None) -> bytes:
@@ -186,15 +227,18 @@ def _local_image(source: Any, local_root: str | None) -> bytes:
     folder (``local_root``), and only a file inside that folder (a relative path is relative to it).
     A dataset from the Hub never makes this machine read one of its own files."""
     if local_root is None:
-        raise AnnotationError(f"holds a file path ({shown(source)}), not image bytes: a Hub dataset's images are "
-                              "read from the bytes it holds, never from this machine's disk")
+        raise AnnotationError(
+            f"holds a file path ({shown(source)}), not image bytes: a Hub dataset's images are "
+            "read from the bytes it holds, never from this machine's disk"
+        )
     if not isinstance(source, str) or not source:
         raise AnnotationError("no image bytes")
     root = os.path.realpath(local_root)
     file = os.path.realpath(os.path.join(root, source))
     if os.path.commonpath([root, file]) != root:
-        raise AnnotationError(f"image path {shown(source)} is outside the dataset's folder {local_root} "
-                              "(only files inside it are read)")
+        raise AnnotationError(
+            f"image path {shown(source)} is outside the dataset's folder {local_root} (only files inside it are read)"
+        )
     try:
         with open(file, "rb") as f:
             return f.read()
@@ -254,7 +298,7 @@ def _captions(row: dict, cols: Columns) -> list[str]:
     return out
 
 
-def _image_id(value: Any, column: str) -> Optional[int]:
+def _image_id(value: Any, column: str) -> int | None:
     """The image id of an id column's value (an integer, or a string of ASCII digits), None for
     another value; one line for an id no 64-bit tensor holds."""
     if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
@@ -264,7 +308,7 @@ def _image_id(value: Any, column: str) -> Optional[int]:
     return check_id(value, column) if is_int(value) else None
 
 
-def load_hub(path: str, merge_restval: bool = True, problems: Optional[list] = None) -> list[ImageRecord]:
+def load_hub(path: str, merge_restval: bool = True, problems: list | None = None) -> list[ImageRecord]:
     """The ImageRecords of a Hub dataset or save_to_disk folder (see the module docstring).
 
     A problem of one row (no captions, an unknown split, image bytes that are no accepted image, an
@@ -292,7 +336,9 @@ def load_hub(path: str, merge_restval: bool = True, problems: Optional[list] = N
                 raw_split = row[cols.split] if cols.split else hub_split
                 split = SPLIT_NAMES.get(str(raw_split).lower()) if raw_split is not None else None
                 if split is None:
-                    raise AnnotationError(f"unknown split {raw_split!r} (expected train, val/validation, test or restval)")
+                    raise AnnotationError(
+                        f"unknown split {raw_split!r} (expected train, val/validation, test or restval)"
+                    )
                 captions = _captions(row, cols)
                 if not captions:
                     raise AnnotationError("no usable captions (all missing or empty)")
@@ -333,8 +379,10 @@ def hub_images_root(path: str) -> str:
     if cols.image:
         return _cache_root()
     urls = " (only their paths and URLs, never fetched)" if "url" in first.column_names else " (only their paths)"
-    raise AnnotationError(f"{base}: the dataset holds no images{urls}: give the folder holding them with "
-                          f"--data.images_root PATH (--images-root for prepare and evaluate)")
+    raise AnnotationError(
+        f"{base}: the dataset holds no images{urls}: give the folder holding them with "
+        f"--data.images_root PATH (--images-root for prepare and evaluate)"
+    )
 
 
 @FORMATS.register("hub")

@@ -12,14 +12,16 @@ datasets): Pillow's other plugins include formats that call out to other program
 run Ghostscript) or that nobody captions. Whatever a decoder raises on a damaged file becomes an
 :class:`ImageError` of that file, so one bad image never fails the images read beside it.
 """
+
 from __future__ import annotations
 
 import glob
 import os
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -36,7 +38,9 @@ IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
 
 #: file signatures of formats that are refused by name (the message says which and why)
 _REFUSED_SIGNATURES = (
-    (b"%!PS", "PostScript/EPS"), (b"\xc5\xd0\xd3\xc6", "EPS"), (b"%PDF", "PDF"),
+    (b"%!PS", "PostScript/EPS"),
+    (b"\xc5\xd0\xd3\xc6", "EPS"),
+    (b"%PDF", "PDF"),
 )
 
 #: pixels converted at a time from 16-bit and floating-point images (bounds the temporary arrays)
@@ -89,7 +93,9 @@ def _to_rgb(img: Image.Image) -> Image.Image:
             scaled = lambda g: np.clip(g, 0, 65535) / 257.0  # noqa: E731 -- 16-bit values stored as 32-bit
         else:
             scaled = lambda g: g  # noqa: E731
-        return _grey_bands(img, lambda x: np.clip(np.rint(scaled(x.astype(np.float64))), 0, 255).astype(np.uint8)).convert("RGB")
+        return _grey_bands(
+            img, lambda x: np.clip(np.rint(scaled(x.astype(np.float64))), 0, 255).astype(np.uint8)
+        ).convert("RGB")
     if img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info:
         rgba = img.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -132,8 +138,9 @@ def array_to_image(array, what: str = "image array") -> Image.Image:
             raise ImageError(f"the {what} holds NaN or infinite values")
         low, high = float(values.min()), float(values.max())
         if low < 0.0 or high > 1.0:
-            raise ImageError(f"the {what}'s values must lie in [0, 1], got [{low:g}, {high:g}] "
-                             "(divide an image in [0, 255] by 255)")
+            raise ImageError(
+                f"the {what}'s values must lie in [0, 1], got [{low:g}, {high:g}] (divide an image in [0, 255] by 255)"
+            )
         pixels = np.rint(values * 255.0).astype(np.uint8)
     else:
         raise ImageError(f"the {what} has dtype {array.dtype}; expected uint8, uint16 or floats in [0, 1]")
@@ -171,9 +178,12 @@ def load_image(path: PathLike) -> Image.Image:
 
 #: the resampling filters an image may be resized with, by name (Pillow's filters)
 INTERPOLATIONS = {
-    "bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
-    "nearest": Image.Resampling.NEAREST, "lanczos": Image.Resampling.LANCZOS,
-    "box": Image.Resampling.BOX, "hamming": Image.Resampling.HAMMING,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "nearest": Image.Resampling.NEAREST,
+    "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "hamming": Image.Resampling.HAMMING,
 }
 
 #: the resize of models that record none (every model made before the resize was recorded)
@@ -214,7 +224,7 @@ def to_array(img: Image.Image, image_size: int, interpolation: str = DEFAULT_INT
     return pixels_to_float(to_pixels(img, image_size, interpolation))
 
 
-def to_tensor(img: Image.Image, image_size: int, interpolation: str = DEFAULT_INTERPOLATION) -> "torch.Tensor":
+def to_tensor(img: Image.Image, image_size: int, interpolation: str = DEFAULT_INTERPOLATION) -> torch.Tensor:
     """RGB image -> FloatTensor (3, S, S) in [0, 1], S = ``image_size`` (see :func:`to_array`)."""
     import torch
 

@@ -5,10 +5,11 @@ Format: ``{"images": [{"filepath"?, "filename", "imgid", "split", "cocoid"?, "se
 "raw"}, ...], "width"?, "height"?, "objects"?}, ...]}``. Every problem is an :class:`AnnotationError`
 naming the file and the field path, e.g. ``ann.json: images[3]: missing field 'sentences'``.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Union
+from typing import Any
 
 from captioning.data.annotation_format import (
     FORMATS,
@@ -85,8 +86,9 @@ def _record(path: str, i: int, img: Any, merge_restval: bool) -> ImageRecord:
     return ImageRecord(imgid, image_id, rel, split, captions, tokens, objects, img.get("width"), img.get("height"))
 
 
-def load_karpathy(path: Union[str, "os.PathLike[str]"], merge_restval: bool = True,
-                  problems: Optional[list] = None) -> list[ImageRecord]:
+def load_karpathy(
+    path: str | os.PathLike[str], merge_restval: bool = True, problems: list | None = None
+) -> list[ImageRecord]:
     """Every image of a Karpathy split file, in file order; ``restval`` becomes ``train`` if ``merge_restval``.
 
     Raises :class:`AnnotationError` for a missing or malformed file, a missing or ill-typed field,

@@ -15,9 +15,10 @@ takes every ``num_replicas``-th batch; the epoch is first padded (with its first
 number of full batches per rank, as DistributedSampler pads, so that every rank steps the same
 number of times.
 """
+
 from __future__ import annotations
 
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader
@@ -33,8 +34,16 @@ class EpochShuffleSampler(DistributedSampler):
     share. ``batch_size`` must be the loader's: the indices come in whole batches.
     """
 
-    def __init__(self, size: int, seed: int = 0, batch_size: int = 1, lengths: Optional[Sequence[int]] = None,
-                 num_replicas: int = 1, rank: int = 0, bucket_batches: int = 50):
+    def __init__(
+        self,
+        size: int,
+        seed: int = 0,
+        batch_size: int = 1,
+        lengths: Sequence[int] | None = None,
+        num_replicas: int = 1,
+        rank: int = 0,
+        bucket_batches: int = 50,
+    ):
         super().__init__(range(size), num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
         self.size, self.batch_size = size, batch_size
         self.lengths = None if lengths is None else torch.as_tensor(lengths)
@@ -62,7 +71,7 @@ class EpochShuffleSampler(DistributedSampler):
         batches = list(order.split(bs))
         if self.lengths is not None:  # shuffle the batches; a last, partial one stays last
             full = [b for b in batches if len(b) == bs]
-            batches = [full[i] for i in torch.randperm(len(full), generator=g).tolist()] + batches[len(full):]
+            batches = [full[i] for i in torch.randperm(len(full), generator=g).tolist()] + batches[len(full) :]
         batches = batches[self.rank :: self.num_replicas]
         return [b.tolist() for b in batches]
 
@@ -94,8 +103,16 @@ class EpochShuffleSampler(DistributedSampler):
 class ResumableLoader(DataLoader):
     """A shuffling (or length-bucketing) DataLoader whose position within an epoch is saved in checkpoints."""
 
-    def __init__(self, dataset, batch_size: int, seed: int = 0, lengths: Optional[Sequence[int]] = None,
-                 num_replicas: int = 1, rank: int = 0, **kwargs):
+    def __init__(
+        self,
+        dataset,
+        batch_size: int,
+        seed: int = 0,
+        lengths: Sequence[int] | None = None,
+        num_replicas: int = 1,
+        rank: int = 0,
+        **kwargs,
+    ):
         sampler = EpochShuffleSampler(len(dataset), seed, batch_size, lengths, num_replicas, rank)
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
         self._served = 0  # batches handed out in the current epoch
@@ -110,20 +127,32 @@ class ResumableLoader(DataLoader):
         """The epoch and the position in it, counted in this rank's samples (and in batches, what a
         state without ``samples`` resumes from), and the settings the order is drawn from."""
         sampler = self.sampler
-        return {"epoch": sampler.epoch, "batches": self._served, "samples": self._served * self.batch_size,
-                "batch_size": self.batch_size, "seed": sampler.seed, "num_replicas": sampler.num_replicas,
-                "bucketed": sampler.lengths is not None}
+        return {
+            "epoch": sampler.epoch,
+            "batches": self._served,
+            "samples": self._served * self.batch_size,
+            "batch_size": self.batch_size,
+            "seed": sampler.seed,
+            "num_replicas": sampler.num_replicas,
+            "bucketed": sampler.lengths is not None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue ``state``'s epoch where it stopped; a :class:`ConfigError` of one line if this
         loader draws another order than the one that saved it (a state that lacks a setting is not
         checked for it)."""
         sampler = self.sampler
-        here = {"batch_size": self.batch_size, "seed": sampler.seed, "num_replicas": sampler.num_replicas,
-                "bucketed": sampler.lengths is not None}
+        here = {
+            "batch_size": self.batch_size,
+            "seed": sampler.seed,
+            "num_replicas": sampler.num_replicas,
+            "bucketed": sampler.lengths is not None,
+        }
         for key, value in here.items():
             if key in state and state[key] != value:
-                raise ConfigError(f"the training loader's {key} is {state[key]!r} in the checkpoint, {value!r} here: "
-                                  "the resumed epoch would not continue the saved one")
+                raise ConfigError(
+                    f"the training loader's {key} is {state[key]!r} in the checkpoint, {value!r} here: "
+                    "the resumed epoch would not continue the saved one"
+                )
         sampler.set_epoch(int(state["epoch"]))
         sampler.skip = int(state["samples"]) if "samples" in state else int(state["batches"]) * self.batch_size

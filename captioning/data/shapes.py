@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -80,9 +80,18 @@ class ShapesStyle:
 #: the named settings of ``captioning make-shapes --preset``
 PRESETS = {
     "demo": ShapesStyle(),
-    "hard": ShapesStyle(min_objects=2, max_objects=4, sizes=HARD_SIZES, colours=HARD_COLOURS,
-                        shapes=HARD_SHAPES, sides=tuple(_HARD_SIDE.items()), texture=True,
-                        noise_std=18.0, colour_jitter=30, image_format="jpeg"),
+    "hard": ShapesStyle(
+        min_objects=2,
+        max_objects=4,
+        sizes=HARD_SIZES,
+        colours=HARD_COLOURS,
+        shapes=HARD_SHAPES,
+        sides=tuple(_HARD_SIDE.items()),
+        texture=True,
+        noise_std=18.0,
+        colour_jitter=30,
+        image_format="jpeg",
+    ),
 }
 
 
@@ -143,8 +152,13 @@ def _place(rng: np.random.Generator, sides: list[int], size: int) -> list[list[i
         for _ in range(100):
             x0, y0 = (int(v) for v in rng.integers(_MARGIN, size - _MARGIN - s + 1, size=2))
             box = [x0, y0, x0 + s, y0 + s]
-            if all(box[0] >= b[2] + _MARGIN or b[0] >= box[2] + _MARGIN
-                   or box[1] >= b[3] + _MARGIN or b[1] >= box[3] + _MARGIN for b in boxes):
+            if all(
+                box[0] >= b[2] + _MARGIN
+                or b[0] >= box[2] + _MARGIN
+                or box[1] >= b[3] + _MARGIN
+                or b[1] >= box[3] + _MARGIN
+                for b in boxes
+            ):
                 boxes.append(box)
                 break
         else:
@@ -152,15 +166,23 @@ def _place(rng: np.random.Generator, sides: list[int], size: int) -> list[list[i
     return boxes
 
 
-def _make_image(rng: np.random.Generator, size: int, style: ShapesStyle = PRESETS["demo"]) -> tuple[Image.Image, list[dict]]:
+def _make_image(
+    rng: np.random.Generator, size: int, style: ShapesStyle = PRESETS["demo"]
+) -> tuple[Image.Image, list[dict]]:
     """One image and its objects (dicts with size, color, shape, bbox, words).
 
     The demo's style draws its random numbers exactly as it always did (same images for a seed)."""
     side_range = dict(style.sides)
     while True:
         n = int(rng.integers(style.min_objects, style.max_objects + 1))
-        words = [(style.sizes[rng.integers(len(style.sizes))], style.colours[rng.integers(len(style.colours))],
-                  style.shapes[rng.integers(len(style.shapes))]) for _ in range(n)]
+        words = [
+            (
+                style.sizes[rng.integers(len(style.sizes))],
+                style.colours[rng.integers(len(style.colours))],
+                style.shapes[rng.integers(len(style.shapes))],
+            )
+            for _ in range(n)
+        ]
         sides = [int(round(size * rng.uniform(*side_range[w[0]]))) for w in words]
         boxes = _place(rng, sides, size)
         if boxes is not None:
@@ -173,8 +195,7 @@ def _make_image(rng: np.random.Generator, size: int, style: ShapesStyle = PRESET
     for (sz, colour, shape), box in zip(words, boxes):
         fill = tuple(int(c) for c in np.clip(np.array(_RGB[colour]) + rng.integers(-jitter, jitter + 1, 3), 0, 255))
         _draw_shape(draw, shape, box, fill)
-        objects.append({"size": sz, "color": colour, "shape": shape, "bbox": box,
-                        "words": [sz, colour, shape]})
+        objects.append({"size": sz, "color": colour, "shape": shape, "bbox": box, "words": [sz, colour, shape]})
     pixels = np.asarray(img, dtype=np.float64) + rng.normal(0.0, style.noise_std, (size, size, 3))
     return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8)), objects
 
@@ -214,8 +235,13 @@ def _captions(rng: np.random.Generator, objects: list[dict], size: int) -> list[
     if len(objects) == 1:
         o, pos = names[0], _position(objects[0], size)
         canonical = f"a {o}"
-        others = [f"a {o} {pos}", f"there is a {o}", f"there is a {o} {pos}",
-                  f"a picture of a {o}", f"a single {o} {pos}"]
+        others = [
+            f"a {o} {pos}",
+            f"there is a {o}",
+            f"there is a {o} {pos}",
+            f"a picture of a {o}",
+            f"a single {o} {pos}",
+        ]
     elif len(objects) == 2:
         (ax, ay), (bx, by) = (_centre(o) for o in ltr)
         first, second = ltr
@@ -227,27 +253,42 @@ def _captions(rng: np.random.Generator, objects: list[dict], size: int) -> list[
             rel, inv, axis = "to the left of", "to the right of", "from left to right"
         a, b = _name(first), _name(second)
         canonical = f"a {a} {rel} a {b}"
-        others = [f"a {b} {inv} a {a}", f"there is a {a} {rel} a {b}", f"a {a} and a {b} {axis}",
-                  f"a {a} {_position(first, size)} and a {b} {_position(second, size)}",
-                  f"two shapes a {a} {rel} a {b}"]
+        others = [
+            f"a {b} {inv} a {a}",
+            f"there is a {a} {rel} a {b}",
+            f"a {a} and a {b} {axis}",
+            f"a {a} {_position(first, size)} and a {b} {_position(second, size)}",
+            f"two shapes a {a} {rel} a {b}",
+        ]
     else:
         ttb = sorted(objects, key=lambda o: _centre(o)[::-1])
         canonical = f"{_listing(names)} from left to right"
-        others = [f"{_listing(names[::-1])} from right to left",
-                  f"{_listing([_name(o) for o in ttb])} from top to bottom",
-                  f"a {names[0]} next to {_listing(names[1:])}",
-                  f"{_NUMBERS[len(objects)]} shapes {_listing(names)} from left to right"]
+        others = [
+            f"{_listing(names[::-1])} from right to left",
+            f"{_listing([_name(o) for o in ttb])} from top to bottom",
+            f"a {names[0]} next to {_listing(names[1:])}",
+            f"{_NUMBERS[len(objects)]} shapes {_listing(names)} from left to right",
+        ]
         if len(objects) == 3:  # with four objects this phrasing runs past 30 tokens
-            others.append(" , ".join(f"a {_name(o)} {_position(o, size)}" for o in ltr[:-1])
-                          + f" and a {names[-1]} {_position(ltr[-1], size)}")
+            others.append(
+                " , ".join(f"a {_name(o)} {_position(o, size)}" for o in ltr[:-1])
+                + f" and a {names[-1]} {_position(ltr[-1], size)}"
+            )
     picked = rng.choice(len(others), size=4, replace=False)
     return [canonical] + [others[i] for i in sorted(picked)]
 
 
 # --------------------------------------------------------------------------- dataset
-def generate(out_dir: Union[str, Path], n_train: int = 4000, n_val: int = 200, n_test: int = 300,
-             seed: int = 0, image_size: int = 64, progress: bool = True,
-             preset: Union[str, ShapesStyle] = "demo") -> Path:
+def generate(
+    out_dir: str | Path,
+    n_train: int = 4000,
+    n_val: int = 200,
+    n_test: int = 300,
+    seed: int = 0,
+    image_size: int = 64,
+    progress: bool = True,
+    preset: str | ShapesStyle = "demo",
+) -> Path:
     """Write the shapes dataset under `out_dir`; return the annotation file's path.
 
     Images go to ``out_dir/images/{split}/{imgid:06d}.png`` (``.jpg`` for a JPEG style),
@@ -261,7 +302,9 @@ def generate(out_dir: Union[str, Path], n_train: int = 4000, n_val: int = 200, n
     else:
         style = preset
     if not 1 <= style.min_objects <= style.max_objects:
-        raise ConfigError(f"shapes dataset: expected 1 <= min_objects <= max_objects, got {style.min_objects}, {style.max_objects}")
+        raise ConfigError(
+            f"shapes dataset: expected 1 <= min_objects <= max_objects, got {style.min_objects}, {style.max_objects}"
+        )
     if style.image_format not in ("png", "jpeg"):
         raise ConfigError(f"shapes dataset: image_format must be 'png' or 'jpeg', got {style.image_format!r}")
     counts = {"train": n_train, "val": n_val, "test": n_test}
@@ -291,12 +334,22 @@ def generate(out_dir: Union[str, Path], n_train: int = 4000, n_val: int = 200, n
             img.save(out_dir / "images" / split / filename, format="PNG")
         raws = _captions(rng, objects, image_size)
         sentids = [5 * imgid + k for k in range(len(raws))]
-        images.append({
-            "filepath": f"images/{split}", "filename": filename, "imgid": imgid, "split": split,
-            "sentences": [{"tokens": raw.split(), "raw": raw, "imgid": imgid, "sentid": sid}
-                          for raw, sid in zip(raws, sentids)],
-            "sentids": sentids, "width": image_size, "height": image_size, "objects": objects,
-        })
+        images.append(
+            {
+                "filepath": f"images/{split}",
+                "filename": filename,
+                "imgid": imgid,
+                "split": split,
+                "sentences": [
+                    {"tokens": raw.split(), "raw": raw, "imgid": imgid, "sentid": sid}
+                    for raw, sid in zip(raws, sentids)
+                ],
+                "sentids": sentids,
+                "width": image_size,
+                "height": image_size,
+                "objects": objects,
+            }
+        )
 
     path = out_dir / "dataset_shapes.json"
     tmp = path.with_name(path.name + ".tmp")
@@ -306,7 +359,7 @@ def generate(out_dir: Union[str, Path], n_train: int = 4000, n_val: int = 200, n
 
 
 # --------------------------------------------------------------------------- parsing
-def parse_objects(caption: Union[str, Sequence[str]]) -> list[Triple]:
+def parse_objects(caption: str | Sequence[str]) -> list[Triple]:
     """The (size, colour, shape) mentions in a caption, in order.
 
     A mention is a size word directly followed by a colour word and a shape word; partial
@@ -325,7 +378,7 @@ def locate_objects(tokens: Sequence[str]) -> list[tuple[int, Triple]]:
     tokens = [str(t).lower() for t in tokens]
     found, i = [], 0
     while i + 2 < len(tokens):
-        triple = tuple(tokens[i:i + 3])
+        triple = tuple(tokens[i : i + 3])
         if triple[0] in ALL_SIZES and triple[1] in ALL_COLOURS and triple[2] in ALL_SHAPES:
             found.append((i + 2, triple))
             i += 3
@@ -337,13 +390,13 @@ def locate_objects(tokens: Sequence[str]) -> list[tuple[int, Triple]]:
 def record_objects(record) -> list[Triple]:
     """Ground-truth (size, colour, shape) triples of an ImageRecord, or of a dict with 'objects'."""
     objects = record["objects"] if isinstance(record, dict) else record.objects
-    return [tuple(o["words"]) if "words" in o else (o["size"], o["color"], o["shape"])
-            for o in objects or []]
+    return [tuple(o["words"]) if "words" in o else (o["size"], o["color"], o["shape"]) for o in objects or []]
 
 
 # --------------------------------------------------------------------------- the dataset's scores
-def shapes_scores(records: Sequence, predictions: dict, alignments: Optional[dict] = None,
-                  images_root: Optional[str] = None) -> dict:
+def shapes_scores(
+    records: Sequence, predictions: dict, alignments: dict | None = None, images_root: str | None = None
+) -> dict:
     """What the evaluator adds for the shapes data: object F1 and, given alignments, grounding.
 
     ``records``: the scored images (ImageRecords with objects); ``predictions``: image_id ->
@@ -360,7 +413,7 @@ def shapes_scores(records: Sequence, predictions: dict, alignments: Optional[dic
     return scores
 
 
-def _image_size(rec, images_root: Optional[str]) -> Optional[tuple[int, int]]:
+def _image_size(rec, images_root: str | None) -> tuple[int, int] | None:
     """(W, H) of the original image: from the record, else read from the file's header."""
     if rec.width and rec.height:
         return int(rec.width), int(rec.height)
@@ -373,7 +426,7 @@ def _image_size(rec, images_root: Optional[str]) -> Optional[tuple[int, int]]:
         return None
 
 
-def grounding(records: dict, alignments: dict, images_root: Optional[str] = None) -> dict:
+def grounding(records: dict, alignments: dict, images_root: str | None = None) -> dict:
     """Attention grounding over every generated word that names an object of the image.
 
     ``records``: image_id -> ImageRecord; ``alignments``: image_id -> (words, alphas (T, L),

@@ -42,6 +42,7 @@ split its own shards (what :func:`write_shards` writes) and name them together.
 **Writing**: :func:`write_shards` (``captioning prepare --to-webdataset OUT``) writes the records of
 any dataset the project reads as ``OUT/{split}-NNNNNN.tar`` with webdataset's ShardWriter.
 """
+
 from __future__ import annotations
 
 import io
@@ -50,8 +51,8 @@ import os
 import re
 import tarfile
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -75,8 +76,15 @@ from captioning.vocab import Vocabulary
 
 #: image members read as a sample's image (file suffixes without the dot)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff")
-SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "valid": "val", "dev": "val", "test": "test",
-               "restval": "restval"}
+SPLIT_NAMES = {
+    "train": "train",
+    "val": "val",
+    "validation": "val",
+    "valid": "val",
+    "dev": "val",
+    "test": "test",
+    "restval": "restval",
+}
 _KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's key + extension of a member name
 _BRACES = re.compile(r"\{[^{}]*\}")
 #: the most shard files one brace pattern may name (counted before it is expanded)
@@ -91,8 +99,11 @@ MAX_IMAGE_MEMBER = 1 << 30
 def _is_shard_spec(item: str) -> bool:
     if item.lower().endswith(".tar"):
         return True
-    return os.path.isdir(item) and any(f.lower().endswith(".tar") for f in os.listdir(item)) \
+    return (
+        os.path.isdir(item)
+        and any(f.lower().endswith(".tar") for f in os.listdir(item))
         and not any(os.path.isfile(os.path.join(item, f)) for f in ("dataset_dict.json", "state.json"))
+    )
 
 
 def is_shards(path) -> bool:
@@ -109,7 +120,7 @@ def shard_paths(path) -> list[str]:
         if os.path.isdir(item):
             out += sorted(os.path.join(item, f) for f in os.listdir(item) if f.lower().endswith(".tar"))
             continue
-        for file in (_expand(item) if _BRACES.search(item) else [item]):
+        for file in _expand(item) if _BRACES.search(item) else [item]:
             if "://" in file or file.startswith("pipe:"):
                 raise AnnotationError(f"{file}: shards are read from local files (copy them first)")
             if not os.path.isfile(file):
@@ -126,14 +137,18 @@ def _expand(pattern: str) -> list[str]:
     try:
         from braceexpand import UnbalancedBracesError, braceexpand
     except ImportError:
-        raise AnnotationError(f"{pattern}: brace patterns need the webdataset package (pip install -e '.[ecosystem]')") from None
+        raise AnnotationError(
+            f"{pattern}: brace patterns need the webdataset package (pip install -e '.[ecosystem]')"
+        ) from None
     try:
         count = count_expansion(pattern)
     except UnbalancedBracesError:
         raise AnnotationError(f"{pattern}: unbalanced braces in the shard pattern") from None
     if count > MAX_PATTERN_SHARDS:
-        raise AnnotationError(f"{pattern}: the pattern names {count:,} shard files, more than the {MAX_PATTERN_SHARDS:,} "
-                              "one pattern may name (a typo in a range?)")
+        raise AnnotationError(
+            f"{pattern}: the pattern names {count:,} shard files, more than the {MAX_PATTERN_SHARDS:,} "
+            "one pattern may name (a typo in a range?)"
+        )
     return list(braceexpand(pattern))
 
 
@@ -157,7 +172,7 @@ def count_expansion(pattern: str) -> int:
             elif text[pos] == "}":
                 depth -= 1
                 if depth == 0:
-                    out.append(text[start + 1:pos])
+                    out.append(text[start + 1 : pos])
             pos += 1
         if depth != 0:
             raise UnbalancedBracesError(f"Unbalanced braces: {text!r}")
@@ -170,10 +185,13 @@ def count_expansion(pattern: str) -> int:
             first, last, step = (ints or chars).groups()
             step = (int(step) or 1) if step else 1
             if ints:
-                return len(range(int(first), int(last) + 1, step) if int(first) < int(last)
-                           else range(int(first), int(last) - 1, -step))
+                return len(
+                    range(int(first), int(last) + 1, step)
+                    if int(first) < int(last)
+                    else range(int(first), int(last) - 1, -step)
+                )
             a, b = alphabet.index(first), alphabet.index(last)
-            return len(alphabet[a:b + 1:step] if a < b else alphabet[a:(b or -len(alphabet)) - 1:-step])
+            return len(alphabet[a : b + 1 : step] if a < b else alphabet[a : (b or -len(alphabet)) - 1 : -step])
         parts, start, depth, pos = [], 0, 0, 0  # a sequence: the items between commas at depth 0
         while pos < len(expr):
             if expr[pos] == "\\":
@@ -233,14 +251,16 @@ def _text(data: bytes, member: str) -> str:
         raise AnnotationError(f"{member}: not UTF-8 text") from None
 
 
-def _sample_record(imgid: int, files: dict, image: Optional[Member]) -> ImageRecord:
+def _sample_record(imgid: int, files: dict, image: Member | None) -> ImageRecord:
     """The record of one sample's text files (``files``: extension -> bytes); AnnotationError for a problem."""
     meta = {}
     if "json" in files:
         try:
             meta = json.loads(_text(files["json"], ".json"))
         except json.JSONDecodeError as err:
-            raise AnnotationError(f".json: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+            raise AnnotationError(
+                f".json: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}"
+            ) from None
         except (ValueError, RecursionError) as err:  # more digits than Python converts; nesting
             raise AnnotationError(f".json: unreadable JSON ({' '.join(str(err).split())[:120]})") from None
         if not isinstance(meta, dict):
@@ -257,8 +277,11 @@ def _sample_record(imgid: int, files: dict, image: Optional[Member]) -> ImageRec
     tokens = meta.get("tokens")
     if _token_lists(tokens, len(captions)):
         check_texts([w for t in tokens for w in t], ".json tokens")
-    pairs = [(c.strip(), t) for c, t in zip(captions, tokens)] if _token_lists(tokens, len(captions)) else \
-        [(c.strip(), tokenize(c)) for c in captions]
+    pairs = (
+        [(c.strip(), t) for c, t in zip(captions, tokens)]
+        if _token_lists(tokens, len(captions))
+        else [(c.strip(), tokenize(c)) for c in captions]
+    )
     pairs = [(c, [w.strip().lower() for w in t if w.strip()]) for c, t in pairs]
     pairs = [(c or " ".join(t), t) for c, t in pairs if t]
     if not pairs:
@@ -272,13 +295,24 @@ def _sample_record(imgid: int, files: dict, image: Optional[Member]) -> ImageRec
         check_id(image_id, ".json image_id")
     objects = check_objects(meta["objects"], ".json objects") if isinstance(meta.get("objects"), list) else []
     size = check_image_size(*(meta.get(k) if is_int(meta.get(k)) else None for k in ("width", "height")), ".json")
-    return ImageRecord(imgid, imgid if image_id is None else image_id, f"{os.path.basename(image.shard)}/{image.name}",
-                       split, [c for c, _ in pairs], [t for _, t in pairs], objects, *size)
+    return ImageRecord(
+        imgid,
+        imgid if image_id is None else image_id,
+        f"{os.path.basename(image.shard)}/{image.name}",
+        split,
+        [c for c, _ in pairs],
+        [t for _, t in pairs],
+        objects,
+        *size,
+    )
 
 
 def _token_lists(tokens, n: int) -> bool:
-    return isinstance(tokens, list) and len(tokens) == n and all(
-        isinstance(t, list) and all(isinstance(w, str) for w in t) for t in tokens)
+    return (
+        isinstance(tokens, list)
+        and len(tokens) == n
+        and all(isinstance(t, list) and all(isinstance(w, str) for w in t) for t in tokens)
+    )
 
 
 def _check_member(shard: str, info: tarfile.TarInfo, end: int, limit: int) -> None:
@@ -287,10 +321,14 @@ def _check_member(shard: str, info: tarfile.TarInfo, end: int, limit: int) -> No
     its content). A one-line AnnotationError naming the shard and member otherwise."""
     where = f"{shard}: member {info.name!r}"
     if info.issparse():
-        raise AnnotationError(f"{where}: a sparse file (its stored bytes are not its content); write shards of plain files")
+        raise AnnotationError(
+            f"{where}: a sparse file (its stored bytes are not its content); write shards of plain files"
+        )
     if info.size < 0 or info.offset_data + info.size > end:
-        raise AnnotationError(f"{where}: its header declares {info.size:,} bytes, past the end of the shard "
-                              f"({end:,} bytes): a damaged or forged tar header")
+        raise AnnotationError(
+            f"{where}: its header declares {info.size:,} bytes, past the end of the shard "
+            f"({end:,} bytes): a damaged or forged tar header"
+        )
     if info.size > limit:
         raise AnnotationError(f"{where}: {info.size:,} bytes, more than the {limit:,} a member of its kind may hold")
 
@@ -325,7 +363,7 @@ def _shard_samples(shard: str) -> dict[str, tuple[dict, list]]:
     return samples
 
 
-def read_index(path, merge_restval: bool = True, problems: Optional[list] = None) -> ShardIndex:
+def read_index(path, merge_restval: bool = True, problems: list | None = None) -> ShardIndex:
     """The :class:`ShardIndex` of shards named by ``path`` (a pass over headers and text: no image is read).
 
     A problem of one sample raises :class:`AnnotationError` naming the shard and key, or with
@@ -389,8 +427,14 @@ def decode_image(data: bytes, name: str):
 class ShardImageDataset(ImageDataset):
     """One sample per image of ``records``, read from its shard by offset (evaluation; map-style)."""
 
-    def __init__(self, records: Sequence[ImageRecord], index: ShardIndex, image_size: int, features=None,
-                 interpolation: str = "bilinear"):
+    def __init__(
+        self,
+        records: Sequence[ImageRecord],
+        index: ShardIndex,
+        image_size: int,
+        features=None,
+        interpolation: str = "bilinear",
+    ):
         super().__init__(records, "", image_size, features, interpolation=interpolation)
         self.members = index.members
 
@@ -400,7 +444,9 @@ class ShardImageDataset(ImageDataset):
         from captioning.data.images import to_tensor
 
         member = self.members[record.imgid]
-        return to_tensor(decode_image(member.read(), f"{member.shard}: {member.name}"), self.image_size, self.interpolation)
+        return to_tensor(
+            decode_image(member.read(), f"{member.shard}: {member.name}"), self.image_size, self.interpolation
+        )
 
 
 # ---------------------------------------------------------------------------------------- the format
@@ -418,23 +464,42 @@ class ShardAnnotations(Annotations):
         member = self.index.members[record.imgid]
         return decode_image(member.read(), f"{member.shard}: {member.name}")
 
-    def image_dataset(self, records, images_root, image_size, features=None, cache_images=False,
-                      interpolation="bilinear") -> ImageDataset:
+    def image_dataset(
+        self, records, images_root, image_size, features=None, cache_images=False, interpolation="bilinear"
+    ) -> ImageDataset:
         return ShardImageDataset(records, self.index, image_size, features=features, interpolation=interpolation)
 
     def train_loader(self, data) -> ShardLoader:
         """The training pairs, streamed over DDP ranks and loader workers (``data``: the CaptionData)."""
         if data.bucket_by_length:
-            raise ConfigError("data.bucket_by_length needs the captions' lengths up front: set it false to stream WebDataset shards")
+            raise ConfigError(
+                "data.bucket_by_length needs the captions' lengths up front: set it false to stream WebDataset shards"
+            )
         data.records("train")  # no training images: one line
         world, rank = data.replicas()
-        stream = ShardStream(self.index, data.vocab, data.max_length, data.image_size, data.batch_size,
-                             seed=torch.initial_seed() % 2**31, num_replicas=world, rank=rank, group=data.group_captions,
-                             shuffle_buffer=data.shuffle_buffer, features=data.feature_cache(),
-                             interpolation=data.interpolation)
+        stream = ShardStream(
+            self.index,
+            data.vocab,
+            data.max_length,
+            data.image_size,
+            data.batch_size,
+            seed=torch.initial_seed() % 2**31,
+            num_replicas=world,
+            rank=rank,
+            group=data.group_captions,
+            shuffle_buffer=data.shuffle_buffer,
+            features=data.feature_cache(),
+            interpolation=data.interpolation,
+        )
         collate = Collate(Vocabulary.pad_id, stream.visual_key, stream.visual_shape, data.on_bad_image, captions=True)
-        return ShardLoader(stream, data.batch_size, epoch_of=data.epoch_of(), num_workers=data.num_workers,
-                           pin_memory=data.pin_memory, collate_fn=collate)
+        return ShardLoader(
+            stream,
+            data.batch_size,
+            epoch_of=data.epoch_of(),
+            num_workers=data.num_workers,
+            pin_memory=data.pin_memory,
+            collate_fn=collate,
+        )
 
 
 @FORMATS.register("webdataset")
@@ -469,9 +534,21 @@ class ShardStream(IterableDataset):
     :meth:`start` sets the epoch (and the batches of each worker to skip) before each iteration.
     """
 
-    def __init__(self, index: ShardIndex, vocab: Vocabulary, max_length: Optional[int], image_size: int,
-                 batch_size: int, seed: int = 0, num_replicas: int = 1, rank: int = 0, group: bool = False,
-                 shuffle_buffer: int = 1000, features=None, interpolation: str = "bilinear"):
+    def __init__(
+        self,
+        index: ShardIndex,
+        vocab: Vocabulary,
+        max_length: int | None,
+        image_size: int,
+        batch_size: int,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        group: bool = False,
+        shuffle_buffer: int = 1000,
+        features=None,
+        interpolation: str = "bilinear",
+    ):
         self.index, self.vocab, self.max_length, self.image_size = index, vocab, max_length, image_size
         self.interpolation = interpolation  # the resize's filter (data/images.py: INTERPOLATIONS)
         self.batch_size, self.seed, self.num_replicas, self.rank = batch_size, seed, num_replicas, rank
@@ -506,14 +583,14 @@ class ShardStream(IterableDataset):
         total = self.per_rank * self.num_replicas
         if total > len(units) > 0:  # every rank the same number of units: pad with the epoch's first ones
             units = np.concatenate([units, np.resize(units, (total - len(units), 2))])
-        return units[self.rank * self.per_rank:(self.rank + 1) * self.per_rank]
+        return units[self.rank * self.per_rank : (self.rank + 1) * self.per_rank]
 
     def worker_units(self, epoch: int, worker: int, workers: int) -> np.ndarray:
         counts = self.worker_batches(workers)
         first = sum(counts[:worker]) * self.batch_size
-        return self.rank_units(epoch)[first:first + counts[worker] * self.batch_size]
+        return self.rank_units(epoch)[first : first + counts[worker] * self.batch_size]
 
-    def _read(self, units: np.ndarray) -> Iterator[tuple[int, int, Optional[bytes]]]:
+    def _read(self, units: np.ndarray) -> Iterator[tuple[int, int, bytes | None]]:
         """(imgid, caption, image bytes or None with a feature cache) of each unit, in file order;
         the units of one image share one read."""
         file, shard, last, data = None, None, None, None
@@ -545,7 +622,7 @@ class ShardStream(IterableDataset):
         for j in rng.permutation(len(buffer)).tolist():
             yield buffer[j]
 
-    def _sample(self, imgid: int, caption: int, data: Optional[bytes]) -> dict:
+    def _sample(self, imgid: int, caption: int, data: bytes | None) -> dict:
         record = self.records[imgid]
         try:
             if data is None:
@@ -554,7 +631,9 @@ class ShardStream(IterableDataset):
                 from captioning.data.images import to_tensor
 
                 member = self.index.members[imgid]
-                visual = to_tensor(decode_image(data, f"{member.shard}: {member.name}"), self.image_size, self.interpolation)
+                visual = to_tensor(
+                    decode_image(data, f"{member.shard}: {member.name}"), self.image_size, self.interpolation
+                )
         except ImageError as err:
             return {"error": str(err)}
         encode = lambda t: torch.tensor(self.vocab.encode(t, self.max_length), dtype=torch.long)  # noqa: E731
@@ -622,24 +701,39 @@ class ShardLoader(DataLoader):
 
     def _settings(self) -> dict:
         stream = self.dataset
-        return {"batch_size": self.batch_size, "seed": stream.seed, "num_replicas": stream.num_replicas,
-                "num_workers": self._workers(), "shuffle_buffer": stream.shuffle_buffer, "units": stream.size}
+        return {
+            "batch_size": self.batch_size,
+            "seed": stream.seed,
+            "num_replicas": stream.num_replicas,
+            "num_workers": self._workers(),
+            "shuffle_buffer": stream.shuffle_buffer,
+            "units": stream.size,
+        }
 
     def state_dict(self) -> dict:
         """The epoch, the batches served in it, and the settings the epoch's order is drawn from."""
-        return {"epoch": self._epoch, "batches": self._served, "samples": self._served * self.batch_size,
-                "stream": "webdataset", **self._settings()}
+        return {
+            "epoch": self._epoch,
+            "batches": self._served,
+            "samples": self._served * self.batch_size,
+            "stream": "webdataset",
+            **self._settings(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue ``state``'s epoch where it stopped; a one-line ConfigError if this loader would
         stream another order than the one that saved it."""
         if state.get("stream") != "webdataset":
-            raise ConfigError("the checkpoint's training loader read an annotation file, this run streams "
-                              "WebDataset shards: the resumed epoch would not continue the saved one")
+            raise ConfigError(
+                "the checkpoint's training loader read an annotation file, this run streams "
+                "WebDataset shards: the resumed epoch would not continue the saved one"
+            )
         for key, value in self._settings().items():
             if key in state and state[key] != value:
-                raise ConfigError(f"the training loader's {key} is {state[key]!r} in the checkpoint, {value!r} here: "
-                                  "the resumed epoch would not continue the saved one")
+                raise ConfigError(
+                    f"the training loader's {key} is {state[key]!r} in the checkpoint, {value!r} here: "
+                    "the resumed epoch would not continue the saved one"
+                )
         self._resume = (int(state["epoch"]), int(state["batches"]))
         self._epochs_done = int(state["epoch"])
 
@@ -665,8 +759,14 @@ def _image_payload(path: str) -> tuple[str, bytes]:
     return "png", buffer.getvalue()
 
 
-def write_shards(records: Sequence[ImageRecord], images_root: str, out_dir: str, shard_size: int = 1000,
-                 seed: int = 0, progress: bool = True) -> dict[str, list[str]]:
+def write_shards(
+    records: Sequence[ImageRecord],
+    images_root: str,
+    out_dir: str,
+    shard_size: int = 1000,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, list[str]]:
     """Write ``records`` as shards ``out_dir/{split}-NNNNNN.tar`` of ``shard_size`` samples: per sample
     its image (JPEG, PNG, WebP as stored, other formats as PNG) and ``KEY.json`` (captions, tokens,
     split, image_id, and objects / width / height where the record has them). The training samples
@@ -692,13 +792,20 @@ def write_shards(records: Sequence[ImageRecord], images_root: str, out_dir: str,
             part = [part[i] for i in np.random.default_rng(seed).permutation(len(part)).tolist()]
         pattern = os.path.join(out_dir, f"{split}-%06d.tar")
         with wds.ShardWriter(pattern, maxcount=shard_size, verbose=0) as sink:
-            for n, r in enumerate(tqdm(part, desc=f"writing {split} shards", unit="img", disable=None if progress else True)):
+            for n, r in enumerate(
+                tqdm(part, desc=f"writing {split} shards", unit="img", disable=None if progress else True)
+            ):
                 ext, data = _image_payload(os.path.join(images_root, r.path))
-                meta = {"captions": list(r.captions), "tokens": [list(t) for t in r.tokens], "split": split,
-                        "image_id": r.image_id, "source": r.path}
+                meta = {
+                    "captions": list(r.captions),
+                    "tokens": [list(t) for t in r.tokens],
+                    "split": split,
+                    "image_id": r.image_id,
+                    "source": r.path,
+                }
                 meta.update({k: v for k, v in (("objects", r.objects), ("width", r.width), ("height", r.height)) if v})
                 sink.write({"__key__": f"{split}{n:09d}", ext: data, "json": json.dumps(meta).encode()})
-        written[split] = sorted(os.path.join(out_dir, f) for f in os.listdir(out_dir)
-                                if re.fullmatch(rf"{split}-\d{{6}}\.tar", f))
+        written[split] = sorted(
+            os.path.join(out_dir, f) for f in os.listdir(out_dir) if re.fullmatch(rf"{split}-\d{{6}}\.tar", f)
+        )
     return written
-

@@ -19,27 +19,28 @@ is the mean map's argmax.
     ensemble = Ensemble([model_a, model_b], weights=[0.7, 0.3], names=["a.ckpt", "b.ckpt"])
     out = ensemble.generate(images=batch, config=GenerationConfig(num_beams=3))
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from captioning.errors import ConfigError
-from captioning.models.attention import Glimpse
-from captioning.models.cells import DecoderState
+from captioning.common import grid_shape
 from captioning.decoding.generation import GenerationConfig
 from captioning.decoding.parts import GenerationOutput
 from captioning.decoding.search import generate
-from captioning.common import grid_shape
+from captioning.errors import ConfigError
+from captioning.models.attention import Glimpse
+from captioning.models.cells import DecoderState
 
 
-def ensemble_weights(weights: Optional[Sequence[float]], members: int) -> tuple[float, ...]:
+def ensemble_weights(weights: Sequence[float] | None, members: int) -> tuple[float, ...]:
     """The members' weights normalised to sum 1 (equal when None); one-line ConfigError otherwise."""
     if weights is None:
         return (1.0 / members,) * members
@@ -70,17 +71,18 @@ class EnsembleState:
     def beams(self) -> int:
         return self.members[0].beams
 
-    def select(self, index: Tensor) -> "EnsembleState":
+    def select(self, index: Tensor) -> EnsembleState:
         """Rows ``index`` of every member's state (one row per image only)."""
         return EnsembleState(tuple(m.select(index) for m in self.members))
 
-    def with_recurrent(self, h: Tensor, c: Tensor) -> "EnsembleState":
+    def with_recurrent(self, h: Tensor, c: Tensor) -> EnsembleState:
         """The same images with a new recurrent state: h, c (N, sum H) split among the members."""
         sizes = [m.h.size(1) for m in self.members]
-        return EnsembleState(tuple(m.with_recurrent(hm, cm) for m, hm, cm in
-                                   zip(self.members, h.split(sizes, 1), c.split(sizes, 1))))
+        return EnsembleState(
+            tuple(m.with_recurrent(hm, cm) for m, hm, cm in zip(self.members, h.split(sizes, 1), c.split(sizes, 1)))
+        )
 
-    def expand_beams(self, beams: int) -> "EnsembleState":
+    def expand_beams(self, beams: int) -> EnsembleState:
         """Each image's state copied to ``beams`` rows, in every member."""
         return EnsembleState(tuple(m.expand_beams(beams) for m in self.members))
 
@@ -104,7 +106,9 @@ class EnsembleDecoder:
     def initial_state(self, features: Sequence[Tensor]) -> EnsembleState:
         """features: one (B, L_m, D_m) tensor per member."""
         if len(features) != len(self.decoders):
-            raise ValueError(f"an ensemble of {len(self.decoders)} models needs as many feature tensors, got {len(features)}")
+            raise ValueError(
+                f"an ensemble of {len(self.decoders)} models needs as many feature tensors, got {len(features)}"
+            )
         return EnsembleState(tuple(d.initial_state(f) for d, f in zip(self.decoders, features)))
 
     # loops.py's state layout
@@ -114,11 +118,16 @@ class EnsembleDecoder:
         return [t for m in state.members for t in (m.features, m.projected)]
 
     def state(self, h: Tensor, c: Tensor, constants: list[Tensor], beams: int = 1) -> EnsembleState:
-        return EnsembleState(tuple(DecoderState(hm, cm, constants[2 * k], constants[2 * k + 1], beams) for k, (hm, cm) in
-                                   enumerate(zip(h.split(self.hidden_sizes, 1), c.split(self.hidden_sizes, 1)))))
+        return EnsembleState(
+            tuple(
+                DecoderState(hm, cm, constants[2 * k], constants[2 * k + 1], beams)
+                for k, (hm, cm) in enumerate(zip(h.split(self.hidden_sizes, 1), c.split(self.hidden_sizes, 1)))
+            )
+        )
 
-    def step(self, tokens: Tensor, state: EnsembleState, mode: Optional[str] = None,
-             attention_temperature: float = 1.0) -> tuple[Tensor, EnsembleState, Glimpse]:
+    def step(
+        self, tokens: Tensor, state: EnsembleState, mode: str | None = None, attention_temperature: float = 1.0
+    ) -> tuple[Tensor, EnsembleState, Glimpse]:
         """One step of every member: previous tokens (N,) -> the weighted mean of the members' log p
         (N, V), the new state, the glimpse of the members' weighted mean map (with each member's
         map, (N, members, L), as its ``head_alpha``)."""
@@ -141,8 +150,11 @@ def on_first_grid(alphas: Sequence[Tensor]) -> list[Tensor]:
     for a in alphas:
         if a.size(-1) != L:
             h, wd = grid_shape(a.size(-1))
-            a = F.interpolate(a.reshape(-1, 1, h, wd).float(), size=(gh, gw), mode="bilinear",
-                              align_corners=False).reshape(-1, L).to(alphas[0].dtype)
+            a = (
+                F.interpolate(a.reshape(-1, 1, h, wd).float(), size=(gh, gw), mode="bilinear", align_corners=False)
+                .reshape(-1, L)
+                .to(alphas[0].dtype)
+            )
             a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
         out.append(a)
     return out
@@ -168,8 +180,9 @@ class Ensemble(nn.Module):
     member image size (what readers of a split load images at; :meth:`features` resizes them
     for the members of other sizes)."""
 
-    def __init__(self, models: Sequence[nn.Module], weights: Optional[Sequence[float]] = None,
-                 names: Optional[Sequence[str]] = None):
+    def __init__(
+        self, models: Sequence[nn.Module], weights: Sequence[float] | None = None, names: Sequence[str] | None = None
+    ):
         super().__init__()
         if not models:
             raise ConfigError("an ensemble needs at least one model")
@@ -177,8 +190,10 @@ class Ensemble(nn.Module):
         first = models[0]
         for model, name in zip(models[1:], names[1:]):
             if list(model.vocab.itos) != list(first.vocab.itos):
-                raise ConfigError(f"ensemble: {names[0]} and {name} have different vocabularies "
-                                  f"({len(first.vocab)} and {len(model.vocab)} words); an ensemble needs one vocabulary")
+                raise ConfigError(
+                    f"ensemble: {names[0]} and {name} have different vocabularies "
+                    f"({len(first.vocab)} and {len(model.vocab)} words); an ensemble needs one vocabulary"
+                )
         self.members = nn.ModuleList(models)
         self.names = names
         self.weights = ensemble_weights(weights, len(models))
@@ -196,10 +211,12 @@ class Ensemble(nn.Module):
             if len(self.members) > 1:
                 raise ConfigError("an ensemble encodes images: cached features belong to one model's encoder")
             return [self.members[0].features(batch)]
-        return [m.features({**batch, "images": resize(batch["images"], size)})
-                for m, size in zip(self.members, self.image_sizes)]
+        return [
+            m.features({**batch, "images": resize(batch["images"], size)})
+            for m, size in zip(self.members, self.image_sizes)
+        ]
 
-    def encode(self, images: Union[Tensor, Sequence[Tensor]]) -> list[Tensor]:
+    def encode(self, images: Tensor | Sequence[Tensor]) -> list[Tensor]:
         """Each member's features (B, L_m, D_m) of images: one batch (B, 3, S, S), resized per
         member where needed, or one batch per member at its own size."""
         if isinstance(images, Tensor):
@@ -207,8 +224,13 @@ class Ensemble(nn.Module):
         return [m.encoder(x) for m, x in zip(self.members, images)]
 
     @torch.no_grad()
-    def generate(self, images: Union[Tensor, Sequence[Tensor], None] = None, features: Optional[Sequence[Tensor]] = None,
-                 config: GenerationConfig = GenerationConfig(), generator: Optional[torch.Generator] = None) -> GenerationOutput:
+    def generate(
+        self,
+        images: Tensor | Sequence[Tensor] | None = None,
+        features: Sequence[Tensor] | None = None,
+        config: GenerationConfig = GenerationConfig(),
+        generator: torch.Generator | None = None,
+    ) -> GenerationOutput:
         """Captions of images (see :meth:`encode`) or of the members' features (one tensor per member)."""
         if features is None:
             features = self.encode(images)

@@ -8,21 +8,21 @@ through its hook (the shapes data: object F1 and, when asked, attention groundin
 ``CaptionData.dataset_scores``), and CLIPScore / RefCLIPScore when a CLIP model is named
 (metrics/clip_score.py).
 """
+
 from __future__ import annotations
 
 import logging
-import os
-from typing import AbstractSet, Callable, Iterable, Optional, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 
 import torch
 from torch import Tensor
 
-from captioning.metrics import CocoScorer
+from captioning.decoding.search import GenerationConfig, GenerationOutput
 from captioning.errors import AnnotationError
+from captioning.metrics import CocoScorer
 from captioning.metrics.attention_health import MOVEMENT_FLOOR, UNIFORM_RATIO, AttentionHealth
 from captioning.metrics.clip_score import ClipScoring
 from captioning.metrics.diversity import DOMINANT_SHARE, diversity_scores, known_captions
-from captioning.decoding.search import GenerationConfig, GenerationOutput
 from captioning.vocab import Vocabulary
 
 #: (words, alphas (T, L), chosen locations (T,) of hard attention or None) of one decoded
@@ -32,7 +32,7 @@ Alignment = tuple
 log = logging.getLogger(__name__)
 
 
-def training_captions(data) -> Optional[list[str]]:
+def training_captions(data) -> list[str] | None:
     """The training split's references of a CaptionData (for the share of novel captions); None
     without a training split."""
     try:
@@ -41,7 +41,7 @@ def training_captions(data) -> Optional[list[str]]:
         return None
 
 
-def known_training_captions(data) -> Optional[frozenset[str]]:
+def known_training_captions(data) -> frozenset[str] | None:
     """:func:`training_captions` as the novelty score compares them (``known_captions``): one set
     that several evaluators can share; None without a training split."""
     captions = training_captions(data)
@@ -83,21 +83,28 @@ class Evaluator:
     caption); their warnings are logged and kept in the notes ("diversity_warning", "attention_warning").
     """
 
-    def __init__(self, metrics: Sequence[str] = ("BLEU", "CIDEr"), spice: bool = False, keep_alignments: bool = False,
-                 training_captions: Optional[Iterable[str]] = None, dominant_share: float = DOMINANT_SHARE,
-                 uniform_ratio: float = UNIFORM_RATIO, movement_floor: float = MOVEMENT_FLOOR, tokenizer: str = "auto",
-                 clip: Optional[ClipScoring] = None):
+    def __init__(
+        self,
+        metrics: Sequence[str] = ("BLEU", "CIDEr"),
+        spice: bool = False,
+        keep_alignments: bool = False,
+        training_captions: Iterable[str] | None = None,
+        dominant_share: float = DOMINANT_SHARE,
+        uniform_ratio: float = UNIFORM_RATIO,
+        movement_floor: float = MOVEMENT_FLOOR,
+        tokenizer: str = "auto",
+        clip: ClipScoring | None = None,
+    ):
         self.metrics, self.spice, self.keep_alignments = tuple(metrics), spice, keep_alignments
         self.tokenizer, self.clip = tokenizer, clip
         self.set_training_captions(training_captions)
         self.dominant_share = dominant_share
         self.health = AttentionHealth(uniform_ratio, movement_floor)
-        self.vocab_size: Optional[int] = None
-        self._scorer: Optional[CocoScorer] = None
+        self.vocab_size: int | None = None
+        self._scorer: CocoScorer | None = None
         self.reset()
 
-    def set_training_captions(self, captions: Optional[Iterable[str]] = None,
-                              known: Optional[AbstractSet[str]] = None) -> None:
+    def set_training_captions(self, captions: Iterable[str] | None = None, known: Set[str] | None = None) -> None:
         """The training references novel captions are counted against: ``captions``, or ``known``,
         the same through :func:`known_training_captions` (None for both: no novelty score)."""
         self._known = known if captions is None else known_captions(captions)  # compared as words, once
@@ -109,7 +116,9 @@ class Evaluator:
         self._locations = 0
         self.health.reset()
         self.alignments: dict[int, Alignment] = {}
-        self.head_alphas: dict[int, object] = {}  # multi-head models: image_id -> (T, heads, L); ensembles: (T, members, L)
+        self.head_alphas: dict[
+            int, object
+        ] = {}  # multi-head models: image_id -> (T, heads, L); ensembles: (T, members, L)
         self._parts = "per_head"  # what head_alphas hold: "per_head", or an ensemble's "per_member"
 
     @torch.no_grad()
@@ -126,15 +135,22 @@ class Evaluator:
         if self.keep_alignments:
             for i, image_id in enumerate(batch["image_ids"].tolist()):
                 n = int(out.lengths[i])
-                chosen = out.locations[i, :n].cpu().numpy() if model.attention_kind == "hard" and out.locations.dim() == 2 else None
-                self.alignments[image_id] = (model.vocab.decode(out.sequences[i, :n].tolist()),
-                                             out.alphas[i, :n].cpu().numpy(), chosen)
+                chosen = (
+                    out.locations[i, :n].cpu().numpy()
+                    if model.attention_kind == "hard" and out.locations.dim() == 2
+                    else None
+                )
+                self.alignments[image_id] = (
+                    model.vocab.decode(out.sequences[i, :n].tolist()),
+                    out.alphas[i, :n].cpu().numpy(),
+                    chosen,
+                )
                 if out.head_alphas is not None:
                     self.head_alphas[image_id] = out.head_alphas[i, :n].cpu().numpy()
                     self._parts = "per_member" if len(getattr(model, "members", ())) > 1 else "per_head"
         return out
 
-    def predictions(self, vocab: Vocabulary, all_gather: Optional[Callable] = None) -> dict[int, str]:
+    def predictions(self, vocab: Vocabulary, all_gather: Callable | None = None) -> dict[int, str]:
         """image_id -> caption over every rank (``all_gather``: the LightningModule's, under DDP);
         each image once (distributed samplers repeat some). Clears what was collected, keeping the
         attention figures of every rank's captions (each image once) for :meth:`score`."""
@@ -164,8 +180,13 @@ class Evaluator:
             self.health.merge(health[rows].sum(0).cpu().numpy(), locations)
         return {i: vocab.decode_text(row) for i, row in zip(ids.tolist(), seqs.tolist())}
 
-    def score(self, predictions: dict[int, str], references: dict[int, list[str]],
-              dataset_scores: Optional[Callable] = None, images: Optional[Callable] = None) -> tuple[dict, dict]:
+    def score(
+        self,
+        predictions: dict[int, str],
+        references: dict[int, list[str]],
+        dataset_scores: Callable | None = None,
+        images: Callable | None = None,
+    ) -> tuple[dict, dict]:
         """(scores, notes) of ``predictions`` against their images' references.
 
         Scores: floats of the coco-caption metrics, of diversity and of attention health (then
@@ -181,8 +202,9 @@ class Evaluator:
         raw = self._scorer({i: references[i] for i in predictions}, predictions)
         scores = {k: v for k, v in raw.items() if isinstance(v, float)}
         notes = {k: v for k, v in raw.items() if not isinstance(v, float)}
-        diversity, diversity_warnings = diversity_scores(predictions, self.vocab_size, dominant_share=self.dominant_share,
-                                                         known=self._known)
+        diversity, diversity_warnings = diversity_scores(
+            predictions, self.vocab_size, dominant_share=self.dominant_share, known=self._known
+        )
         attention, attention_warnings = self.health.scores()
         self.health.reset()
         scores.update(diversity)
@@ -194,7 +216,9 @@ class Evaluator:
                 notes[key] = "; ".join(warnings)
         if self.clip is not None:
             if images is None:
-                raise ValueError("the Evaluator's CLIP scores need the split's images (score(..., images=split_images(data, split)))")
+                raise ValueError(
+                    "the Evaluator's CLIP scores need the split's images (score(..., images=split_images(data, split)))"
+                )
             clip_scores, clip_notes = self.clip(images, predictions, references)
             scores.update(clip_scores)
             notes.update(clip_notes)
@@ -204,9 +228,12 @@ class Evaluator:
                 # multi-head attention (an ensemble): "grounding" scores the mean of the heads' (members') maps; each one's own
                 heads = next(iter(self.head_alphas.values())).shape[1]
                 scores["grounding"][self._parts] = [
-                    dataset_scores(predictions, {i: (words, self.head_alphas[i][:, k], None)
-                                                 for i, (words, _, _) in self.alignments.items()}).get("grounding")
-                    for k in range(heads)]
+                    dataset_scores(
+                        predictions,
+                        {i: (words, self.head_alphas[i][:, k], None) for i, (words, _, _) in self.alignments.items()},
+                    ).get("grounding")
+                    for k in range(heads)
+                ]
         return scores, notes
 
     def close(self) -> None:

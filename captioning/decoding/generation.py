@@ -5,6 +5,7 @@ words a caption should not end with.
 Kept apart from search.py and free of torch, so that the ONNX captioner (onnx_captioner.py), which
 runs without PyTorch, takes the same settings with the same checks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,12 +23,14 @@ from captioning.vocab import Vocabulary
 #: conjunctions, but not those that also end captions as adverbs ("up", "down", "out", "off",
 #: "over", "by", "inside", "behind", "around"). Self-critical training is known to produce such
 #: endings (a cut caption keeps most of its CIDEr); ``GenerationConfig.forbid_bad_endings`` forbids them.
-BAD_ENDINGS = frozenset("""
+BAD_ENDINGS = frozenset(
+    """
     a an the
     of in on at to for with from into onto upon near among between across against during toward towards
     via within without under beneath beside than per
     and or but nor because although though whereas unless whether
-""".split())
+""".split()
+)
 
 
 def bad_ending_ids(vocab: Vocabulary) -> tuple[int, ...]:
@@ -41,13 +44,34 @@ def bad_ending_ids(vocab: Vocabulary) -> tuple[int, ...]:
 # generation_options() turns the metadata into GenerationOption objects; the config's checks, the
 # command-line flags (cli/options.py), the web form and the API's docstring are all derived from
 # them, so a new decoding option is its field here plus the code that acts on it.
-def option(default: Any, help: str, *, min: float | None = None, max: float | None = None,
-           min_inclusive: bool = True, max_inclusive: bool = True, choices: tuple[str, ...] | None = None,
-           cli: bool = True, web: bool = True, metavar: str | None = None) -> Any:
+def option(
+    default: Any,
+    help: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_inclusive: bool = True,
+    max_inclusive: bool = True,
+    choices: tuple[str, ...] | None = None,
+    cli: bool = True,
+    web: bool = True,
+    metavar: str | None = None,
+) -> Any:
     """A GenerationConfig field with its option metadata (see :class:`GenerationOption`)."""
-    return dataclasses.field(default=default, metadata={
-        "help": help, "min": min, "max": max, "min_inclusive": min_inclusive, "max_inclusive": max_inclusive,
-        "choices": choices, "cli": cli, "web": web, "metavar": metavar})
+    return dataclasses.field(
+        default=default,
+        metadata={
+            "help": help,
+            "min": min,
+            "max": max,
+            "min_inclusive": min_inclusive,
+            "max_inclusive": max_inclusive,
+            "choices": choices,
+            "cli": cli,
+            "web": web,
+            "metavar": metavar,
+        },
+    )
 
 
 def _shown(value: Any) -> str:
@@ -114,8 +138,10 @@ class GenerationOption:
         what = "an integer" if self.type is int else "a finite number"
         low, high = self.min, self.max
         if low is not None and high is not None:
-            return (f"{what} in {'[' if self.min_inclusive else '('}{_number(low)}, "
-                    f"{_number(high)}{']' if self.max_inclusive else ')'}")
+            return (
+                f"{what} in {'[' if self.min_inclusive else '('}{_number(low)}, "
+                f"{_number(high)}{']' if self.max_inclusive else ')'}"
+            )
         if low is not None:
             return f"{what} {'>=' if self.min_inclusive else '>'} {_number(low)}"
         if high is not None:
@@ -164,7 +190,16 @@ class GenerationOption:
             except ValueError:
                 raise ValueError(f"expected a number, got {_shown(text)}") from None
         if self.type is bool:
-            truth = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+            truth = {
+                "true": True,
+                "yes": True,
+                "on": True,
+                "1": True,
+                "false": False,
+                "no": False,
+                "off": False,
+                "0": False,
+            }
             if text.lower() not in truth:
                 raise ValueError(f"expected true or false, got {_shown(text)}")
             return truth[text.lower()]
@@ -248,38 +283,76 @@ class GenerationConfig:
     num_beams: int = option(1, "beams per image (1: greedy decoding)", min=1)
     max_new_tokens: int = option(30, "the longest caption, in tokens (EOS included)", min=1)
     length_penalty: float = option(1.0, "beam scores are the summed log-probabilities divided by length ** this")
-    do_sample: bool = option(False, "sample each word from the model's distribution instead of taking the "
-                                    "likeliest (one beam only)")
-    temperature: float = option(1.0, "with do_sample: divide the log-probabilities by this before sampling "
-                                     "(below 1 sharpens)", min=0, min_inclusive=False)
+    do_sample: bool = option(
+        False, "sample each word from the model's distribution instead of taking the likeliest (one beam only)"
+    )
+    temperature: float = option(
+        1.0,
+        "with do_sample: divide the log-probabilities by this before sampling (below 1 sharpens)",
+        min=0,
+        min_inclusive=False,
+    )
     top_k: int = option(0, "with do_sample: sample among the K likeliest words only (0: all)", min=0, metavar="K")
-    attention_mode: str = option("expected", "how a hard-attention model picks its context: the expected context, "
-                                             "the likeliest location or a sampled one", choices=ATTENTION_MODES)
-    attention_temperature: float = option(1.0, "hard attention, expected context: take it under softmax(log alpha / "
-                                                "TAU); below 1 sharpens it towards the likeliest location's",
-                                          min=0, min_inclusive=False, metavar="TAU")
-    num_return_sequences: int = option(1, "the best beams to return for each image (at most num_beams)", min=1,
-                                       cli=False)  # the commands decide how many captions they print
-    forbid_bad_endings: bool = option(False, "never end a caption on an article, preposition or conjunction "
-                                             "('a', 'with', 'and'...)")
-    location_samples: int = option(1, "hard attention: decode each image K times with sampled locations and keep "
-                                      "the best-scoring caption", min=1, metavar="K")
-    cuda_graphs: bool = option(False, "on a CUDA device, replay each decoding step as a captured CUDA graph "
-                                      "(the same captions)", web=False)  # how the server runs, not what it writes
-    num_beam_groups: int = option(1, "diverse beam search: the beams form G groups (G divides num_beams), each "
-                                     "penalised for the words the earlier groups chose at the same step (needs "
-                                     "diversity_penalty)", min=1, metavar="G")
-    diversity_penalty: float = option(0.0, "diverse beam search: subtracted from a word's score per earlier group "
-                                           "that chose it", min=0)
-    no_repeat_ngram_size: int = option(0, "never repeat an n-gram of N words within a caption (3: block trigrams; "
-                                          "0: off)", min=0, metavar="N")
-    repetition_penalty: float = option(1.0, "multiply the log-probability of words already in the caption by this "
-                                            "(> 1 discourages repeats)", min=0, min_inclusive=False)
-    top_p: float = option(1.0, "with do_sample: sample among the likeliest words of total probability P (nucleus "
-                               "sampling; 1: every word)", min=0, max=1, min_inclusive=False, metavar="P")
+    attention_mode: str = option(
+        "expected",
+        "how a hard-attention model picks its context: the expected context, the likeliest location or a sampled one",
+        choices=ATTENTION_MODES,
+    )
+    attention_temperature: float = option(
+        1.0,
+        "hard attention, expected context: take it under softmax(log alpha / "
+        "TAU); below 1 sharpens it towards the likeliest location's",
+        min=0,
+        min_inclusive=False,
+        metavar="TAU",
+    )
+    num_return_sequences: int = option(
+        1, "the best beams to return for each image (at most num_beams)", min=1, cli=False
+    )  # the commands decide how many captions they print
+    forbid_bad_endings: bool = option(
+        False, "never end a caption on an article, preposition or conjunction ('a', 'with', 'and'...)"
+    )
+    location_samples: int = option(
+        1,
+        "hard attention: decode each image K times with sampled locations and keep the best-scoring caption",
+        min=1,
+        metavar="K",
+    )
+    cuda_graphs: bool = option(
+        False, "on a CUDA device, replay each decoding step as a captured CUDA graph (the same captions)", web=False
+    )  # how the server runs, not what it writes
+    num_beam_groups: int = option(
+        1,
+        "diverse beam search: the beams form G groups (G divides num_beams), each "
+        "penalised for the words the earlier groups chose at the same step (needs "
+        "diversity_penalty)",
+        min=1,
+        metavar="G",
+    )
+    diversity_penalty: float = option(
+        0.0, "diverse beam search: subtracted from a word's score per earlier group that chose it", min=0
+    )
+    no_repeat_ngram_size: int = option(
+        0, "never repeat an n-gram of N words within a caption (3: block trigrams; 0: off)", min=0, metavar="N"
+    )
+    repetition_penalty: float = option(
+        1.0,
+        "multiply the log-probability of words already in the caption by this (> 1 discourages repeats)",
+        min=0,
+        min_inclusive=False,
+    )
+    top_p: float = option(
+        1.0,
+        "with do_sample: sample among the likeliest words of total probability P (nucleus sampling; 1: every word)",
+        min=0,
+        max=1,
+        min_inclusive=False,
+        metavar="P",
+    )
     min_new_tokens: int = option(0, "captions of at least N words (EOS is forbidden before)", min=0, metavar="N")
-    suppress_tokens: tuple[int | str, ...] = option((), "words or token ids never generated, e.g. '<unk>' "
-                                                        "(comma-separated on the command line)", metavar="TOKENS")
+    suppress_tokens: tuple[int | str, ...] = option(
+        (), "words or token ids never generated, e.g. '<unk>' (comma-separated on the command line)", metavar="TOKENS"
+    )
 
     def __post_init__(self):
         for opt in _options().values():  # each field alone: its type and bounds (GenerationOption.check)
@@ -344,25 +417,35 @@ def relation_problem(config: Any, say: typing.Callable[..., str] = field_words) 
     flags, for the settings a user typed as flags)."""
     c = config
     if c.do_sample and c.num_beams > 1:
-        return (f"{say('do_sample')} works with one beam: {say('num_beams', 1)} to sample, "
-                f"or {say('do_sample', False)} for beam search")
+        return (
+            f"{say('do_sample')} works with one beam: {say('num_beams', 1)} to sample, "
+            f"or {say('do_sample', False)} for beam search"
+        )
     if c.num_return_sequences > c.num_beams:
-        return f"{say('num_return_sequences')} ({c.num_return_sequences}) cannot exceed {say('num_beams')} ({c.num_beams})"
+        return (
+            f"{say('num_return_sequences')} ({c.num_return_sequences}) cannot exceed {say('num_beams')} ({c.num_beams})"
+        )
     if c.num_beams % c.num_beam_groups:
         return f"{say('num_beam_groups')} ({c.num_beam_groups}) must divide {say('num_beams')} ({c.num_beams})"
     if c.num_beam_groups > 1 and c.do_sample:
         return f"{say('num_beam_groups')} (diverse beam search) does not sample: {say('do_sample', False)}"
     if c.num_beam_groups > 1 and c.diversity_penalty == 0:
-        return (f"{say('num_beam_groups')} > 1 needs {say('diversity_penalty')} > 0 "
-                "(otherwise the groups are the same beams)")
+        return (
+            f"{say('num_beam_groups')} > 1 needs {say('diversity_penalty')} > 0 "
+            "(otherwise the groups are the same beams)"
+        )
     if c.diversity_penalty > 0 and c.num_beam_groups == 1:
-        return (f"{say('diversity_penalty')} applies between beam groups: set {say('num_beam_groups')} > 1 "
-                f"(dividing {say('num_beams')})")
+        return (
+            f"{say('diversity_penalty')} applies between beam groups: set {say('num_beam_groups')} > 1 "
+            f"(dividing {say('num_beams')})"
+        )
     if c.top_p < 1 and not c.do_sample:
         return f"{say('top_p')} ({c.top_p}) applies to sampling: {say('do_sample', True)} (with one beam)"
     if c.min_new_tokens >= c.max_new_tokens:
-        return (f"{say('min_new_tokens')} ({c.min_new_tokens}) must be below {say('max_new_tokens')} "
-                f"({c.max_new_tokens}): a caption needs room for EOS")
+        return (
+            f"{say('min_new_tokens')} ({c.min_new_tokens}) must be below {say('max_new_tokens')} "
+            f"({c.max_new_tokens}): a caption needs room for EOS"
+        )
     return None
 
 

@@ -13,18 +13,24 @@ outputs are cut at the first check at which every row had finished: the same cap
 attention maps captured or not (tests/decoding/test_graphed_search.py). On a CPU nothing is captured.
 Sampling (``do_sample``, hard attention's "sample" mode) is never captured.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 from torch import Tensor
 
 from captioning.cuda_graphs import ShapeGraphs, graphs_available
-from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
 from captioning.decoding.generation import GenerationConfig
-from captioning.decoding.parts import (GenerationOutput, LogitsProcessor, _normalise, _sample_token, _score_dtype,
-                                      backtrack, extend_prefix)
+from captioning.decoding.parts import (
+    GenerationOutput,
+    LogitsProcessor,
+    _normalise,
+    _sample_token,
+    _score_dtype,
+    backtrack,
+    extend_prefix,
+)
+from captioning.models.decoder import DecoderState, ShowAttendTellDecoder
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -74,8 +80,9 @@ class _AllFinished:
         return done
 
 
-def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationConfig,
-         check_every: int) -> list[tuple[Tensor, ...]]:
+def _run(
+    step, carry: list[Tensor], constants: list[Tensor], config: GenerationConfig, check_every: int
+) -> list[tuple[Tensor, ...]]:
     """Run ``step(*carry, *constants)`` (carry: tokens, h, c, finished, scores, lengths[, prefix])
     up to max_new_tokens times, then cut where the plain search stops (the first multiple of
     ``check_every`` steps at which every row had finished). Returns, per kept step, (finished,
@@ -94,7 +101,9 @@ def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationC
         history.append(tuple(out[3:6]) + tuple(out[n_carry:]))
         finished = carry[3]
         if (t + 1) % check_every == 0:
-            finished_at = torch.where((finished_at == limit) & finished.all(), torch.full_like(finished_at, t + 1), finished_at)
+            finished_at = torch.where(
+                (finished_at == limit) & finished.all(), torch.full_like(finished_at, t + 1), finished_at
+            )
             if check(finished):
                 break
     return history[: int(finished_at)]  # one read, after the loop
@@ -102,18 +111,27 @@ def _run(step, carry: list[Tensor], constants: list[Tensor], config: GenerationC
 
 def _prefix(process: LogitsProcessor, rows: int, config: GenerationConfig, device) -> list[Tensor]:
     """The carried tokens so far, (rows, max_new_tokens) of PAD, when the processor reads them."""
-    return [torch.full((rows, config.max_new_tokens), PAD, dtype=torch.long, device=device)] if process.needs_prefix else []
+    return (
+        [torch.full((rows, config.max_new_tokens), PAD, dtype=torch.long, device=device)]
+        if process.needs_prefix
+        else []
+    )
 
 
-def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process: LogitsProcessor,
-                generator: Optional[torch.Generator] = None):
+def greedy_step(
+    decoder: ShowAttendTellDecoder,
+    config: GenerationConfig,
+    process: LogitsProcessor,
+    generator: torch.Generator | None = None,
+):
     """One greedy step as a function of tensors (what is captured)."""
     layout, n_prefix = state_layout(decoder), int(process.needs_prefix)
 
     def step(tokens, h, c, finished, scores, lengths, *rest):
         prefix = rest[0] if n_prefix else None
-        logp, state, g = decoder.step(tokens, layout.state(h, c, list(rest[n_prefix:])), config.attention_mode,
-                                     config.attention_temperature)
+        logp, state, g = decoder.step(
+            tokens, layout.state(h, c, list(rest[n_prefix:])), config.attention_mode, config.attention_temperature
+        )
         logp = process(logp, tokens, lengths, prefix)
         if config.do_sample:
             nxt = _sample_token(logp, config.temperature, config.top_k, generator, config.top_p)
@@ -126,32 +144,50 @@ def greedy_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, proces
         lengths = lengths + running.long()
         finished = finished | (nxt == EOS)
         extra = (g.head_alpha * running.view(-1, 1, 1),) if g.head_alpha is not None else ()
-        return (nxt, state.h, state.c, finished, scores, lengths) + carried + (nxt, g.alpha * running.unsqueeze(1), g.location) + extra
+        return (
+            (nxt, state.h, state.c, finished, scores, lengths)
+            + carried
+            + (nxt, g.alpha * running.unsqueeze(1), g.location)
+            + extra
+        )
 
     return step
 
 
 @torch.no_grad()
-def greedy(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
-           generator: Optional[torch.Generator] = None, check_every: int = 4) -> GenerationOutput:
+def greedy(
+    decoder: ShowAttendTellDecoder,
+    features: Tensor,
+    config: GenerationConfig,
+    generator: torch.Generator | None = None,
+    check_every: int = 4,
+) -> GenerationOutput:
     """:func:`captioning.decoding.search.greedy_search`. features: what ``decoder.initial_state``
     reads ((B, L, D); an ensemble's, one tensor per member)."""
     state = decoder.initial_state(features)
     constants = state_layout(decoder).constants(state)
     B, device, dtype = constants[0].size(0), constants[0].device, constants[0].dtype
     process = LogitsProcessor(decoder, config, device)
-    carry = [torch.full((B,), BOS, dtype=torch.long, device=device), state.h, state.c,
-             torch.zeros(B, dtype=torch.bool, device=device), constants[0].new_zeros(B, dtype=_score_dtype(dtype)),
-             torch.zeros(B, dtype=torch.long, device=device)] + _prefix(process, B, config, device)
+    carry = [
+        torch.full((B,), BOS, dtype=torch.long, device=device),
+        state.h,
+        state.c,
+        torch.zeros(B, dtype=torch.bool, device=device),
+        constants[0].new_zeros(B, dtype=_score_dtype(dtype)),
+        torch.zeros(B, dtype=torch.long, device=device),
+    ] + _prefix(process, B, config, device)
     step = greedy_step(decoder, config, process, generator)
     history = _run(step, carry, constants, config, check_every)
     _, scores, lengths = history[-1][:3]
     columns = list(zip(*history))[3:]  # tokens, alpha, location[, head alphas]
     dtype = _score_dtype(columns[1][0].dtype)
     return GenerationOutput(
-        sequences=torch.stack(columns[0], 1), alphas=torch.stack(columns[1], 1).to(dtype),
-        locations=torch.stack(columns[2], 1), scores=_normalise(scores, lengths, config.length_penalty),
-        lengths=lengths, head_alphas=torch.stack(columns[3], 1).to(dtype) if len(columns) > 3 else None,
+        sequences=torch.stack(columns[0], 1),
+        alphas=torch.stack(columns[1], 1).to(dtype),
+        locations=torch.stack(columns[2], 1),
+        scores=_normalise(scores, lengths, config.length_penalty),
+        lengths=lengths,
+        head_alphas=torch.stack(columns[3], 1).to(dtype) if len(columns) > 3 else None,
     )
 
 
@@ -200,15 +236,20 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process:
         lengths = lengths[parent] + (~was_finished).long()
         finished = was_finished | (tokens == EOS)
         extra = () if g.head_alpha is None else (g.head_alpha[parent] * (~was_finished).view(-1, 1, 1),)
-        return (tokens, state.h[parent], state.c[parent], finished, beam_scores, lengths) + carried + (
-            parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent]) + extra
+        return (
+            (tokens, state.h[parent], state.c[parent], finished, beam_scores, lengths)
+            + carried
+            + (parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent])
+            + extra
+        )
 
     return step
 
 
 @torch.no_grad()
-def beam(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig,
-         check_every: int = 4) -> GenerationOutput:
+def beam(
+    decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationConfig, check_every: int = 4
+) -> GenerationOutput:
     """:func:`captioning.decoding.search.beam_search`. features: as for :func:`greedy`."""
     K, G = config.num_beams, config.num_beam_groups
     state = decoder.initial_state(features).expand_beams(K)
@@ -217,9 +258,14 @@ def beam(decoder: ShowAttendTellDecoder, features: Tensor, config: GenerationCon
     beam_scores = constants[0].new_zeros(B, G, K // G, dtype=_score_dtype(constants[0].dtype))
     beam_scores[:, :, 1:] = float("-inf")  # at the start one beam of each group is alive
     process = LogitsProcessor(decoder, config, device)
-    carry = [torch.full((B * K,), BOS, dtype=torch.long, device=device), state.h, state.c,
-             torch.zeros(B * K, dtype=torch.bool, device=device), beam_scores.view(B, K),
-             torch.zeros(B * K, dtype=torch.long, device=device)] + _prefix(process, B * K, config, device)
+    carry = [
+        torch.full((B * K,), BOS, dtype=torch.long, device=device),
+        state.h,
+        state.c,
+        torch.zeros(B * K, dtype=torch.bool, device=device),
+        beam_scores.view(B, K),
+        torch.zeros(B * K, dtype=torch.long, device=device),
+    ] + _prefix(process, B * K, config, device)
     step = beam_step(decoder, config, process, B, K)
     history = _run(step, carry, constants, config, check_every)
     _, beam_scores, lengths = history[-1][:3]

@@ -2,10 +2,10 @@
 output type, the processing of the decoder's log-probabilities (banned endings, n-gram blocking,
 repetition penalty, min_new_tokens, suppressed tokens), sampling (temperature, top-k, top-p), the
 length normalisation and beam backtracking."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -18,7 +18,7 @@ from captioning.vocab import Vocabulary
 EOS, PAD = Vocabulary.eos_id, Vocabulary.pad_id
 
 
-def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", device) -> Optional[Tensor]:
+def _ban_table(decoder: ShowAttendTellDecoder, config: GenerationConfig, device) -> Tensor | None:
     """(V,) bool: after which tokens EOS is forbidden (None unless ``config.forbid_bad_endings``).
 
     The ids come from the decoder's ``bad_ending_ids`` (None until ShowAttendTell sets them from its
@@ -27,14 +27,16 @@ def _ban_table(decoder: ShowAttendTellDecoder, config: "GenerationConfig", devic
         return None
     ids = decoder.bad_ending_ids
     if ids is None:
-        raise ConfigError("forbid_bad_endings needs the model's vocabulary: decode with a ShowAttendTell (build_model, "
-                          "load_model), or set decoder.bad_ending_ids = bad_ending_ids(vocab)")
+        raise ConfigError(
+            "forbid_bad_endings needs the model's vocabulary: decode with a ShowAttendTell (build_model, "
+            "load_model), or set decoder.bad_ending_ids = bad_ending_ids(vocab)"
+        )
     table = torch.zeros(decoder.vocab_size, dtype=torch.bool, device=device)
     table[list(ids)] = True
     return table
 
 
-def _forbid_eos(logp: Tensor, previous: Tensor, table: Optional[Tensor], last: Optional[Tensor] = None) -> Tensor:
+def _forbid_eos(logp: Tensor, previous: Tensor, table: Tensor | None, last: Tensor | None = None) -> Tensor:
     """log p (N, V) with EOS at -inf in the rows whose previous token is a bad ending and, in the
     rows at their last step (``last`` (N,) bool: the length limit ends the caption with this
     word), the bad endings themselves at -inf: a caption cut by max_new_tokens ends on a good word."""
@@ -74,9 +76,13 @@ def ngram_bans(prefix: Tensor, lengths: Tensor, n: int, vocab_size: int) -> Tens
         return banned.bool()
     windows = prefix.unfold(1, n, 1)  # (N, W, n), W = T - n + 1
     W = windows.size(1)
-    tail = prefix.gather(1, (lengths.unsqueeze(1) - (n - 1) + torch.arange(n - 1, device=prefix.device)).clamp(min=0))  # (N, n-1)
+    tail = prefix.gather(
+        1, (lengths.unsqueeze(1) - (n - 1) + torch.arange(n - 1, device=prefix.device)).clamp(min=0)
+    )  # (N, n-1)
     match = (windows[:, :, : n - 1] == tail.unsqueeze(1)).all(-1)  # (N, W)
-    match &= (torch.arange(W, device=prefix.device) + n - 1).unsqueeze(0) < lengths.unsqueeze(1)  # the window is in the prefix
+    match &= (torch.arange(W, device=prefix.device) + n - 1).unsqueeze(0) < lengths.unsqueeze(
+        1
+    )  # the window is in the prefix
     return banned.scatter_add_(1, windows[:, :, n - 1], match.long()) > 0
 
 
@@ -89,13 +95,19 @@ class LogitsProcessor:
     def __init__(self, decoder: ShowAttendTellDecoder, config: GenerationConfig, device):
         V = decoder.vocab_size
         self.ban = _ban_table(decoder, config, device)
-        self.ngram, self.penalty, self.min_new = config.no_repeat_ngram_size, float(config.repetition_penalty), config.min_new_tokens
+        self.ngram, self.penalty, self.min_new = (
+            config.no_repeat_ngram_size,
+            float(config.repetition_penalty),
+            config.min_new_tokens,
+        )
         self.suppress = None
         if config.suppress_tokens:
             words = [t for t in config.suppress_tokens if not isinstance(t, int)]
             if words:
-                raise ConfigError(f"suppress_tokens: words ({words[0]!r}) need the model's vocabulary: "
-                                  "pass config.resolve_tokens(vocab)")
+                raise ConfigError(
+                    f"suppress_tokens: words ({words[0]!r}) need the model's vocabulary: "
+                    "pass config.resolve_tokens(vocab)"
+                )
             beyond = [t for t in config.suppress_tokens if t >= V]
             if beyond:
                 raise ConfigError(f"suppress_tokens: id {beyond[0]} is beyond the vocabulary ({V} tokens)")
@@ -104,7 +116,7 @@ class LogitsProcessor:
         self.needs_prefix = self.ngram > 0 or self.penalty != 1.0
         self.last_step = config.max_new_tokens - 1  # a row with this many tokens chooses its last word
 
-    def __call__(self, logp: Tensor, previous: Tensor, lengths: Tensor, prefix: Optional[Tensor]) -> Tensor:
+    def __call__(self, logp: Tensor, previous: Tensor, lengths: Tensor, prefix: Tensor | None) -> Tensor:
         """logp (N, V), previous tokens (N,), tokens generated per row (N,), prefix (N, T) or None."""
         if self.penalty != 1.0:
             seen = torch.zeros_like(logp, dtype=torch.bool).scatter_(1, prefix, True)
@@ -134,13 +146,13 @@ class GenerationOutput:
     scores: Tensor  # (B,) length-normalised log-probability
     lengths: Tensor  # (B,) tokens generated, EOS included
     # With num_return_sequences N > 1: the N best beams of each image, best first (the first is the above).
-    beam_sequences: Optional[Tensor] = None  # (B, N, T)
-    beam_scores: Optional[Tensor] = None  # (B, N)
-    beam_lengths: Optional[Tensor] = None  # (B, N)
+    beam_sequences: Tensor | None = None  # (B, N, T)
+    beam_scores: Tensor | None = None  # (B, N)
+    beam_lengths: Tensor | None = None  # (B, N)
     # Each returned beam's row among its image's K beams: with diverse beam search (G groups of
     # K / G rows) its group is beam_indices // (K / G).
-    beam_indices: Optional[Tensor] = None  # (B, N)
-    head_alphas: Optional[Tensor] = None  # (B, T, heads, L) with multi-head attention (alphas is their mean)
+    beam_indices: Tensor | None = None  # (B, N)
+    head_alphas: Tensor | None = None  # (B, T, heads, L) with multi-head attention (alphas is their mean)
 
 
 def _score_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -153,8 +165,9 @@ def _normalise(scores: Tensor, lengths: Tensor, length_penalty: float) -> Tensor
     return scores / lengths.clamp(min=1).to(scores.dtype).pow(length_penalty)
 
 
-def _sample_token(logp: Tensor, temperature: float, top_k: int, generator: Optional[torch.Generator],
-                  top_p: float = 1.0) -> Tensor:
+def _sample_token(
+    logp: Tensor, temperature: float, top_k: int, generator: torch.Generator | None, top_p: float = 1.0
+) -> Tensor:
     """Draw one token per row from softmax(log p / temperature), restricted to the top k if k > 0
     and to the nucleus of mass top_p if top_p < 1 (:func:`top_p_filter`)."""
     logits = logp / max(temperature, 1e-6)
@@ -165,8 +178,9 @@ def _sample_token(logp: Tensor, temperature: float, top_k: int, generator: Optio
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
 
 
-def backtrack(history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: int,
-              config: GenerationConfig) -> GenerationOutput:
+def backtrack(
+    history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: int, config: GenerationConfig
+) -> GenerationOutput:
     """The returned beams of a beam search: the best by length-normalised score, their words and
     attention maps read back through the parent pointers of ``history`` (per step: parent rows,
     tokens, alpha, location[, head alphas]). beam_scores (B, K), lengths (B*K,)."""
@@ -177,20 +191,31 @@ def backtrack(history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: in
     row = (base + top).view(-1)  # (B*N,) their rows
     out_lengths = lengths[row].view(B, N)
     seq, alpha, loc, heads = [], [], [], []
-    for parent, tok, a, l, *ha in reversed(history):  # follow the parent pointers back to the start
+    for parent, tok, a, cell, *ha in reversed(history):  # follow the parent pointers back to the start
         seq.append(tok[row])
         alpha.append(a[row])
-        loc.append(l[row])
+        loc.append(cell[row])
         if ha:
             heads.append(ha[0][row])
         row = parent[row]
     sequences = torch.stack(seq[::-1], 1).view(B, N, -1)  # (B, N, T)
     alphas = torch.stack(alpha[::-1], 1).to(_score_dtype(alpha[0].dtype)).view(B, N, len(history), -1)  # (B, N, T, L)
     locations = torch.stack(loc[::-1], 1).view((B, N, len(history)) + loc[0].shape[1:])
-    head_alphas = torch.stack(heads[::-1], 1).to(_score_dtype(heads[0].dtype)).view((B, N, len(history)) + heads[0].shape[1:]) if heads else None
+    head_alphas = (
+        torch.stack(heads[::-1], 1).to(_score_dtype(heads[0].dtype)).view((B, N, len(history)) + heads[0].shape[1:])
+        if heads
+        else None
+    )
     return GenerationOutput(
-        sequences=sequences[:, 0], alphas=alphas[:, 0], locations=locations[:, 0],
-        scores=top_scores[:, 0], lengths=out_lengths[:, 0],
+        sequences=sequences[:, 0],
+        alphas=alphas[:, 0],
+        locations=locations[:, 0],
+        scores=top_scores[:, 0],
+        lengths=out_lengths[:, 0],
         head_alphas=None if head_alphas is None else head_alphas[:, 0],
-        **(dict(beam_sequences=sequences, beam_scores=top_scores, beam_lengths=out_lengths, beam_indices=top) if N > 1 else {}),
+        **(
+            dict(beam_sequences=sequences, beam_scores=top_scores, beam_lengths=out_lengths, beam_indices=top)
+            if N > 1
+            else {}
+        ),
     )

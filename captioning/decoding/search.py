@@ -9,18 +9,18 @@ A finished row keeps its score: its only continuation is PAD at no cost. Scores 
 token log-probabilities divided by ``length ** length_penalty`` (length counts EOS), as in Hugging
 Face's generation; with one beam, beam search is greedy decoding.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import torch
 from torch import Tensor
 
-from captioning.models.decoder import ShowAttendTellDecoder
-from captioning.decoding.generation import BAD_ENDINGS, GenerationConfig, bad_ending_ids  # noqa: F401 (their home is torch-free)
 from captioning.decoding import loops
+from captioning.decoding.generation import BAD_ENDINGS, GenerationConfig, bad_ending_ids  # noqa: F401 (their home is torch-free)
 from captioning.decoding.parts import GenerationOutput
+from captioning.models.decoder import ShowAttendTellDecoder
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -30,7 +30,7 @@ def greedy_search(
     decoder: ShowAttendTellDecoder,
     features: Tensor,
     config: GenerationConfig = GenerationConfig(),
-    generator: Optional[torch.Generator] = None,
+    generator: torch.Generator | None = None,
     check_every: int = 4,
 ) -> GenerationOutput:
     """Greedy (or, with ``do_sample``, sampled) decoding of a batch. features: (B, L, D).
@@ -59,7 +59,7 @@ def generate(
     decoder: ShowAttendTellDecoder,
     features: Tensor,
     config: GenerationConfig = GenerationConfig(),
-    generator: Optional[torch.Generator] = None,
+    generator: torch.Generator | None = None,
 ) -> GenerationOutput:
     """Greedy or sampled decoding for one beam, beam search otherwise. features: (B, L, D)."""
     if config.location_samples > 1 and decoder.attention_kind == "hard":
@@ -74,7 +74,7 @@ def best_of_k(
     decoder: ShowAttendTellDecoder,
     features: Tensor,
     config: GenerationConfig,
-    generator: Optional[torch.Generator] = None,
+    generator: torch.Generator | None = None,
 ) -> GenerationOutput:
     """Sampled-then-best-of-K for hard attention: K = ``config.location_samples`` decodings of each
     image, each with its own sampled locations (attention_mode "sample"; greedy or beam search as
@@ -84,11 +84,19 @@ def best_of_k(
     single = config.replace(attention_mode="sample", location_samples=1)
     if single.num_return_sequences > 1:
         single = dataclasses.replace(single, num_return_sequences=1)
-    repeated = ([f.repeat_interleave(K, 0) for f in features] if isinstance(features, (list, tuple))
-                else features.repeat_interleave(K, 0))
+    repeated = (
+        [f.repeat_interleave(K, 0) for f in features]
+        if isinstance(features, (list, tuple))
+        else features.repeat_interleave(K, 0)
+    )
     out = generate(decoder, repeated, single, generator)  # B * K rows, image-major
     B = out.scores.size(0) // K
     best = out.scores.view(B, K).argmax(1)  # (B,)
     row = torch.arange(B, device=best.device) * K + best
-    return GenerationOutput(sequences=out.sequences[row], alphas=out.alphas[row], locations=out.locations[row],
-                            scores=out.scores[row], lengths=out.lengths[row])
+    return GenerationOutput(
+        sequences=out.sequences[row],
+        alphas=out.alphas[row],
+        locations=out.locations[row],
+        scores=out.scores[row],
+        lengths=out.lengths[row],
+    )

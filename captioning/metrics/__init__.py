@@ -9,13 +9,26 @@
 * :mod:`.diversity`: distinct-n, vocabulary used, unique and novel captions, mean length.
 * :mod:`.attention_health`: the attention maps' entropy and their movement between words.
 """
+
+from captioning.metrics.attention_health import AttentionHealth, attention_health
 from captioning.metrics.cider import CiderD
 from captioning.metrics.coco import METRICS, CocoScorer, meteor_unavailable_reason, spice_unavailable_reason
-from captioning.metrics.attention_health import AttentionHealth, attention_health
 from captioning.metrics.diversity import diversity_scores
 from captioning.metrics.grounding import grounding_scores
 from captioning.metrics.objects import object_f1
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
 
-__all__ = ["METRICS", "CocoScorer", "CiderD", "meteor_unavailable_reason", "spice_unavailable_reason",
-           "grounding_scores", "diversity_scores", "attention_health", "AttentionHealth", "object_f1", "ptb_tokenize", "tokenize_corpus"]
+__all__ = [
+    "METRICS",
+    "CocoScorer",
+    "CiderD",
+    "meteor_unavailable_reason",
+    "spice_unavailable_reason",
+    "grounding_scores",
+    "diversity_scores",
+    "attention_health",
+    "AttentionHealth",
+    "object_f1",
+    "ptb_tokenize",
+    "tokenize_corpus",
+]

@@ -15,10 +15,10 @@ each caption's maps alpha_1..alpha_n (n tokens, EOS included; rows over L locati
 gives the figures and a warning when the maps are near uniform (ratio above ``uniform_ratio``,
 default 0.95) or barely move (movement below ``movement_floor``, default 0.05).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class AttentionHealth:
     def reset(self) -> None:
         #: entropy summed over steps, steps, movement summed over pairs, pairs
         self.sums = np.zeros(4, dtype=np.float64)
-        self.locations: Optional[int] = None
+        self.locations: int | None = None
 
     @staticmethod
     def caption_sums(alphas: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -70,18 +70,23 @@ class AttentionHealth:
         scores = {"attention_entropy": float(entropy), "attention_entropy_ratio": float(entropy / uniform)}
         warnings = []
         if self.locations > 1 and scores["attention_entropy_ratio"] > self.uniform_ratio:
-            warnings.append(f"attention maps are near uniform: mean entropy {entropy:.3f} nats is "
-                            f"{scores['attention_entropy_ratio']:.0%} of the uniform map's log L = {uniform:.3f}")
+            warnings.append(
+                f"attention maps are near uniform: mean entropy {entropy:.3f} nats is "
+                f"{scores['attention_entropy_ratio']:.0%} of the uniform map's log L = {uniform:.3f}"
+            )
         if pairs:
             scores["attention_movement"] = float(move_sum / pairs)
             if scores["attention_movement"] < self.movement_floor:
-                warnings.append(f"attention barely moves between words: mean total-variation distance "
-                                f"{scores['attention_movement']:.3f} < {self.movement_floor}")
+                warnings.append(
+                    f"attention barely moves between words: mean total-variation distance "
+                    f"{scores['attention_movement']:.3f} < {self.movement_floor}"
+                )
         return scores, warnings
 
 
-def attention_health(maps, uniform_ratio: float = UNIFORM_RATIO,
-                     movement_floor: float = MOVEMENT_FLOOR) -> tuple[dict[str, float], list[str]]:
+def attention_health(
+    maps, uniform_ratio: float = UNIFORM_RATIO, movement_floor: float = MOVEMENT_FLOOR
+) -> tuple[dict[str, float], list[str]]:
     """(scores, warnings) of a list of captions' maps, each (n, L) (see the module docstring)."""
     health = AttentionHealth(uniform_ratio, movement_floor)
     for m in maps:

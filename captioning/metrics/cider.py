@@ -28,11 +28,12 @@ n-grams are found with one vectorised hash lookup per order. Each sentence becom
 reference set is vectorised once, and each candidate's entries are joined with its set's reference
 entries by ``searchsorted`` (its speed: docs/PERFORMANCE.md).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from itertools import chain, count, repeat
-from typing import Sequence
 
 import numpy as np
 
@@ -75,8 +76,9 @@ class CiderD:
         self.vocabulary = list(dict.fromkeys(chain.from_iterable(sentences)))
         self._word_id = dict(zip(self.vocabulary, count()))
         sentence, remaining = _word_positions(sentences)
-        word_ids = np.fromiter(map(self._word_id.__getitem__, chain.from_iterable(sentences)), dtype=np.int64,
-                               count=len(sentence))
+        word_ids = np.fromiter(
+            map(self._word_id.__getitem__, chain.from_iterable(sentences)), dtype=np.int64, count=len(sentence)
+        )
         # per order: the sorted keys of the corpus's k-grams (for k = 1 the word ids) and their df
         self._keys, self._df = [], []
         for k, (ids, keys) in enumerate(_ngram_ids(word_ids, remaining, self.n, len(self.vocabulary)), 1):
@@ -113,7 +115,7 @@ class CiderD:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "CiderD":
+    def from_state_dict(cls, state: dict) -> CiderD:
         """The CiderD that :meth:`state_dict` gave ``state``; it scores identically."""
         if state.get("format") != _FORMAT:
             raise ValueError(f"not a CiderD state dict (format {state.get('format')!r}, expected {_FORMAT!r})")
@@ -146,8 +148,11 @@ class CiderD:
         if not all(isinstance(c, str) for c in candidates):
             raise TypeError("candidates must be str (space-separated tokens)")
         reference_sets: dict = {}  # distinct set -> index
-        set_of = np.fromiter((reference_sets.setdefault(_reference_set(refs), len(reference_sets))
-                              for refs in references), dtype=np.int64, count=len(references))
+        set_of = np.fromiter(
+            (reference_sets.setdefault(_reference_set(refs), len(reference_sets)) for refs in references),
+            dtype=np.int64,
+            count=len(references),
+        )
         if any(not refs for refs in reference_sets):
             raise ValueError("every candidate needs at least one reference")
         set_size = np.fromiter(map(len, reference_sets), dtype=np.int64, count=len(reference_sets))
@@ -165,7 +170,7 @@ class CiderD:
         length = np.fromiter(map(len, sentences), dtype=np.float64, count=len(sentences))
         length = np.maximum(length - 1, 0)  # pycocoevalcap's: the number of bigrams
         delta = length[pair_candidate] - length[pair_reference]
-        similarity *= np.exp(-(delta ** 2) / (2 * self.sigma ** 2))[:, None]
+        similarity *= np.exp(-(delta**2) / (2 * self.sigma**2))[:, None]
         total = np.bincount(pair_candidate, weights=similarity.mean(axis=1), minlength=len(candidates))
         return total / np.maximum(pairs_of, 1) * 10.0
 
@@ -179,10 +184,12 @@ class CiderD:
         sentence, remaining = _word_positions(sentences)
         words = list(chain.from_iterable(sentences))
         batch_words = list(dict.fromkeys(words))
-        word_ids = np.fromiter(map(dict(zip(batch_words, count())).__getitem__, words), dtype=np.int64,
-                               count=len(words))
-        corpus_word_id = np.fromiter(map(self._word_id.get, batch_words, repeat(-1)), dtype=np.int64,
-                                     count=len(batch_words))
+        word_ids = np.fromiter(
+            map(dict(zip(batch_words, count())).__getitem__, words), dtype=np.int64, count=len(words)
+        )
+        corpus_word_id = np.fromiter(
+            map(self._word_id.get, batch_words, repeat(-1)), dtype=np.int64, count=len(batch_words)
+        )
         orders = _ngram_ids(word_ids, remaining, self.n, len(batch_words))
         stride = max([len(batch_words)] + [len(keys) for _, keys in orders[1:]])
         sentence_of, key, idf = [], [], []
@@ -200,12 +207,16 @@ class CiderD:
             key.append((k - 1) * stride + ids[at])
             idf.append((self._log_num_images - np.log(np.maximum(df, 1).astype(np.float64)))[ids[at]])
         span = self.n * stride
-        entries, first, tf = np.unique(np.concatenate(sentence_of) * span + np.concatenate(key),
-                                       return_index=True, return_counts=True)
+        entries, first, tf = np.unique(
+            np.concatenate(sentence_of) * span + np.concatenate(key), return_index=True, return_counts=True
+        )
         entry_sentence, entry_key = np.divmod(entries, span)
         weight = tf * np.concatenate(idf)[first]
-        norm = np.sqrt(np.bincount(entry_sentence * self.n + entry_key // stride, weights=weight ** 2,
-                                   minlength=len(sentences) * self.n)).reshape(len(sentences), self.n)
+        norm = np.sqrt(
+            np.bincount(
+                entry_sentence * self.n + entry_key // stride, weights=weight**2, minlength=len(sentences) * self.n
+            )
+        ).reshape(len(sentences), self.n)
         return {"sentence": entry_sentence, "key": entry_key, "weight": weight, "norm": norm, "stride": stride}
 
     def _overlaps(self, vectors: dict, set_of: np.ndarray, set_size: np.ndarray) -> np.ndarray:
@@ -234,8 +245,11 @@ class CiderD:
         j = sentence[r] - num_candidates - first_reference[set_of[sentence[c]]]  # reference's place in its set
         contribution = np.minimum(weight[c], weight[r]) * weight[r]
         num_pairs = int(pairs_of.sum())
-        overlap = np.bincount((first_pair[sentence[c]] + j) * self.n + key[c] // stride, weights=contribution,
-                              minlength=num_pairs * self.n)
+        overlap = np.bincount(
+            (first_pair[sentence[c]] + j) * self.n + key[c] // stride,
+            weights=contribution,
+            minlength=num_pairs * self.n,
+        )
         return overlap.astype(np.float64).reshape(num_pairs, self.n)  # (float even when empty)
 
 
@@ -300,7 +314,7 @@ def _ngram_ids(word_ids: np.ndarray, remaining: np.ndarray, n: int, vocabulary_s
     orders = [(word_ids, None)]
     for k in range(2, n + 1):
         valid = remaining >= k
-        keys = orders[-1][0][valid] * (vocabulary_size + 1) + word_ids[k - 1:][valid[:len(word_ids) - k + 1]]
+        keys = orders[-1][0][valid] * (vocabulary_size + 1) + word_ids[k - 1 :][valid[: len(word_ids) - k + 1]]
         distinct, ids = np.unique(keys, return_inverse=True)
         k_ids = np.full(len(word_ids), -1, dtype=np.int64)
         k_ids[valid] = ids.reshape(-1)

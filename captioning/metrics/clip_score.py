@@ -12,6 +12,7 @@ Where none can be loaded (no open_clip, offline with nothing cached, a damaged w
 score is reported unavailable with the reason, as METEOR is without Java. :class:`ClipScoring` is what the
 Evaluator calls (``evaluate``, ``captioning test`` and, when asked, validation: :class:`ClipScoreConfig`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -88,8 +89,9 @@ class ClipScoring:
     def missing(self) -> str | None:
         return self._missing
 
-    def __call__(self, images: Callable[[list], Sequence[Image.Image]], predictions: dict,
-                 references: dict) -> tuple[dict[str, float], dict[str, str]]:
+    def __call__(
+        self, images: Callable[[list], Sequence[Image.Image]], predictions: dict, references: dict
+    ) -> tuple[dict[str, float], dict[str, str]]:
         scorer = self.scorer()
         if scorer is None:
             return {}, {"CLIPScore": self._missing}
@@ -116,14 +118,21 @@ class ClipScorer:
         model_name, _, tag = spec.partition("/")
         check_open_clip_name(f"--clip-model {spec}", model_name, tag)
         if pretrained and not tag and weights is None:
-            raise ConfigError(f"--clip-model {spec}: name its weights (MODEL/TAG, e.g. ViT-B-32/openai) or pass --clip-weights FILE")
-        state = read_state_dict(weights, "CLIP weights") if weights is not None else None  # before building: a bad file fails fast
+            raise ConfigError(
+                f"--clip-model {spec}: name its weights (MODEL/TAG, e.g. ViT-B-32/openai) or pass --clip-weights FILE"
+            )
+        state = (
+            read_state_dict(weights, "CLIP weights") if weights is not None else None
+        )  # before building: a bad file fails fast
         try:
             model, _, preprocess = open_clip.create_model_and_transforms(
-                model_name, pretrained=tag if pretrained and weights is None else None)
+                model_name, pretrained=tag if pretrained and weights is None else None
+            )
         except Exception as err:  # noqa: BLE001 -- offline and not cached, ...
-            raise CheckpointError(f"--clip-model {spec}: its weights cannot be loaded ({' '.join(str(err).split())[:160]}); "
-                                  "pass a local file with --clip-weights") from None
+            raise CheckpointError(
+                f"--clip-model {spec}: its weights cannot be loaded ({' '.join(str(err).split())[:160]}); "
+                "pass a local file with --clip-weights"
+            ) from None
         if state is not None:
             _load_state(model, state, weights, model_name)
         return cls(model, preprocess, open_clip.get_tokenizer(model_name), spec, device)
@@ -137,8 +146,13 @@ class ClipScorer:
         batch = torch.stack([self.preprocess(im) for im in images]).to(self.device)
         return F.normalize(self.model.encode_image(batch).float(), dim=-1)
 
-    def __call__(self, images: Sequence[Image.Image], captions: Sequence[str],
-                 references: Sequence[Sequence[str]] | None = None, batch_size: int = 32) -> dict[str, float]:
+    def __call__(
+        self,
+        images: Sequence[Image.Image],
+        captions: Sequence[str],
+        references: Sequence[Sequence[str]] | None = None,
+        batch_size: int = 32,
+    ) -> dict[str, float]:
         """{"CLIPScore", and with references "RefCLIPScore"}: means over the images."""
         clip_s, ref_s = [], []
         for start in range(0, len(captions), batch_size):
@@ -168,11 +182,15 @@ def check_open_clip_name(field: str, model: str, tag: str = "") -> None:
     except ImportError:
         raise ConfigError(f"{field}: needs open_clip: pip install -e '.[ecosystem]'") from None
     if model not in open_clip.list_models():
-        raise ConfigError(f"{field}: OpenCLIP has no model {model!r}; list the names with "
-                          f"python -c \"import open_clip; print(open_clip.list_models())\"")
+        raise ConfigError(
+            f"{field}: OpenCLIP has no model {model!r}; list the names with "
+            f'python -c "import open_clip; print(open_clip.list_models())"'
+        )
     if tag and tag not in open_clip.list_pretrained_tags_by_model(model):
-        raise ConfigError(f"{field}: OpenCLIP has no pretrained tag {tag[:80]!r} for {model}; list them with "
-                          f"python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\"")
+        raise ConfigError(
+            f"{field}: OpenCLIP has no pretrained tag {tag[:80]!r} for {model}; list them with "
+            f"python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\""
+        )
 
 
 def _load_state(model: torch.nn.Module, state: dict, path: str, model_name: str) -> None:
@@ -182,9 +200,12 @@ def _load_state(model: torch.nn.Module, state: dict, path: str, model_name: str)
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # tensors of other shapes; the message lists each on its own line
         lines = [line.strip() for line in str(err).splitlines() if line.strip().startswith("size mismatch")]
-        raise CheckpointError(f"{path}: not the weights of OpenCLIP's {model_name} "
-                              f"({(lines or [' '.join(str(err).split())])[0][:160]})") from None
+        raise CheckpointError(
+            f"{path}: not the weights of OpenCLIP's {model_name} ({(lines or [' '.join(str(err).split())])[0][:160]})"
+        ) from None
     if missing or unexpected:
         example = f"e.g. {missing[0]!r}" if missing else f"e.g. {unexpected[0]!r} unexpected"
-        raise CheckpointError(f"{path}: not the weights of OpenCLIP's {model_name} ({len(missing)} tensors missing, "
-                              f"{len(unexpected)} unexpected, {example})")
+        raise CheckpointError(
+            f"{path}: not the weights of OpenCLIP's {model_name} ({len(missing)} tensors missing, "
+            f"{len(unexpected)} unexpected, {example})"
+        )

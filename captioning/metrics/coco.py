@@ -10,13 +10,14 @@ on PATH and Python otherwise, so without Java BLEU, ROUGE-L and CIDEr (pure Pyth
 are the same numbers, and METEOR and SPICE are reported unavailable (``"METEOR": None,
 "METEOR_error": why``) instead of raising.
 """
+
 from __future__ import annotations
 
 import os
 import shutil
 import textwrap
 import threading
-from typing import Hashable, Mapping, Optional, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 METRICS = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
 TOKENIZERS = ("auto", "java", "python")
@@ -76,8 +77,7 @@ class CocoScorer:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ scoring
-    def __call__(self, references: Mapping[Hashable, Sequence[str]],
-                 predictions: Mapping[Hashable, str]) -> dict:
+    def __call__(self, references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Hashable, str]) -> dict:
         if not references:
             raise ValueError("no references to score against")
         _check_ids(references, predictions)
@@ -129,14 +129,17 @@ class CocoScorer:
         if name not in self._scorers:
             if name == "BLEU":
                 from pycocoevalcap.bleu.bleu import Bleu
+
                 self._scorers[name] = Bleu(4)
             elif name == "METEOR":
                 self._scorers[name] = _SafeMeteor()
             elif name == "ROUGE_L":
                 from pycocoevalcap.rouge.rouge import Rouge
+
                 self._scorers[name] = Rouge()
             elif name == "CIDEr":
                 from pycocoevalcap.cider.cider import Cider
+
                 self._scorers[name] = Cider()
         return self._scorers[name]
 
@@ -146,6 +149,7 @@ class CocoScorer:
         if reason is None:
             try:
                 from pycocoevalcap.spice.spice import Spice
+
                 score, _ = Spice().compute_score(gts, res)
                 return {"SPICE": float(score)}
             except Exception as err:  # Java out of memory, failed parse, ...
@@ -161,7 +165,7 @@ class CocoScorer:
         if meteor is not None:
             meteor.close()
 
-    def __enter__(self) -> "CocoScorer":
+    def __enter__(self) -> CocoScorer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -183,9 +187,19 @@ def java_tokenize(captions_for_image: Mapping) -> dict:
     with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as f:
         f.write(sentences.encode())
     try:
-        proc = subprocess.run(["java", "-cp", ptb.STANFORD_CORENLP_3_4_1_JAR, "edu.stanford.nlp.process.PTBTokenizer",
-                               "-preserveLines", "-lowerCase", f.name],
-                              cwd=os.path.dirname(os.path.abspath(ptb.__file__)), capture_output=True)
+        proc = subprocess.run(
+            [
+                "java",
+                "-cp",
+                ptb.STANFORD_CORENLP_3_4_1_JAR,
+                "edu.stanford.nlp.process.PTBTokenizer",
+                "-preserveLines",
+                "-lowerCase",
+                f.name,
+            ],
+            cwd=os.path.dirname(os.path.abspath(ptb.__file__)),
+            capture_output=True,
+        )
     finally:
         os.remove(f.name)
     if proc.returncode != 0:
@@ -226,14 +240,14 @@ class _SafeMeteor:
             stream.close()
 
 
-def meteor_unavailable_reason() -> Optional[str]:
+def meteor_unavailable_reason() -> str | None:
     """None if METEOR can run here (Java is on PATH), else why not."""
     if shutil.which("java") is None:
         return "METEOR unavailable: needs Java (no 'java' on PATH)"
     return None
 
 
-def spice_unavailable_reason() -> Optional[str]:
+def spice_unavailable_reason() -> str | None:
     """None if SPICE can run here, else why not (checked without touching the network)."""
     if shutil.which("java") is None:
         return "SPICE unavailable: needs Java (no 'java' on PATH)"
@@ -243,6 +257,8 @@ def spice_unavailable_reason() -> Optional[str]:
         return f"SPICE unavailable: {err}"
     jar = os.path.join(g.SPICEDIR, g.SPICELIB, f"{g.JAR}.jar")
     if not os.path.exists(jar):
-        return (f"SPICE unavailable: needs Stanford CoreNLP ({g.JAR}.jar, which pycocoevalcap downloads "
-                f"from nlp.stanford.edu on first use) at {jar}")
+        return (
+            f"SPICE unavailable: needs Stanford CoreNLP ({g.JAR}.jar, which pycocoevalcap downloads "
+            f"from nlp.stanford.edu on first use) at {jar}"
+        )
     return None

@@ -5,10 +5,11 @@ figures show it (Li et al. 2016 for distinct-n; Dai et al. 2017, Shetty et al. 2
 of unique and novel captions). Captions are compared as their lower-cased words
 (:func:`captioning.vocab.tokenize`), so "A dog." and "a dog" are the same caption.
 """
+
 from __future__ import annotations
 
 from collections import Counter
-from typing import AbstractSet, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping, Set
 
 from captioning.tokenizers import tokenize
 from captioning.vocab import Vocabulary
@@ -26,10 +27,13 @@ def known_captions(captions: Iterable[str]) -> frozenset[str]:
     return frozenset(" ".join(tokenize(c)) for c in captions)
 
 
-def diversity_scores(captions: Mapping[int, str], vocab_size: Optional[int] = None,
-                     training_captions: Optional[Iterable[str]] = None,
-                     dominant_share: float = DOMINANT_SHARE,
-                     known: Optional[AbstractSet[str]] = None) -> tuple[dict[str, float], list[str]]:
+def diversity_scores(
+    captions: Mapping[int, str],
+    vocab_size: int | None = None,
+    training_captions: Iterable[str] | None = None,
+    dominant_share: float = DOMINANT_SHARE,
+    known: Set[str] | None = None,
+) -> tuple[dict[str, float], list[str]]:
     """(scores, warnings) of ``captions`` (image_id -> caption), one caption per image.
 
     Scores (floats, shares in [0, 1]):
@@ -70,6 +74,8 @@ def diversity_scores(captions: Mapping[int, str], vocab_size: Optional[int] = No
     scores["mean_length"] = sum(map(len, words)) / len(words)
     warnings = []
     if scores["top_caption_share"] > dominant_share:
-        warnings.append(f"one caption covers {scores['top_caption_share']:.0%} of the images (more than "
-                        f"{dominant_share:.0%}): {top!r}")
+        warnings.append(
+            f"one caption covers {scores['top_caption_share']:.0%} of the images (more than "
+            f"{dominant_share:.0%}): {top!r}"
+        )
     return scores, warnings

@@ -3,13 +3,15 @@
 Attention correctness (Liu et al., AAAI 2017) and the pointing game (Zhang et al., ECCV 2016),
 with a uniform and a centre-prior map as baselines.
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from captioning.viz.attention_maps import upsample_map
+
 
 def _box_mask(bbox: Sequence[float], width: int, height: int) -> np.ndarray:
     """(H, W) bool: pixels whose centre lies in ``bbox`` = [x0, y0, x1, y1] (exclusive ends)."""
@@ -62,15 +64,15 @@ def grounding_scores(items: Iterable[tuple]) -> dict:
         prior = _center_prior(width, height)
         x0, y0, x1, y1 = bbox
         centre_hit = float(x0 <= width / 2 < x1 and y0 <= height / 2 < y1)
-        rows.append((m[inside].sum(), float(inside.flat[m.argmax()]),
-                     share, share,
-                     prior[inside].sum(), centre_hit))
+        rows.append((m[inside].sum(), float(inside.flat[m.argmax()]), share, share, prior[inside].sum(), centre_hit))
 
-    def mean(column: int) -> Optional[float]:
+    def mean(column: int) -> float | None:
         return float(np.mean([r[column] for r in rows])) if rows else None
 
     return {
-        "attention_correctness": mean(0), "pointing_game": mean(1), "count": len(rows),
+        "attention_correctness": mean(0),
+        "pointing_game": mean(1),
+        "count": len(rows),
         "uniform": {"attention_correctness": mean(2), "pointing_game": mean(3)},
         "center_prior": {"attention_correctness": mean(4), "pointing_game": mean(5)},
     }

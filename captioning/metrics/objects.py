@@ -1,10 +1,14 @@
 """Object F1: the (size, colour, shape) objects a caption names against the image's objects."""
+
 from __future__ import annotations
 
 from collections import Counter
-from typing import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
-def object_f1(mentions: Mapping[Hashable, Iterable[Sequence[str]]], objects: Mapping[Hashable, Iterable[Sequence[str]]]) -> dict:
+
+def object_f1(
+    mentions: Mapping[Hashable, Iterable[Sequence[str]]], objects: Mapping[Hashable, Iterable[Sequence[str]]]
+) -> dict:
     """Micro-averaged precision, recall and F1 of the (size, colour, shape) objects captions name.
 
     For every image id of ``objects`` (its ground-truth triples) the triples a predicted caption
@@ -29,5 +33,11 @@ def object_f1(mentions: Mapping[Hashable, Iterable[Sequence[str]]], objects: Map
     precision = tp / predicted if predicted else 0.0
     recall = tp / actual if actual else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1,
-            "true_positives": tp, "predicted": predicted, "actual": actual}
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "true_positives": tp,
+        "predicted": predicted,
+        "actual": actual,
+    }

@@ -49,19 +49,22 @@ Known differences from pycocoevalcap with Java:
 * The letters, digits and capitals Unicode added after 6.2 are listed here as of Unicode 14
   (Python 3.11); a later Python's newest ones would be kept where Java drops them.
 """
+
 from __future__ import annotations
 
 import functools
 import re
 import unicodedata
-from typing import Callable, Hashable, Mapping, NamedTuple, Optional, Sequence, Union
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import NamedTuple
 
 __all__ = ["PUNCTUATIONS", "ptb_tokenize", "tokenize_corpus"]
 
 #: pycocoevalcap's tokens removed after tokenising (compared after lower-casing, so the
 #: upper-case bracket names never match).
-PUNCTUATIONS = frozenset(["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-",
-                          ".", "?", "!", ",", ":", "-", "--", "...", ";"])
+PUNCTUATIONS = frozenset(
+    ["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!", ",", ":", "-", "--", "...", ";"]
+)
 
 
 # --------------------------------------------------------------------------- character classes
@@ -90,14 +93,17 @@ _NEWER_LETTERS_AND_DIGITS = re.compile(
     "\u1878\u191d-\u191e\u19b0-\u19c0\u19c8-\u19c9\u1b4c\u1c80-\u1c88\u1c90-\u1cba\u1cbd-\u1cbf\u1cf2-\u1cf3"
     "\u1cfa\u2c2f\u2c5f\u312e-\u312f\u31bb-\u31bf\u4db6-\u4dbf\u9fcd-\u9fff\ua698-\ua69d\ua78f\ua794-\ua79f"
     "\ua7ab-\ua7ca\ua7d0-\ua7d1\ua7d3\ua7d5-\ua7d9\ua7f2-\ua7f7\ua8fd-\ua8fe\ua9e0-\ua9e4\ua9e6-\ua9fe"
-    "\uaa7e-\uaa7f\uab30-\uab5a\uab5c-\uab69\uab70-\uabbf]").fullmatch
+    "\uaa7e-\uaa7f\uab30-\uab5a\uab5c-\uab69\uab70-\uabbf]"
+).fullmatch
 _FORMER_LETTERS = "\u1885\u1886"
 _NEWER_CAPITALS = re.compile(  # Cherokee capitals were plain letters until Unicode 8
     "[\u037f\u0528\u052a\u052c\u052e\u13a0-\u13f5\u1c90-\u1cba\u1cbd-\u1cbf\u2c2f\ua698\ua69a\ua796\ua798"
     "\ua79a\ua79c\ua79e\ua7ab-\ua7ae\ua7b0-\ua7b4\ua7b6\ua7b8\ua7ba\ua7bc\ua7be\ua7c0\ua7c2\ua7c4-\ua7c7"
-    "\ua7c9\ua7d0\ua7d6\ua7d8\ua7f5]").fullmatch
-_LETTERS = _class_body(lambda c: (unicodedata.category(c).startswith("L") and not _NEWER_LETTERS_AND_DIGITS(c))
-                       or c in _FORMER_LETTERS)
+    "\ua7c9\ua7d0\ua7d6\ua7d8\ua7f5]"
+).fullmatch
+_LETTERS = _class_body(
+    lambda c: (unicodedata.category(c).startswith("L") and not _NEWER_LETTERS_AND_DIGITS(c)) or c in _FORMER_LETTERS
+)
 _DIGITS = _class_body(lambda c: unicodedata.category(c) == "Nd" and not _NEWER_LETTERS_AND_DIGITS(c))
 _UPPERS = _class_body(lambda c: c.isupper() and not _NEWER_CAPITALS(c))
 
@@ -116,13 +122,13 @@ def _jflex(pattern: str) -> str:
         c = pattern[i]
         if c == "\\":
             width = {"u": 6, "x": 4}.get(pattern[i + 1], 2)
-            out.append(pattern[i:i + width])
+            out.append(pattern[i : i + width])
             i += width
         elif c == "[":
             end = i + 1
             while pattern[end] != "]":
                 end += 2 if pattern[end] == "\\" else 1
-            out.append(pattern[i:end + 1])
+            out.append(pattern[i : end + 1])
             i = end + 1
         else:
             caseless = c.isascii() and c.isalpha()
@@ -138,16 +144,18 @@ DIGIT = f"[{_DIGITS}]"
 ALNUM = f"[{_LETTERS}{_DIGITS}]"
 UPPER = f"[{_UPPERS}]"
 # Soft hyphen, combining marks and other letter-like characters the scanner accepts in words
-_WORD_EXTRA = ("\\u00ad\\u0237-\\u024f\\u02c2-\\u02c5\\u02d2-\\u02df\\u02e5-\\u02ff\\u0300-\\u036f"
-               "\\u0370-\\u037d\\u0384\\u0385\\u03cf\\u03f6\\u03fc-\\u03ff\\u0483-\\u0487\\u04cf"
-               "\\u04f6-\\u04ff\\u0510-\\u0525\\u055a-\\u055f\\u0591-\\u05bd\\u05bf\\u05c1\\u05c2\\u05c4"
-               "\\u05c5\\u05c7\\u0615-\\u061a\\u063b-\\u063f\\u064b-\\u065e\\u0670\\u06d6-\\u06ef"
-               "\\u06fa-\\u06ff\\u070f\\u0711\\u0730-\\u074f\\u0750-\\u077f\\u07a6-\\u07b1\\u07ca-\\u07f5"
-               "\\u07fa\\u0900-\\u0903\\u093c\\u093e-\\u094e\\u0951-\\u0955\\u0962-\\u0963\\u0981-\\u0983"
-               "\\u09bc-\\u09c4\\u09c7\\u09c8\\u09cb-\\u09cd\\u09d7\\u09e2\\u09e3\\u0a01-\\u0a03\\u0a3c"
-               "\\u0a3e-\\u0a4f\\u0a81-\\u0a83\\u0abc-\\u0acf\\u0b82\\u0bbe-\\u0bc2\\u0bc6-\\u0bc8"
-               "\\u0bca-\\u0bcd\\u0c01-\\u0c03\\u0c3e-\\u0c56\\u0d3e-\\u0d44\\u0d46-\\u0d48\\u0e30-\\u0e3a"
-               "\\u0e47-\\u0e4e\\u0eb1-\\u0ebc\\u0ec8-\\u0ecd")
+_WORD_EXTRA = (
+    "\\u00ad\\u0237-\\u024f\\u02c2-\\u02c5\\u02d2-\\u02df\\u02e5-\\u02ff\\u0300-\\u036f"
+    "\\u0370-\\u037d\\u0384\\u0385\\u03cf\\u03f6\\u03fc-\\u03ff\\u0483-\\u0487\\u04cf"
+    "\\u04f6-\\u04ff\\u0510-\\u0525\\u055a-\\u055f\\u0591-\\u05bd\\u05bf\\u05c1\\u05c2\\u05c4"
+    "\\u05c5\\u05c7\\u0615-\\u061a\\u063b-\\u063f\\u064b-\\u065e\\u0670\\u06d6-\\u06ef"
+    "\\u06fa-\\u06ff\\u070f\\u0711\\u0730-\\u074f\\u0750-\\u077f\\u07a6-\\u07b1\\u07ca-\\u07f5"
+    "\\u07fa\\u0900-\\u0903\\u093c\\u093e-\\u094e\\u0951-\\u0955\\u0962-\\u0963\\u0981-\\u0983"
+    "\\u09bc-\\u09c4\\u09c7\\u09c8\\u09cb-\\u09cd\\u09d7\\u09e2\\u09e3\\u0a01-\\u0a03\\u0a3c"
+    "\\u0a3e-\\u0a4f\\u0a81-\\u0a83\\u0abc-\\u0acf\\u0b82\\u0bbe-\\u0bc2\\u0bc6-\\u0bc8"
+    "\\u0bca-\\u0bcd\\u0c01-\\u0c03\\u0c3e-\\u0c56\\u0d3e-\\u0d44\\u0d46-\\u0d48\\u0e30-\\u0e3a"
+    "\\u0e47-\\u0e4e\\u0eb1-\\u0ebc\\u0ec8-\\u0ecd"
+)
 SPLET = "&[aeiouAEIOU](?:acute|grave|uml);"  # HTML entity of an accented vowel, inside words
 WORD_LETTER = f"(?:[{_LETTERS}{_WORD_EXTRA}]|{SPLET})"
 # Letters then letters or digits; also "p.m.clock", "yahoo!com": parts joined by [.!?]
@@ -158,9 +166,11 @@ SPACES = SPACE + "+"
 NEWLINE = "(?:\\r\\n|[\\n\\r\\u2028\\u2029\\x0b\\x0c\\x85])"
 SPACENL = f"(?:{SPACE}|{NEWLINE})"
 _SGML_NAME = "[A-Za-z][A-Za-z0-9_:.-]*"
-SGML = ("<(?:[!?][A-Za-z-][^>\\r\\n]*"  # <!-- ... -->, <?xml ...>
-        f"|{_SGML_NAME}(?:[ ]+(?:{_SGML_NAME}[ ]*=[ ]*(?:'[^'\\r\\n]*'|\"[^\"\\r\\n]*\")|{_SGML_NAME}))*[ ]*\\/?"
-        f"|\\/{_SGML_NAME})[ ]*>")
+SGML = (
+    "<(?:[!?][A-Za-z-][^>\\r\\n]*"  # <!-- ... -->, <?xml ...>
+    f"|{_SGML_NAME}(?:[ ]+(?:{_SGML_NAME}[ ]*=[ ]*(?:'[^'\\r\\n]*'|\"[^\"\\r\\n]*\")|{_SGML_NAME}))*[ ]*\\/?"
+    f"|\\/{_SGML_NAME})[ ]*>"
+)
 SENTEND = f"{SPACENL}(?:{SPACENL}|{UPPER}|{SGML})"
 
 APOS = "(?:['\\u0092\\u2019]|&apos;)"
@@ -182,41 +192,61 @@ THINGA = "[A-Z]+(?:(?:&amp;|[+&])[A-Z]+)+"
 # Abbreviations: ABBREV1 usually precede lower-case words (an upper-case word after them also
 # starts a new sentence, and the period is repeated as a token of its own); the ABBREV2 stems
 # usually precede names; ABBREV3 only count before numbers.
-ABBREV1 = ("(?:(?:ed|ph)\\.d|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|mon|tue|tues|wed|thu|thurs|fri|"
-           "ala|ariz|[A]z|[A]rk|calif|colo|conn|ct|dak|[D]el|fla|ga|[I]ll|ind|kans?|ky|[L]a|[M]ass|md|mich|minn|"
-           "[M]iss|mo|mont|neb|nev|okla|[O]re|[P]a|penn|tenn|[T]ex|va|vt|[W]ash|wisc?|wyo|"
-           "inc|cos?|corp|pp?t[ye]s?|ltd|plc|rt|bancorp|bhd|assn|univ|intl|sys|tel|est|ext|sq|"
-           "jr|sr|bros|blvd|rd|esq|etc|al|seq|bldg)\\.")
-ABBREV2_STEMS = (ACRO, "mr|mrs|ms|[M]iss|drs?|profs?|sens?|reps?|attys?|lt|col|gen|messrs|govs?|adm|rev|maj|sgt|"
-                       "cpl|pvt|mt|capt|ste?|ave|pres|lieut|hon|brig|co?mdr|pfc|spc|supts?|det|adj|adv|asst|"
-                       "assoc|ens|insp|mlle|mme|msgr|sfc|ft|ph|vs|alex|wm|jos|cie|a\\.k\\.a|cf|treas|"
-                       "invt|elec|natl|m[ft]g|dept")
+ABBREV1 = (
+    "(?:(?:ed|ph)\\.d|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|mon|tue|tues|wed|thu|thurs|fri|"
+    "ala|ariz|[A]z|[A]rk|calif|colo|conn|ct|dak|[D]el|fla|ga|[I]ll|ind|kans?|ky|[L]a|[M]ass|md|mich|minn|"
+    "[M]iss|mo|mont|neb|nev|okla|[O]re|[P]a|penn|tenn|[T]ex|va|vt|[W]ash|wisc?|wyo|"
+    "inc|cos?|corp|pp?t[ye]s?|ltd|plc|rt|bancorp|bhd|assn|univ|intl|sys|tel|est|ext|sq|"
+    "jr|sr|bros|blvd|rd|esq|etc|al|seq|bldg)\\."
+)
+ABBREV2_STEMS = (
+    ACRO,
+    "mr|mrs|ms|[M]iss|drs?|profs?|sens?|reps?|attys?|lt|col|gen|messrs|govs?|adm|rev|maj|sgt|"
+    "cpl|pvt|mt|capt|ste?|ave|pres|lieut|hon|brig|co?mdr|pfc|spc|supts?|det|adj|adv|asst|"
+    "assoc|ens|insp|mlle|mme|msgr|sfc|ft|ph|vs|alex|wm|jos|cie|a\\.k\\.a|cf|treas|"
+    "invt|elec|natl|m[ft]g|dept",
+)
 ABBREV3 = "(?:ca|figs?|prop|nos?|art|pp|op)\\."
 # Capitalised words after which an acronym's period also ends the sentence
-SENTENCE_START = "|".join(f"[{w[0]}]{w[1:]}" for w in (
-    "About According Additionally After An A As At But Earlier He Her Here However If In It Last Many "
-    "More Mr\\. Ms\\. Now Once One Other Our She Since So Some Such That The Their Then There These "
-    "They This We When While What Yet You").split()) + "|" + SGML
+SENTENCE_START = (
+    "|".join(
+        f"[{w[0]}]{w[1:]}"
+        for w in (
+            "About According Additionally After An A As At But Earlier He Her Here However If In It Last Many "
+            "More Mr\\. Ms\\. Now Once One Other Our She Since So Some Such That The Their Then There These "
+            "They This We When While What Yet You"
+        ).split()
+    )
+    + "|"
+    + SGML
+)
 
-PHONE = ("\\([0-9]{2,3}\\)[ \\u00a0]?[0-9]{3,4}[- \\u00a0]?[0-9]{3,5}",
-         "(?:\\+\\+?)?(?:[0-9]{2,4}[- \\u00a0])?[0-9]{2,4}[- \\u00a0][0-9]{3,4}[- \\u00a0]?[0-9]{3,5}",
-         "(?:(?:\\+\\+?)?[0-9]{2,4}\\.)?[0-9]{2,4}\\.[0-9]{3,4}\\.[0-9]{3,5}")
-QUOTE_CHARS = ("`\\u2018\\u2019\\u201a\\u201b\\u201c\\u201d\\u0091\\u0092\\u0093\\u0094\\u201e\\u201f"
-               "\\u2039\\u203a\\u00ab\\u00bb")
-MISCSYMBOL = ("[+%&~^|\\\\\\u00a6-\\u00a9\\u00ac\\u00ae\\u00af\\u00b0-\\u00ba\\u00d7\\u00f7\\u0387\\u05be"
-              "\\u05c0\\u05c3\\u05c6\\u05f3\\u05f4\\u0600-\\u0603\\u0606-\\u060a\\u060c\\u0614\\u061b\\u061e"
-              "\\u066a\\u066d\\u0703-\\u070d\\u07f6-\\u07f8\\u0964\\u0965\\u0e4f\\u1fbd\\u2016\\u2017"
-              "\\u2020-\\u2023\\u2030-\\u2038\\u203b\\u203e-\\u2042\\u2044\\u207a-\\u207f\\u208a-\\u208e"
-              "\\u2100-\\u214f\\u2190-\\u21ff\\u2200-\\u2bff\\u3012\\u30fb\\uff01-\\uff0f\\uff1a-\\uff20"
-              "\\uff3b-\\uff40\\uff5b-\\uff65]")
+PHONE = (
+    "\\([0-9]{2,3}\\)[ \\u00a0]?[0-9]{3,4}[- \\u00a0]?[0-9]{3,5}",
+    "(?:\\+\\+?)?(?:[0-9]{2,4}[- \\u00a0])?[0-9]{2,4}[- \\u00a0][0-9]{3,4}[- \\u00a0]?[0-9]{3,5}",
+    "(?:(?:\\+\\+?)?[0-9]{2,4}\\.)?[0-9]{2,4}\\.[0-9]{3,4}\\.[0-9]{3,5}",
+)
+QUOTE_CHARS = (
+    "`\\u2018\\u2019\\u201a\\u201b\\u201c\\u201d\\u0091\\u0092\\u0093\\u0094\\u201e\\u201f\\u2039\\u203a\\u00ab\\u00bb"
+)
+MISCSYMBOL = (
+    "[+%&~^|\\\\\\u00a6-\\u00a9\\u00ac\\u00ae\\u00af\\u00b0-\\u00ba\\u00d7\\u00f7\\u0387\\u05be"
+    "\\u05c0\\u05c3\\u05c6\\u05f3\\u05f4\\u0600-\\u0603\\u0606-\\u060a\\u060c\\u0614\\u061b\\u061e"
+    "\\u066a\\u066d\\u0703-\\u070d\\u07f6-\\u07f8\\u0964\\u0965\\u0e4f\\u1fbd\\u2016\\u2017"
+    "\\u2020-\\u2023\\u2030-\\u2038\\u203b\\u203e-\\u2042\\u2044\\u207a-\\u207f\\u208a-\\u208e"
+    "\\u2100-\\u214f\\u2190-\\u21ff\\u2200-\\u2bff\\u3012\\u30fb\\uff01-\\uff0f\\uff1a-\\uff20"
+    "\\uff3b-\\uff40\\uff5b-\\uff65]"
+)
 SMILEY = "[<>]?[:;=][-o*']?[()DPdpO\\\\{@|\\[\\]]"
 ASIAN_SMILEY = ("[-^x=~<>']_[-^x=~<>']", "\\([-^x=~<>'][_.]?[-^x=~<>']\\)", "\\([\\^x=~<>']-[\\^x=~<>'`]\\)")
-FILE_EXTENSIONS = ("bat|bmp|c|class|cgi|cpp|dll|doc|docx|exe|gif|gz|h|htm|html|jar|java|jpeg|jpg|mov|mp3|pdf|php|pl|"
-                   "png|ppt|ps|py|sql|tar|txt|wav|x|xml|zip")
+FILE_EXTENSIONS = (
+    "bat|bmp|c|class|cgi|cpp|dll|doc|docx|exe|gif|gz|h|htm|html|jar|java|jpeg|jpg|mov|mp3|pdf|php|pl|"
+    "png|ppt|ps|py|sql|tar|txt|wav|x|xml|zip"
+)
 FILE_NAME_PART = f"(?:{WORD_LETTER}|{DIGIT})+"
 NOT_SPACE = "[^ \\t\\n\\f\\r]*"  # the most a URL or e-mail address can span
 PHONE_EXTENT = "[0-9 \\u00a0().+-]{0,22}"  # the most a phone number can span
-URL_END = "[^ \\t\\n\\f\\r\"<>|.!?(){},-]"
+URL_END = '[^ \\t\\n\\f\\r"<>|.!?(){},-]'
 
 
 # --------------------------------------------------------------------------- token normalisation
@@ -272,18 +302,24 @@ class _Rule(NamedTuple):
     whose first match can be shorter than their longest one (nested repetitions), matches the most
     text a match could span; every end within it is then tried.
     """
+
     name: str
     alternatives: tuple
     action: Callable[[str], tuple]
-    extent: Optional[re.Pattern] = None
+    extent: re.Pattern | None = None
 
 
-def _rule(name: str, action: Callable[[str], tuple], *alternatives: str, ctx: Optional[str] = None,
-          extent: Optional[str] = None) -> _Rule:
+def _rule(
+    name: str, action: Callable[[str], tuple], *alternatives: str, ctx: str | None = None, extent: str | None = None
+) -> _Rule:
     """A rule from patterns in the scanner's notation (see :func:`_jflex`)."""
     context = _jflex(ctx) if ctx is not None else None
-    return _Rule(name, tuple((_jflex(alt), context) for alt in alternatives), action,
-                 re.compile(extent) if extent is not None else None)
+    return _Rule(
+        name,
+        tuple((_jflex(alt), context) for alt in alternatives),
+        action,
+        re.compile(extent) if extent is not None else None,
+    )
 
 
 def _emit(normalise: Callable[[str], str] = str) -> Callable[[str], tuple]:
@@ -325,38 +361,76 @@ _RULES = (
     _rule("word_before_aux", _emit(_remove_soft_hyphens), WORD, ctx=REDAUX),
     _rule("word_before_nt", _emit(_remove_soft_hyphens), SWORD, ctx=SREDAUX),
     _rule("word", _emit(_remove_soft_hyphens), WORD),
-    _rule("apostrophe_word", _emit(),
-          f"{APOS}n{APOS}?", f"[lLdDjJ]{APOS}", f"dunkin{APOS}", f"somethin{APOS}", f"ol{APOS}", f"{APOS}em",
-          f"[A-HJ-XZn]{APOSETC}{LETTER}{{2,}}", f"{APOS}[2-9]0s", f"{APOS}till?",
-          f"{LETTER}+[aeiouyAEIOUY]{APOSETC}[aeiouA-Z]{LETTER}*", f"{APOS}cause", f"o{APOSETC}o",
-          "cont'd\\.?|nor'easter|c'mon|e'er|s'mores|ev'ry|li'l|nat'l"),
+    _rule(
+        "apostrophe_word",
+        _emit(),
+        f"{APOS}n{APOS}?",
+        f"[lLdDjJ]{APOS}",
+        f"dunkin{APOS}",
+        f"somethin{APOS}",
+        f"ol{APOS}",
+        f"{APOS}em",
+        f"[A-HJ-XZn]{APOSETC}{LETTER}{{2,}}",
+        f"{APOS}[2-9]0s",
+        f"{APOS}till?",
+        f"{LETTER}+[aeiouyAEIOUY]{APOSETC}[aeiouA-Z]{LETTER}*",
+        f"{APOS}cause",
+        f"o{APOSETC}o",
+        "cont'd\\.?|nor'easter|c'mon|e'er|s'mores|ev'ry|li'l|nat'l",
+    ),
     _rule("y_apostrophe", _emit(), f"y{APOS}", ctx=LETTER),
-    _rule("full_url", _emit(), f"https?:\\/\\/[^ \\t\\n\\f\\r\"<>|(){{}}]+{URL_END}"),
-    _rule("likely_url", _emit(),
-          "(?:www\\.(?:[^ \\t\\n\\f\\r\"<>|.!?(){},]+\\.)+[a-zA-Z]{2,4}"
-          "|(?:[^ \\t\\n\\f\\r\"`'<>|.!?(){},-_$]+\\.)+(?:com|net|org|edu))"
-          f"(?:\\/[^ \\t\\n\\f\\r\"<>|()]+{URL_END})?", extent=NOT_SPACE),
-    _rule("email", _emit(), "(?:&lt;|<)?[a-zA-Z0-9][^ \\t\\n\\f\\r\"<>|(){}\\u00a0]*@"
-                            "(?:[^ \\t\\n\\f\\r\"<>|(){}.\\u00a0]+\\.)*[^ \\t\\n\\f\\r\"<>|(){}.\\u00a0]+(?:&gt;|>)?",
-          extent=NOT_SPACE),
+    _rule("full_url", _emit(), f'https?:\\/\\/[^ \\t\\n\\f\\r"<>|(){{}}]+{URL_END}'),
+    _rule(
+        "likely_url",
+        _emit(),
+        '(?:www\\.(?:[^ \\t\\n\\f\\r"<>|.!?(){},]+\\.)+[a-zA-Z]{2,4}'
+        "|(?:[^ \\t\\n\\f\\r\"`'<>|.!?(){},-_$]+\\.)+(?:com|net|org|edu))"
+        f'(?:\\/[^ \\t\\n\\f\\r"<>|()]+{URL_END})?',
+        extent=NOT_SPACE,
+    ),
+    _rule(
+        "email",
+        _emit(),
+        '(?:&lt;|<)?[a-zA-Z0-9][^ \\t\\n\\f\\r"<>|(){}\\u00a0]*@'
+        '(?:[^ \\t\\n\\f\\r"<>|(){}.\\u00a0]+\\.)*[^ \\t\\n\\f\\r"<>|(){}.\\u00a0]+(?:&gt;|>)?',
+        extent=NOT_SPACE,
+    ),
     _rule("twitter", _emit(), "@[a-zA-Z_][a-zA-Z_0-9]*", f"#{WORD_LETTER}+"),
     _rule("aux_before_nonletter", _emit(_closing_quotes), REDAUX, ctx="[^A-Za-z]"),
     _rule("nt_before_nonletter", _emit(_closing_quotes), SREDAUX, ctx="[^A-Za-z]"),
     _rule("date", _emit(), f"{DIGIT}{{1,2}}[-\\/]{DIGIT}{{1,2}}[-\\/]{DIGIT}{{2,4}}"),
     _rule("number", _emit(_remove_soft_hyphens), f"[-+]?(?:{NUM})"),
-    _rule("sub_superscript_number", _emit(),
-          "[\\u207a\\u207b\\u208a\\u208b]?(?:[\\u2070\\u00b9\\u00b2\\u00b3\\u2074-\\u2079]+|[\\u2080-\\u2089]+)"),
-    _rule("fraction", _emit(_no_spaces),
-          f"(?:{DIGIT}{{1,4}}[- \\u00a0])?{DIGIT}{{1,4}}(?:\\\\?\\/|\\u2044){DIGIT}{{1,4}}"),
+    _rule(
+        "sub_superscript_number",
+        _emit(),
+        "[\\u207a\\u207b\\u208a\\u208b]?(?:[\\u2070\\u00b9\\u00b2\\u00b3\\u2074-\\u2079]+|[\\u2080-\\u2089]+)",
+    ),
+    _rule(
+        "fraction", _emit(_no_spaces), f"(?:{DIGIT}{{1,4}}[- \\u00a0])?{DIGIT}{{1,4}}(?:\\\\?\\/|\\u2044){DIGIT}{{1,4}}"
+    ),
     _rule("fraction_character", _emit(lambda t: _FRACTIONS.get(t, t)), "[\\u00bc\\u00bd\\u00be\\u2153-\\u215e]"),
-    _rule("treebank_special", _emit(_ampersands), "-(?:rrb|lrb|rcb|lcb|rsb|lsb)-", "c\\.d\\.s|pro-|anti-",
-          "s(?:&|&amp;)p-500|s(?:&|&amp;)ls", f"cap{APOS}n", f"c{APOS}est"),
+    _rule(
+        "treebank_special",
+        _emit(_ampersands),
+        "-(?:rrb|lrb|rcb|lcb|rsb|lsb)-",
+        "c\\.d\\.s|pro-|anti-",
+        "s(?:&|&amp;)p-500|s(?:&|&amp;)ls",
+        f"cap{APOS}n",
+        f"c{APOS}est",
+    ),
     _rule("slashed_words", _emit(), "[A-Za-z0-9]+(?:-[A-Za-z]+){0,2}(?:\\\\?\\/[A-Za-z0-9]+(?:-[A-Za-z]+){0,2}){1,2}"),
     _rule("dollar", _emit(), "[A-Z]*\\$|#"),
-    _rule("currency", _emit(lambda t: _CURRENCIES.get(t, t)),
-          "[\\u00a2-\\u00a5\\u0080\\u20a0\\u20ac\\u060b\\u0e3f\\u20a4\\uffe0\\uffe1\\uffe5\\uffe6]"),
-    _rule("acronym_ending_sentence", _acronym_ending_sentence, f"(?:{ACRO})\\.",
-          ctx=f"{SPACENL}+(?:{SENTENCE_START}){SPACENL}"),
+    _rule(
+        "currency",
+        _emit(lambda t: _CURRENCIES.get(t, t)),
+        "[\\u00a2-\\u00a5\\u0080\\u20a0\\u20ac\\u060b\\u0e3f\\u20a4\\uffe0\\uffe1\\uffe5\\uffe6]",
+    ),
+    _rule(
+        "acronym_ending_sentence",
+        _acronym_ending_sentence,
+        f"(?:{ACRO})\\.",
+        ctx=f"{SPACENL}+(?:{SENTENCE_START}){SPACENL}",
+    ),
     _rule("abbreviation_ending_sentence", _period_again, ABBREV1, ctx=SENTEND),
     _rule("abbreviation_in_sentence", _emit(), ABBREV1, ctx="[\\s\\S]{2}"),
     _rule("abbreviation_at_end", _period_again, ABBREV1),
@@ -364,8 +438,12 @@ _RULES = (
     _rule("abbreviation", _emit(), *(f"(?:{stem})\\." for stem in ABBREV2_STEMS)),
     _rule("abbreviation_no_period", _emit(), *ABBREV2_STEMS, ctx=SPACE),
     _rule("acronym_no_period", _emit(), ACRO, ctx=SPACENL),
-    _rule("file_name", _emit(), f"{FILE_NAME_PART}(?:\\.{FILE_NAME_PART})*\\.(?:{FILE_EXTENSIONS})",
-          ctx=f"{SPACENL}|[.?!,]"),
+    _rule(
+        "file_name",
+        _emit(),
+        f"{FILE_NAME_PART}(?:\\.{FILE_NAME_PART})*\\.(?:{FILE_EXTENSIONS})",
+        ctx=f"{SPACENL}|[.?!,]",
+    ),
     _rule("year", _emit(), f"{APOS}[0-9][0-9]", ctx=SPACENL),
     _rule("word_period", _emit(_remove_soft_hyphens), f"{WORD}\\.", ctx=INSENTP),
     _rule("phone", _emit(lambda t: _round_brackets(_no_spaces(t))), *PHONE, extent=PHONE_EXTENT),
@@ -419,10 +497,10 @@ class _Alternative(NamedTuple):
     rule: _Rule
     group: int  # its group in the combined pattern
     context_group: int  # 0 if it has no trailing context
-    pattern: Optional[re.Pattern]  # the alternative alone, for rules with an extent
+    pattern: re.Pattern | None  # the alternative alone, for rules with an extent
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compile_rules() -> tuple:
     """One regular expression trying every alternative at a position: each is an optional
     lookahead capturing its match, so one ``match`` call gives all their (first) matches."""
@@ -435,9 +513,14 @@ def _compile_rules() -> tuple:
             alternatives.append((rule, pattern, context))
     combined = re.compile("".join(parts))
     return combined, tuple(
-        _Alternative(rule, combined.groupindex[f"m{k}"], combined.groupindex.get(f"c{k}", 0),
-                     re.compile(pattern) if rule.extent is not None else None)
-        for k, (rule, pattern, context) in enumerate(alternatives))
+        _Alternative(
+            rule,
+            combined.groupindex[f"m{k}"],
+            combined.groupindex.get(f"c{k}", 0),
+            re.compile(pattern) if rule.extent is not None else None,
+        )
+        for k, (rule, pattern, context) in enumerate(alternatives)
+    )
 
 
 def _longest_match(text: str, i: int) -> tuple:
@@ -486,8 +569,7 @@ def _is_cased(c: str) -> bool:
 
 
 def _word_character(c: str) -> bool:
-    return ((c.isalnum() or unicodedata.category(c) == "Pc")
-            and unicodedata.east_asian_width(c) not in ("W", "F"))
+    return (c.isalnum() or unicodedata.category(c) == "Pc") and unicodedata.east_asian_width(c) not in ("W", "F")
 
 
 # Characters Java's word breaking keeps inside a word between two letters
@@ -501,8 +583,15 @@ def _cased_in_word(token: str, i: int, step: int) -> bool:
         c = token[j]
         if _is_cased(c):
             return True
-        if not (_word_character(c) or (c in _MID_WORD and token[j - step].isalpha()
-                                        and 0 <= j + step < len(token) and token[j + step].isalpha())):
+        if not (
+            _word_character(c)
+            or (
+                c in _MID_WORD
+                and token[j - step].isalpha()
+                and 0 <= j + step < len(token)
+                and token[j + step].isalpha()
+            )
+        ):
             return False
         j += step
     return False
@@ -517,11 +606,15 @@ def _lower(token: str) -> str:
     """
     if "\u03a3" not in token:
         return token.lower()
-    return "".join(("\u03c2" if _cased_in_word(token, i, -1) and not _cased_in_word(token, i, 1) else "\u03c3")
-                   if c == "\u03a3" else c.lower() for i, c in enumerate(token))
+    return "".join(
+        ("\u03c2" if _cased_in_word(token, i, -1) and not _cased_in_word(token, i, 1) else "\u03c3")
+        if c == "\u03a3"
+        else c.lower()
+        for i, c in enumerate(token)
+    )
 
 
-def _tokenize_line(caption: str, following: Optional[str]) -> str:
+def _tokenize_line(caption: str, following: str | None) -> str:
     """``caption`` as pycocoevalcap tokenises it on a line of its file followed by the lines
     ``following`` (None: the end of the file)."""
     line = _LINE_BREAKS.sub(" ", caption)
@@ -535,7 +628,7 @@ def _tokenize_line(caption: str, following: Optional[str]) -> str:
 _BLANK = re.compile("[ \t\u00a0\u2000-\u200a\u3000]*")
 
 
-def ptb_tokenize(text: str, next_caption: Optional[str] = "") -> str:
+def ptb_tokenize(text: str, next_caption: str | None = "") -> str:
     """pycocoevalcap's tokenisation of one caption: lower-cased PTB tokens, punctuation removed.
 
     Args:
@@ -554,7 +647,7 @@ def ptb_tokenize(text: str, next_caption: Optional[str] = "") -> str:
     return _tokenize_line(text, next_caption)
 
 
-Captions = Union[Sequence[str], Sequence[Mapping[str, str]]]
+Captions = Sequence[str] | Sequence[Mapping[str, str]]
 
 
 def tokenize_corpus(captions_for_image: Mapping[Hashable, Captions]) -> dict:
@@ -579,6 +672,6 @@ def tokenize_corpus(captions_for_image: Mapping[Hashable, Captions]) -> dict:
         following = k + 1
         while following < len(captions) - 1 and _BLANK.fullmatch(captions[following]):
             following += 1
-        context = "\n".join(captions[k + 1:following + 2]) if k + 1 < len(captions) else None
+        context = "\n".join(captions[k + 1 : following + 2]) if k + 1 < len(captions) else None
         result[key].append(_tokenize_line(caption, context))
     return result

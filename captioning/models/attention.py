@@ -37,6 +37,7 @@ The other variants researchers compare live here too:
 equations: the additive score through tanh(y) = 2 sigmoid(2y) - 1, and its chunked in-place form
 for decoding on the CPU. Each computes the same numbers as the equation it replaces.
 """
+
 from __future__ import annotations
 
 import math
@@ -103,7 +104,9 @@ class AdditiveAttention(Score):
     def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
         super().__init__()
         if attention_dim % heads:
-            raise ConfigError(f"model.decoder.heads: attention_dim ({attention_dim}) must be a multiple of heads ({heads})")
+            raise ConfigError(
+                f"model.decoder.heads: attention_dim ({attention_dim}) must be a multiple of heads ({heads})"
+            )
         self.heads = heads
         self.query_dim = attention_dim  # the width of W_h h_{t-1}
         self.feature_proj = nn.Linear(feature_dim, attention_dim)  # W_a (and b)
@@ -152,15 +155,20 @@ class DotAttention(Score):
         super().__init__()
         score = self.kind
         if score == "dot" and hidden_dim != feature_dim:
-            raise ConfigError(f"model.decoder.score: 'dot' needs hidden_dim == the encoder's feature width "
-                              f"({hidden_dim} != {feature_dim}); use 'general' or 'scaled_dot'")
+            raise ConfigError(
+                f"model.decoder.score: 'dot' needs hidden_dim == the encoder's feature width "
+                f"({hidden_dim} != {feature_dim}); use 'general' or 'scaled_dot'"
+            )
         key_dim = attention_dim if score == "scaled_dot" else hidden_dim
         if key_dim % heads:
-            raise ConfigError(f"model.decoder.heads: the {score} score's key width ({key_dim}) must be a multiple of heads ({heads})")
+            raise ConfigError(
+                f"model.decoder.heads: the {score} score's key width ({key_dim}) must be a multiple of heads ({heads})"
+            )
         self.score, self.heads = score, heads
         self.query_dim = attention_dim if score == "scaled_dot" else 0
-        self.key_proj = (None if score == "dot" else
-                         nn.Linear(feature_dim, key_dim, bias=(score == "scaled_dot")))  # W or W_k
+        self.key_proj = (
+            None if score == "dot" else nn.Linear(feature_dim, key_dim, bias=(score == "scaled_dot"))
+        )  # W or W_k
         self.scale = 1.0 / math.sqrt(key_dim // heads) if score == "scaled_dot" else 1.0
 
     def project(self, features: Tensor) -> Tensor:
@@ -214,7 +222,7 @@ def window_log(centre: Tensor, gh: int, gw: int, sigma: float) -> Tensor:
     """log of the local-p window, -|cell - p|^2 / (2 sigma^2): centre (N, 2) in cells -> (N, L)."""
     cells = grid_cells(gh, gw, centre.device, centre.dtype)  # (L, 2)
     d2 = ((centre.unsqueeze(1) - cells) ** 2).sum(-1)  # (N, L)
-    return d2 * (-0.5 / sigma ** 2)
+    return d2 * (-0.5 / sigma**2)
 
 
 def gaussian_window(centre: Tensor, gh: int, gw: int, sigma: float) -> Tensor:
@@ -321,7 +329,9 @@ def glimpse(
     ``graph_safe``: mode "sample" draws with random numbers a CUDA graph replays (see :func:`sample_location`).
     """
     if alpha.dim() == 3:
-        return _multihead_glimpse(alpha, features, mode, use_expected, generator, location, beams, temperature, graph_safe)
+        return _multihead_glimpse(
+            alpha, features, mode, use_expected, generator, location, beams, temperature, graph_safe
+        )
     if mode == "expected":
         location = alpha.argmax(dim=-1)
         weights = alpha if temperature == 1.0 else tempered(alpha, temperature)
@@ -347,26 +357,52 @@ def glimpse(
     return Glimpse(context, alpha, location, log_prob, entropy)
 
 
-def _multihead_glimpse(alpha: Tensor, features: Tensor, mode: str, use_expected: Tensor | None,
-                       generator: torch.Generator | None, location: Tensor | None, beams: int,
-                       temperature: float = 1.0, graph_safe: bool = False) -> Glimpse:
+def _multihead_glimpse(
+    alpha: Tensor,
+    features: Tensor,
+    mode: str,
+    use_expected: Tensor | None,
+    generator: torch.Generator | None,
+    location: Tensor | None,
+    beams: int,
+    temperature: float = 1.0,
+    graph_safe: bool = False,
+) -> Glimpse:
     """:func:`glimpse` of every head at once: the heads are more rows of the same image
     (rows image, beam, head), so each is one more "beam" over the image's features."""
     N, K, L = alpha.shape
     D = features.size(-1)
-    g = glimpse(alpha.reshape(N * K, L), features, mode,
-                None if use_expected is None else use_expected.repeat_interleave(K),
-                generator, None if location is None else location.reshape(N * K), beams * K, temperature, graph_safe)
+    g = glimpse(
+        alpha.reshape(N * K, L),
+        features,
+        mode,
+        None if use_expected is None else use_expected.repeat_interleave(K),
+        generator,
+        None if location is None else location.reshape(N * K),
+        beams * K,
+        temperature,
+        graph_safe,
+    )
     mean = alpha.mean(1)
     where = mean.argmax(dim=-1) if mode == "expected" else g.location.view(N, K)
-    return Glimpse(g.context.view(N, K * D), mean, where,
-                   None if g.log_prob is None else g.log_prob.view(N, K).sum(1),
-                   None if g.entropy is None else g.entropy.view(N, K).sum(1),
-                   head_alpha=alpha)
+    return Glimpse(
+        g.context.view(N, K * D),
+        mean,
+        where,
+        None if g.log_prob is None else g.log_prob.view(N, K).sum(1),
+        None if g.entropy is None else g.entropy.view(N, K).sum(1),
+        head_alpha=alpha,
+    )
 
 
-def _gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected: Tensor | None, generator: torch.Generator | None,
-                    beams: int, temperature: float) -> Glimpse:
+def _gumbel_glimpse(
+    alpha: Tensor,
+    features: Tensor,
+    use_expected: Tensor | None,
+    generator: torch.Generator | None,
+    beams: int,
+    temperature: float,
+) -> Glimpse:
     """Straight-through Gumbel-softmax (Jang et al. 2017): one location forward, a relaxed gradient backward."""
     log_alpha = torch.log(alpha.clamp_min(1e-12))  # (B, L)
     u = torch.rand(alpha.shape, device=alpha.device, dtype=torch.float32, generator=generator)
@@ -412,8 +448,9 @@ def additive_scores(projected: Tensor, h_att: Tensor, weight: Tensor, bias: Tens
     return (e + shift).view(B * beams, L)
 
 
-def multihead_additive_scores(projected: Tensor, h_att: Tensor, weight: Tensor, bias: Tensor, beams: int,
-                              heads: int) -> Tensor:
+def multihead_additive_scores(
+    projected: Tensor, h_att: Tensor, weight: Tensor, bias: Tensor, beams: int, heads: int
+) -> Tensor:
     """Eq. 4 per head in the sigmoid form, e_tki = w_k^T tanh(y_ti[k]) + b_k: projected (B, L, A),
     h_att (B * beams, A), weight (heads, A / heads), bias (heads,) -> (B * beams, heads, L). Every
     head in one product (with heads = 1 it is :func:`additive_scores`' number, which the tests check)."""

@@ -14,6 +14,7 @@ many steps' rows joined.
 The cells own no parameters: they hold the decoder's layers, which the decoder registers under
 the names its checkpoints have always used (``from_hidden``, ``lstm``, ``combine``, ...).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -53,8 +54,9 @@ class DecoderState:
         """Each image's state copied to ``beams`` rows; the features stay one copy per image."""
         if self.beams != 1:
             raise ValueError("expand_beams() of a state that already has beams")
-        return DecoderState(self.h.repeat_interleave(beams, 0), self.c.repeat_interleave(beams, 0),
-                            self.features, self.projected, beams)
+        return DecoderState(
+            self.h.repeat_interleave(beams, 0), self.c.repeat_interleave(beams, 0), self.features, self.projected, beams
+        )
 
 
 class StepOutput(NamedTuple):
@@ -88,8 +90,12 @@ class StepOutput(NamedTuple):
     def join(steps: Sequence[StepOutput], combine: Callable[[list], Tensor] = torch.cat) -> StepOutput:
         """Several outputs field by field, ``combine`` (torch.cat: rows after rows) of each field's
         tensors; c and context, which only the next step reads, are left out."""
-        return StepOutput(*(None if column[0] is None or name in ("c", "context") else combine(list(column))
-                            for name, column in zip(StepOutput._fields, zip(*steps))))
+        return StepOutput(
+            *(
+                None if column[0] is None or name in ("c", "context") else combine(list(column))
+                for name, column in zip(StepOutput._fields, zip(*steps))
+            )
+        )
 
 
 def lstm_update(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
@@ -109,15 +115,23 @@ class Attend:
     [query (W_h h; none where the query is h itself) | f_beta(h) (1) | W_p h (the local centre's; none
     when global)], of widths :attr:`widths`."""
 
-    def __init__(self, f_att: Score, local_centre: LocalCentre | None, head_proj: nn.Linear | None,
-                 local_sigma: float):
+    def __init__(self, f_att: Score, local_centre: LocalCentre | None, head_proj: nn.Linear | None, local_sigma: float):
         self.f_att, self.local_centre, self.head_proj, self.local_sigma = f_att, local_centre, head_proj, local_sigma
         self.widths = [f_att.query_dim, 1, 0 if local_centre is None else local_centre.v_p.in_features]
         self.width = sum(self.widths)
 
-    def __call__(self, from_h: Tensor, h: Tensor, state: DecoderState, mode: str, use_expected: Tensor | None = None,
-                 location: Tensor | None = None, temperature: float = 1.0, graph_safe: bool = False,
-                 beams: int | None = None) -> tuple[Glimpse, Tensor, Tensor]:
+    def __call__(
+        self,
+        from_h: Tensor,
+        h: Tensor,
+        state: DecoderState,
+        mode: str,
+        use_expected: Tensor | None = None,
+        location: Tensor | None = None,
+        temperature: float = 1.0,
+        graph_safe: bool = False,
+        beams: int | None = None,
+    ) -> tuple[Glimpse, Tensor, Tensor]:
         """from_h (N, width), h (N, H) over the images of ``state`` (features (B, L, D), projected),
         ``beams`` = N / B rows per image (default state.beams). Returns the glimpse, beta (N,), z (N, D)."""
         beams = state.beams if beams is None else beams
@@ -125,10 +139,18 @@ class Attend:
         bias = None
         if self.local_centre is not None:
             gh, gw = grid_shape(state.features.size(1))
-            bias = window_log(self.local_centre(from_h[:, Q + 1:], gh, gw), gh, gw, self.local_sigma)  # (N, L)
+            bias = window_log(self.local_centre(from_h[:, Q + 1 :], gh, gw), gh, gw, self.local_sigma)  # (N, L)
         alpha = self.f_att(state.projected, from_h[:, :Q] if Q else h, beams, bias=bias)  # (N, L) or (N, heads, L)
-        g = glimpse(alpha, state.features, mode, use_expected, location=location, beams=beams,
-                    temperature=temperature, graph_safe=graph_safe)
+        g = glimpse(
+            alpha,
+            state.features,
+            mode,
+            use_expected,
+            location=location,
+            beams=beams,
+            temperature=temperature,
+            graph_safe=graph_safe,
+        )
         context = g.context if self.head_proj is None else self.head_proj(g.context)  # (N, D)
         beta = torch.sigmoid(from_h[:, Q])  # (N,): the gating scalar
         return g, beta, beta.unsqueeze(1) * context
@@ -145,7 +167,12 @@ class BahdanauCell:
     whole_sequence = False
 
     def __init__(self, from_hidden: nn.Linear, embed_gates: nn.Linear, context_gates: nn.Linear, attend: Attend):
-        self.from_hidden, self.embed_gates, self.context_gates, self.attend = from_hidden, embed_gates, context_gates, attend
+        self.from_hidden, self.embed_gates, self.context_gates, self.attend = (
+            from_hidden,
+            embed_gates,
+            context_gates,
+            attend,
+        )
         self.splits = [attend.width, context_gates.out_features]  # (attention's products, 4H)
 
     def inputs(self, embedded: Tensor) -> Tensor:
@@ -157,8 +184,17 @@ class BahdanauCell:
         each (deferred.py); give them to :meth:`step` as ``layers``."""
         return deferred_linear(self.from_hidden), deferred_linear(self.context_gates)
 
-    def step(self, x: Tensor, state: DecoderState, mode: str, use_expected: Tensor | None = None, location: Tensor | None = None,
-             temperature: float = 1.0, graph_safe: bool = False, layers: tuple | None = None) -> StepOutput:
+    def step(
+        self,
+        x: Tensor,
+        state: DecoderState,
+        mode: str,
+        use_expected: Tensor | None = None,
+        location: Tensor | None = None,
+        temperature: float = 1.0,
+        graph_safe: bool = False,
+        layers: tuple | None = None,
+    ) -> StepOutput:
         """One step: x (N, 4H) from :meth:`inputs`, the state of N rows -> h_t, c_t, z_t, the glimpse.
         ``layers``: (from_hidden, context_gates) as :meth:`layers` gives them (default the layers)."""
         from_hidden, context_gates = layers or (self.from_hidden, self.context_gates)
@@ -190,8 +226,17 @@ class LuongCell:
     def layers(self) -> None:
         return None
 
-    def step(self, x: Tensor, state: DecoderState, mode: str, use_expected: Tensor | None = None, location: Tensor | None = None,
-             temperature: float = 1.0, graph_safe: bool = False, layers: tuple | None = None) -> StepOutput:
+    def step(
+        self,
+        x: Tensor,
+        state: DecoderState,
+        mode: str,
+        use_expected: Tensor | None = None,
+        location: Tensor | None = None,
+        temperature: float = 1.0,
+        graph_safe: bool = False,
+        layers: tuple | None = None,
+    ) -> StepOutput:
         """One step: x (N, M) = E y_{t-1}, the state of N rows -> h_t, c_t, z_t, the glimpse."""
         lstm = self.lstm
         gates = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0) + F.linear(state.h, lstm.weight_hh_l0, lstm.bias_hh_l0)
@@ -205,9 +250,17 @@ class LuongCell:
         hs, _ = self.lstm(embedded, (state.h.unsqueeze(0).contiguous(), state.c.unsqueeze(0).contiguous()))
         return hs
 
-    def attend_steps(self, hs: Tensor, state: DecoderState, mode: str, use_expected: Tensor | None = None,
-                     locations: Tensor | None = None, temperature: float = 1.0, graph_safe: bool = False,
-                     from_h: Tensor | None = None) -> StepOutput:
+    def attend_steps(
+        self,
+        hs: Tensor,
+        state: DecoderState,
+        mode: str,
+        use_expected: Tensor | None = None,
+        locations: Tensor | None = None,
+        temperature: float = 1.0,
+        graph_safe: bool = False,
+        from_h: Tensor | None = None,
+    ) -> StepOutput:
         """Attention for all T steps of n images in one batched product: the T steps of an image are T
         "beams" over its features. hs (n, T, H), state: the n images' features; use_expected (n,),
         locations (n, T[, heads]); ``from_h`` (n, T, width): from_output(hs), where the caller made it
@@ -215,10 +268,17 @@ class LuongCell:
         n, T = hs.shape[:2]
         h = hs.reshape(n * T, -1)
         from_h = self.from_output(h) if from_h is None else from_h.reshape(n * T, -1)
-        g, beta, z = self.attend(from_h, h, state, mode,
-                                 None if use_expected is None else use_expected.repeat_interleave(T),
-                                 None if locations is None else locations.reshape((n * T,) + locations.shape[2:]),
-                                 temperature, graph_safe, beams=T)
+        g, beta, z = self.attend(
+            from_h,
+            h,
+            state,
+            mode,
+            None if use_expected is None else use_expected.repeat_interleave(T),
+            None if locations is None else locations.reshape((n * T,) + locations.shape[2:]),
+            temperature,
+            graph_safe,
+            beams=T,
+        )
         return StepOutput.of(h, None, z, beta, g)
 
     def readout(self, h: Tensor, z: Tensor) -> Tensor:

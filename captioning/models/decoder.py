@@ -49,6 +49,7 @@ The attention variants (docs/ARCHITECTURE.md; the paper's model is every default
 - ``refiner_layers``: Transformer encoder layers (self-attention) over the L annotation vectors,
   with 2-D sinusoidal position embeddings, applied once per batch before decoding.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,8 +69,16 @@ from captioning.models.unroll import DecoderOutput
 from captioning.registry import Registry
 from captioning.vocab import Vocabulary
 
-__all__ = ["DECODERS", "DecoderConfig", "DecoderOutput", "DecoderState", "ShowAttendTellDecoder", "TRAINING_MODES",
-           "build_decoder", "list_decoders"]
+__all__ = [
+    "DECODERS",
+    "DecoderConfig",
+    "DecoderOutput",
+    "DecoderState",
+    "ShowAttendTellDecoder",
+    "TRAINING_MODES",
+    "build_decoder",
+    "list_decoders",
+]
 
 #: The decoder kinds, by the name ``DecoderConfig.kind`` gives. A kind is an ``nn.Module`` built as
 #: ``cls(vocab_size, feature_dim, config)`` with ``forward`` (a teacher-forced pass -> DecoderOutput),
@@ -81,6 +90,7 @@ DECODERS: Registry[type[nn.Module]] = Registry("decoder kind", field="model.deco
 def list_decoders() -> list[str]:
     """The names of the registered decoder kinds (``DecoderConfig.kind``'s choices)."""
     return DECODERS.names()
+
 
 #: attention modes of a teacher-forced training pass only: "gumbel", straight-through Gumbel-softmax
 #: (an alternative to REINFORCE, not the paper's estimator; see objectives/reinforce.py)
@@ -144,18 +154,27 @@ class DecoderConfig:
         SCORES.check(self.score)
         for field, choices in (("placement", ("bahdanau", "luong")), ("window", ("global", "local"))):
             if getattr(self, field) not in choices:
-                raise ConfigError(f"model.decoder.{field}: expected one of {', '.join(choices)}, got {getattr(self, field)!r}")
+                raise ConfigError(
+                    f"model.decoder.{field}: expected one of {', '.join(choices)}, got {getattr(self, field)!r}"
+                )
         if not self.local_sigma > 0:
-            raise ConfigError(f"model.decoder.local_sigma: expected a number > 0 (grid cells), got {self.local_sigma!r}")
+            raise ConfigError(
+                f"model.decoder.local_sigma: expected a number > 0 (grid cells), got {self.local_sigma!r}"
+            )
         if self.refiner_layers < 0:
             raise ConfigError(f"model.decoder.refiner_layers: expected an integer >= 0, got {self.refiner_layers!r}")
 
     @property
     def variant(self) -> str:
         """A short name of the variant ("additive" for the paper's model; another decoder kind leads the name)."""
-        parts = ([self.kind] if self.kind != "lstm" else []) + [self.score] + ([f"{self.heads}heads"] if self.heads > 1 else []) + \
-                (["luong"] if self.placement == "luong" else []) + (["local"] if self.window == "local" else []) + \
-                ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
+        parts = (
+            ([self.kind] if self.kind != "lstm" else [])
+            + [self.score]
+            + ([f"{self.heads}heads"] if self.heads > 1 else [])
+            + (["luong"] if self.placement == "luong" else [])
+            + (["local"] if self.window == "local" else [])
+            + ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
+        )
         return "+".join(parts)
 
 
@@ -202,13 +221,21 @@ class ShowAttendTellDecoder(nn.Module):
             self.from_output = nn.Linear(hidden_dim, sum(self.attention_splits))  # [W_h | f_beta | (W_p)] of h_t
             self.combine = nn.Linear(feature_dim + hidden_dim, hidden_dim)  # W_c: h~_t = tanh(W_c [z_t; h_t])
         self.local_centre = LocalCentre(attention_dim) if self.local else None
-        self.head_proj = nn.Linear(config.heads * feature_dim, feature_dim, bias=False) if config.heads > 1 else None  # W_o
-        self.refiner = GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout) \
-            if config.refiner_layers else None
+        self.head_proj = (
+            nn.Linear(config.heads * feature_dim, feature_dim, bias=False) if config.heads > 1 else None
+        )  # W_o
+        self.refiner = (
+            GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout)
+            if config.refiner_layers
+            else None
+        )
         attend = Attend(self.f_att, self.local_centre, self.head_proj, config.local_sigma)
         #: the time step (cells.py), holding the layers above
-        self.cell = LuongCell(self.lstm, self.from_output, self.combine, attend) if self.luong else \
-            BahdanauCell(self.from_hidden, self.embed_gates, self.context_gates, attend)
+        self.cell = (
+            LuongCell(self.lstm, self.from_output, self.combine, attend)
+            if self.luong
+            else BahdanauCell(self.from_hidden, self.embed_gates, self.context_gates, attend)
+        )
         #: the step every pass calls: the cell's, or with ``compile_step`` its torch.compile (dynamic
         #: shapes: the number of running captions shrinks from step to step)
         self.cell_step = torch.compile(self.cell.step, dynamic=True) if config.compile_step else self.cell.step
@@ -270,7 +297,9 @@ class ShowAttendTellDecoder(nn.Module):
         mode = self._mode(mode)
         if sample_prob > 0:
             if self.attention_kind != "soft":
-                raise ConfigError("model.objective.scheduled_sampling_start: scheduled sampling trains soft attention only")
+                raise ConfigError(
+                    "model.objective.scheduled_sampling_start: scheduled sampling trains soft attention only"
+                )
             return unroll.scheduled(self, features, captions, lengths, sample_prob)
         if static:
             run = unroll.static
@@ -279,8 +308,9 @@ class ShowAttendTellDecoder(nn.Module):
         return run(self, features, captions, lengths, mode, use_expected, locations, temperature)
 
     # ------------------------------------------------------------------ generation
-    def step(self, tokens: Tensor, state: DecoderState, mode: str | None = None,
-             attention_temperature: float = 1.0) -> tuple[Tensor, DecoderState, Glimpse]:
+    def step(
+        self, tokens: Tensor, state: DecoderState, mode: str | None = None, attention_temperature: float = 1.0
+    ) -> tuple[Tensor, DecoderState, Glimpse]:
         """One generation step: previous tokens (N,) -> log p(y_t) (N, V), the new state, the glimpse.
 
         ``attention_temperature``: a hard-attention model in mode "expected" takes the expected
@@ -323,9 +353,12 @@ class GridRefiner(nn.Module):
     def __init__(self, dim: int, layers: int, heads: int, dropout: float):
         super().__init__()
         if dim % heads:
-            raise ConfigError(f"model.decoder.refiner_heads: the feature width ({dim}) must be a multiple of refiner_heads ({heads})")
-        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=dropout,
-                                           batch_first=True, norm_first=True)
+            raise ConfigError(
+                f"model.decoder.refiner_heads: the feature width ({dim}) must be a multiple of refiner_heads ({heads})"
+            )
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, dim_feedforward=2 * dim, dropout=dropout, batch_first=True, norm_first=True
+        )
         self.layers = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
     def forward(self, features: Tensor) -> Tensor:

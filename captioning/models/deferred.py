@@ -18,6 +18,7 @@ The numbers are those of plain autograd (up to the order of the float additions)
     for t in ...:
         y = layer(x_t)                               # as decoder.context_gates(x_t)
 """
+
 from __future__ import annotations
 
 import torch

@@ -33,6 +33,7 @@ A new encoder is a subclass of :class:`Encoder` registered by name beside it::
 ``EncoderConfig.name`` is checked against :data:`ENCODERS` (and the prefixes), and
 :func:`build_encoder` builds through it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -85,8 +86,10 @@ class Encoder(nn.Module):
     def forward(self, images: Tensor) -> Tensor:
         if self.input_size is not None and tuple(images.shape[-2:]) != self.input_size:
             h, w = self.input_size
-            raise ConfigError(f"{self.label} takes {h}x{w} images, got {images.shape[-2]}x{images.shape[-1]}: "
-                              f"set --data.image_size {h}")
+            raise ConfigError(
+                f"{self.label} takes {h}x{w} images, got {images.shape[-2]}x{images.shape[-1]}: "
+                f"set --data.image_size {h}"
+            )
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         x = (images - self.mean) / self.std
@@ -105,12 +108,23 @@ class SmallCNN(Encoder):
     ``head_kernel`` and, with ``head_norm``, batch-normalised (without: a bias) before its ReLU.
     """
 
-    def __init__(self, channels: tuple = (32, 64, 128), out_dim: int = 256, grid_size: int | None = None,
-                 coords: bool = True, head_kernel: int = 3, head_norm: bool = False):
+    def __init__(
+        self,
+        channels: tuple = (32, 64, 128),
+        out_dim: int = 256,
+        grid_size: int | None = None,
+        coords: bool = True,
+        head_kernel: int = 3,
+        head_norm: bool = False,
+    ):
         super().__init__(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
 
         def block(c_in, c_out, stride=1):
-            return [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+            return [
+                nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU(inplace=True),
+            ]
 
         self.coords = coords
         layers = block(5 if coords else 3, channels[0], stride=2)
@@ -124,7 +138,9 @@ class SmallCNN(Encoder):
 
     @classmethod
     def from_config(cls, config: EncoderConfig) -> SmallCNN:
-        return cls(config.channels, config.dim, config.grid_size, head_kernel=config.head_kernel, head_norm=config.head_norm)
+        return cls(
+            config.channels, config.dim, config.grid_size, head_kernel=config.head_kernel, head_norm=config.head_norm
+        )
 
     def grid(self, images: Tensor) -> Tensor:
         if self.coords:
@@ -143,12 +159,14 @@ def _load_local_weights(model: nn.Module, path: str, strip: tuple = ("module.",)
     state = read_state_dict(path)
     for prefix in strip:
         if any(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
             break
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith(("fc.", "classifier.", "head."))]
     if missing:
-        raise CheckpointError(f"{path}: not weights for this network (missing {len(missing)} tensors, e.g. {missing[0]!r})")
+        raise CheckpointError(
+            f"{path}: not weights for this network (missing {len(missing)} tensors, e.g. {missing[0]!r})"
+        )
 
 
 def _torchvision_model(name: str, pretrained: bool, weights_path: str | None) -> nn.Module:
@@ -186,15 +204,23 @@ def _freeze(module: nn.Module, trainable: list) -> None:
 class ResNetEncoder(Encoder):
     """ResNet layer4 output, adaptively average-pooled to ``grid_size`` x ``grid_size`` (B, L, 2048)."""
 
-    def __init__(self, name: str = "resnet101", pretrained: bool = True, weights_path: str | None = None,
-                 grid_size: int = 14, fine_tune_blocks: int = 0):
+    def __init__(
+        self,
+        name: str = "resnet101",
+        pretrained: bool = True,
+        weights_path: str | None = None,
+        grid_size: int = 14,
+        fine_tune_blocks: int = 0,
+    ):
         super().__init__()
         net = _torchvision_model(name, pretrained, weights_path)
-        self.body = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4)
+        self.body = nn.Sequential(
+            net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4
+        )
         self.pool = nn.AdaptiveAvgPool2d(grid_size)
         self.out_dim = net.fc.in_features
         blocks = list(net.layer4.children())
-        _freeze(self.body, blocks[len(blocks) - fine_tune_blocks:] if fine_tune_blocks else [])
+        _freeze(self.body, blocks[len(blocks) - fine_tune_blocks :] if fine_tune_blocks else [])
 
     @classmethod
     def from_config(cls, config: EncoderConfig) -> ResNetEncoder:
@@ -208,15 +234,21 @@ class ResNetEncoder(Encoder):
 class VGGEncoder(Encoder):
     """VGG features up to the last conv + ReLU before the last max-pool: 14x14x512 at 224 px (paper Section 4.3)."""
 
-    def __init__(self, name: str = "vgg19", pretrained: bool = True, weights_path: str | None = None,
-                 grid_size: int | None = None, fine_tune_blocks: int = 0):
+    def __init__(
+        self,
+        name: str = "vgg19",
+        pretrained: bool = True,
+        weights_path: str | None = None,
+        grid_size: int | None = None,
+        fine_tune_blocks: int = 0,
+    ):
         super().__init__()
         net = _torchvision_model(name, pretrained, weights_path)
         self.body = nn.Sequential(*list(net.features.children())[:-1])  # drop the final max-pool
         self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
         self.out_dim = 512
         convs = [m for m in self.body if isinstance(m, nn.Conv2d)]
-        _freeze(self.body, convs[len(convs) - fine_tune_blocks:] if fine_tune_blocks else [])
+        _freeze(self.body, convs[len(convs) - fine_tune_blocks :] if fine_tune_blocks else [])
 
     @classmethod
     def from_config(cls, config: EncoderConfig) -> VGGEncoder:
@@ -238,8 +270,13 @@ class EfficientNetLiteEncoder(Encoder):
     ``fine_tune_blocks`` counts from the top over [MBConv blocks..., head]: 1 trains the head only.
     """
 
-    def __init__(self, pretrained: bool = True, weights_path: str | None = None,
-                 grid_size: int | None = None, fine_tune_blocks: int = 0):
+    def __init__(
+        self,
+        pretrained: bool = True,
+        weights_path: str | None = None,
+        grid_size: int | None = None,
+        fine_tune_blocks: int = 0,
+    ):
         super().__init__(mean=LITE_MEAN, std=LITE_STD)
         try:
             from efficientnet_lite_pytorch import EfficientNet
@@ -268,7 +305,7 @@ class EfficientNetLiteEncoder(Encoder):
         self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
         self.out_dim = net._conv_head.out_channels
         units = list(self.blocks) + [self.head]
-        _freeze(self, units[len(units) - fine_tune_blocks:] if fine_tune_blocks else [])
+        _freeze(self, units[len(units) - fine_tune_blocks :] if fine_tune_blocks else [])
 
     @classmethod
     def from_config(cls, config: EncoderConfig) -> EfficientNetLiteEncoder:
@@ -305,7 +342,7 @@ def _freeze_top(module: nn.Module, groups: list, fine_tune_blocks: int) -> None:
     """Freeze ``module`` but the parameters of the last ``fine_tune_blocks`` of ``groups`` (lists of parameters)."""
     for p in module.parameters():
         p.requires_grad_(False)
-    for group in groups[len(groups) - fine_tune_blocks:] if fine_tune_blocks else []:
+    for group in groups[len(groups) - fine_tune_blocks :] if fine_tune_blocks else []:
         for p in group:
             p.requires_grad_(True)
 
@@ -320,8 +357,14 @@ class TimmEncoder(Encoder):
     bottleneck blocks, a ViT's transformer blocks and final norm).
     """
 
-    def __init__(self, model: str, pretrained: bool = True, weights_path: str | None = None,
-                 grid_size: int | None = None, fine_tune_blocks: int = 0):
+    def __init__(
+        self,
+        model: str,
+        pretrained: bool = True,
+        weights_path: str | None = None,
+        grid_size: int | None = None,
+        fine_tune_blocks: int = 0,
+    ):
         timm = _import_ecosystem("timm", f"timm:{model}")
         name = f"timm:{model}"
         download = pretrained and not weights_path
@@ -334,7 +377,9 @@ class TimmEncoder(Encoder):
             raise
         except Exception as err:  # offline, proxy, missing weights for this name...
             if not download:
-                raise ConfigError(f"{name}: timm could not build it ({type(err).__name__}: {str(err).splitlines()[0][:150]})") from None
+                raise ConfigError(
+                    f"{name}: timm could not build it ({type(err).__name__}: {str(err).splitlines()[0][:150]})"
+                ) from None
             raise _weights_error(name, err) from None
         if weights_path:
             _load_local_weights(net, weights_path)
@@ -354,16 +399,20 @@ class TimmEncoder(Encoder):
 
     @classmethod
     def from_config(cls, config: EncoderConfig) -> TimmEncoder:
-        return cls(config.name[len("timm:"):], config.pretrained, config.weights, config.grid_size, config.fine_tune_blocks)
+        return cls(
+            config.name[len("timm:") :], config.pretrained, config.weights, config.grid_size, config.fine_tune_blocks
+        )
 
     @staticmethod
     def check_name(name: str) -> None:
         """A one-line ConfigError unless timm knows the model of ``name`` = timm:<model>."""
         timm = _import_ecosystem("timm", name)
-        model = name[len("timm:"):]
+        model = name[len("timm:") :]
         if not timm.is_model(model):
-            raise ConfigError(f"model.encoder.name: timm has no model {model!r}; list the names with "
-                              f"python -c \"import timm; print(timm.list_models('{model[:4]}*'))\"")
+            raise ConfigError(
+                f"model.encoder.name: timm has no model {model!r}; list the names with "
+                f"python -c \"import timm; print(timm.list_models('{model[:4]}*'))\""
+            )
 
     def grid(self, images: Tensor) -> Tensor:
         if self.intermediates:  # (B, D, h, w), prefix tokens dropped
@@ -392,26 +441,38 @@ class OpenClipEncoder(Encoder):
     with the top one), or a ResNet's last-stage blocks. The input size is the tower's.
     """
 
-    def __init__(self, spec: str, pretrained: bool = True, weights_path: str | None = None,
-                 grid_size: int | None = None, fine_tune_blocks: int = 0):
+    def __init__(
+        self,
+        spec: str,
+        pretrained: bool = True,
+        weights_path: str | None = None,
+        grid_size: int | None = None,
+        fine_tune_blocks: int = 0,
+    ):
         open_clip = _import_ecosystem("open_clip", f"open_clip:{spec}")
         model, _, tag = spec.partition("/")
         name = f"open_clip:{spec}"
         download = tag if pretrained and tag and not weights_path else None
         if pretrained and not tag and not weights_path:
-            raise ConfigError(f"{name}: no pretrained tag; name one (open_clip:{model}/TAG, tags: "
-                              f"open_clip.list_pretrained_tags_by_model({model!r})), pass --model.encoder.weights PATH, "
-                              f"or --model.encoder.pretrained false")
+            raise ConfigError(
+                f"{name}: no pretrained tag; name one (open_clip:{model}/TAG, tags: "
+                f"open_clip.list_pretrained_tags_by_model({model!r})), pass --model.encoder.weights PATH, "
+                f"or --model.encoder.pretrained false"
+            )
         try:
             visual = open_clip.create_model(model, pretrained=download).visual
         except Exception as err:
             if not download:
-                raise ConfigError(f"{name}: OpenCLIP could not build it ({type(err).__name__}: {str(err).splitlines()[0][:150]})") from None
+                raise ConfigError(
+                    f"{name}: OpenCLIP could not build it ({type(err).__name__}: {str(err).splitlines()[0][:150]})"
+                ) from None
             raise _weights_error(name, err) from None
         if weights_path:
             _load_local_weights(visual, weights_path, strip=("visual.", "module.visual.", "module."))
         if not hasattr(visual, "forward_intermediates"):
-            raise ConfigError(f"{name}: this image tower ({type(visual).__name__}) gives no grid; choose a ViT or a modified ResNet")
+            raise ConfigError(
+                f"{name}: this image tower ({type(visual).__name__}) gives no grid; choose a ViT or a modified ResNet"
+            )
         config = getattr(visual, "preprocess_cfg", {})
         mean, std = tuple(config.get("mean", visual.image_mean)), tuple(config.get("std", visual.image_std))
         super().__init__(mean=mean, std=std, interpolation=config.get("interpolation", "bicubic"))
@@ -425,15 +486,22 @@ class OpenClipEncoder(Encoder):
             blocks[-1] += list(visual.ln_post.parameters())
             visual.proj = None  # the joint embedding's projection: unused by the grid
         else:  # ModifiedResNet
-            self.out_dim = visual.layer4[-1].conv3.out_channels if hasattr(visual.layer4[-1], "conv3") else visual.output_dim
+            self.out_dim = (
+                visual.layer4[-1].conv3.out_channels if hasattr(visual.layer4[-1], "conv3") else visual.output_dim
+            )
             blocks = [list(b.parameters()) for b in visual.layer4]
         self.pool = nn.AdaptiveAvgPool2d(grid_size) if grid_size else nn.Identity()
         _freeze_top(self, blocks, fine_tune_blocks)
 
     @classmethod
     def from_config(cls, config: EncoderConfig) -> OpenClipEncoder:
-        return cls(config.name[len("open_clip:"):], config.pretrained, config.weights, config.grid_size,
-                   config.fine_tune_blocks)
+        return cls(
+            config.name[len("open_clip:") :],
+            config.pretrained,
+            config.weights,
+            config.grid_size,
+            config.fine_tune_blocks,
+        )
 
     @staticmethod
     def check_name(name: str) -> None:
@@ -441,11 +509,13 @@ class OpenClipEncoder(Encoder):
         from captioning.metrics.clip_score import check_open_clip_name
 
         _import_ecosystem("open_clip", name)  # the extra's install hint when OpenCLIP is missing
-        model, _, tag = name[len("open_clip:"):].partition("/")
+        model, _, tag = name[len("open_clip:") :].partition("/")
         check_open_clip_name("model.encoder.name", model, tag)
 
     def grid(self, images: Tensor) -> Tensor:
-        out = self.visual.forward_intermediates(images, indices=1, normalize_intermediates=True, intermediates_only=True)
+        out = self.visual.forward_intermediates(
+            images, indices=1, normalize_intermediates=True, intermediates_only=True
+        )
         return self.pool(out["image_intermediates"][-1])  # (B, D, h, w)
 
 
@@ -522,8 +592,11 @@ class EncoderConfig:
     def __post_init__(self):
         self.channels = tuple(self.channels)  # YAML gives a list
         check_encoder_name(self.name)
-        for field, value, least in (("grid_size", self.grid_size, 1), ("fine_tune_blocks", self.fine_tune_blocks, 0),
-                                    ("dim", self.dim, 1)):
+        for field, value, least in (
+            ("grid_size", self.grid_size, 1),
+            ("fine_tune_blocks", self.fine_tune_blocks, 0),
+            ("dim", self.dim, 1),
+        ):
             if value is not None and value < least:
                 raise ConfigError(f"model.encoder.{field}: expected an integer >= {least}, got {value!r}")
         if not (isinstance(self.head_kernel, int) and self.head_kernel >= 1 and self.head_kernel % 2 == 1):

@@ -5,6 +5,7 @@ only captions (the API, evaluation, tools) uses this class. :func:`captioning.mo
 builds it from a :class:`~captioning.models.spec.ModelSpec`, and
 :func:`captioning.storage.load.load_model` from a checkpoint or model folder.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -18,6 +18,7 @@ unknown setting or a value out of range is a one-line :class:`~captioning.errors
 naming the field. The fields are those of the dataclasses themselves: a new decoder option is one
 field of :class:`~captioning.models.decoder.DecoderConfig`, read and written here without more code.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,10 @@ from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
 
 #: settings that change how a model trains or runs, not what its weights mean (see ModelSpec.architecture)
-NOT_ARCHITECTURE = {"encoder": ("pretrained", "weights", "fine_tune_blocks", "channels_last"),
-                    "decoder": ("dropout", "compile_step")}
+NOT_ARCHITECTURE = {
+    "encoder": ("pretrained", "weights", "fine_tune_blocks", "channels_last"),
+    "decoder": ("dropout", "compile_step"),
+}
 
 
 @dataclass
@@ -89,16 +92,26 @@ class ModelSpec:
         :data:`NOT_ARCHITECTURE` and the decoding. Two models whose architectures are equal can
         swap weights."""
         plain = self.to_dict()
-        return {"image_size": plain["image_size"],
-                **{part: {k: v for k, v in plain[part].items() if k not in NOT_ARCHITECTURE[part]}
-                   for part in ("encoder", "decoder")}}
+        return {
+            "image_size": plain["image_size"],
+            **{
+                part: {k: v for k, v in plain[part].items() if k not in NOT_ARCHITECTURE[part]}
+                for part in ("encoder", "decoder")
+            },
+        }
 
     def architecture_differences(self, other: ModelSpec) -> list[str]:
         """``"decoder.hidden_dim is 512 here, 256 there"`` for each architecture setting that differs."""
         mine, theirs = self.architecture(), other.architecture()
-        out = [f"image_size is {mine['image_size']!r} here, {theirs['image_size']!r} there"] * (mine["image_size"] != theirs["image_size"])
-        return out + [f"{part}.{k} is {v!r} here, {theirs[part].get(k)!r} there"
-                      for part in ("encoder", "decoder") for k, v in mine[part].items() if theirs[part].get(k) != v]
+        out = [f"image_size is {mine['image_size']!r} here, {theirs['image_size']!r} there"] * (
+            mine["image_size"] != theirs["image_size"]
+        )
+        return out + [
+            f"{part}.{k} is {v!r} here, {theirs[part].get(k)!r} there"
+            for part in ("encoder", "decoder")
+            for k, v in mine[part].items()
+            if theirs[part].get(k) != v
+        ]
 
 
 def build_model(spec: ModelSpec, vocab):
@@ -118,14 +131,16 @@ def encoder_interpolation(encoder: EncoderConfig) -> str:
     if name.startswith("timm:"):
         import timm
 
-        config = timm.models.get_pretrained_cfg(name[len("timm:"):])
+        config = timm.models.get_pretrained_cfg(name[len("timm:") :])
         return getattr(config, "interpolation", None) or DEFAULT_INTERPOLATION
     if name.startswith("open_clip:"):
         import open_clip
 
-        model, _, tag = name[len("open_clip:"):].partition("/")
-        preprocess = {**((open_clip.get_model_config(model) or {}).get("preprocess_cfg") or {}),
-                      **((open_clip.get_pretrained_cfg(model, tag) if tag else {}) or {})}
+        model, _, tag = name[len("open_clip:") :].partition("/")
+        preprocess = {
+            **((open_clip.get_model_config(model) or {}).get("preprocess_cfg") or {}),
+            **((open_clip.get_pretrained_cfg(model, tag) if tag else {}) or {}),
+        }
         return preprocess.get("interpolation") or "bicubic"
     return DEFAULT_INTERPOLATION
 
@@ -197,8 +212,9 @@ def _from_dict(cls, data: Any, where: str):
         return cls(**values)
     except ConfigError as err:  # the dataclass's own range checks name "model.decoder.x" or "x"
         message = str(err)
-        raise ConfigError(message if message.startswith(where) or message.startswith("model.")
-                          else f"{where}.{message}") from None
+        raise ConfigError(
+            message if message.startswith(where) or message.startswith("model.") else f"{where}.{message}"
+        ) from None
 
 
 def _short(value: Any) -> str:

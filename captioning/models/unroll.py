@@ -22,6 +22,7 @@ Each gives a :class:`DecoderOutput`; the static and scheduled passes' logits are
 step's, for the losses to mask. A caption's real steps come first, so the padded steps after them change nothing
 before them: the static pass's loss and gradients equal the others' (tests/training/test_static_shapes.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -55,11 +56,16 @@ class DecoderOutput:
 def _output(logits: Tensor, mask: Tensor, place: Callable[[Tensor], Tensor], out: StepOutput) -> DecoderOutput:
     """The :class:`DecoderOutput` of a pass: the steps' outputs put in their (B, T, ...) place by
     ``place``, zero at padded steps."""
-    return DecoderOutput(logits=logits, mask=mask, alphas=place(out.alpha), betas=place(out.beta),
-                         locations=place(out.location),
-                         location_log_probs=None if out.log_prob is None else place(out.log_prob),
-                         entropies=None if out.entropy is None else place(out.entropy),
-                         head_alphas=None if out.head_alpha is None else place(out.head_alpha))
+    return DecoderOutput(
+        logits=logits,
+        mask=mask,
+        alphas=place(out.alpha),
+        betas=place(out.beta),
+        locations=place(out.location),
+        location_log_probs=None if out.log_prob is None else place(out.log_prob),
+        entropies=None if out.entropy is None else place(out.entropy),
+        head_alphas=None if out.head_alpha is None else place(out.head_alpha),
+    )
 
 
 def _masked(mask: Tensor) -> Callable[[Tensor], Tensor]:
@@ -80,8 +86,16 @@ def _real_steps(captions: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     return steps, torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)
 
 
-def packed(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: str, use_expected: Tensor | None,
-           locations: Tensor | None, temperature: float) -> DecoderOutput:
+def packed(
+    decoder,
+    features: Tensor,
+    captions: Tensor,
+    lengths: Tensor,
+    mode: str,
+    use_expected: Tensor | None,
+    locations: Tensor | None,
+    temperature: float,
+) -> DecoderOutput:
     """The shrinking batch: the captions sorted by length, so that the n_t still running at step t
     are the first n_t rows. ``locations`` (B, T[, heads]) replaces the samples of mode "sample"."""
     cell = decoder.cell
@@ -107,8 +121,15 @@ def packed(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: s
     for t, n in enumerate(active):
         h, c = (state.h, state.c) if n == state.h.size(0) else (state.h[:n], state.c[:n])
         state = DecoderState(h, c, features_rows(n), projected_rows(n))  # the image rows read anew by every step
-        out = decoder.cell_step(x_steps[t][:n], state, mode, None if use_expected is None else use_expected[:n],
-                                None if forced is None else forced[:n, t], temperature, layers=layers)
+        out = decoder.cell_step(
+            x_steps[t][:n],
+            state,
+            mode,
+            None if use_expected is None else use_expected[:n],
+            None if forced is None else forced[:n, t],
+            temperature,
+            layers=layers,
+        )
         state = state.with_recurrent(out.h, out.c)
         per_step.append(out)
     out = StepOutput.join(per_step)  # step-major rows, (N, .) each
@@ -131,8 +152,16 @@ def packed(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: s
     return _output(logits, mask, grid, out)
 
 
-def whole_sequence(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: str,
-                   use_expected: Tensor | None, locations: Tensor | None, temperature: float) -> DecoderOutput:
+def whole_sequence(
+    decoder,
+    features: Tensor,
+    captions: Tensor,
+    lengths: Tensor,
+    mode: str,
+    use_expected: Tensor | None,
+    locations: Tensor | None,
+    temperature: float,
+) -> DecoderOutput:
     """The Luong cell's pass: the LSTM over all T steps in one call, then attention, contexts and
     attentional states for all steps in batched products: the images sorted by length and taken in
     groups of :data:`LUONG_GROUP`, the T_g steps of a group's image being T_g "beams" over its
@@ -155,9 +184,17 @@ def whole_sequence(decoder, features: Tensor, captions: Tensor, lengths: Tensor,
             break
         rows = order[start : start + LUONG_GROUP]
         group = DecoderState(None, None, state.features[rows], state.projected[rows])
-        parts.append(cell.attend_steps(hs[rows, :Tg], group, mode, None if use_expected is None else use_expected[rows],
-                                       None if locations is None else locations[rows, :Tg], temperature,
-                                       from_h=from_h[rows, :Tg]))
+        parts.append(
+            cell.attend_steps(
+                hs[rows, :Tg],
+                group,
+                mode,
+                None if use_expected is None else use_expected[rows],
+                None if locations is None else locations[rows, :Tg],
+                temperature,
+                from_h=from_h[rows, :Tg],
+            )
+        )
         flats.append((rows.unsqueeze(1) * T + torch.arange(Tg, device=device)).reshape(-1))
     flat = torch.cat(flats)  # where each computed row belongs in the caller's (B, T) grid
     out = StepOutput.join(parts)
@@ -175,8 +212,16 @@ def whole_sequence(decoder, features: Tensor, captions: Tensor, lengths: Tensor,
     return _output(logits, mask, grid, out)
 
 
-def static(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: str, use_expected: Tensor | None,
-           locations: Tensor | None, temperature: float) -> DecoderOutput:
+def static(
+    decoder,
+    features: Tensor,
+    captions: Tensor,
+    lengths: Tensor,
+    mode: str,
+    use_expected: Tensor | None,
+    locations: Tensor | None,
+    temperature: float,
+) -> DecoderOutput:
     """Static shapes: every row at every one of the T steps (the captions padded to T + 1 tokens),
     nothing read back to the host; hard attention samples graph-safely. The Luong cell's LSTM runs
     over all steps and it attends for all B x T steps in one batched product."""
@@ -186,15 +231,24 @@ def static(decoder, features: Tensor, captions: Tensor, lengths: Tensor, mode: s
     embedded = decoder.embedding(captions[:, :-1])  # (B, T, M)
     state = decoder.initial_state(features)
     if cell.whole_sequence:
-        out = cell.attend_steps(cell.sequence(embedded, state), state, mode, use_expected, locations, temperature,
-                                graph_safe=True).map(lambda x: x.reshape((B, T) + x.shape[1:]))
+        out = cell.attend_steps(
+            cell.sequence(embedded, state), state, mode, use_expected, locations, temperature, graph_safe=True
+        ).map(lambda x: x.reshape((B, T) + x.shape[1:]))
     else:
         x_steps = cell.inputs(embedded).unbind(1)  # T x (B, .)
         layers = cell.layers()
         per_step = []
         for t in range(T):
-            out = decoder.cell_step(x_steps[t], state, mode, use_expected, None if locations is None else locations[:, t],
-                                    temperature, graph_safe=True, layers=layers)
+            out = decoder.cell_step(
+                x_steps[t],
+                state,
+                mode,
+                use_expected,
+                None if locations is None else locations[:, t],
+                temperature,
+                graph_safe=True,
+                layers=layers,
+            )
             state = state.with_recurrent(out.h, out.c)
             per_step.append(out)
         out = StepOutput.join(per_step, lambda column: torch.stack(column, 1))  # (B, T, .) each

@@ -11,6 +11,7 @@ imports them all. Configs name one as ``model.objective`` (``class_path`` + ``in
 one the decoder's attention kind picks its paper objective. A new objective is a new file here
 (imported below), or a user's module a config's ``class_path`` imports.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -66,8 +67,12 @@ def current_spelling(class_path: str, init_args: dict) -> tuple[str, dict]:
     (training/cli.py) are read through it."""
     if class_path.rsplit(".", 1)[-1] != "HardAttentionReinforce" or init_args.get("estimator") != "gumbel":
         return class_path, init_args
-    shared = {name for cls in (HardAttentionGumbel, HardAttentionObjective)
-              for name, p in inspect.signature(cls.__init__).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD}
+    shared = {
+        name
+        for cls in (HardAttentionGumbel, HardAttentionObjective)
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if p.kind is p.POSITIONAL_OR_KEYWORD
+    }
     return "captioning.objectives.HardAttentionGumbel", {k: v for k, v in init_args.items() if k in shared}
 
 
@@ -78,5 +83,17 @@ def objective_from_spec(spec: dict) -> Objective:
     return objective_class(class_path)(**init_args)
 
 
-__all__ = ["Objective", "ObjectiveOutput", "CrossEntropy", "HardAttentionReinforce", "HardAttentionGumbel", "SCST",
-           "OBJECTIVES", "list_objectives", "objective_class", "objective_for", "objective_from_spec", "current_spelling"]
+__all__ = [
+    "Objective",
+    "ObjectiveOutput",
+    "CrossEntropy",
+    "HardAttentionReinforce",
+    "HardAttentionGumbel",
+    "SCST",
+    "OBJECTIVES",
+    "list_objectives",
+    "objective_class",
+    "objective_for",
+    "objective_from_spec",
+    "current_spelling",
+]

@@ -10,6 +10,7 @@ e.g. by a config's ``class_path``). The LightningModule only calls the methods d
 Objectives are ``nn.Module``s so that running state (e.g. a REINFORCE baseline) is saved in
 checkpoints with the weights.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

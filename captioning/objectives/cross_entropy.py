@@ -3,6 +3,7 @@
 Conventions follow the authors' code: a caption's cost is its summed token NLL, averaged over the
 captions of the batch.
 """
+
 from __future__ import annotations
 
 import math
@@ -83,33 +84,54 @@ class CrossEntropy(Objective):
 
     attention_kinds = ("soft",)
 
-    def __init__(self, doubly_stochastic: float = 1.0, label_smoothing: float = 0.0,
-                 scheduled_sampling_start: int | None = None, scheduled_sampling_increase_every: int = 5,
-                 scheduled_sampling_increase_prob: float = 0.05, scheduled_sampling_max_prob: float = 0.25, **settings):
-        super().__init__(doubly_stochastic=doubly_stochastic, label_smoothing=label_smoothing,
-                         scheduled_sampling_start=scheduled_sampling_start,
-                         scheduled_sampling_increase_every=scheduled_sampling_increase_every,
-                         scheduled_sampling_increase_prob=scheduled_sampling_increase_prob,
-                         scheduled_sampling_max_prob=scheduled_sampling_max_prob, **settings)
+    def __init__(
+        self,
+        doubly_stochastic: float = 1.0,
+        label_smoothing: float = 0.0,
+        scheduled_sampling_start: int | None = None,
+        scheduled_sampling_increase_every: int = 5,
+        scheduled_sampling_increase_prob: float = 0.05,
+        scheduled_sampling_max_prob: float = 0.25,
+        **settings,
+    ):
+        super().__init__(
+            doubly_stochastic=doubly_stochastic,
+            label_smoothing=label_smoothing,
+            scheduled_sampling_start=scheduled_sampling_start,
+            scheduled_sampling_increase_every=scheduled_sampling_increase_every,
+            scheduled_sampling_increase_prob=scheduled_sampling_increase_prob,
+            scheduled_sampling_max_prob=scheduled_sampling_max_prob,
+            **settings,
+        )
         field = "model.objective."
         if not (_finite(doubly_stochastic) and doubly_stochastic >= 0):
             raise ConfigError(f"{field}doubly_stochastic: expected a number >= 0, got {doubly_stochastic!r}")
         if not (_finite(label_smoothing) and 0 <= label_smoothing < 1):
             raise ConfigError(f"{field}label_smoothing: expected a number in [0, 1), got {label_smoothing!r}")
-        for name, value, low in (("scheduled_sampling_start", scheduled_sampling_start, 0),
-                                 ("scheduled_sampling_increase_every", scheduled_sampling_increase_every, 1)):
+        for name, value, low in (
+            ("scheduled_sampling_start", scheduled_sampling_start, 0),
+            ("scheduled_sampling_increase_every", scheduled_sampling_increase_every, 1),
+        ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(f"{field}{name}: expected an integer >= {low}, got {value!r}")
-        for name, value in (("scheduled_sampling_increase_prob", scheduled_sampling_increase_prob),
-                            ("scheduled_sampling_max_prob", scheduled_sampling_max_prob)):
+        for name, value in (
+            ("scheduled_sampling_increase_prob", scheduled_sampling_increase_prob),
+            ("scheduled_sampling_max_prob", scheduled_sampling_max_prob),
+        ):
             if not (_finite(value) and 0 <= value <= 1):
                 raise ConfigError(f"{field}{name}: expected a probability in [0, 1], got {value!r}")
         if scheduled_sampling_start is not None and "soft" not in self.attention_kinds:
-            raise ConfigError(f"{field}scheduled_sampling_start: scheduled sampling trains soft attention only "
-                              f"(CrossEntropy), not {type(self).__name__}")
+            raise ConfigError(
+                f"{field}scheduled_sampling_start: scheduled sampling trains soft attention only "
+                f"(CrossEntropy), not {type(self).__name__}"
+            )
         self.doubly_stochastic, self.label_smoothing = doubly_stochastic, label_smoothing
-        self.sampling = (scheduled_sampling_start, scheduled_sampling_increase_every, scheduled_sampling_increase_prob,
-                         scheduled_sampling_max_prob)
+        self.sampling = (
+            scheduled_sampling_start,
+            scheduled_sampling_increase_every,
+            scheduled_sampling_increase_prob,
+            scheduled_sampling_max_prob,
+        )
         self.sample_prob = 0.0  #: this epoch's scheduled-sampling probability (start_epoch sets it)
 
     def sampling_prob(self, epoch: int) -> float:
@@ -123,8 +145,9 @@ class CrossEntropy(Objective):
         """The schedule's clock: called when each training epoch starts (training/schedules.py: EpochClock)."""
         self.sample_prob = self.sampling_prob(epoch)
 
-    def likelihood_terms(self, out: DecoderOutput, captions: Tensor,
-                         weight: Tensor | None = None) -> tuple[Tensor, Tensor, dict]:
+    def likelihood_terms(
+        self, out: DecoderOutput, captions: Tensor, weight: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, dict]:
         """(loss, log p(y | a) per caption (B,), logs) of a teacher-forced pass over ``captions`` (B, T + 1);
         ``weight`` (B,): row weights of the loss (None: every row 1). With label smoothing the loss's
         word term is smoothed; log p(y | a) and the logged NLL are the plain ones."""

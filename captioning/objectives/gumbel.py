@@ -10,6 +10,7 @@ The semi-sampling draw and the other schedules are the REINFORCE objective's (ha
 Configs and checkpoints may also name it as ``HardAttentionReinforce`` with ``estimator: gumbel``
 (its earlier spelling, see reinforce.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,12 +41,24 @@ class HardAttentionGumbel(HardAttentionObjective):
     #: state, never updated by this estimator: dropped on loading
     _OTHER_BUFFERS = ("advantage_var", "baseline_weight", "baseline_bias")
 
-    def __init__(self, gumbel_temperature: float = 1.0, gumbel_temperature_final: float | None = None,
-                 gumbel_anneal_steps: int = 0, **settings):
+    def __init__(
+        self,
+        gumbel_temperature: float = 1.0,
+        gumbel_temperature_final: float | None = None,
+        gumbel_anneal_steps: int = 0,
+        **settings,
+    ):
         """``settings``: the options both hard-attention objectives have (:class:`HardAttentionObjective`)."""
-        super().__init__(gumbel_temperature=gumbel_temperature, gumbel_temperature_final=gumbel_temperature_final,
-                         gumbel_anneal_steps=gumbel_anneal_steps, **settings)
-        for name, value in (("gumbel_temperature", gumbel_temperature), ("gumbel_temperature_final", gumbel_temperature_final)):
+        super().__init__(
+            gumbel_temperature=gumbel_temperature,
+            gumbel_temperature_final=gumbel_temperature_final,
+            gumbel_anneal_steps=gumbel_anneal_steps,
+            **settings,
+        )
+        for name, value in (
+            ("gumbel_temperature", gumbel_temperature),
+            ("gumbel_temperature_final", gumbel_temperature_final),
+        ):
             if value is not None and not value > 0:
                 raise ConfigError(f"model.objective.{name}: expected a number > 0, got {value!r}")
         check_steps("model.objective.gumbel_anneal_steps", gumbel_anneal_steps)
@@ -55,8 +68,13 @@ class HardAttentionGumbel(HardAttentionObjective):
     def current_temperature(self) -> float:
         if self.gumbel_temperature_final is None or self.gumbel_anneal_steps <= 0:
             return self.gumbel_temperature
-        return anneal(self.gumbel_temperature, self.gumbel_temperature_final, self.gumbel_anneal_steps,
-                      int(self.steps_done), geometric=True)
+        return anneal(
+            self.gumbel_temperature,
+            self.gumbel_temperature_final,
+            self.gumbel_anneal_steps,
+            int(self.steps_done),
+            geometric=True,
+        )
 
     def static_step_problem(self) -> str | None:
         if super().static_step_problem():
@@ -68,14 +86,25 @@ class HardAttentionGumbel(HardAttentionObjective):
     def forward(self, model, features: Tensor, batch: dict, static: bool = False) -> ObjectiveOutput:
         rows = self.semi_sampled(features, batch)
         weight, temperature = rows.weight, self.current_temperature()
-        out = model(rows.features, rows.captions, rows.lengths, mode="gumbel", use_expected=rows.use_expected,
-                    temperature=temperature, static=static)
+        out = model(
+            rows.features,
+            rows.captions,
+            rows.lengths,
+            mode="gumbel",
+            use_expected=rows.use_expected,
+            temperature=temperature,
+            static=static,
+        )
         loss, log_likelihood, logs = self.likelihood_terms(out, rows.captions, weight)
         mask = out.mask
         entropy = (out.entropies * mask).sum() / mask.sum().clamp(min=1)
         loss = loss - self.current_lambda_e() * weighted_sum_mean((out.entropies * mask).sum(1), weight)
         reward = caption_reward(log_likelihood, mask, self.reward_per_step)
-        logs.update(reward=reward.mean(), entropy=entropy, temperature=torch.tensor(temperature),
-                    expected_fraction=rows.use_expected.float().mean())
+        logs.update(
+            reward=reward.mean(),
+            entropy=entropy,
+            temperature=torch.tensor(temperature),
+            expected_fraction=rows.use_expected.float().mean(),
+        )
         state = {"reward": reward, **({} if weight is None else {"weight": weight})}
         return ObjectiveOutput(loss, rows.captions.size(0), logs, state=state)

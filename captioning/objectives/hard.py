@@ -12,6 +12,7 @@ the per-image draw. ``semi_sampling_p_final`` / ``semi_sampling_anneal_steps`` m
 at full rate while alpha is still near uniform). ``lambda_e_final`` / ``entropy_anneal_steps`` move
 the entropy bonus linearly from lambda_e.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -108,24 +109,36 @@ class HardAttentionObjective(CrossEntropy):
         **settings,
     ):
         super().__init__(
-            doubly_stochastic, lambda_e=lambda_e, baseline_decay=baseline_decay, semi_sampling_p=semi_sampling_p,
-            semi_sampling_per=semi_sampling_per, num_samples=num_samples, reward_per_step=reward_per_step,
-            lambda_e_final=lambda_e_final, entropy_anneal_steps=entropy_anneal_steps,
-            semi_sampling_p_final=semi_sampling_p_final, semi_sampling_anneal_steps=semi_sampling_anneal_steps,
+            doubly_stochastic,
+            lambda_e=lambda_e,
+            baseline_decay=baseline_decay,
+            semi_sampling_p=semi_sampling_p,
+            semi_sampling_per=semi_sampling_per,
+            num_samples=num_samples,
+            reward_per_step=reward_per_step,
+            lambda_e_final=lambda_e_final,
+            entropy_anneal_steps=entropy_anneal_steps,
+            semi_sampling_p_final=semi_sampling_p_final,
+            semi_sampling_anneal_steps=semi_sampling_anneal_steps,
             **settings,
         )
         field = "model.objective."
         if semi_sampling_per not in SEMI_SAMPLING:
-            raise ConfigError(f"{field}semi_sampling_per: expected one of {', '.join(SEMI_SAMPLING)}, got {semi_sampling_per!r}")
+            raise ConfigError(
+                f"{field}semi_sampling_per: expected one of {', '.join(SEMI_SAMPLING)}, got {semi_sampling_per!r}"
+            )
         for name, value in (("semi_sampling_p", semi_sampling_p), ("semi_sampling_p_final", semi_sampling_p_final)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0.0 <= value <= 1.0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0
+            ):
                 raise ConfigError(f"{field}{name}: expected a probability in [0, 1], got {value!r}")
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ConfigError(f"{field}num_samples: expected an integer >= 1, got {num_samples!r}")
         if semi_sampling_per == "expectation" and num_samples > 1:
-            raise ConfigError(f"{field}num_samples: semi_sampling_per expectation takes one location sample per caption "
-                              f"(got {num_samples})")
+            raise ConfigError(
+                f"{field}num_samples: semi_sampling_per expectation takes one location sample per caption "
+                f"(got {num_samples})"
+            )
         check_steps(field + "entropy_anneal_steps", entropy_anneal_steps)
         check_steps(field + "semi_sampling_anneal_steps", semi_sampling_anneal_steps)
         if lambda_e_final is not None and lambda_e_final < 0:
@@ -165,7 +178,9 @@ class HardAttentionObjective(CrossEntropy):
     def semi_sampling_p_now(self):
         """The expected-context probability of this step: a number, or with a schedule a 0-d tensor
         computed on the device from the step count (nothing read back: a captured step replays it)."""
-        return anneal(self.semi_sampling_p, self.semi_sampling_p_final, self.semi_sampling_anneal_steps, self.steps_done)
+        return anneal(
+            self.semi_sampling_p, self.semi_sampling_p_final, self.semi_sampling_anneal_steps, self.steps_done
+        )
 
     def static_step_problem(self) -> str | None:
         if self.entropy_anneal_steps > 0 and self.lambda_e_final is not None:
@@ -199,6 +214,7 @@ class HardAttentionObjective(CrossEntropy):
     def commit(self, output: ObjectiveOutput) -> dict[str, Tensor]:
         """One more step on the clock; the reward's moving average (row weights: ``state["weight"]``)."""
         self.steps_done += 1
-        self.baseline.copy_(update_baseline(self.baseline, output.state["reward"], self.baseline_decay,
-                                            output.state.get("weight")))
+        self.baseline.copy_(
+            update_baseline(self.baseline, output.state["reward"], self.baseline_decay, output.state.get("weight"))
+        )
         return {"baseline": self.baseline.clone()}

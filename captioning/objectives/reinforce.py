@@ -35,6 +35,7 @@ The straight-through Gumbel estimator (not the paper's) is its own objective, gu
 class with ``estimator: gumbel`` (its earlier spelling) is read as one. What the two share (the
 semi-sampling draw and its schedule, the entropy bonus, the reward's moving average) is in hard.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -112,8 +113,9 @@ def leave_one_out_baseline(reward: Tensor, k: int) -> Tensor:
     return ((r.sum(1, keepdim=True) - r) / (k - 1)).view(-1)
 
 
-def location_grad_sq(advantage: Tensor, alphas: Tensor, locations: Tensor, location_log_prob: Tensor,
-                     mask: Tensor, lambda_r: float) -> Tensor:
+def location_grad_sq(
+    advantage: Tensor, alphas: Tensor, locations: Tensor, location_log_prob: Tensor, mask: Tensor, lambda_r: float
+) -> Tensor:
     """Mean over captions of the squared norm of the location term's gradient w.r.t. the attention scores.
 
     For one caption that gradient is lambda_r A (onehot(s_t) - alpha_t) at each sampled step, so its
@@ -122,10 +124,8 @@ def location_grad_sq(advantage: Tensor, alphas: Tensor, locations: Tensor, locat
     """
     sampled = mask & (location_log_prob != 0)
     a_s = alphas.gather(2, locations.unsqueeze(2)).squeeze(2)  # (B, T)
-    per_step = (1.0 - 2.0 * a_s + (alphas ** 2).sum(2)) * sampled
+    per_step = (1.0 - 2.0 * a_s + (alphas**2).sum(2)) * sampled
     return ((lambda_r * advantage) ** 2 * per_step.sum(1)).mean()
-
-
 
 
 @OBJECTIVES.register("reinforce")
@@ -173,12 +173,15 @@ class HardAttentionReinforce(HardAttentionObjective):
     ):
         """``settings``: the options both hard-attention objectives have (:class:`HardAttentionObjective`);
         ``estimator`` and ``gumbel_*`` are read for configs of earlier versions (see the class docstring)."""
-        super().__init__(lambda_r=lambda_r, baseline=baseline, baseline_lr=baseline_lr,
-                         normalize_reward=normalize_reward, **settings)
+        super().__init__(
+            lambda_r=lambda_r, baseline=baseline, baseline_lr=baseline_lr, normalize_reward=normalize_reward, **settings
+        )
         field = "model.objective."
         if estimator == "gumbel":
-            raise ConfigError(f"{field}estimator: gumbel is the objective HardAttentionGumbel "
-                              "(class_path captioning.objectives.HardAttentionGumbel)")
+            raise ConfigError(
+                f"{field}estimator: gumbel is the objective HardAttentionGumbel "
+                "(class_path captioning.objectives.HardAttentionGumbel)"
+            )
         if estimator != "reinforce":
             raise ConfigError(f"{field}estimator: expected one of {', '.join(ESTIMATORS)}, got {estimator!r}")
         if baseline not in BASELINES:
@@ -227,8 +230,18 @@ class HardAttentionReinforce(HardAttentionObjective):
         reward = caption_reward(log_likelihood, out.mask, self.reward_per_step)
         baseline, state = self.baselines(reward, rows.features)
         scale = self.advantage_var.sqrt().clamp(min=1e-4) if self.normalize_reward else None
-        terms = reinforce_loss(log_likelihood, out.location_log_probs, out.entropies, out.mask, baseline,
-                               self.lambda_r, lambda_e, self.reward_per_step, scale, weight)
+        terms = reinforce_loss(
+            log_likelihood,
+            out.location_log_probs,
+            out.entropies,
+            out.mask,
+            baseline,
+            self.lambda_r,
+            lambda_e,
+            self.reward_per_step,
+            scale,
+            weight,
+        )
         sampled = ~use_expected  # the rows whose REINFORCE term is not zero
         with torch.no_grad():
             row_advantage = terms.advantage if weight is None else terms.advantage * weight
@@ -241,18 +254,24 @@ class HardAttentionReinforce(HardAttentionObjective):
                 score_weight = score_weight[sampled]
                 weight_var = {"reinforce_weight_var": score_weight.var()} if score_weight.numel() > 1 else {}
             logs.update(
-                reward=terms.reward.mean(), advantage=terms.advantage.mean(), entropy=terms.entropy,
+                reward=terms.reward.mean(),
+                advantage=terms.advantage.mean(),
+                entropy=terms.entropy,
                 expected_fraction=use_expected.float().mean(),
-                location_grad_sq=location_grad_sq(row_advantage, out.alphas, out.locations, out.location_log_probs,
-                                                  out.mask, self.lambda_r),
+                location_grad_sq=location_grad_sq(
+                    row_advantage, out.alphas, out.locations, out.location_log_probs, out.mask, self.lambda_r
+                ),
                 **weight_var,
             )
             if lambda_e != self.lambda_e:
                 logs["lambda_e"] = torch.tensor(lambda_e)
             if isinstance(p_expected, Tensor):  # a schedule is set
                 logs["semi_sampling_p"] = p_expected
-        state.update(reward=terms.reward, raw_advantage=(terms.reward - baseline).detach(),
-                     **({} if weight is None else {"weight": weight}))
+        state.update(
+            reward=terms.reward,
+            raw_advantage=(terms.reward - baseline).detach(),
+            **({} if weight is None else {"weight": weight}),
+        )
         return ObjectiveOutput(loss + terms.loss, captions.size(0), logs, state=state)
 
     def commit(self, output: ObjectiveOutput) -> dict[str, Tensor]:
@@ -260,13 +279,14 @@ class HardAttentionReinforce(HardAttentionObjective):
         state, weight = output.state, output.state.get("weight")  # row weights (semi_sampling_per: expectation)
         if "raw_advantage" in state:
             a = state["raw_advantage"]
-            self.advantage_var.copy_(self.baseline_decay * self.advantage_var
-                                     + (1 - self.baseline_decay) * weighted_mean(a ** 2, weight))
+            self.advantage_var.copy_(
+                self.baseline_decay * self.advantage_var + (1 - self.baseline_decay) * weighted_mean(a**2, weight)
+            )
         if "baseline_input" in state:  # one normalised-LMS step of the learned baseline towards the rewards
             x, error = state["baseline_input"], state["baseline_value"] - state["reward"]  # (B, D), (B,)
             # every mean over rows weighted as in the loss (semi_sampling_per: expectation)
-            step = self.baseline_lr / (weighted_mean((x ** 2).sum(1), weight) + 1.0)
+            step = self.baseline_lr / (weighted_mean((x**2).sum(1), weight) + 1.0)
             self.baseline_weight.sub_(step * weighted_mean(error.unsqueeze(1) * x, weight))
             self.baseline_bias.sub_(step * weighted_mean(error, weight))
-            logs["baseline_mse"] = weighted_mean(error ** 2, weight)
+            logs["baseline_mse"] = weighted_mean(error**2, weight)
         return logs

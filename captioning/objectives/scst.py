@@ -26,6 +26,7 @@ policy that decoding at test time uses, and scored under the same dropout mask (
 estimate is exact REINFORCE for that policy (the teacher-forced scoring pass is a second pass, and
 two passes in train mode would draw two different masks).
 """
+
 from __future__ import annotations
 
 import re
@@ -96,8 +97,12 @@ class SCST(Objective):
         max_new_tokens: int = 30,
         location_gradient: bool = True,
     ):
-        super().__init__(num_samples=num_samples, baseline=baseline, max_new_tokens=max_new_tokens,
-                         location_gradient=location_gradient)
+        super().__init__(
+            num_samples=num_samples,
+            baseline=baseline,
+            max_new_tokens=max_new_tokens,
+            location_gradient=location_gradient,
+        )
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ConfigError(f"model.objective.num_samples: expected an integer >= 1, got {num_samples!r}")
         if baseline not in ("greedy", "mean"):
@@ -127,8 +132,9 @@ class SCST(Objective):
         """CIDEr-D with the training references' document frequencies (built once, or from a checkpoint)."""
         if self._cider is None:
             if self._references is None:
-                raise ConfigError("SCST needs the training references: train it through `captioning fit` "
-                                  "(or call set_references)")
+                raise ConfigError(
+                    "SCST needs the training references: train it through `captioning fit` (or call set_references)"
+                )
             self._cider = CiderD(list(self._references.values()))
         return self._cider
 
@@ -170,7 +176,9 @@ class SCST(Objective):
         words = [vocab.decode(row) for row in rows]
         texts = [self._ptb_tokens(w) for w in words]
         for i, text in enumerate(texts):
-            if text is None:  # a word the per-word shortcut does not vouch for: the whole caption, as the evaluation does
+            if (
+                text is None
+            ):  # a word the per-word shortcut does not vouch for: the whole caption, as the evaluation does
                 texts[i] = ptb_tokenize(vocab.decode_text(rows[i]))
         return self.cider.scores(texts, references), words
 
@@ -183,7 +191,9 @@ class SCST(Objective):
             ids = ids[batch["image_index"]]
         # One row per distinct image (a batch of caption pairs may repeat an image; a grouped one does).
         distinct, inverse = torch.unique(ids, return_inverse=True)
-        first = torch.full_like(distinct, ids.numel()).scatter_reduce(0, inverse, torch.arange(ids.numel(), device=ids.device), "amin")
+        first = torch.full_like(distinct, ids.numel()).scatter_reduce(
+            0, inverse, torch.arange(ids.numel(), device=ids.device), "amin"
+        )
         features = features[first]  # (B, L, D)
         B, K = features.size(0), self.num_samples
         try:
@@ -195,14 +205,22 @@ class SCST(Objective):
         hard = model.attention_kind == "hard"
         decoder = model.decoder
         with _eval_mode(decoder):  # dropout off: see the module's docstring
-            sample_config = GenerationConfig(max_new_tokens=self.max_new_tokens, do_sample=True,
-                                             attention_mode="sample" if hard else "expected")
+            sample_config = GenerationConfig(
+                max_new_tokens=self.max_new_tokens, do_sample=True, attention_mode="sample" if hard else "expected"
+            )
             sampled = model.generate(features=features.detach().repeat_interleave(K, 0), config=sample_config)
-            greedy = model.generate(features=features.detach(), config=GenerationConfig(max_new_tokens=self.max_new_tokens))
+            greedy = model.generate(
+                features=features.detach(), config=GenerationConfig(max_new_tokens=self.max_new_tokens)
+            )
             # log p(sample): a teacher-forced pass over the samples (hard attention: at the sampled locations)
             captions = torch.cat([sampled.sequences.new_full((B * K, 1), Vocabulary.bos_id), sampled.sequences], 1)
-            out = model(features.repeat_interleave(K, 0), captions, sampled.lengths + 1, static=static,
-                        **(dict(mode="sample", locations=sampled.locations) if hard else {}))
+            out = model(
+                features.repeat_interleave(K, 0),
+                captions,
+                sampled.lengths + 1,
+                static=static,
+                **(dict(mode="sample", locations=sampled.locations) if hard else {}),
+            )
         log_p = caption_log_likelihood(out.logits, captions[:, 1:], out.mask)  # (B*K,)
         if hard and self.location_gradient:
             log_p = log_p + (out.location_log_probs * out.mask).sum(1)
@@ -216,13 +234,19 @@ class SCST(Objective):
         advantage = (reward - baseline).view(-1)
         loss = -(advantage * log_p).mean()
         logs = {
-            "reward": reward.mean(), "baseline": baseline.mean(), "advantage": advantage.mean(),
+            "reward": reward.mean(),
+            "baseline": baseline.mean(),
+            "advantage": advantage.mean(),
             "advantage_std": advantage.std() if advantage.numel() > 1 else advantage.new_zeros(()),
             "greedy_cider": greedy_reward.mean(),
             "bad_endings": torch.tensor(bad_ending_rate(greedy_words), device=log_p.device),
             "sample_bad_endings": torch.tensor(bad_ending_rate(sample_words), device=log_p.device),
             "sample_words": torch.tensor(float(np.mean([len(w) for w in sample_words])), device=log_p.device),
         }
-        state = {"sequences": sampled.sequences, "lengths": sampled.lengths, "locations": sampled.locations,
-                 "advantage": advantage}  # the samples (row i: image i // K), for tests and tools
+        state = {
+            "sequences": sampled.sequences,
+            "lengths": sampled.lengths,
+            "locations": sampled.locations,
+            "advantage": advantage,
+        }  # the samples (row i: image i // K), for tests and tools
         return ObjectiveOutput(loss, B * K, logs, state)

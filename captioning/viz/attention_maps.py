@@ -4,10 +4,10 @@ Encoders flatten their (gh, gw) grid row-major: location l is cell (l // gw, l %
 sees the whole image stretched to a square (no crop), so cell (r, c) covers rows r*H/gh ..
 (r+1)*H/gh and columns c*W/gw .. (c+1)*W/gw of the original W x H image.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
 
 
 def as_array(x) -> np.ndarray:

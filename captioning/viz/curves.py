@@ -6,10 +6,11 @@ Each panel is one scalar against the training step: the training loss (with its 
 and the validation scores the run logged (CIDEr, BLEU-4 and, on the shapes data, object F1). A
 scalar logged fewer than MIN_POINTS times is named with its values instead of drawn.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -17,8 +18,12 @@ from PIL import Image, ImageDraw
 from captioning.common import PathLike
 from captioning.errors import ConfigError
 
-PANELS = (("train/loss", "training loss"), ("val/CIDEr", "validation CIDEr"),
-          ("val/BLEU-4", "validation BLEU-4"), ("val/object_f1", "validation object F1"))
+PANELS = (
+    ("train/loss", "training loss"),
+    ("val/CIDEr", "validation CIDEr"),
+    ("val/BLEU-4", "validation BLEU-4"),
+    ("val/object_f1", "validation object F1"),
+)
 
 
 def read_scalars(log_dir: PathLike) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -61,11 +66,12 @@ def value_range(values: np.ndarray) -> tuple[float, float]:
     flat series gets a unit range around its value."""
     rounded = np.round(values, DECIMALS)
     lo, hi = float(rounded.min()), float(rounded.max())
-    return (lo - 0.5, hi + 0.5) if hi - lo < 10.0 ** -DECIMALS else (lo, hi)
+    return (lo - 0.5, hi + 0.5) if hi - lo < 10.0**-DECIMALS else (lo, hi)
 
 
-def _panel(draw: ImageDraw.ImageDraw, box: tuple, title: str, steps: np.ndarray, values: np.ndarray,
-           smooth: bool) -> None:
+def _panel(
+    draw: ImageDraw.ImageDraw, box: tuple, title: str, steps: np.ndarray, values: np.ndarray, smooth: bool
+) -> None:
     from captioning.viz.pictures import ui_font
 
     x0, y0, x1, y1 = box
@@ -97,7 +103,7 @@ def _panel(draw: ImageDraw.ImageDraw, box: tuple, title: str, steps: np.ndarray,
         draw.line(points, fill=(180, 205, 235), width=1)
         k = max(3, len(values) // 25)
         mean = np.convolve(values, np.ones(k) / k, mode="valid")
-        points = [xy(s, v) for s, v in zip(steps[k - 1:], mean)]
+        points = [xy(s, v) for s, v in zip(steps[k - 1 :], mean)]
     if len(points) == 1:
         px, py = points[0]
         draw.ellipse((px - 3, py - 3, px + 3, py + 3), fill=colour)
@@ -108,8 +114,12 @@ def _panel(draw: ImageDraw.ImageDraw, box: tuple, title: str, steps: np.ndarray,
                 draw.ellipse((px - 2.5, py - 2.5, px + 2.5, py + 2.5), fill=colour)
 
 
-def plot_curves(log_dir: PathLike, path: Optional[PathLike] = None, panels: Sequence[tuple] = PANELS,
-                size: tuple[int, int] = (520, 300)) -> Image.Image:
+def plot_curves(
+    log_dir: PathLike,
+    path: PathLike | None = None,
+    panels: Sequence[tuple] = PANELS,
+    size: tuple[int, int] = (520, 300),
+) -> Image.Image:
     """A picture of the run's curves (the panels whose scalars were logged); written to ``path`` if given."""
     from captioning.files import atomic_write_bytes
 
@@ -124,8 +134,14 @@ def plot_curves(log_dir: PathLike, path: Optional[PathLike] = None, panels: Sequ
     for k, (tag, title) in enumerate(shown):
         r, c = divmod(k, cols)
         steps, values = scalars.get(tag, empty)
-        _panel(draw, (c * width, r * height, (c + 1) * width, (r + 1) * height), title, steps, values,
-               smooth=tag.startswith("train/"))
+        _panel(
+            draw,
+            (c * width, r * height, (c + 1) * width, (r + 1) * height),
+            title,
+            steps,
+            values,
+            smooth=tag.startswith("train/"),
+        )
     if path is not None:
         import io
 

@@ -14,6 +14,7 @@ behind it.
 Only Pillow, numpy and torch are needed: a few perceptual colour maps are built in (anchor
 colours, interpolated); any other name is looked up in matplotlib when it is installed.
 """
+
 from __future__ import annotations
 
 import io
@@ -33,12 +34,42 @@ Cell = Sequence[int] | int  # (row, col), or a row-major location index
 # Anchor colours sampled at equal steps from matplotlib's maps (viridis, inferno, magma) and the
 # classic MATLAB jet.
 _COLORMAPS = {
-    "inferno": ["#000004", "#1b0c42", "#4b0c6b", "#781c6d", "#a52c60", "#cf4446", "#ed6925", "#fb9a06",
-                "#f7d03c", "#fcffa4"],
-    "magma": ["#000004", "#180f3e", "#451077", "#721f81", "#9f2f7f", "#cd4071", "#f1605d", "#fd9567",
-              "#fec98d", "#fcfdbf"],
-    "viridis": ["#440154", "#482878", "#3e4a89", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6dcd59",
-                "#b4de2c", "#fde725"],
+    "inferno": [
+        "#000004",
+        "#1b0c42",
+        "#4b0c6b",
+        "#781c6d",
+        "#a52c60",
+        "#cf4446",
+        "#ed6925",
+        "#fb9a06",
+        "#f7d03c",
+        "#fcffa4",
+    ],
+    "magma": [
+        "#000004",
+        "#180f3e",
+        "#451077",
+        "#721f81",
+        "#9f2f7f",
+        "#cd4071",
+        "#f1605d",
+        "#fd9567",
+        "#fec98d",
+        "#fcfdbf",
+    ],
+    "viridis": [
+        "#440154",
+        "#482878",
+        "#3e4a89",
+        "#31688e",
+        "#26828e",
+        "#1f9e89",
+        "#35b779",
+        "#6dcd59",
+        "#b4de2c",
+        "#fde725",
+    ],
     "jet": ["#000080", "#0000ff", "#00ffff", "#ffff00", "#ff0000", "#800000"],  # at 0, 1/8, 3/8, 5/8, 7/8, 1
     "gray": ["#000000", "#ffffff"],
 }
@@ -75,7 +106,7 @@ def colorize(values: np.ndarray, cmap: str = "inferno") -> np.ndarray:
     """
     values = np.clip(values, 0.0, 1.0)
     if cmap in _COLORMAPS:
-        anchors = np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in _COLORMAPS[cmap]], dtype=np.float64)
+        anchors = np.array([[int(h[i : i + 2], 16) for i in (1, 3, 5)] for h in _COLORMAPS[cmap]], dtype=np.float64)
         stops = _JET_STOPS if cmap == "jet" else np.linspace(0.0, 1.0, len(anchors))
         rgb = np.stack([np.interp(values, stops, anchors[:, k]) for k in range(3)], axis=-1)
         return np.round(rgb).astype(np.uint8)
@@ -84,8 +115,9 @@ def colorize(values: np.ndarray, cmap: str = "inferno") -> np.ndarray:
 
         return (matplotlib.colormaps[cmap](values)[..., :3] * 255).round().astype(np.uint8)
     except (ImportError, KeyError):
-        raise ValueError(f"unknown colour map {cmap!r}; built in: {sorted(_COLORMAPS)}"
-                         " (others need matplotlib)") from None
+        raise ValueError(
+            f"unknown colour map {cmap!r}; built in: {sorted(_COLORMAPS)} (others need matplotlib)"
+        ) from None
 
 
 def _cell(cell: Cell, grid_shape: tuple[int, int]) -> tuple[int, int]:
@@ -99,13 +131,23 @@ def _cell(cell: Cell, grid_shape: tuple[int, int]) -> tuple[int, int]:
 def cell_box(cell: Cell, grid_shape: tuple[int, int], size: tuple[int, int]) -> tuple[int, int, int, int]:
     """Pixel box [x0, y0, x1, y1) of grid cell (row, col) on a (W, H) image."""
     (row, col), (gh, gw), (width, height) = _cell(cell, grid_shape), grid_shape, size
-    return (round(col * width / gw), round(row * height / gh),
-            round((col + 1) * width / gw), round((row + 1) * height / gh))
+    return (
+        round(col * width / gw),
+        round(row * height / gh),
+        round((col + 1) * width / gw),
+        round((row + 1) * height / gh),
+    )
 
 
 # ---------------------------------------------------------------------- one overlay
-def overlay(image: Image.Image, grid_map, alpha: float = 0.6, cmap: str = "inferno", style: str = "heatmap",
-            hard_cell: Cell | None = None) -> Image.Image:
+def overlay(
+    image: Image.Image,
+    grid_map,
+    alpha: float = 0.6,
+    cmap: str = "inferno",
+    style: str = "heatmap",
+    hard_cell: Cell | None = None,
+) -> Image.Image:
     """The attention map ``grid_map`` (gh, gw) drawn over ``image`` at the image's size -> RGB image.
 
     ``alpha`` is the overlay's strength (0: the image alone). With ``hard_cell`` (row, col) the
@@ -198,8 +240,9 @@ def caption_band(words: Sequence[str], width: int) -> int:
     return pad * 2 + line_h * max(1, len(layout))
 
 
-def gif_frame_size(size: tuple[int, int], words: Sequence[str], min_side: int = GIF_MIN_SIDE,
-                   max_side: int = GIF_MAX_SIDE) -> tuple[int, int]:
+def gif_frame_size(
+    size: tuple[int, int], words: Sequence[str], min_side: int = GIF_MIN_SIDE, max_side: int = GIF_MAX_SIDE
+) -> tuple[int, int]:
     """(W, H) of every frame :func:`render_frames` draws for ``words`` over a picture of ``size``
     (W, H): the picture at :func:`display_size` and the caption band under it. A GIF of T words has
     T + 1 such frames."""
@@ -217,9 +260,17 @@ def _check(words: Sequence[str], maps, hard_cells) -> tuple[np.ndarray, list]:
 
 
 # ---------------------------------------------------------------------- GIF
-def render_frames(image: Image.Image, words: Sequence[str], maps, hard_cells: Sequence[Cell] | None = None,
-                  alpha: float = 0.6, style: str = "heatmap", cmap: str = "inferno",
-                  min_side: int = GIF_MIN_SIDE, max_side: int = GIF_MAX_SIDE) -> list[Image.Image]:
+def render_frames(
+    image: Image.Image,
+    words: Sequence[str],
+    maps,
+    hard_cells: Sequence[Cell] | None = None,
+    alpha: float = 0.6,
+    style: str = "heatmap",
+    cmap: str = "inferno",
+    min_side: int = GIF_MIN_SIDE,
+    max_side: int = GIF_MAX_SIDE,
+) -> list[Image.Image]:
     """T + 1 frames: for each word the overlay of its map (T, gh, gw) with the caption so far (the
     word itself highlighted) written under the image, then the plain image with the whole caption.
 
@@ -242,19 +293,29 @@ def render_frames(image: Image.Image, words: Sequence[str], maps, hard_cells: Se
             for i in line:
                 if i >= upto:
                     break
-                draw.text((x, height + pad + n * line_h), words[i], font=font,
-                          fill=HIGHLIGHT if i == current else TEXT)
+                draw.text((x, height + pad + n * line_h), words[i], font=font, fill=HIGHLIGHT if i == current else TEXT)
                 x += font.getlength(words[i] + " ")
         return canvas
 
-    frames = [frame(overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style, hard_cell=cells[t]), t + 1, t)
-              for t in range(len(words))]
+    frames = [
+        frame(overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style, hard_cell=cells[t]), t + 1, t)
+        for t in range(len(words))
+    ]
     return frames + [frame(shown, len(words), None)]
 
 
-def save_gif(image: Image.Image, words: Sequence[str], maps, path: str | os.PathLike, duration_ms: int = 800,
-             hard_cells: Sequence[Cell] | None = None, alpha: float = 0.6, style: str = "heatmap",
-             cmap: str = "inferno", **kwargs) -> Path:
+def save_gif(
+    image: Image.Image,
+    words: Sequence[str],
+    maps,
+    path: str | os.PathLike,
+    duration_ms: int = 800,
+    hard_cells: Sequence[Cell] | None = None,
+    alpha: float = 0.6,
+    style: str = "heatmap",
+    cmap: str = "inferno",
+    **kwargs,
+) -> Path:
     """Write :func:`render_frames` as a GIF that loops forever, ``duration_ms`` per frame (atomic write).
 
     Returns the path. ``kwargs`` go to :func:`render_frames` (min_side, max_side).
@@ -287,9 +348,17 @@ def panel_layout(n: int, cols: int) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
-def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
-                hard_cells: Sequence[Cell] | None = None, alpha: float = 0.6, style: str = "heatmap",
-                cmap: str = "inferno", panel_size: int = 192) -> Image.Image:
+def render_grid(
+    image: Image.Image,
+    words: Sequence[str],
+    maps,
+    cols: int = 5,
+    hard_cells: Sequence[Cell] | None = None,
+    alpha: float = 0.6,
+    style: str = "heatmap",
+    cmap: str = "inferno",
+    panel_size: int = 192,
+) -> Image.Image:
     """One panel per word, its overlay titled with the word, row by row, ``cols`` panels a row.
 
     Each panel is the image scaled so its long side is ``panel_size`` pixels. No words (an empty
@@ -301,8 +370,9 @@ def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
         words, maps, cells = ["(empty caption)"], None, [None]
     image = image.convert("RGB")
     scale = panel_size / max(image.size)
-    shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
-                         Image.Resampling.BICUBIC)
+    shown = image.resize(
+        (max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.BICUBIC
+    )
     pw, ph = shown.size
     font = ui_font(int(np.clip(pw / 12, 12, 20)))
     gap, title = 8, _line_height(font) + 6
@@ -315,18 +385,29 @@ def render_grid(image: Image.Image, words: Sequence[str], maps, cols: int = 5,
         while len(word) > 1 and font.getlength(word) > pw:
             word = word[:-2] + "\u2026"  # ellipsis
         draw.text((x + (pw - font.getlength(word)) / 2, y + 2), word, font=font, fill=TEXT)
-        panel = shown if maps is None else overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style,
-                                                   hard_cell=cells[t])
+        panel = (
+            shown if maps is None else overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style, hard_cell=cells[t])
+        )
         canvas.paste(panel, (x, y + title))
     return canvas
 
 
-def save_grid(image: Image.Image, words: Sequence[str], maps, path: str | os.PathLike, cols: int = 5,
-              hard_cells: Sequence[Cell] | None = None, alpha: float = 0.6, style: str = "heatmap",
-              cmap: str = "inferno", panel_size: int = 192) -> Path:
+def save_grid(
+    image: Image.Image,
+    words: Sequence[str],
+    maps,
+    path: str | os.PathLike,
+    cols: int = 5,
+    hard_cells: Sequence[Cell] | None = None,
+    alpha: float = 0.6,
+    style: str = "heatmap",
+    cmap: str = "inferno",
+    panel_size: int = 192,
+) -> Path:
     """Write :func:`render_grid` as a PNG (atomic write). Returns the path."""
-    grid = render_grid(image, words, maps, cols=cols, hard_cells=hard_cells, alpha=alpha, style=style,
-                       cmap=cmap, panel_size=panel_size)
+    grid = render_grid(
+        image, words, maps, cols=cols, hard_cells=hard_cells, alpha=alpha, style=style, cmap=cmap, panel_size=panel_size
+    )
     return save_png(grid, path)
 
 

@@ -18,6 +18,7 @@ queue; no HTTP), ``images`` (reading an upload, data URIs), ``gifs`` (the GIF pi
 headers deadline and a socket cap), ``page`` (the HTML), ``server`` (loading and uvicorn), ``cli``
 (the ``serve`` subcommand), ``client`` (a standard-library client).
 """
+
 from captioning.web.server import serve, serve_command
 
 __all__ = ["serve", "serve_command"]

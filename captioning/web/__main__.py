@@ -1,4 +1,5 @@
 """``python -m captioning.web --checkpoint CKPT [--host 127.0.0.1] [--port 7860]`` (= ``captioning serve``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,8 +11,11 @@ from captioning.web.cli import add_serve_arguments, cmd_serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = add_serve_arguments(argparse.ArgumentParser(
-        prog="python -m captioning.web", description="Serve models: a web page and an HTTP API (POST /api/caption)."))
+    parser = add_serve_arguments(
+        argparse.ArgumentParser(
+            prog="python -m captioning.web", description="Serve models: a web page and an HTTP API (POST /api/caption)."
+        )
+    )
     args = parser.parse_args(argv)
     try:
         return cmd_serve(args)

@@ -22,6 +22,7 @@ The middlewares around it, outermost first: :class:`~captioning.web.guard.Guard`
 requests handled, body deadline) and :class:`~captioning.web.guard.LimitBody` (the upload limit),
 both in captioning/web/guard.py with their :class:`~captioning.web.guard.Limits`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,6 +50,8 @@ from captioning.web.settings import form_description, form_options, truthy
 
 CHUNK = 256 * 1024
 FORM_FIELDS = ("image", "model", "return_gif", "return_image")  # the form's fields besides the decoding settings
+
+
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)
@@ -62,9 +65,15 @@ def _safe_name(name: str | None) -> str:
     return re.sub(r"[^\w.\- ]", "_", name)[:80] or "upload"
 
 
-def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, max_batch: int = 8,
-               max_pending: int = 64, workdir: str | None = None, limits: Limits = Limits(),
-               host: str = "127.0.0.1"):
+def create_app(
+    models: Sequence[ServedModel],
+    max_upload_bytes: int = 10 * MB,
+    max_batch: int = 8,
+    max_pending: int = 64,
+    workdir: str | None = None,
+    limits: Limits = Limits(),
+    host: str = "127.0.0.1",
+):
     """The ASGI application serving ``models`` (the first is the default of the API), bound to
     ``host`` (for the Host header check: see :func:`allowed_host_names`)."""
     from starlette.applications import Starlette
@@ -98,16 +107,28 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
         if queue is None:
             return JSONResponse({"status": "starting"}, status_code=503)
         watch = queue.health(limits.stuck_after)
-        payload = {"status": "stuck" if watch.pop("stuck") else "ok", "models": list(by_name),
-                   "pending": queue.pending(), "rendering": queue.rendering(), "active": guard.active,
-                   "batches": queue.batches, "largest_batch": queue.largest_batch, **watch}
+        payload = {
+            "status": "stuck" if watch.pop("stuck") else "ok",
+            "models": list(by_name),
+            "pending": queue.pending(),
+            "rendering": queue.rendering(),
+            "active": guard.active,
+            "batches": queue.batches,
+            "largest_batch": queue.largest_batch,
+            **watch,
+        }
         return JSONResponse(payload, status_code=503 if payload["status"] != "ok" else 200)
 
     async def list_models(request: Request):
-        return JSONResponse({"models": [m.info() for m in models],
-                             "examples": [{"url": f"/examples/{i}", "name": p.name} for i, p in enumerate(examples)],
-                             "max_upload_bytes": max_upload_bytes, "max_gif_pixels": limits.max_gif_pixels,
-                             "options": form_description()})
+        return JSONResponse(
+            {
+                "models": [m.info() for m in models],
+                "examples": [{"url": f"/examples/{i}", "name": p.name} for i, p in enumerate(examples)],
+                "max_upload_bytes": max_upload_bytes,
+                "max_gif_pixels": limits.max_gif_pixels,
+                "options": form_description(),
+            }
+        )
 
     async def example(request: Request):
         i = request.path_params["index"]
@@ -118,8 +139,9 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
     async def read_form(request: Request) -> tuple[str, str, dict[str, str]]:
         """(the upload's temporary file, the client's name for it, the other fields) of a caption request."""
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-            raise UnsupportedMedia("send a multipart/form-data body with the image in the field 'image' "
-                                   "(curl -F image=@photo.jpg)")
+            raise UnsupportedMedia(
+                "send a multipart/form-data body with the image in the field 'image' (curl -F image=@photo.jpg)"
+            )
         try:
             form = await request.form(max_files=1, max_fields=len(FORM_FIELDS) + len(form_options()))
         except RequestError:  # the middlewares' BodyTimeout and UploadTooLarge, raised while the body is read
@@ -158,14 +180,22 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
             model = by_name.get(model_name)
             if model is None:
                 raise NotFound(f"unknown model {model_name[:60]!r}; served: {', '.join(by_name)}")
-            job = Job(model, model.settings(fields), upload, name, want_gif=truthy(fields.get("return_gif")),
-                      want_image=truthy(fields.get("return_image")))
+            job = Job(
+                model,
+                model.settings(fields),
+                upload,
+                name,
+                want_gif=truthy(fields.get("return_gif")),
+                want_image=truthy(fields.get("return_image")),
+            )
             future = state["queue"].submit(job)
             try:
                 payload = await asyncio.wait_for(asyncio.wrap_future(future), limits.request_timeout)
             except asyncio.TimeoutError:  # a waiting job is cancelled (the worker skips it); a running one is dropped
                 future.cancel()
-                raise Busy(f"the model did not answer within {limits.request_timeout:g} s; try again in a moment") from None
+                raise Busy(
+                    f"the model did not answer within {limits.request_timeout:g} s; try again in a moment"
+                ) from None
             return JSONResponse(payload)
         except RequestError as err:
             return error(err)
@@ -185,8 +215,13 @@ def create_app(models: Sequence[ServedModel], max_upload_bytes: int = 10 * MB, m
 
     @asynccontextmanager
     async def lifespan(app):
-        state["queue"] = InferenceQueue(max_batch=max_batch, max_pending=max_pending, workdir=workdir,
-                                        max_render=limits.max_render, max_gif_pixels=limits.max_gif_pixels)
+        state["queue"] = InferenceQueue(
+            max_batch=max_batch,
+            max_pending=max_pending,
+            workdir=workdir,
+            max_render=limits.max_render,
+            max_gif_pixels=limits.max_gif_pixels,
+        )
         try:
             yield
         finally:

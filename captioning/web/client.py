@@ -8,6 +8,7 @@
 
 From the shell: ``python -m captioning.web.client photo.jpg [--url URL] [--gif photo.gif]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,15 +63,26 @@ def encode_multipart(fields: dict, filename: str, data: bytes, content_type: str
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
     ctype = content_type or mimetypes.guess_type(filename)[0] or "application/octet-stream"
     safe = filename.replace('"', "_").replace("\r", "_").replace("\n", "_")
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{safe}"\r\n'
-                 f"Content-Type: {ctype}\r\n\r\n".encode() + data + b"\r\n")
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{safe}"\r\n'
+        f"Content-Type: {ctype}\r\n\r\n".encode()
+        + data
+        + b"\r\n"
+    )
     parts.append(f"--{boundary}--\r\n".encode())
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
-def caption(image: str | os.PathLike | bytes, url: str = DEFAULT_URL, model: str | None = None,
-            return_gif: bool = False, return_image: bool = False, filename: str | None = None,
-            timeout: float = 120.0, **settings) -> dict:
+def caption(
+    image: str | os.PathLike | bytes,
+    url: str = DEFAULT_URL,
+    model: str | None = None,
+    return_gif: bool = False,
+    return_image: bool = False,
+    filename: str | None = None,
+    timeout: float = 120.0,
+    **settings,
+) -> dict:
     """POST an image (a path or its bytes) to ``url``/api/caption and return the JSON answer.
 
     ``settings``: the decoding fields of the API (num_beams, max_new_tokens, length_penalty,
@@ -84,11 +96,16 @@ def caption(image: str | os.PathLike | bytes, url: str = DEFAULT_URL, model: str
         with open(image, "rb") as f:
             data = f.read()
         name = filename or os.path.basename(os.fspath(image))
-    fields = {"model": model, **{key: _form_text(value) for key, value in settings.items()},
-              "return_gif": "1" if return_gif else None, "return_image": "1" if return_image else None}
+    fields = {
+        "model": model,
+        **{key: _form_text(value) for key, value in settings.items()},
+        "return_gif": "1" if return_gif else None,
+        "return_image": "1" if return_image else None,
+    }
     body, content_type = encode_multipart(fields, name, data)
-    request = urllib.request.Request(url.rstrip("/") + "/api/caption", data=body, method="POST",
-                                     headers={"Content-Type": content_type})
+    request = urllib.request.Request(
+        url.rstrip("/") + "/api/caption", data=body, method="POST", headers={"Content-Type": content_type}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
@@ -120,7 +137,9 @@ def save_gif(result: dict, path: str | os.PathLike) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m captioning.web.client", description="Caption images with a running server.")
+    p = argparse.ArgumentParser(
+        prog="python -m captioning.web.client", description="Caption images with a running server."
+    )
     p.add_argument("images", nargs="+")
     p.add_argument("--url", default=DEFAULT_URL)
     p.add_argument("--model", default=None)

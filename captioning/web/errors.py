@@ -112,5 +112,8 @@ def client_message(message: str, upload: str, filename: str) -> str:
     """An image error as the web client reads it: the client's file name for the server's temporary
     file, and the server's own option (--max-pixels) as the limit of a refused large image."""
     message = message.replace(upload, filename)
-    return re.sub(r"\(possible decompression bomb;.*\)$",
-                  "(possible decompression bomb; the server's limit, set by its --max-pixels option)", message)
+    return re.sub(
+        r"\(possible decompression bomb;.*\)$",
+        "(possible decompression bomb; the server's limit, set by its --max-pixels option)",
+        message,
+    )

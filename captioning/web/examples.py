@@ -43,8 +43,9 @@ def training_config(checkpoint: Path) -> dict | None:
         return None
     fields = {}
     annotations = data.get("annotations")
-    if isinstance(annotations, str) or (isinstance(annotations, list) and annotations
-                                        and all(isinstance(a, str) for a in annotations)):
+    if isinstance(annotations, str) or (
+        isinstance(annotations, list) and annotations and all(isinstance(a, str) for a in annotations)
+    ):
         fields["annotations"] = annotations
     for name in ("images_root", "split_file"):
         if isinstance(data.get(name), str):

@@ -24,8 +24,9 @@ SHRINK_TRIES = 8  # the caption band's height depends on the width: shrinking co
 SHRINK_MARGIN = 0.98  # each step aims 2% under the budget: the caption band does not shrink with the width
 
 
-def budgeted_gif(image: Image.Image, words: Sequence[str], maps, hard_cells: Sequence | None,
-                 max_pixels: int = DEFAULT_GIF_PIXELS) -> tuple[bytes | None, dict]:
+def budgeted_gif(
+    image: Image.Image, words: Sequence[str], maps, hard_cells: Sequence | None, max_pixels: int = DEFAULT_GIF_PIXELS
+) -> tuple[bytes | None, dict]:
     """The attention GIF of ``words`` and their ``maps`` (T, gh, gw) over ``image`` within
     ``max_pixels`` (frames x width x height, the caption band included), and its description
     ``{"frames", "width", "height", "shrunk", "budget_pixels"}``.
@@ -46,13 +47,15 @@ def budgeted_gif(image: Image.Image, words: Sequence[str], maps, hard_cells: Seq
         width, height = max(1, int(width * fit)), max(1, int(height * fit))
         info["shrunk"] = True
     if total > max_pixels or max(width, height) < MIN_GIF_SIDE:
-        info["left_out"] = (f"{frames} frames do not fit the server's GIF budget of {max_pixels:,} pixels "
-                            f"at {MIN_GIF_SIDE} px or more")
+        info["left_out"] = (
+            f"{frames} frames do not fit the server's GIF budget of {max_pixels:,} pixels at {MIN_GIF_SIDE} px or more"
+        )
         return None, info
     if info["shrunk"]:
         image = image.convert("RGB").resize((width, height), Image.Resampling.BICUBIC)
     # min_side and max_side of the picture's own size: drawn at (width, height), not scaled again
-    drawn = pictures.render_frames(image, words, maps, hard_cells=hard_cells,
-                                   min_side=min(width, height), max_side=max(width, height))
+    drawn = pictures.render_frames(
+        image, words, maps, hard_cells=hard_cells, min_side=min(width, height), max_side=max(width, height)
+    )
     info["width"], info["height"] = drawn[0].size
     return pictures.gif_bytes(drawn), info

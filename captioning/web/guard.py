@@ -29,7 +29,9 @@ class Limits:
     header_timeout: float = 10.0  # to send a request's line and headers (the server's protocol enforces it)
     body_timeout: float = 60.0  # to send a request's body, from its headers (408 beyond)
     request_timeout: float = 60.0  # to wait for the model: queue, captioning, drawing (503 beyond)
-    send_timeout: float = 60.0  # to take an answer that outgrew the server's write buffer (the connection is reset beyond)
+    send_timeout: float = (
+        60.0  # to take an answer that outgrew the server's write buffer (the connection is reset beyond)
+    )
     stuck_after: float = 120.0  # /healthz answers 503 when the worker has been on one batch longer
     keep_alive: float = 5.0  # an idle kept-alive connection is closed after this
     max_active: int = 256  # requests being handled at once, idle connections not counted (503 beyond)
@@ -64,7 +66,7 @@ def host_allowed(header: str, allowed: Sequence[str]) -> bool:
     """Whether a Host header (``name``, ``name:port``, ``[v6]:port``) names an allowed host."""
     header = header.strip().lower()
     if header.startswith("["):
-        name = header[1:header.find("]")] if "]" in header else header
+        name = header[1 : header.find("]")] if "]" in header else header
     else:
         name = header.rsplit(":", 1)[0] if header.count(":") == 1 else header
     if not name:
@@ -96,11 +98,17 @@ class Guard:
             return await self.app(scope, receive, send)
         host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
         if not host_allowed(host, self.allowed_hosts):
-            return await _send_error(send, RequestError(f"Host header not allowed: {host[:80]!r} (the server's "
-                                                        "--allowed-hosts names the hosts it answers to)"))
+            return await _send_error(
+                send,
+                RequestError(
+                    f"Host header not allowed: {host[:80]!r} (the server's "
+                    "--allowed-hosts names the hosts it answers to)"
+                ),
+            )
         if self.active >= self.limits.max_active and scope.get("path") != "/healthz":
-            return await _send_error(send, Busy(f"too many requests being handled ({self.limits.max_active}); "
-                                                "try again in a moment"))
+            return await _send_error(
+                send, Busy(f"too many requests being handled ({self.limits.max_active}); try again in a moment")
+            )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.body_timeout
         body_done = False
@@ -191,8 +199,17 @@ async def _send_error(send, err: RequestError) -> None:
     import json
 
     body = json.dumps({"error": str(err)}).encode()
-    headers = {"content-type": "application/json", "content-length": str(len(body)),
-               **{name.lower(): value for name, value in err.headers.items()}, "connection": "close"}
-    await send({"type": "http.response.start", "status": err.status,
-                "headers": [(name.encode(), value.encode()) for name, value in headers.items()]})
+    headers = {
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+        **{name.lower(): value for name, value in err.headers.items()},
+        "connection": "close",
+    }
+    await send(
+        {
+            "type": "http.response.start",
+            "status": err.status,
+            "headers": [(name.encode(), value.encode()) for name, value in headers.items()],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -20,6 +20,7 @@ makes a protocol class (uvicorn's ``http=`` setting takes one) that
 Requests being handled are counted by :class:`captioning.web.guard.Guard` (503 beyond), the body's
 deadline is Guard's too; header sizes are h11's limit (``h11_max_incomplete_event_size``).
 """
+
 from __future__ import annotations
 
 import socket

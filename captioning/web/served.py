@@ -31,8 +31,10 @@ def model_inputs(captioner) -> tuple[tuple[int, str], ...]:
 
     model = getattr(captioner, "model", None)
     if isinstance(model, Ensemble):
-        return tuple((int(size), member.spec.interpolation or DEFAULT_INTERPOLATION)
-                     for size, member in zip(model.image_sizes, model.members))
+        return tuple(
+            (int(size), member.spec.interpolation or DEFAULT_INTERPOLATION)
+            for size, member in zip(model.image_sizes, model.members)
+        )
     return ((int(captioner.image_size), getattr(captioner, "interpolation", None) or DEFAULT_INTERPOLATION),)
 
 
@@ -90,14 +92,26 @@ class ServedModel:
 
     def defaults(self) -> dict:
         g = self.captioner.generation
-        return plain_json({"num_beams": PAGE_BEAMS, "max_new_tokens": self.max_new_tokens(Settings()),
-                          "length_penalty": g.length_penalty, "attention_mode": g.attention_mode if self.hard else None}, strict=True)
+        return plain_json(
+            {
+                "num_beams": PAGE_BEAMS,
+                "max_new_tokens": self.max_new_tokens(Settings()),
+                "length_penalty": g.length_penalty,
+                "attention_mode": g.attention_mode if self.hard else None,
+            },
+            strict=True,
+        )
 
     def info(self) -> dict:
         """What GET /api/models tells about this model."""
-        return {"name": self.name, "description": self.description, "defaults": self.defaults(),
-                "grid": list(self.grid) if self.grid else None, "returns_beams": True,
-                "attention_modes": list(ATTENTION_MODES) if self.hard else []}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "defaults": self.defaults(),
+            "grid": list(self.grid) if self.grid else None,
+            "returns_beams": True,
+            "attention_modes": list(ATTENTION_MODES) if self.hard else [],
+        }
 
     # ------------------------------------------------------------------ settings
     def settings(self, fields: Mapping[str, str]) -> Settings:
@@ -155,8 +169,10 @@ class ServedModel:
             "attention_shape": list(attention.shape),
             "locations": [[int(r), int(c)] for r, c in result["locations"]],
             "attention_kind": "hard" if self.hard else "soft",
-            "beams": [{"generated_text": b["generated_text"], "score": plain_json(float(b["score"]), strict=True)}
-                      for b in result["beams"]],
+            "beams": [
+                {"generated_text": b["generated_text"], "score": plain_json(float(b["score"]), strict=True)}
+                for b in result["beams"]
+            ],
         }
 
 

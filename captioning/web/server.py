@@ -1,4 +1,5 @@
 """Loading the checkpoints to serve and running the web server (uvicorn)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -72,9 +73,16 @@ def uvicorn_config(app, host: str, port: int, limits, log_level: str = "info"):
 
     from captioning.web.protocol import guarded_protocol
 
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                          http=guarded_protocol(limits.header_timeout, limits.max_sockets, limits.send_timeout),
-                          timeout_keep_alive=limits.keep_alive, h11_max_incomplete_event_size=HEADER_BYTES)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+        http=guarded_protocol(limits.header_timeout, limits.max_sockets, limits.send_timeout),
+        timeout_keep_alive=limits.keep_alive,
+        h11_max_incomplete_event_size=HEADER_BYTES,
+    )
 
 
 def serve_command(checkpoint, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
@@ -87,10 +95,21 @@ def serve_command(checkpoint, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
     return command
 
 
-def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, device: str = "cpu",
-          examples: Sequence[str] = (), max_upload_mb: float = 10.0, max_pixels: int = DEFAULT_MAX_PIXELS,
-          max_batch: int = 8, max_pending: int = 64, max_connections: int = 256, threads: int | None = None,
-          log_level: str = "info", limits=None) -> int:
+def serve(
+    checkpoints: Sequence[str],
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    device: str = "cpu",
+    examples: Sequence[str] = (),
+    max_upload_mb: float = 10.0,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_batch: int = 8,
+    max_pending: int = 64,
+    max_connections: int = 256,
+    threads: int | None = None,
+    log_level: str = "info",
+    limits=None,
+) -> int:
     """Load the checkpoints and serve the page and the API until interrupted.
 
     ``limits`` (:class:`captioning.web.guard.Limits`) holds the deadlines and the other caps; its
@@ -100,7 +119,9 @@ def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFA
         import starlette  # noqa: F401
         import uvicorn
     except ImportError as err:
-        raise ConfigError(f"the web demo needs its extra: pip install -e '.[web]' ({err.name or err} is missing)") from None
+        raise ConfigError(
+            f"the web demo needs its extra: pip install -e '.[web]' ({err.name or err} is missing)"
+        ) from None
     import torch
     from PIL import Image
 
@@ -115,14 +136,26 @@ def serve(checkpoints: Sequence[str], host: str = DEFAULT_HOST, port: int = DEFA
         torch.set_num_threads(threads)
     limits = dataclasses.replace(limits or Limits(), max_active=max_connections)
     models = load_models(checkpoints, device=device, examples=examples)
-    app = create_app(models, max_upload_bytes=int(max_upload_mb * MB), max_batch=max_batch, max_pending=max_pending,
-                     limits=limits, host=host)
+    app = create_app(
+        models,
+        max_upload_bytes=int(max_upload_mb * MB),
+        max_batch=max_batch,
+        max_pending=max_pending,
+        limits=limits,
+        host=host,
+    )
     shown = f"[{host}]" if ":" in host else host
-    print(f"serving {', '.join(m.name for m in models)} on http://{shown}:{port}  "
-          f"(the page at /, the API at POST /api/caption; Ctrl+C stops)", flush=True)
+    print(
+        f"serving {', '.join(m.name for m in models)} on http://{shown}:{port}  "
+        f"(the page at /, the API at POST /api/caption; Ctrl+C stops)",
+        flush=True,
+    )
     if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: --host {host} makes the page and the API reachable by anyone who can reach this machine "
-              "on that address (no login, no TLS): they can send images and read the model's description",
-              file=sys.stderr, flush=True)
+        print(
+            f"warning: --host {host} makes the page and the API reachable by anyone who can reach this machine "
+            "on that address (no login, no TLS): they can send images and read the model's description",
+            file=sys.stderr,
+            flush=True,
+        )
     uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run()
     return 0

@@ -60,8 +60,14 @@ class InferenceQueue:
     """One worker thread, at most ``max_pending`` waiting requests, batches of up to ``max_batch``;
     one drawing thread, at most ``max_render`` requests waiting for it, GIFs within ``max_gif_pixels``."""
 
-    def __init__(self, max_batch: int = 8, max_pending: int = 64, workdir: str | None = None,
-                 max_render: int = DEFAULT_MAX_RENDER, max_gif_pixels: int = DEFAULT_GIF_PIXELS):
+    def __init__(
+        self,
+        max_batch: int = 8,
+        max_pending: int = 64,
+        workdir: str | None = None,
+        max_render: int = DEFAULT_MAX_RENDER,
+        max_gif_pixels: int = DEFAULT_GIF_PIXELS,
+    ):
         if max_batch < 1 or max_pending < 1 or max_render < 1 or max_gif_pixels < 1:
             raise ValueError("max_batch, max_pending, max_render and max_gif_pixels must be at least 1")
         self.max_batch, self.max_pending, self.max_render = max_batch, max_pending, max_render
@@ -96,8 +102,12 @@ class InferenceQueue:
         with self._cond:
             busy = {name: (0.0 if since is None else now - since) for name, since in self._busy_since.items()}
         alive = self._thread.is_alive() or self._closed
-        return {"stuck": not alive or max(busy.values()) > stuck_after, "worker_alive": alive,
-                "worker_busy_s": round(busy["worker"], 1), "render_busy_s": round(busy["render"], 1)}
+        return {
+            "stuck": not alive or max(busy.values()) > stuck_after,
+            "worker_alive": alive,
+            "worker_busy_s": round(busy["worker"], 1),
+            "render_busy_s": round(busy["render"], 1),
+        }
 
     def _mark(self, name: str, busy: bool) -> None:
         with self._cond:
@@ -188,8 +198,13 @@ class InferenceQueue:
     def _process(self, batch: list[Job]) -> None:
         start = time.perf_counter()
         model = batch[0].model
-        ready = [item for job in batch if job.future.set_running_or_notify_cancel()
-                 for item in [self._prepare(job, model.inputs)] if item is not None]
+        ready = [
+            item
+            for job in batch
+            if job.future.set_running_or_notify_cancel()
+            for item in [self._prepare(job, model.inputs)]
+            if item is not None
+        ]
         decoded = time.perf_counter()
         if not ready:
             return
@@ -218,8 +233,13 @@ class InferenceQueue:
                     full = self._rendering >= self.max_render
                     self._rendering += 0 if full else 1
                 if full:
-                    _fail(job, Busy(f"too many pictures being drawn ({self.max_render} requests); try again in a "
-                                    "moment, or ask without return_gif / return_image"))
+                    _fail(
+                        job,
+                        Busy(
+                            f"too many pictures being drawn ({self.max_render} requests); try again in a "
+                            "moment, or ask without return_gif / return_image"
+                        ),
+                    )
                     continue
                 self._render.submit(self._finish, job, model, result, display, payload)
             else:
@@ -253,4 +273,3 @@ def _fail(job: Job, err: Exception) -> None:
             job.future.set_exception(err)
         except Exception:  # noqa: BLE001 - answered meanwhile (concurrent.futures.InvalidStateError)
             pass
-

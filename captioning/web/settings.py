@@ -45,8 +45,11 @@ def form_options() -> dict[str, GenerationOption]:
             continue
         if option.name in CAPS:
             low, high = CAPS[option.name]
-            option = dataclasses.replace(option, min=max(low, option.min) if option.min is not None else low,
-                                         max=min(high, option.max) if option.max is not None else high)
+            option = dataclasses.replace(
+                option,
+                min=max(low, option.min) if option.min is not None else low,
+                max=min(high, option.max) if option.max is not None else high,
+            )
         options[option.name] = option
     return options
 
@@ -56,10 +59,20 @@ def form_description() -> list[dict]:
     each it lacks): name, type (int, float, bool, str, tokens), default (GenerationConfig's; a model
     has its own), help, bounds and choices."""
     kinds = {int: "int", float: "float", bool: "bool", str: "str", tuple: "tokens"}
-    return [{"name": o.name, "type": kinds[o.type], "default": list(o.default) if o.type is tuple else o.default,
-             "help": o.help, "min": o.min, "max": o.max, "min_inclusive": o.min_inclusive,
-             "max_inclusive": o.max_inclusive, "choices": list(o.choices) if o.choices else None}
-            for o in form_options().values()]
+    return [
+        {
+            "name": o.name,
+            "type": kinds[o.type],
+            "default": list(o.default) if o.type is tuple else o.default,
+            "help": o.help,
+            "min": o.min,
+            "max": o.max,
+            "min_inclusive": o.min_inclusive,
+            "max_inclusive": o.max_inclusive,
+            "choices": list(o.choices) if o.choices else None,
+        }
+        for o in form_options().values()
+    ]
 
 
 def truthy(value) -> bool:

@@ -1,12 +1,13 @@
 """`captioning attend`: a GIF (and/or a grid PNG) per image from files, folders and globs."""
+
 import shutil
 from pathlib import Path
 
 import pytest
 from PIL import Image, ImageSequence
 
-from captioning.viz import pictures as V
 from captioning.cli import main
+from captioning.viz import pictures as V
 from tests.helpers import caption_tokens
 
 
@@ -21,8 +22,20 @@ def image_dir(tiny_shapes, tmp_path_factory):
 
 
 def _attend(checkpoint, capsys, *args):
-    code = main(["attend", *map(str, args), "--checkpoint", str(checkpoint), "--device", "cpu",
-                 "--num-beams", "1", "--max-new-tokens", "6"])
+    code = main(
+        [
+            "attend",
+            *map(str, args),
+            "--checkpoint",
+            str(checkpoint),
+            "--device",
+            "cpu",
+            "--num-beams",
+            "1",
+            "--max-new-tokens",
+            "6",
+        ]
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     return code, {line.split("\t")[2][3:]: line.split("\t")[1] for line in lines}  # target -> caption
 
@@ -66,23 +79,57 @@ def test_one_image_to_a_named_file(tiny_checkpoint, image_dir, tmp_path, capsys)
 
 def test_compare_attention_command(tiny_checkpoint, image_dir, tmp_path, capsys):
     out = tmp_path / "cmp"
-    code = main(["compare-attention", "--checkpoints", str(tiny_checkpoint), str(tiny_checkpoint), "--labels", "soft", "again",
-                      "--out", str(out), "--gif", "--num-beams", "1", "--max-new-tokens", "5", "--duration-ms", "200",
-                      "--device", "cpu", str(image_dir)])
+    code = main(
+        [
+            "compare-attention",
+            "--checkpoints",
+            str(tiny_checkpoint),
+            str(tiny_checkpoint),
+            "--labels",
+            "soft",
+            "again",
+            "--out",
+            str(out),
+            "--gif",
+            "--num-beams",
+            "1",
+            "--max-new-tokens",
+            "5",
+            "--duration-ms",
+            "200",
+            "--device",
+            "cpu",
+            str(image_dir),
+        ]
+    )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     stems = sorted(p.stem for p in image_dir.glob("*.png"))
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{s}.png" for s in stems] + [f"{s}.gif" for s in stems])
     for line in lines:
         path, soft, again = line.split("\t")
-        assert soft[len("soft: "):] == again[len("again: "):]  # the same checkpoint twice: the same caption
-        n = len(caption_tokens(soft[len("soft: "):]))
+        assert soft[len("soft: ") :] == again[len("again: ") :]  # the same checkpoint twice: the same caption
+        n = len(caption_tokens(soft[len("soft: ") :]))
         with Image.open(out / f"{Path(path).stem}.png") as png:  # two rows of n 128 px panels
             assert png.width == 8 + max(n, 1) * (128 + 8)
         with Image.open(out / f"{Path(path).stem}.gif") as gif:
             assert gif.n_frames == n + 1 and gif.info["duration"] == 200
             assert gif.width > 2 * 256  # two GIFs side by side
-    assert main(["compare-attention", "--checkpoints", str(tiny_checkpoint), "--labels", "a", "b", "--out", str(out),
-                 str(image_dir)]) == 1
+    assert (
+        main(
+            [
+                "compare-attention",
+                "--checkpoints",
+                str(tiny_checkpoint),
+                "--labels",
+                "a",
+                "b",
+                "--out",
+                str(out),
+                str(image_dir),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "1 checkpoint(s)" in err[0] and "label(s)" in err[0]

@@ -1,5 +1,6 @@
 """Batch commands meet unreadable images: evaluate scores the rest and names each one; training with
 data.on_bad_image=skip goes on and counts them."""
+
 import json
 import logging
 import shutil
@@ -27,8 +28,23 @@ def damaged_shapes(tiny_shapes, tmp_path):
 def test_evaluate_skips_and_names_bad_images_and_scores_the_rest(damaged_shapes, tiny_checkpoint, tmp_path, capsys):
     annotations, missing, truncated, _ = damaged_shapes
     results = tmp_path / "results.json"
-    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(annotations), "--split", "test",
-                 "--num-beams", "1", "--max-new-tokens", "6", "--results", str(results)])
+    code = main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--annotations",
+            str(annotations),
+            "--split",
+            "test",
+            "--num-beams",
+            "1",
+            "--max-new-tokens",
+            "6",
+            "--results",
+            str(results),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code != 0
     assert missing in err and truncated in err and "Traceback" not in err
@@ -42,8 +58,23 @@ def test_training_skips_a_corrupted_image_and_counts_it(damaged_shapes, tmp_path
 
     annotations, _, _, bad_train = damaged_shapes
     with caplog.at_level(logging.WARNING, logger="captioning.data.datamodule"):
-        cli = run_lightning_cli(fit_args(annotations, tmp_path, steps=5, extra=[
-            "--data.on_bad_image", "skip", "--trainer.limit_val_batches", "0", "--model.val_generation.max_new_tokens", "4", "--model.test_generation.max_new_tokens", "4"]))
+        cli = run_lightning_cli(
+            fit_args(
+                annotations,
+                tmp_path,
+                steps=5,
+                extra=[
+                    "--data.on_bad_image",
+                    "skip",
+                    "--trainer.limit_val_batches",
+                    "0",
+                    "--model.val_generation.max_new_tokens",
+                    "4",
+                    "--model.test_generation.max_new_tokens",
+                    "4",
+                ],
+            )
+        )
     assert cli.trainer.global_step >= 1
     dm = cli.datamodule
     named = [name for name in bad_train if name in caplog.text]
@@ -56,7 +87,16 @@ def test_training_stops_on_a_corrupted_image_by_default(damaged_shapes, tmp_path
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "captioning.cli", *fit_args(annotations, tmp_path, steps=5, extra=[
-        "--trainer.limit_val_batches", "0"])], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "captioning.cli",
+            *fit_args(annotations, tmp_path, steps=5, extra=["--trainer.limit_val_batches", "0"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert any(name in proc.stderr.strip().splitlines()[-1] for name in bad_train)

@@ -1,4 +1,5 @@
 """The `captioning` command end to end on tiny data, and its answers to bad input."""
+
 import json
 import subprocess
 import sys
@@ -12,7 +13,9 @@ from tests.helpers import ROOT, caption_tokens
 
 def run_cli(*args):
     """The real console entry point in a subprocess: exit code, stdout, stderr."""
-    proc = subprocess.run([sys.executable, "-m", "captioning.cli", *map(str, args)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "captioning.cli", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -24,7 +27,10 @@ def test_make_shapes(tmp_path):
 
 def test_caption_prints_one_caption_per_image(tiny_checkpoint, tiny_shapes, capsys):
     images = sorted((tiny_shapes.parent / "images" / "test").glob("*.png"))[:3]
-    assert main(["caption", *map(str, images), "--checkpoint", str(tiny_checkpoint), "--json", "--max-new-tokens", "8"]) == 0
+    assert (
+        main(["caption", *map(str, images), "--checkpoint", str(tiny_checkpoint), "--json", "--max-new-tokens", "8"])
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert [r["image"] for r in rows] == [str(p) for p in images]
     assert all(isinstance(r["generated_text"], str) and isinstance(r["score"], float) for r in rows)
@@ -45,8 +51,17 @@ def test_caption_skips_bad_images_and_exits_non_zero(tiny_checkpoint, tiny_shape
 def test_bad_objective_value_is_one_line(option, value, tiny_shapes, tmp_path):
     """The objective's own check of a value, raised while the config's classes are built (inside
     jsonargparse, which wraps it in a long ValueError), comes out as its one line."""
-    code, _, err = run_cli("fit", "--config", ROOT / "configs" / "shapes_hard.yaml", "--data.annotations", tiny_shapes,
-                           "--trainer.default_root_dir", tmp_path, f"--model.objective.init_args.{option}", value)
+    code, _, err = run_cli(
+        "fit",
+        "--config",
+        ROOT / "configs" / "shapes_hard.yaml",
+        "--data.annotations",
+        tiny_shapes,
+        "--trainer.default_root_dir",
+        tmp_path,
+        f"--model.objective.init_args.{option}",
+        value,
+    )
     lines = [line for line in err.strip().splitlines() if not line.startswith("Seed set")]
     assert code == 1 and "Traceback" not in err
     assert lines == [lines[0]] and lines[0].startswith(f"error: model.objective.{option}:") and value in lines[0]
@@ -66,7 +81,10 @@ def test_bad_checkpoint_is_one_line(problem, tiny_shapes, tmp_path):
 def test_attend_writes_a_gif_with_a_frame_per_word(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
     image = sorted((tiny_shapes.parent / "images" / "test").glob("*.png"))[0]
     out = tmp_path / "att.gif"
-    assert main(["attend", str(image), "--checkpoint", str(tiny_checkpoint), "--out", str(out), "--max-new-tokens", "6"]) == 0
+    assert (
+        main(["attend", str(image), "--checkpoint", str(tiny_checkpoint), "--out", str(out), "--max-new-tokens", "6"])
+        == 0
+    )
     caption = capsys.readouterr().out.split("\t")[1]
     with Image.open(out) as gif:
         assert gif.n_frames == len(caption_tokens(caption)) + 1  # one per word, then the whole caption
@@ -78,8 +96,25 @@ def test_evaluate_writes_metrics_and_results(tiny_checkpoint, tiny_shapes, tmp_p
     from captioning.metrics import CocoScorer, object_f1
 
     metrics, results = tmp_path / "metrics.json", tmp_path / "results.json"
-    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--split", "test",
-                 "--num-beams", "2", "--max-new-tokens", "8", "--out", str(metrics), "--results", str(results)])
+    code = main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--annotations",
+            str(tiny_shapes),
+            "--split",
+            "test",
+            "--num-beams",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--out",
+            str(metrics),
+            "--results",
+            str(results),
+        ]
+    )
     assert code == 0
     report = json.loads(metrics.read_text())
     rows = json.loads(results.read_text())
@@ -92,7 +127,9 @@ def test_evaluate_writes_metrics_and_results(tiny_checkpoint, tiny_shapes, tmp_p
         expected = scorer({i: test[i].captions for i in predictions}, predictions)
     for key in ("BLEU-1", "BLEU-4", "METEOR", "ROUGE_L", "CIDEr"):
         assert report["scores"][key] == pytest.approx(expected[key], abs=1e-9), key
-    f1 = object_f1({i: parse_objects(c) for i, c in predictions.items()}, {i: record_objects(r) for i, r in test.items()})
+    f1 = object_f1(
+        {i: parse_objects(c) for i, c in predictions.items()}, {i: record_objects(r) for i, r in test.items()}
+    )
     assert report["scores"]["object_f1"] == pytest.approx(f1["f1"])
     assert "SPICE" in report["notes"]
 
@@ -113,7 +150,9 @@ def test_forbid_bad_endings_flag_reaches_the_generation_settings(command):
     from captioning.cli.options import generation_overrides
     from captioning.decoding.search import GenerationConfig
 
-    required = {"caption": ["x.png"], "attend": ["x.png", "--out", "o"], "evaluate": ["--annotations", "a.json"]}[command]
+    required = {"caption": ["x.png"], "attend": ["x.png", "--out", "o"], "evaluate": ["--annotations", "a.json"]}[
+        command
+    ]
     parser = build_parser()
     plain = parser.parse_args([command, "--checkpoint", "c.ckpt", *required])
     flagged = parser.parse_args([command, "--checkpoint", "c.ckpt", "--forbid-bad-endings", *required])
@@ -135,7 +174,9 @@ def test_every_cli_option_is_a_flag_that_reaches_the_config(command):
     from captioning.cli.options import generation_overrides
     from captioning.decoding.generation import GenerationConfig, generation_options
 
-    required = {"caption": ["x.png"], "attend": ["x.png", "--out", "o"], "evaluate": ["--annotations", "a.json"]}[command]
+    required = {"caption": ["x.png"], "attend": ["x.png", "--out", "o"], "evaluate": ["--annotations", "a.json"]}[
+        command
+    ]
     parser = build_parser()
     plain = generation_overrides(parser.parse_args([command, "--checkpoint", "c.ckpt", *required]))
     options = [o for o in generation_options() if o.cli]
@@ -148,17 +189,46 @@ def test_every_cli_option_is_a_flag_that_reaches_the_config(command):
         args = parser.parse_args([command, "--checkpoint", "c.ckpt", *flag, *required])
         expected = True if option.type is bool else option.parse(values[option.type])
         assert generation_overrides(args)[option.name] == expected, option.name
-    config = GenerationConfig().replace(**generation_overrides(parser.parse_args(
-        [command, "--checkpoint", "c.ckpt", "--num-beams", "1", "--do-sample", "--temperature", "0.7", "--top-k", "5",
-         *required])))
+    config = GenerationConfig().replace(
+        **generation_overrides(
+            parser.parse_args(
+                [
+                    command,
+                    "--checkpoint",
+                    "c.ckpt",
+                    "--num-beams",
+                    "1",
+                    "--do-sample",
+                    "--temperature",
+                    "0.7",
+                    "--top-k",
+                    "5",
+                    *required,
+                ]
+            )
+        )
+    )
     assert (config.do_sample, config.temperature, config.top_k) == (True, 0.7, 5)
 
 
 def test_the_listing_is_the_registry_in_order(capsys):
     from captioning.cli.commands import COMMANDS
 
-    assert COMMANDS.names() == ["fit", "validate", "test", "demo", "make-shapes", "caption", "attend", "compare-attention",
-                                "evaluate", "prepare", "export", "serve", "extract-features"]
+    assert COMMANDS.names() == [
+        "fit",
+        "validate",
+        "test",
+        "demo",
+        "make-shapes",
+        "caption",
+        "attend",
+        "compare-attention",
+        "evaluate",
+        "prepare",
+        "export",
+        "serve",
+        "extract-features",
+    ]
     with pytest.raises(SystemExit):
         main(["--help"])
     listing = capsys.readouterr().out

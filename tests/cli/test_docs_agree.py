@@ -1,5 +1,6 @@
 """The docs quote the program: the pixel limits, the web API's examples (settings, training data,
 model names) and the decoding options' table, checked against the constants and code they quote."""
+
 import json
 import re
 

@@ -1,5 +1,6 @@
 """What `captioning evaluate` prints: scores to four decimals (the --out report keeps every digit),
 and no line of the scorers' own (Java's tokenizer report)."""
+
 import json
 
 from captioning.cli import main
@@ -13,8 +14,23 @@ def test_shown_scores_have_four_decimals():
 
 def test_evaluate_prints_rounded_scores_and_keeps_them_whole(tiny_checkpoint, tiny_shapes, tmp_path, capfd):
     report = tmp_path / "metrics.json"
-    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--split", "val",
-                 "--max-new-tokens", "6", "--device", "cpu", "--out", str(report)])
+    code = main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--annotations",
+            str(tiny_shapes),
+            "--split",
+            "val",
+            "--max-new-tokens",
+            "6",
+            "--device",
+            "cpu",
+            "--out",
+            str(report),
+        ]
+    )
     out, err = capfd.readouterr()
     assert code == 0, err
     printed, kept = json.loads(out), json.loads(report.read_text())["scores"]

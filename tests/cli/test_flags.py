@@ -1,6 +1,7 @@
 """The decoding commands speak the command line's language: sampling flags imply one beam, problems
 are named by the flags the user typed, an unknown flag points to the command's own --help, a URL is
 refused in one line, and attend's --out is a file or a folder, never a folder named like a file."""
+
 import argparse
 import json
 
@@ -26,16 +27,19 @@ def parsed(*flags: str) -> argparse.Namespace:
     return build_parser().parse_args(["caption", "photo.png", "--checkpoint", "model.ckpt", *flags])
 
 
-@pytest.mark.parametrize("flags, do_sample, beams, note", [
-    ((), None, 3, None),
-    (("--do-sample",), True, 1, "--do-sample samples one caption per image: decoding with --num-beams 1"),
-    (("--top-p", "0.9"), True, 1, "--top-p samples one caption per image: decoding with --do-sample --num-beams 1"),
-    (("--top-k", "5", "--temperature", "0.7"), True, 1, "--temperature, --top-k samples"),
-    (("--top-p", "0.9", "--num-beams", "1"), True, 1, "decoding with --do-sample"),
-    (("--temperature", "1.0"), None, 3, None),  # a neutral value samples nothing
-    (("--do-sample", "--num-beams", "1"), True, 1, None),  # nothing implied: no note
-    (("--top-k", "5", "--num-beams", "4"), None, 4, None),  # beams asked for: no sampling implied
-])
+@pytest.mark.parametrize(
+    "flags, do_sample, beams, note",
+    [
+        ((), None, 3, None),
+        (("--do-sample",), True, 1, "--do-sample samples one caption per image: decoding with --num-beams 1"),
+        (("--top-p", "0.9"), True, 1, "--top-p samples one caption per image: decoding with --do-sample --num-beams 1"),
+        (("--top-k", "5", "--temperature", "0.7"), True, 1, "--temperature, --top-k samples"),
+        (("--top-p", "0.9", "--num-beams", "1"), True, 1, "decoding with --do-sample"),
+        (("--temperature", "1.0"), None, 3, None),  # a neutral value samples nothing
+        (("--do-sample", "--num-beams", "1"), True, 1, None),  # nothing implied: no note
+        (("--top-k", "5", "--num-beams", "4"), None, 4, None),  # beams asked for: no sampling implied
+    ],
+)
 def test_sampling_flags_imply_one_beam(flags, do_sample, beams, note):
     values, said = generation_settings(parsed(*flags))
     assert (values["do_sample"], values["num_beams"]) == (do_sample, beams)
@@ -46,20 +50,42 @@ def test_sampling_flags_imply_one_beam(flags, do_sample, beams, note):
 def test_caption_do_sample_alone_works(tiny_checkpoint, tiny_shapes, capsys):
     """`caption --do-sample` used to fail ("do_sample works with one beam") against the default 3 beams."""
     image = shapes_test_images(tiny_shapes, 1)
-    assert main(["caption", *image, "--checkpoint", str(tiny_checkpoint), "--do-sample", "--top-p", "0.8",
-                 "--max-new-tokens", "6", "--json"]) == 0
+    assert (
+        main(
+            [
+                "caption",
+                *image,
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--do-sample",
+                "--top-p",
+                "0.8",
+                "--max-new-tokens",
+                "6",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert len(json.loads(out)) == 1
     assert err.strip() == "note: --do-sample samples one caption per image: decoding with --num-beams 1"
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--do-sample", "--num-beams", "3"],
-     "--do-sample works with one beam: give --num-beams 1 to sample, or leave out --do-sample for beam search"),
-    (["--num-beams", "4", "--num-beam-groups", "3", "--diversity-penalty", "1"],
-     "--num-beam-groups (3) must divide --num-beams (4)"),
-    (["--min-new-tokens", "8", "--max-new-tokens", "8"], "--min-new-tokens (8) must be below --max-new-tokens (8)"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--do-sample", "--num-beams", "3"],
+            "--do-sample works with one beam: give --num-beams 1 to sample, or leave out --do-sample for beam search",
+        ),
+        (
+            ["--num-beams", "4", "--num-beam-groups", "3", "--diversity-penalty", "1"],
+            "--num-beam-groups (3) must divide --num-beams (4)",
+        ),
+        (["--min-new-tokens", "8", "--max-new-tokens", "8"], "--min-new-tokens (8) must be below --max-new-tokens (8)"),
+    ],
+)
 @pytest.mark.parametrize("command", ["caption", "attend", "compare-attention"])
 def test_problems_are_named_by_the_flags(command, flags, message, capsys, tmp_path):
     model = ["--checkpoints", "a.ckpt", "b.ckpt"] if command == "compare-attention" else ["--checkpoint", "a.ckpt"]
@@ -100,7 +126,9 @@ def test_an_unknown_command_points_to_the_main_help(capsys):
     assert "(see captioning --help)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("url", ["http://example.com/dog.jpg", "https://example.com/a/b.png?x=1", "s3://bucket/key.jpg"])
+@pytest.mark.parametrize(
+    "url", ["http://example.com/dog.jpg", "https://example.com/a/b.png?x=1", "s3://bucket/key.jpg"]
+)
 @pytest.mark.parametrize("command", ["caption", "attend"])
 def test_a_url_is_refused_in_one_line(command, url, capsys, tmp_path):
     out = ["--out", str(tmp_path / "out")] if command == "attend" else []
@@ -129,8 +157,16 @@ def test_an_existing_folder_with_a_dot_stays_a_folder(tmp_path):
 def test_attend_out_of_another_suffix_is_one_line(out, tmp_path, capsys):
     with pytest.raises(CaptioningError, match=r"attend writes \.gif or \.png files"):
         out_kind(tmp_path / out)
-    code = run(["attend", str(tmp_path / "photo.png"), "--checkpoint", str(tmp_path / "missing.ckpt"),
-                "--out", str(tmp_path / out)])
+    code = run(
+        [
+            "attend",
+            str(tmp_path / "photo.png"),
+            "--checkpoint",
+            str(tmp_path / "missing.ckpt"),
+            "--out",
+            str(tmp_path / out),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "attend writes .gif or .png files" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / out).exists()  # no folder named x.txt
@@ -154,8 +190,22 @@ def test_caption_reads_the_subfolders(tiny_checkpoint, tiny_shapes, tmp_path, ca
     (tmp_path / "photos" / "beach").mkdir(parents=True)
     shutil.copy(images[0], tmp_path / "photos" / "top.png")
     shutil.copy(images[1], tmp_path / "photos" / "beach" / "inner.png")
-    assert main(["caption", str(tmp_path / "photos"), "--checkpoint", str(tiny_checkpoint), "--max-new-tokens", "4",
-                 "--num-beams", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "caption",
+                str(tmp_path / "photos"),
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--max-new-tokens",
+                "4",
+                "--num-beams",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     photos = tmp_path / "photos"
     assert [r["image"] for r in rows] == [str(photos / "beach" / "inner.png"), str(photos / "top.png")]
@@ -169,9 +219,11 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     from tests.helpers import make_karpathy
 
     annotations = make_karpathy(tmp_path, n_train=2, n_val=1, n_test=1)
-    script = ("import sys, captioning.cli.prepare as p; from captioning.cli import main; "
-              "p.length_report = lambda *a, **k: (_ for _ in ()).throw(BrokenPipeError(32, 'Broken pipe')); "
-              f"sys.exit(main(['prepare', '--annotations', {str(annotations)!r}, '--no-image-check']))")
+    script = (
+        "import sys, captioning.cli.prepare as p; from captioning.cli import main; "
+        "p.length_report = lambda *a, **k: (_ for _ in ()).throw(BrokenPipeError(32, 'Broken pipe')); "
+        f"sys.exit(main(['prepare', '--annotations', {str(annotations)!r}, '--no-image-check']))"
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
 

@@ -1,5 +1,6 @@
 """No flag of any command takes a number that is not finite: every option whose value is parsed as a float
 refuses nan, inf and -inf with argparse's one-line error (exit 2), before anything runs."""
+
 import argparse
 
 import pytest

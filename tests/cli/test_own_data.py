@@ -1,5 +1,6 @@
 """The documented path for one's own photos (docs/TRAINING.md, "Your own images"): the small config
 trains a dozen images on a CPU, and the checkpoint captions a folder of them."""
+
 import json
 import re
 from pathlib import Path
@@ -22,6 +23,8 @@ def test_the_small_config_trains_a_dozen_images_and_captions_them(tmp_path, caps
     assert cli.datamodule.image_size == 128 and cli.datamodule.min_word_freq == 1
     checkpoint = Path(cli.trainer.checkpoint_callback.last_model_path)
     capsys.readouterr()
-    assert main(["caption", str(tmp_path / "images"), "--checkpoint", str(checkpoint), "--max-new-tokens", "4",
-                 "--json"]) == 0
+    assert (
+        main(["caption", str(tmp_path / "images"), "--checkpoint", str(checkpoint), "--max-new-tokens", "4", "--json"])
+        == 0
+    )
     assert len(json.loads(capsys.readouterr().out)) == 16

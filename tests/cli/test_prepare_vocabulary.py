@@ -1,15 +1,24 @@
 """`captioning prepare` on a small set of one's own: the words the vocabulary loses are named, with
 the flag that keeps them, instead of a bare percentage."""
+
 import json
 
 from captioning.cli import main
 from tests.helpers import write_jpeg
 
 CAPTIONS = [
-    "a dog runs on the beach", "a brown dog jumps over a log", "two children build a sandcastle",
-    "a red kite flies over the sea", "a dog catches a frisbee", "a woman reads a book on the beach",
-    "a man surfs a big wave", "a boat sails near the harbour", "a cat sleeps on a blue sofa",
-    "a girl eats an ice cream", "a bird sits on the fence", "a dog swims in the lake",
+    "a dog runs on the beach",
+    "a brown dog jumps over a log",
+    "two children build a sandcastle",
+    "a red kite flies over the sea",
+    "a dog catches a frisbee",
+    "a woman reads a book on the beach",
+    "a man surfs a big wave",
+    "a boat sails near the harbour",
+    "a cat sleeps on a blue sofa",
+    "a girl eats an ice cream",
+    "a bird sits on the fence",
+    "a dog swims in the lake",
 ]
 
 
@@ -19,8 +28,15 @@ def own_set(root):
     for i, text in enumerate(CAPTIONS + ["a dog on the beach", "a cat on a sofa"]):
         write_jpeg(root / "images" / f"{i}.jpg", i)
         split = "train" if i < 12 else ("val" if i == 12 else "test")
-        images.append({"filepath": "images", "filename": f"{i}.jpg", "imgid": i, "split": split,
-                       "sentences": [{"raw": text, "tokens": text.split()}]})
+        images.append(
+            {
+                "filepath": "images",
+                "filename": f"{i}.jpg",
+                "imgid": i,
+                "split": split,
+                "sentences": [{"raw": text, "tokens": text.split()}],
+            }
+        )
     path = root / "dataset_own.json"
     path.write_text(json.dumps({"images": images}))
     return path
@@ -42,7 +58,7 @@ def test_no_warning_when_few_words_are_lost(tmp_path, capsys):
 
 
 def test_counts_of_one_are_singular(tmp_path, capsys):
-    """"the run's 1 steps": a count of one takes the singular."""
+    """ "the run's 1 steps": a count of one takes the singular."""
     from tests.helpers import make_karpathy
 
     annotations = make_karpathy(tmp_path, n_train=1, n_val=1, n_test=1, captions=1)

@@ -1,5 +1,6 @@
 """`captioning evaluate --server-results coco|nocaps`: the captions as an evaluation server's
 submission file (its name, integer image ids, one caption per image), wrong values one line each."""
+
 import json
 
 import pytest
@@ -11,15 +12,37 @@ from captioning.errors import ConfigError
 
 def test_evaluate_writes_the_coco_server_file(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
     results = tmp_path / "results.json"
-    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--split", "test",
-                 "--max-new-tokens", "6", "--results", str(results), "--server-results", "coco",
-                 "--server-subset", "test2014", "--server-name", "mymodel", "--server-dir", str(tmp_path)])
+    code = main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--annotations",
+            str(tiny_shapes),
+            "--split",
+            "test",
+            "--max-new-tokens",
+            "6",
+            "--results",
+            str(results),
+            "--server-results",
+            "coco",
+            "--server-subset",
+            "test2014",
+            "--server-name",
+            "mymodel",
+            "--server-dir",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     path = tmp_path / "captions_test2014_mymodel_results.json"
     rows = json.loads(path.read_text())
     assert all(isinstance(r["image_id"], int) and isinstance(r["caption"], str) for r in rows)
     assert [r["image_id"] for r in rows] == sorted({r["image_id"] for r in rows})  # one caption per image
-    assert {(r["image_id"], r["caption"]) for r in rows} == {(r["image_id"], r["caption"]) for r in json.loads(results.read_text())}
+    assert {(r["image_id"], r["caption"]) for r in rows} == {
+        (r["image_id"], r["caption"]) for r in json.loads(results.read_text())
+    }
     assert str(path) in capsys.readouterr().err
 
 
@@ -37,7 +60,17 @@ def test_nocaps_file_and_wrong_values(tmp_path):
 
 def test_an_unknown_server_is_one_line(tiny_checkpoint, tiny_shapes, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--server-results", "flickr"])
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--annotations",
+                str(tiny_shapes),
+                "--server-results",
+                "flickr",
+            ]
+        )
     assert exit_.value.code != 0 and "invalid choice" in capsys.readouterr().err
 
 
@@ -45,6 +78,17 @@ def test_server_settings_are_checked_before_decoding(tiny_checkpoint, tiny_shape
     import captioning.cli.evaluate as command
 
     monkeypatch.setattr(command, "evaluate", lambda *a, **k: pytest.fail("the split was decoded before the check"))
-    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes),
-                 "--server-results", "coco", "--server-subset", "train2014"])
+    code = main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--annotations",
+            str(tiny_shapes),
+            "--server-results",
+            "coco",
+            "--server-subset",
+            "train2014",
+        ]
+    )
     assert code == 1 and "--server-subset" in capsys.readouterr().err

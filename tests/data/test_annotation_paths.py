@@ -1,6 +1,7 @@
 """Annotation files of any origin: image paths stay inside the images folder, ids are integers,
 JSON of the wrong shape or nested without end is one line naming the file, and `prepare` on a file
 with no usable image says so and exits 1."""
+
 import json
 
 import pytest
@@ -29,8 +30,10 @@ def one_line(call, *fragments):
     return message
 
 
-@pytest.mark.parametrize("filepath, filename", [("/etc", "passwd"), ("", "/etc/passwd"), ("..", "secret.jpg"),
-                                                ("images/../..", "x.jpg"), ("", "..")])
+@pytest.mark.parametrize(
+    "filepath, filename",
+    [("/etc", "passwd"), ("", "/etc/passwd"), ("..", "secret.jpg"), ("images/../..", "x.jpg"), ("", "..")],
+)
 def test_karpathy_paths_outside_the_images_folder_are_refused(tmp_path, filepath, filename):
     path = karpathy(tmp_path, filepath=filepath, filename=filename)
     one_line(lambda: load_karpathy(path), str(path), "images[0]", "outside the images folder")
@@ -53,14 +56,37 @@ def coco_file(tmp_path, images, annotations):
     return path
 
 
-@pytest.mark.parametrize("images, annotations, fragment", [
-    ([{"id": 1, "file_name": "../../x.jpg"}], [{"image_id": 1, "caption": "a dog", "id": 9}], "outside the images folder"),
-    ([{"id": "1", "file_name": "x.jpg"}], [{"image_id": 1, "caption": "a dog", "id": 9}], "images[0].id: expected an integer"),
-    ([{"id": 1.5, "file_name": "x.jpg"}], [{"image_id": 1, "caption": "a dog", "id": 9}], "images[0].id: expected an integer"),
-    ([{"id": 1, "file_name": ["x.jpg"]}], [{"image_id": 1, "caption": "a dog", "id": 9}], "images[0].file_name"),
-    ([{"id": 1, "file_name": "x.jpg"}], [{"image_id": "1", "caption": "a dog", "id": 9}], "annotations[0].image_id: expected an integer"),
-    ([{"id": 1, "file_name": "x.jpg"}], [{"image_id": 1, "caption": "a dog"}], "annotations[0]: expected an object with 'id'"),
-])
+@pytest.mark.parametrize(
+    "images, annotations, fragment",
+    [
+        (
+            [{"id": 1, "file_name": "../../x.jpg"}],
+            [{"image_id": 1, "caption": "a dog", "id": 9}],
+            "outside the images folder",
+        ),
+        (
+            [{"id": "1", "file_name": "x.jpg"}],
+            [{"image_id": 1, "caption": "a dog", "id": 9}],
+            "images[0].id: expected an integer",
+        ),
+        (
+            [{"id": 1.5, "file_name": "x.jpg"}],
+            [{"image_id": 1, "caption": "a dog", "id": 9}],
+            "images[0].id: expected an integer",
+        ),
+        ([{"id": 1, "file_name": ["x.jpg"]}], [{"image_id": 1, "caption": "a dog", "id": 9}], "images[0].file_name"),
+        (
+            [{"id": 1, "file_name": "x.jpg"}],
+            [{"image_id": "1", "caption": "a dog", "id": 9}],
+            "annotations[0].image_id: expected an integer",
+        ),
+        (
+            [{"id": 1, "file_name": "x.jpg"}],
+            [{"image_id": 1, "caption": "a dog"}],
+            "annotations[0]: expected an object with 'id'",
+        ),
+    ],
+)
 def test_coco_entries_of_the_wrong_type(tmp_path, images, annotations, fragment):
     path = coco_file(tmp_path, images, annotations)
     one_line(lambda: load_coco(path), str(path), fragment)
@@ -72,8 +98,13 @@ def test_coco_file_that_is_not_an_object(tmp_path):
     one_line(lambda: load_coco(path), str(path), "expected a JSON object")
 
 
-@pytest.mark.parametrize("content, fragment", [({"train": ["1"]}, "expected a list of cocoids"),
-                                               ({"images": [{"cocoid": "7", "split": "train"}]}, "cocoid: expected an integer")])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ({"train": ["1"]}, "expected a list of cocoids"),
+        ({"images": [{"cocoid": "7", "split": "train"}]}, "cocoid: expected an integer"),
+    ],
+)
 def test_coco_split_files_with_ids_that_are_not_integers(tmp_path, content, fragment):
     path = coco_file(tmp_path, [{"id": 1, "file_name": "x.jpg"}], [{"image_id": 1, "caption": "a dog", "id": 9}])
     split = tmp_path / "split.json"
@@ -96,7 +127,9 @@ def test_json_nested_without_end_is_one_line(tmp_path):
 
 def test_prepare_on_a_file_with_no_usable_image(tmp_path, capsys):
     path = tmp_path / "dataset.json"
-    path.write_text(json.dumps({"images": [{"filename": "/abs.jpg", "split": "train", "sentences": [{"raw": "a dog"}]}]}))
+    path.write_text(
+        json.dumps({"images": [{"filename": "/abs.jpg", "split": "train", "sentences": [{"raw": "a dog"}]}]})
+    )
     assert main(["prepare", "--annotations", str(path), "--images-root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "no usable images" in err and "Traceback" not in err

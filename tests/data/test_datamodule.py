@@ -32,8 +32,16 @@ def tiny_karpathy(tmp_path):
         name = f"{imgid}.{'jpg' if modes[imgid] in ('L', 'CMYK') else 'png'}"
         Image.new(modes[imgid], (20 + 5 * imgid, 16)).save(tmp_path / "images" / name)
         sentences = [{"tokens": c.split(), "raw": c.capitalize() + "."} for c in captions]
-        images.append({"filepath": "images", "filename": name, "imgid": imgid, "cocoid": 100 + imgid,
-                       "split": split, "sentences": sentences})
+        images.append(
+            {
+                "filepath": "images",
+                "filename": name,
+                "imgid": imgid,
+                "cocoid": 100 + imgid,
+                "split": split,
+                "sentences": sentences,
+            }
+        )
     path = tmp_path / "dataset_tiny.json"
     path.write_text(json.dumps({"images": images}))
     return path
@@ -52,8 +60,10 @@ def test_setup_builds_vocabulary_from_train_and_restval(tiny_karpathy):
     assert "green" in dm.vocab  # only in restval (twice)
     assert "small" not in dm.vocab and "that" not in dm.vocab  # once in train; only in val
     assert [r.image_id for r in dm.records("train")] == [100, 101, 102, 103]
-    assert dm.references("val") == {104: ["A red square.", "A square that is red.", "The red square."],
-                                    105: ["A blue circle.", "The blue circle."]}
+    assert dm.references("val") == {
+        104: ["A red square.", "A square that is red.", "The red square."],
+        105: ["A blue circle.", "The blue circle."],
+    }
 
 
 def test_setup_reads_no_image(tmp_path, tiny_karpathy):
@@ -74,7 +84,7 @@ def test_train_batches_pad_captions(tiny_karpathy):
         assert T == int(lengths.max()) and B <= 3 and batch["bad_images"] == []
         for row, n in zip(captions, lengths.tolist()):
             assert row[0] == dm.vocab.bos_id and row[n - 1] == dm.vocab.eos_id
-            assert (row[n:] == dm.vocab.pad_id).all() and (row[1:n - 1] > dm.vocab.eos_id).all()
+            assert (row[n:] == dm.vocab.pad_id).all() and (row[1 : n - 1] > dm.vocab.eos_id).all()
             seen.append(" ".join(dm.vocab.decode(row)))
         assert set(batch["image_ids"].tolist()) <= {100, 101, 102, 103}
     assert len(seen) == 8  # one sample per (image, caption) pair, restval included
@@ -161,8 +171,15 @@ def test_skip_inside_a_lightning_fit(tiny_karpathy):
     (tiny_karpathy.parent / "images" / "2.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
     dm = CaptionDataModule(str(tiny_karpathy), batch_size=2, image_size=8, min_word_freq=1, on_bad_image="skip")
     model = Tiny()
-    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer = L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(model, datamodule=dm)
     assert model.batches == 4 and dm.skipped_samples == 1
 
@@ -212,10 +229,14 @@ def test_cached_images_are_the_files_images_read_once(tiny_karpathy, monkeypatch
             assert torch.equal(a["images"], b["images"]) and torch.equal(a["captions"], b["captions"])
     pairs = len(train.dataset)  # 8 training captions of 4 images (train + restval)
     assert pairs == 8 and len(set(reads)) == 4
-    assert len(reads) == 3 * pairs + 4  # the uncached loader read an image per caption and epoch, the cached one each image once
+    assert (
+        len(reads) == 3 * pairs + 4
+    )  # the uncached loader read an image per caption and epoch, the cached one each image once
     val = cached.val_dataloader()
     first, again = next(iter(val)), next(iter(val))
-    assert torch.equal(first["images"], again["images"]) and torch.equal(first["images"], next(iter(plain.val_dataloader()))["images"])
+    assert torch.equal(first["images"], again["images"]) and torch.equal(
+        first["images"], next(iter(plain.val_dataloader()))["images"]
+    )
 
 
 def test_unreadable_images_are_not_cached(tiny_karpathy):

@@ -1,4 +1,5 @@
 """The feature cache: extraction, resuming, sharding, reading in loaders and training from it."""
+
 import json
 from pathlib import Path
 
@@ -31,7 +32,9 @@ def encoder():
 
 
 def extract(data, encoder, out, **kw):
-    return extract_features(load_records(data), encoder, str(data.parent), out, SIZE, batch_size=4, progress=False, **kw)
+    return extract_features(
+        load_records(data), encoder, str(data.parent), out, SIZE, batch_size=4, progress=False, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +50,7 @@ def test_cache_holds_float16_grids_of_every_image(data, encoder, full_cache):
     assert cache.grid_shape == (4, 2048) and len(cache) == 16
     record = load_records(data)[5]
     from captioning.data.images import load_image, to_tensor
+
     with torch.no_grad():
         expected = encoder(to_tensor(load_image(data.parent / record.path), SIZE)[None])[0]
     got = cache[record.image_id]
@@ -67,6 +71,7 @@ def test_interrupted_extraction_resumes_and_never_reads_half_written_rows(data, 
         cache[missing[0]]
     # a row whose data reached the file but whose done flag did not (killed in between): still refused
     import numpy as np
+
     part = str(next(tmp_path.glob("*.index.json")))[: -len(".index.json")]
     rows = json.loads(Path(part + ".index.json").read_text())["image_ids"]
     grids = np.memmap(part + ".f16", dtype=np.float16, mode="r+", shape=(len(rows), *cache.grid_shape))
@@ -104,11 +109,17 @@ def test_shards_merge(data, encoder, full_cache, tmp_path):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_datamodule_reads_features(data, full_cache, workers):
-    dm = CaptionDataModule(str(data), features=str(full_cache), image_size=SIZE, batch_size=4, num_workers=workers, min_word_freq=1)
+    dm = CaptionDataModule(
+        str(data), features=str(full_cache), image_size=SIZE, batch_size=4, num_workers=workers, min_word_freq=1
+    )
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
-    assert "images" not in batch and batch["features"].shape == (4, 4, 2048) and batch["features"].dtype == torch.float16
-    grouped = CaptionDataModule(str(data), features=str(full_cache), image_size=SIZE, batch_size=2, min_word_freq=1, group_captions=True)
+    assert (
+        "images" not in batch and batch["features"].shape == (4, 4, 2048) and batch["features"].dtype == torch.float16
+    )
+    grouped = CaptionDataModule(
+        str(data), features=str(full_cache), image_size=SIZE, batch_size=2, min_word_freq=1, group_captions=True
+    )
     b = next(iter(grouped.train_dataloader()))  # 2 images with all 3 captions each: features once per image
     assert b["features"].shape == (2, 4, 2048) and b["captions"].size(0) == 6
     assert b["image_index"].tolist() == [0, 0, 0, 1, 1, 1]
@@ -130,6 +141,7 @@ def test_cache_memory_is_lazy(full_cache):
     assert cache._maps is None
     cache[cache.ids[0]]
     import pickle
+
     clone = pickle.loads(pickle.dumps(cache))  # what a DataLoader worker gets: no open memmaps
     assert clone._maps is None and torch.equal(clone[cache.ids[0]], cache[cache.ids[0]])
 
@@ -145,22 +157,74 @@ def write_config(path: Path, data: Path) -> Path:
 def test_cli_extract_then_train_from_features(data, tmp_path, capsys):
     config = write_config(tmp_path / "cfg.yaml", data)
     out = tmp_path / "feats"
-    assert main(["extract-features", "--config", str(config), "--out", str(out), "--batch-size", "8",
-                 "--num-workers", "0"]) == 0
+    assert (
+        main(
+            ["extract-features", "--config", str(config), "--out", str(out), "--batch-size", "8", "--num-workers", "0"]
+        )
+        == 0
+    )
     assert "16 of 16 images done" in capsys.readouterr().out
     assert json.loads((out / "part-000-of-001.index.json").read_text())["meta"]["encoder"] == "resnet50"
-    cli = run_lightning_cli([
-        "fit", "--config", str(config), "--data.features", str(out), "--data.batch_size", "4",
-        "--data.num_workers", "0", "--data.min_word_freq", "1", "--trainer.default_root_dir", str(tmp_path / "run"),
-        "--trainer.max_epochs", "1", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
-        "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "32",
-        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--model.val_generation.max_new_tokens", "5", "--model.test_generation.max_new_tokens", "5",
-    ])
+    cli = run_lightning_cli(
+        [
+            "fit",
+            "--config",
+            str(config),
+            "--data.features",
+            str(out),
+            "--data.batch_size",
+            "4",
+            "--data.num_workers",
+            "0",
+            "--data.min_word_freq",
+            "1",
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.max_steps",
+            "2",
+            "--trainer.limit_val_batches",
+            "1",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            "1",
+            "--trainer.precision",
+            "32",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.logger",
+            "false",
+            "--model.val_generation.max_new_tokens",
+            "5",
+            "--model.test_generation.max_new_tokens",
+            "5",
+        ]
+    )
     assert cli.trainer.global_step == 2
     # a model whose encoder did not write the cache: one line naming the setting, before any step
-    args = ["fit", "--config", str(config), "--data.features", str(out), "--data.num_workers", "0", "--data.min_word_freq", "1",
-            "--trainer.default_root_dir", str(tmp_path / "run2"), "--trainer.max_steps", "1", "--trainer.logger", "false",
-            "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu"]
+    args = [
+        "fit",
+        "--config",
+        str(config),
+        "--data.features",
+        str(out),
+        "--data.num_workers",
+        "0",
+        "--data.min_word_freq",
+        "1",
+        "--trainer.default_root_dir",
+        str(tmp_path / "run2"),
+        "--trainer.max_steps",
+        "1",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.accelerator",
+        "cpu",
+    ]
     with pytest.raises(ConfigError, match="features extracted with grid_size 2, this run has 3"):
         run_lightning_cli(args + ["--model.encoder.grid_size", "3"])
     with pytest.raises(ConfigError, match="features extracted with encoder 'resnet50', this run has 'resnet101'"):

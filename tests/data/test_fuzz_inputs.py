@@ -2,6 +2,7 @@
 
 Whatever comes in, the only exceptions that come out are the project's own (one-line, user-facing).
 """
+
 import io
 
 from hypothesis import HealthCheck, given, settings
@@ -16,8 +17,19 @@ from captioning.vocab import Vocabulary
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # Headers of real formats, so that random tails exercise the decoders, not only "unidentified".
-HEADERS = [b"", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff\xe0", b"GIF89a", b"II*\x00", b"MM\x00*", b"RIFF\x00\x00\x00\x00WEBP",
-           b"BM", b"P6\n4 4\n255\n", b"<svg", b"\x00\x00\x01\x00"]
+HEADERS = [
+    b"",
+    b"\x89PNG\r\n\x1a\n",
+    b"\xff\xd8\xff\xe0",
+    b"GIF89a",
+    b"II*\x00",
+    b"MM\x00*",
+    b"RIFF\x00\x00\x00\x00WEBP",
+    b"BM",
+    b"P6\n4 4\n255\n",
+    b"<svg",
+    b"\x00\x00\x01\x00",
+]
 
 
 @FAST
@@ -56,8 +68,13 @@ def test_random_images_in_every_mode_and_format_load_as_rgb(tmp_path, pair, w, h
     mode, fmt = pair
     rng = np.random.default_rng(seed)
     rgba = Image.fromarray(rng.integers(0, 256, (h, w, 4), dtype=np.uint8), "RGBA")
-    img = rgba.convert(mode) if mode not in ("I;16", "I", "F") else Image.fromarray(
-        rng.integers(0, 65536, (h, w)).astype({"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]))
+    img = (
+        rgba.convert(mode)
+        if mode not in ("I;16", "I", "F")
+        else Image.fromarray(
+            rng.integers(0, 65536, (h, w)).astype({"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode])
+        )
+    )
     if mode == "I;16":
         img = img.convert("I;16") if img.mode != "I;16" else img
     path = tmp_path / f"x.{fmt.lower()}"

@@ -2,6 +2,7 @@
 result or one line of the project's own errors (naming the file), never a foreign exception; and
 what it gives, later steps can use (ids a 64-bit tensor holds, text UTF-8 can store, objects that
 scoring reads). Values include integers past 64 bits, lone surrogates and lists of mixed types."""
+
 import io
 import json
 import tarfile
@@ -24,17 +25,60 @@ from captioning.vocab import Vocabulary
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 EDGES = st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**30, "\ud800", "a\udfffb", "\u00b2"])
-SCALARS = (st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.integers() | st.floats(allow_nan=False)
-           | st.text(max_size=12) | EDGES)
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=25)
-KEYS = ["images", "annotations", "sentences", "filename", "filepath", "split", "cocoid", "imgid", "raw", "tokens", "id",
-        "image_id", "caption", "file_name", "image_ids", "grid", "encoder", "decoder", "image_size", "generation", "train",
-        "captions", "objects", "words", "size", "color", "shape", "bbox", "width", "height", "image"]
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12)
+    | EDGES
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=25,
+)
+KEYS = [
+    "images",
+    "annotations",
+    "sentences",
+    "filename",
+    "filepath",
+    "split",
+    "cocoid",
+    "imgid",
+    "raw",
+    "tokens",
+    "id",
+    "image_id",
+    "caption",
+    "file_name",
+    "image_ids",
+    "grid",
+    "encoder",
+    "decoder",
+    "image_size",
+    "generation",
+    "train",
+    "captions",
+    "objects",
+    "words",
+    "size",
+    "color",
+    "shape",
+    "bbox",
+    "width",
+    "height",
+    "image",
+]
 # values shaped like the real files, with any field of any type
-NEAR = st.recursive(SCALARS | st.sampled_from(["train", "val", "test", "restval", "a.jpg", "x/../y.jpg"]),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=6),
-                    max_leaves=30)
+NEAR = st.recursive(
+    SCALARS | st.sampled_from(["train", "val", "test", "restval", "a.jpg", "x/../y.jpg"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=6),
+    max_leaves=30,
+)
+
 
 # files of the readers' own shapes: each leaf mostly a value the reader takes, else any value (so
 # that a file reads far enough for its records to reach the later steps)
@@ -50,24 +94,55 @@ ID = mostly(st.integers(0, 50))
 SPLIT = mostly(st.sampled_from(["train", "val", "test", "restval"]))
 FILE = mostly(st.from_regex(r"[a-c]{1,3}\.jpg", fullmatch=True))
 SIZE = mostly(st.integers(1, 64))
-OBJECT = mostly(st.fixed_dictionaries({"size": WORD, "color": WORD, "shape": WORD},
-                                      optional={"bbox": mostly(st.lists(mostly(st.integers(0, 9)), min_size=4, max_size=4))}),
-                st.fixed_dictionaries({}, optional={"words": st.lists(WORD, max_size=3) | SCALARS, "size": WORD,
-                                                    "bbox": st.lists(SCALARS, max_size=5)}) | SCALARS)
+OBJECT = mostly(
+    st.fixed_dictionaries(
+        {"size": WORD, "color": WORD, "shape": WORD},
+        optional={"bbox": mostly(st.lists(mostly(st.integers(0, 9)), min_size=4, max_size=4))},
+    ),
+    st.fixed_dictionaries(
+        {},
+        optional={"words": st.lists(WORD, max_size=3) | SCALARS, "size": WORD, "bbox": st.lists(SCALARS, max_size=5)},
+    )
+    | SCALARS,
+)
 OBJECTS = mostly(st.lists(OBJECT, max_size=3))
 TOKENS = mostly(st.lists(WORD, min_size=1, max_size=3))
 SENTENCE = st.fixed_dictionaries({"raw": TEXT}, optional={"tokens": TOKENS})
-KARPATHY = st.fixed_dictionaries({"images": st.lists(st.fixed_dictionaries(
-    {"filename": FILE, "split": SPLIT, "sentences": st.lists(SENTENCE, min_size=1, max_size=3)},
-    optional={"cocoid": ID, "imgid": ID, "objects": OBJECTS, "width": SIZE, "height": SIZE}), min_size=1, max_size=3)})
-COCO = st.fixed_dictionaries({
-    "images": st.lists(st.fixed_dictionaries({"id": ID, "file_name": FILE}, optional={"width": SIZE, "height": SIZE}),
-                       min_size=1, max_size=3),
-    "annotations": st.lists(st.fixed_dictionaries({"id": ID, "image_id": ID, "caption": TEXT}), max_size=3)})
-SAMPLE = st.fixed_dictionaries({"captions": mostly(st.lists(TEXT, min_size=1, max_size=2))}, optional={
-    "tokens": mostly(st.lists(TOKENS, min_size=1, max_size=1)), "image_id": ID, "split": SPLIT, "objects": OBJECTS,
-    "width": SIZE, "height": SIZE})
+KARPATHY = st.fixed_dictionaries(
+    {
+        "images": st.lists(
+            st.fixed_dictionaries(
+                {"filename": FILE, "split": SPLIT, "sentences": st.lists(SENTENCE, min_size=1, max_size=3)},
+                optional={"cocoid": ID, "imgid": ID, "objects": OBJECTS, "width": SIZE, "height": SIZE},
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    }
+)
+COCO = st.fixed_dictionaries(
+    {
+        "images": st.lists(
+            st.fixed_dictionaries({"id": ID, "file_name": FILE}, optional={"width": SIZE, "height": SIZE}),
+            min_size=1,
+            max_size=3,
+        ),
+        "annotations": st.lists(st.fixed_dictionaries({"id": ID, "image_id": ID, "caption": TEXT}), max_size=3),
+    }
+)
+SAMPLE = st.fixed_dictionaries(
+    {"captions": mostly(st.lists(TEXT, min_size=1, max_size=2))},
+    optional={
+        "tokens": mostly(st.lists(TOKENS, min_size=1, max_size=1)),
+        "image_id": ID,
+        "split": SPLIT,
+        "objects": OBJECTS,
+        "width": SIZE,
+        "height": SIZE,
+    },
+)
 ROW = st.fixed_dictionaries({"image": FILE, "caption": TEXT}, optional={"split": SPLIT})
+
 
 def total(call, path):
     try:

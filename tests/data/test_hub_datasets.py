@@ -1,6 +1,7 @@
 """Hub datasets (the ``datasets`` library) as annotations: the shapes data saved with save_to_disk in
 the layouts of yerevann/coco-karpathy, nlphuji/flickr30k and jxie/flickr8k, read, trained on and
 evaluated; problems listed by `prepare`; a Hub name that is not cached, offline. Nothing is downloaded."""
+
 import json
 import os
 import subprocess
@@ -39,10 +40,16 @@ def coco_karpathy(tiny_shapes, out: Path) -> Path:
     parts = {}
     for split, hub in HUB_SPLITS.items():
         rows = [img for s, img in shapes_rows(tiny_shapes) if s == split]
-        parts[hub] = datasets.Dataset.from_dict({
-            "filepath": [r["filepath"] for r in rows], "filename": [r["filename"] for r in rows],
-            "sentences": [[s["raw"] for s in r["sentences"]] for r in rows], "split": [split] * len(rows),
-            "cocoid": [r["imgid"] for r in rows], "url": [f"http://images.example/{r['filename']}" for r in rows]})
+        parts[hub] = datasets.Dataset.from_dict(
+            {
+                "filepath": [r["filepath"] for r in rows],
+                "filename": [r["filename"] for r in rows],
+                "sentences": [[s["raw"] for s in r["sentences"]] for r in rows],
+                "split": [split] * len(rows),
+                "cocoid": [r["imgid"] for r in rows],
+                "url": [f"http://images.example/{r['filename']}" for r in rows],
+            }
+        )
     datasets.DatasetDict(parts).save_to_disk(str(out))
     return out
 
@@ -50,12 +57,22 @@ def coco_karpathy(tiny_shapes, out: Path) -> Path:
 def flickr30k(tiny_shapes, out: Path) -> Path:
     """nlphuji/flickr30k: one Hub split ("test") holding everything, the Karpathy split in a column."""
     rows = shapes_rows(tiny_shapes)
-    features = datasets.Features({"image": datasets.Image(), "caption": datasets.Sequence(datasets.Value("string")),
-                                  "split": datasets.Value("string"), "img_id": datasets.Value("string"),
-                                  "filename": datasets.Value("string")})
-    table = {"image": [{"bytes": image_bytes(tiny_shapes, r), "path": None} for _, r in rows],
-             "caption": [[s["raw"] for s in r["sentences"]] for _, r in rows], "split": [s for s, _ in rows],
-             "img_id": [str(r["imgid"]) for _, r in rows], "filename": [r["filename"] for _, r in rows]}
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "caption": datasets.Sequence(datasets.Value("string")),
+            "split": datasets.Value("string"),
+            "img_id": datasets.Value("string"),
+            "filename": datasets.Value("string"),
+        }
+    )
+    table = {
+        "image": [{"bytes": image_bytes(tiny_shapes, r), "path": None} for _, r in rows],
+        "caption": [[s["raw"] for s in r["sentences"]] for _, r in rows],
+        "split": [s for s, _ in rows],
+        "img_id": [str(r["imgid"]) for _, r in rows],
+        "filename": [r["filename"] for _, r in rows],
+    }
     datasets.DatasetDict({"test": datasets.Dataset.from_dict(table, features=features)}).save_to_disk(str(out))
     return out
 
@@ -68,7 +85,9 @@ def flickr8k(tiny_shapes, out: Path) -> Path:
         table = {"image": [{"bytes": image_bytes(tiny_shapes, r), "path": None} for r in rows]}
         for k in range(5):
             table[f"caption_{k}"] = [r["sentences"][k % len(r["sentences"])]["raw"] for r in rows]
-        features = datasets.Features({"image": datasets.Image(), **{f"caption_{k}": datasets.Value("string") for k in range(5)}})
+        features = datasets.Features(
+            {"image": datasets.Image(), **{f"caption_{k}": datasets.Value("string") for k in range(5)}}
+        )
         parts[hub] = datasets.Dataset.from_dict(table, features=features)
     datasets.DatasetDict(parts).save_to_disk(str(out))
     return out
@@ -111,8 +130,27 @@ def test_fit_and_evaluate(saved, tmp_path):
     checkpoint = cli.trainer.checkpoint_callback.last_model_path
     results = tmp_path / "results.json"
     more = ["--images-root", images_root] if images_root else []
-    assert main(["evaluate", "--checkpoint", checkpoint, "--annotations", str(folder), "--split", "test", "--num-beams", "1",
-                 "--max-new-tokens", "6", "--results", str(results), *more]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                checkpoint,
+                "--annotations",
+                str(folder),
+                "--split",
+                "test",
+                "--num-beams",
+                "1",
+                "--max-new-tokens",
+                "6",
+                "--results",
+                str(results),
+                *more,
+            ]
+        )
+        == 0
+    )
     assert len(json.loads(results.read_text())) == 8
 
 
@@ -125,10 +163,14 @@ def test_images_outside_the_dataset_need_the_images_root(tiny_shapes, tmp_path):
 
 def test_column_mapping_for_another_layout(tiny_shapes, tmp_path):
     rows = shapes_rows(tiny_shapes)
-    datasets.Dataset.from_dict({
-        "picture": [image_bytes(tiny_shapes, r) for _, r in rows], "text": [r["sentences"][0]["raw"] for _, r in rows],
-        "fold": [{"val": "validation"}.get(s, s) for s, _ in rows], "key": [r["imgid"] for _, r in rows],
-    }).save_to_disk(str(tmp_path / "pets"))
+    datasets.Dataset.from_dict(
+        {
+            "picture": [image_bytes(tiny_shapes, r) for _, r in rows],
+            "text": [r["sentences"][0]["raw"] for _, r in rows],
+            "fold": [{"val": "validation"}.get(s, s) for s, _ in rows],
+            "key": [r["imgid"] for _, r in rows],
+        }
+    ).save_to_disk(str(tmp_path / "pets"))
     with pytest.raises(AnnotationError) as err:
         load_records(str(tmp_path / "pets"))
     assert "unknown dataset layout" in str(err.value) and "?image=COLUMN" in str(err.value)
@@ -139,15 +181,22 @@ def test_column_mapping_for_another_layout(tiny_shapes, tmp_path):
 
 def test_prepare_lists_every_problem(tiny_shapes, tmp_path, capsys):
     rows = shapes_rows(tiny_shapes)[:6]
-    features = datasets.Features({"image": datasets.Image(), "caption": datasets.Sequence(datasets.Value("string")),
-                                  "split": datasets.Value("string")})
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "caption": datasets.Sequence(datasets.Value("string")),
+            "split": datasets.Value("string"),
+        }
+    )
     images = [{"bytes": image_bytes(tiny_shapes, r), "path": None} for _, r in rows]
     images[1] = {"bytes": b"%!PS-Adobe-3.0 EPSF-3.0\n", "path": None}  # refused format
     captions = [[s["raw"] for s in r["sentences"]] for _, r in rows]
     captions[2] = ["", "  "]  # no usable caption
     splits = [s for s, _ in rows]
     splits[3] = "holdout"  # unknown split
-    datasets.Dataset.from_dict({"image": images, "caption": captions, "split": splits}, features=features).save_to_disk(str(tmp_path / "bad"))
+    datasets.Dataset.from_dict({"image": images, "caption": captions, "split": splits}, features=features).save_to_disk(
+        str(tmp_path / "bad")
+    )
     assert main(["prepare", "--annotations", str(tmp_path / "bad")]) == 1
     err = capsys.readouterr().err
     assert "row 1: image: not an image of an accepted format" in err
@@ -157,8 +206,13 @@ def test_prepare_lists_every_problem(tiny_shapes, tmp_path, capsys):
 
 def test_hub_name_offline_and_not_cached_is_one_line(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
-    proc = subprocess.run([sys.executable, "-m", "captioning.cli", "prepare", "--annotations", "hf://nobody/no-such-captions@main"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "captioning.cli", "prepare", "--annotations", "hf://nobody/no-such-captions@main"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 1
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "could not load the dataset nobody/no-such-captions" in lines[0], proc.stderr
@@ -177,6 +231,20 @@ def test_extract_features_from_a_saved_dataset(tiny_shapes, tmp_path, capsys):
     cfg["data"].pop("images_root", None)
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "feats"
-    assert main(["extract-features", "--config", str(tmp_path / "cfg.yaml"), "--out", str(out), "--batch-size", "8",
-                 "--num-workers", "0"]) == 0
+    assert (
+        main(
+            [
+                "extract-features",
+                "--config",
+                str(tmp_path / "cfg.yaml"),
+                "--out",
+                str(out),
+                "--batch-size",
+                "8",
+                "--num-workers",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert "56 of 56 images done" in capsys.readouterr().out

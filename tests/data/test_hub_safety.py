@@ -3,6 +3,7 @@ library is told never to run a loading script (and a release that would run it a
 ``hf://`` name is only ever a Hub name, and an image value that holds a path instead of bytes is
 read only from inside a save_to_disk folder. Row values no later step can use are one line at
 reading. Nothing is downloaded: ``datasets.load_dataset`` is replaced by a fake."""
+
 import io
 
 import pytest
@@ -76,7 +77,9 @@ def test_a_datasets_release_that_runs_scripts_anyway_is_refused(hub, monkeypatch
     assert hub.calls == []
 
 
-@pytest.mark.parametrize("name", ["..", "../x", "./x", "a/..", "a/../b", ".hidden", "a/.b", "a/b/c", "-x", "a.", "", "/abs"])
+@pytest.mark.parametrize(
+    "name", ["..", "../x", "./x", "a/..", "a/../b", ".hidden", "a/.b", "a/b/c", "-x", "a.", "", "/abs"]
+)
 def test_names_that_are_no_hub_names(hub, name):
     assert "expected hf://owner/name[@revision]" in one_line(lambda: load_records(f"hf://{name}"))
     assert hub.calls == []
@@ -120,19 +123,28 @@ def test_a_saved_folder_may_hold_paths_inside_itself_only(tmp_path):
     inside.write_bytes(png())
     outside = tmp_path / "elsewhere.png"
     outside.write_bytes(png((1, 2, 3)))
-    rows = [{"bytes": None, "path": str(inside)}, {"bytes": None, "path": "images/a.png"},
-            {"bytes": None, "path": str(outside)}, {"bytes": None, "path": "../elsewhere.png"}]
-    image_rows(rows, plain=True, split=["train"] * 4).save_to_disk(str(folder))  # (an Image feature would be saved with its bytes)
+    rows = [
+        {"bytes": None, "path": str(inside)},
+        {"bytes": None, "path": "images/a.png"},
+        {"bytes": None, "path": str(outside)},
+        {"bytes": None, "path": "../elsewhere.png"},
+    ]
+    image_rows(rows, plain=True, split=["train"] * 4).save_to_disk(
+        str(folder)
+    )  # (an Image feature would be saved with its bytes)
     problems = []
     records = load_hub(str(folder), problems=problems)
     assert len(records) == 2, problems
     assert len(problems) == 2 and all("is outside the dataset's folder" in p for p in problems), problems
 
 
-@pytest.mark.parametrize("column, value, expected", [
-    ("img_id", "99999999999999999999", "img_id: 99999999999999999999 is outside the 64-bit"),
-    ("img_id", "9" * 5000, "is outside the 64-bit"),
-])
+@pytest.mark.parametrize(
+    "column, value, expected",
+    [
+        ("img_id", "99999999999999999999", "img_id: 99999999999999999999 is outside the 64-bit"),
+        ("img_id", "9" * 5000, "is outside the 64-bit"),
+    ],
+)
 def test_ids_that_no_64_bit_tensor_holds(monkeypatch, column, value, expected):
     parts = {"train": image_rows([{"bytes": png(), "path": None}] * 2, **{column: ["3", value]})}
     monkeypatch.setattr(datasets, "load_dataset", FakeHub(parts))
@@ -146,8 +158,12 @@ def test_ids_of_other_digits_fall_back_to_the_row(monkeypatch):
 
 
 def test_token_lists_of_other_values(monkeypatch, tmp_path):
-    rows = datasets.Dataset.from_dict({
-        "filename": ["a.jpg", "b.jpg"], "split": ["train", "train"],
-        "sentences": [[{"raw": None, "tokens": [1, 2]}], [{"raw": None, "tokens": [3]}]]})
+    rows = datasets.Dataset.from_dict(
+        {
+            "filename": ["a.jpg", "b.jpg"],
+            "split": ["train", "train"],
+            "sentences": [[{"raw": None, "tokens": [1, 2]}], [{"raw": None, "tokens": [3]}]],
+        }
+    )
     monkeypatch.setattr(datasets, "load_dataset", FakeHub({"train": rows}))
     assert "sentences: tokens: expected a list of strings" in one_line(lambda: load_hub("hf://someone/karpathy"))

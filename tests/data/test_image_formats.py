@@ -1,6 +1,7 @@
 """What every image route opens, and what one image can cost: the accepted formats only (never a
 format that calls out to another program), any decoder failure as a one-line ImageError of that
 file, and 16-bit / floating-point images converted in bounded memory."""
+
 import subprocess
 import tracemalloc
 
@@ -11,8 +12,7 @@ from PIL import Image
 from captioning.data.images import IMAGE_FORMATS, load_image
 from captioning.errors import ImageError
 
-EPS = (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n"
-       b"newpath 0 0 moveto 8 8 lineto stroke showpage\n%%EOF\n")
+EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\nnewpath 0 0 moveto 8 8 lineto stroke showpage\n%%EOF\n"
 
 
 def test_postscript_is_refused_without_running_anything(tmp_path, monkeypatch):
@@ -80,6 +80,9 @@ def test_high_bit_depth_images_convert_in_bounded_memory(tmp_path, mode):
     # alone would be 8 bytes a pixel more (the conversion used to peak at 24 bytes a pixel).
     stored = 2 if mode == "I;16" else 4
     assert peak < (stored + 2.5) * side * side, f"{peak / side / side:.1f} bytes a pixel"
-    expected = {"I;16": lambda v: (v + 128) // 257, "I": lambda v: np.rint(np.clip(v, 0, 65535) / 257.0),
-                "F": lambda v: np.rint(v.astype(np.float32).astype(np.float64) * 255.0)}[mode](values)
+    expected = {
+        "I;16": lambda v: (v + 128) // 257,
+        "I": lambda v: np.rint(np.clip(v, 0, 65535) / 257.0),
+        "F": lambda v: np.rint(v.astype(np.float32).astype(np.float64) * 255.0),
+    }[mode](values)
     np.testing.assert_array_equal(np.asarray(out)[..., 0], np.clip(expected, 0, 255).astype(np.uint8))

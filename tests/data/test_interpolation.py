@@ -1,5 +1,6 @@
 """The resize's interpolation: the model's own (bicubic for a timm ViT), recorded in its checkpoint and
 model folder and used by every image route; bilinear for models that record none."""
+
 import json
 from pathlib import Path
 
@@ -34,8 +35,15 @@ def test_filters_by_name_and_bilinear_by_default(tiny_shapes):
     assert "\n" not in str(err.value) and "unknown interpolation 'cubic'" in str(err.value)
 
 
-@pytest.mark.parametrize("name,expected", [("timm:vit_tiny_patch16_224", "bicubic"), ("timm:resnet18", "bicubic"),
-                                           ("open_clip:ViT-B-32", "bicubic"), ("small_cnn", "bilinear")])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("timm:vit_tiny_patch16_224", "bicubic"),
+        ("timm:resnet18", "bicubic"),
+        ("open_clip:ViT-B-32", "bicubic"),
+        ("small_cnn", "bilinear"),
+    ],
+)
 def test_a_spec_knows_the_encoders_interpolation_without_building_it(name, expected):
     from captioning.models.encoders import EncoderConfig, build_encoder
     from captioning.models.spec import ModelSpec
@@ -46,7 +54,10 @@ def test_a_spec_knows_the_encoders_interpolation_without_building_it(name, expec
     spec = ModelSpec(config, image_size=SIZE)
     assert spec.interpolation == expected == build_encoder(config).preprocessing["interpolation"]
     assert ModelSpec.from_dict(spec.to_dict()) == spec
-    assert ModelSpec.from_dict({k: v for k, v in spec.to_dict().items() if k != "interpolation"}).interpolation == "bilinear"
+    assert (
+        ModelSpec.from_dict({k: v for k, v in spec.to_dict().items() if k != "interpolation"}).interpolation
+        == "bilinear"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +67,22 @@ def vit(tiny_shapes, tmp_path_factory):
     from captioning.training.cli import run_lightning_cli
 
     root = tmp_path_factory.mktemp("fit_vit")
-    cli = run_lightning_cli(fit_args(tiny_shapes, root, extra=[
-        "--model.encoder.name", "timm:vit_tiny_patch16_224", "--model.encoder.pretrained", "false",
-        "--data.image_size", str(SIZE), "--data.batch_size", "4"]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            root,
+            extra=[
+                "--model.encoder.name",
+                "timm:vit_tiny_patch16_224",
+                "--model.encoder.pretrained",
+                "false",
+                "--data.image_size",
+                str(SIZE),
+                "--data.batch_size",
+                "4",
+            ],
+        )
+    )
     return cli, Path(cli.trainer.checkpoint_callback.last_model_path)
 
 
@@ -113,11 +137,31 @@ def test_evaluate_and_the_web_service_resize_with_the_models_interpolation(vit, 
             seen.append(self.interpolation)
 
     monkeypatch.setattr(captions, "CaptionData", Data)  # (captioning evaluate imports it when it runs)
-    assert main(["evaluate", "--checkpoint", str(checkpoint), "--annotations", str(tiny_shapes), "--split", "test",
-                 "--num-beams", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "m.json")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(checkpoint),
+                "--annotations",
+                str(tiny_shapes),
+                "--split",
+                "test",
+                "--num-beams",
+                "1",
+                "--max-new-tokens",
+                "4",
+                "--out",
+                str(tmp_path / "m.json"),
+            ]
+        )
+        == 0
+    )
     assert seen == ["bicubic"]
     model_input, _, _ = prepare(str(picture(tiny_shapes)), [(SIZE, "bicubic")])
-    assert np.array_equal(np.asarray(model_input).transpose(2, 0, 1), to_pixels(load_image(picture(tiny_shapes)), SIZE, "bicubic"))
+    assert np.array_equal(
+        np.asarray(model_input).transpose(2, 0, 1), to_pixels(load_image(picture(tiny_shapes)), SIZE, "bicubic")
+    )
 
 
 def test_files_that_record_no_interpolation_are_bilinear(vit, tiny_checkpoint, tmp_path):
@@ -146,18 +190,50 @@ def test_extract_features_from_shards_feeds_training(tiny_shapes, tmp_path, caps
     from captioning.training.cli import run_lightning_cli
 
     shards = tmp_path / "shards"
-    assert main(["prepare", "--annotations", str(tiny_shapes), "--min-word-freq", "1",
-                 "--to-webdataset", str(shards), "--shard-size", "16"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "--annotations",
+                str(tiny_shapes),
+                "--min-word-freq",
+                "1",
+                "--to-webdataset",
+                str(shards),
+                "--shard-size",
+                "16",
+            ]
+        )
+        == 0
+    )
     cfg = yaml.safe_load((ROOT / "configs" / "shapes_soft.yaml").read_text())
     cfg["model"]["encoder"] = {"name": "timm:resnet18", "pretrained": False}
     cfg["data"].update(annotations=str(shards), image_size=32, num_workers=0)
     config = tmp_path / "cfg.yaml"
     config.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "feats"
-    assert main(["extract-features", "--config", str(config), "--out", str(out), "--batch-size", "16", "--num-workers", "0"]) == 0
+    assert (
+        main(
+            ["extract-features", "--config", str(config), "--out", str(out), "--batch-size", "16", "--num-workers", "0"]
+        )
+        == 0
+    )
     assert "56 of 56 images done" in capsys.readouterr().out
     assert json.loads((out / "part-000-of-001.index.json").read_text())["meta"]["interpolation"] == "bicubic"
-    cli = run_lightning_cli(fit_args(shards, tmp_path / "run", extra=[
-        "--model.encoder.name", "timm:resnet18", "--model.encoder.pretrained", "false",
-        "--data.image_size", "32", "--data.features", str(out)]))
+    cli = run_lightning_cli(
+        fit_args(
+            shards,
+            tmp_path / "run",
+            extra=[
+                "--model.encoder.name",
+                "timm:resnet18",
+                "--model.encoder.pretrained",
+                "false",
+                "--data.image_size",
+                "32",
+                "--data.features",
+                str(out),
+            ],
+        )
+    )
     assert cli.trainer.global_step == 2

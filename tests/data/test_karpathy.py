@@ -11,8 +11,14 @@ CIRCLE = {"size": "small", "color": "red", "shape": "circle", "bbox": [1, 2, 10,
 
 def karpathy_image(imgid, split="train", filepath="imgs", sentences=None, **extra):
     sentences = sentences if sentences is not None else [{"tokens": ["a", "dog"], "raw": "A dog."}]
-    return {"filepath": filepath, "filename": f"{imgid}.jpg", "imgid": imgid, "split": split,
-            "sentences": sentences, **extra}
+    return {
+        "filepath": filepath,
+        "filename": f"{imgid}.jpg",
+        "imgid": imgid,
+        "split": split,
+        "sentences": sentences,
+        **extra,
+    }
 
 
 def write_karpathy(tmp_path, images, name="ann.json"):
@@ -26,15 +32,22 @@ def annotation_error(path, **kwargs):
         load_karpathy(path, **kwargs)
     message = str(info.value)
     assert message.startswith(f"{path}: ") and "\n" not in message
-    return message[len(str(path)) + 2:]
+    return message[len(str(path)) + 2 :]
 
 
 def test_loads_records(tmp_path):
     images = [
-        karpathy_image(0, cocoid=391895, width=640, height=480,
-                       sentences=[{"tokens": ["A", "Man", "riding"], "raw": "A man riding."},
-                                  {"raw": "Un homme à vélo, près du café."},
-                                  {"tokens": [], "raw": "   "}]),
+        karpathy_image(
+            0,
+            cocoid=391895,
+            width=640,
+            height=480,
+            sentences=[
+                {"tokens": ["A", "Man", "riding"], "raw": "A man riding."},
+                {"raw": "Un homme à vélo, près du café."},
+                {"tokens": [], "raw": "   "},
+            ],
+        ),
         karpathy_image(1, split="val", filepath="", objects=[CIRCLE]),
         karpathy_image(2, split="restval"),
         karpathy_image(3, split="test", sentences=[{"tokens": ["two", "cats"]}]),
@@ -59,7 +72,9 @@ def test_file_level_errors(tmp_path):
     assert annotation_error(tmp_path / "none.json") == "no such file"
     assert "directory" in annotation_error(tmp_path)
     (tmp_path / "bad.json").write_text('{"images": [\n  {"filename": "a.jpg",,}\n]}')
-    assert annotation_error(tmp_path / "bad.json").startswith("malformed JSON at line 2, column 24: Expecting property name")
+    assert annotation_error(tmp_path / "bad.json").startswith(
+        "malformed JSON at line 2, column 24: Expecting property name"
+    )
     (tmp_path / "list.json").write_text("[]")
     assert "missing top-level field 'images'" in annotation_error(tmp_path / "list.json")
     (tmp_path / "noimages.json").write_text('{"annotations": []}')
@@ -80,9 +95,11 @@ def test_field_errors(tmp_path):
         return annotation_error(write_karpathy(tmp_path, [karpathy_image(0), image]))
 
     assert error_for(karpathy_image(1, sentences=[{"tokens": ["a"]}, {"sentid": 4}])) == (
-        "images[1].sentences[1]: missing field 'tokens' or 'raw'")
+        "images[1].sentences[1]: missing field 'tokens' or 'raw'"
+    )
     assert error_for(karpathy_image(1, split="dev")) == (
-        "images[1].split: unknown split 'dev' (expected one of train, val, test, restval)")
+        "images[1].split: unknown split 'dev' (expected one of train, val, test, restval)"
+    )
     assert error_for(karpathy_image(1, sentences="a dog")).startswith("images[1].sentences: expected a list")
     assert error_for(karpathy_image(1, sentences=[{"tokens": "a dog"}])).startswith("images[1].sentences[0].tokens")
     assert error_for({**karpathy_image(1), "imgid": "1"}).startswith("images[1].imgid: expected an integer")
@@ -99,10 +116,12 @@ def test_image_without_usable_captions(tmp_path, split):
 def test_duplicates(tmp_path):
     twice = [karpathy_image(0), karpathy_image(1), karpathy_image(1, filepath="other")]
     assert annotation_error(write_karpathy(tmp_path, twice)) == (
-        "images[2]: image listed twice (imgid 1 already used by images[1])")
+        "images[2]: image listed twice (imgid 1 already used by images[1])"
+    )
     same_file = [karpathy_image(0), karpathy_image(1), {**karpathy_image(5), "filename": "1.jpg"}]
     assert annotation_error(write_karpathy(tmp_path, same_file)) == (
-        "images[2]: image listed twice (path 'imgs/1.jpg' already used by images[1])")
+        "images[2]: image listed twice (path 'imgs/1.jpg' already used by images[1])"
+    )
     same_coco = [karpathy_image(0, cocoid=9), karpathy_image(1, cocoid=9)]
     assert "image_id 9 already used by images[0]" in annotation_error(write_karpathy(tmp_path, same_coco))
 
@@ -115,7 +134,9 @@ def test_ids_that_no_64_bit_tensor_holds(tmp_path):
     for bad in (2**63, -(2**63) - 1, 10**30):
         message = annotation_error(write_karpathy(tmp_path, [karpathy_image(0), {**karpathy_image(1), "cocoid": bad}]))
         assert message.startswith("images[1].cocoid: ") and "64-bit" in message
-    assert annotation_error(write_karpathy(tmp_path, [{**karpathy_image(0), "imgid": 2**64}])).startswith("images[0].imgid")
+    assert annotation_error(write_karpathy(tmp_path, [{**karpathy_image(0), "imgid": 2**64}])).startswith(
+        "images[0].imgid"
+    )
     edges = [{**karpathy_image(0), "cocoid": 2**63 - 1}, {**karpathy_image(1), "cocoid": -(2**63)}]
     ids = [r.image_id for r in load_karpathy(write_karpathy(tmp_path, edges))]
     assert torch.tensor(ids).tolist() == [2**63 - 1, -(2**63)]
@@ -134,16 +155,19 @@ def test_lone_surrogates_are_refused_at_reading(tmp_path):
         assert [r.imgid for r in load_karpathy(path, problems=problems)] == [0] and len(problems) == 1
 
 
-@pytest.mark.parametrize("objects, field", [
-    ([{"shape": "circle"}], "objects[0]"),  # no size: scoring would fail with a KeyError
-    ([{"size": "small", "color": "red", "shape": 3}], "objects[0]"),
-    ([{"words": "small red circle"}], "objects[0].words"),
-    ([{"words": ["small", 1, "circle"]}], "objects[0].words"),
-    ([{**CIRCLE, "bbox": [0, 0, 1]}], "objects[0].bbox"),
-    ([{**CIRCLE, "bbox": [0, 0, 1, "2"]}], "objects[0].bbox"),
-    ([CIRCLE, "circle"], "objects[1]"),
-    ({"shape": "circle"}, "objects"),
-])
+@pytest.mark.parametrize(
+    "objects, field",
+    [
+        ([{"shape": "circle"}], "objects[0]"),  # no size: scoring would fail with a KeyError
+        ([{"size": "small", "color": "red", "shape": 3}], "objects[0]"),
+        ([{"words": "small red circle"}], "objects[0].words"),
+        ([{"words": ["small", 1, "circle"]}], "objects[0].words"),
+        ([{**CIRCLE, "bbox": [0, 0, 1]}], "objects[0].bbox"),
+        ([{**CIRCLE, "bbox": [0, 0, 1, "2"]}], "objects[0].bbox"),
+        ([CIRCLE, "circle"], "objects[1]"),
+        ({"shape": "circle"}, "objects"),
+    ],
+)
 def test_objects_that_scoring_cannot_use(tmp_path, objects, field):
     message = annotation_error(write_karpathy(tmp_path, [karpathy_image(0), karpathy_image(1, objects=objects)]))
     assert message.startswith(f"images[1].{field}: ")
@@ -153,19 +177,34 @@ def test_objects_that_are_read_are_scored(tmp_path):
     from captioning.data.shapes import record_objects, shapes_scores
 
     words = {"words": ["big", "blue", "square"], "bbox": [0, 0, 4, 4]}
-    records = load_karpathy(write_karpathy(tmp_path, [karpathy_image(0, objects=[CIRCLE, words]),
-                                                      karpathy_image(1, objects=[{**CIRCLE, "bbox": None}])]))
+    records = load_karpathy(
+        write_karpathy(
+            tmp_path,
+            [karpathy_image(0, objects=[CIRCLE, words]), karpathy_image(1, objects=[{**CIRCLE, "bbox": None}])],
+        )
+    )
     assert record_objects(records[0]) == [("small", "red", "circle"), ("big", "blue", "square")]
     scores = shapes_scores(records, {0: "a small red circle", 1: "a small red circle"})
     assert scores["object_precision"] == 1.0
     words_and_maps = (["a", "small", "red", "circle"], [[0.25] * 4] * 4, None)  # (T,), (T, L) with L = 2 x 2
-    scores = shapes_scores(records, {0: "a small red circle", 1: "a small red circle"},
-                           {0: words_and_maps, 1: words_and_maps}, str(tmp_path))
+    scores = shapes_scores(
+        records,
+        {0: "a small red circle", 1: "a small red circle"},
+        {0: words_and_maps, 1: words_and_maps},
+        str(tmp_path),
+    )
     assert "grounding" in scores  # image 1's circle has no box: not scored, no KeyError
 
 
-@pytest.mark.parametrize("size, field", [({"width": 0}, "width"), ({"height": -3}, "height"), ({"width": 1.5}, "width"),
-                                         ({"width": 10**6, "height": 10**6}, None)])
+@pytest.mark.parametrize(
+    "size, field",
+    [
+        ({"width": 0}, "width"),
+        ({"height": -3}, "height"),
+        ({"width": 1.5}, "width"),
+        ({"width": 10**6, "height": 10**6}, None),
+    ],
+)
 def test_image_sizes_that_make_no_sense(tmp_path, size, field):
     message = annotation_error(write_karpathy(tmp_path, [karpathy_image(0, **size)]))
     assert message.startswith(f"images[0].{field}: " if field else "images[0]: 1000000 x 1000000 pixels")

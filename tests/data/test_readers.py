@@ -1,5 +1,6 @@
 """Real-dataset readers (Karpathy, raw COCO, captions folder), format dispatch, and `captioning prepare`,
 on tiny datasets of real JPEGs written here."""
+
 import csv
 import json
 from pathlib import Path
@@ -34,8 +35,16 @@ def test_coco_without_split_file_takes_splits_from_file_names(coco):
 def test_coco_with_karpathy_split_file(coco):
     train, val, split = coco
     records = load_coco([train, val], split_file=split)
-    assert {r.image_id: r.split for r in records} == {1: "train", 2: "train", 3: "train", 4: "train", 7: "train",
-                                                       8: "val", 9: "test", 10: "test"}  # 5, 6 not listed: left out
+    assert {r.image_id: r.split for r in records} == {
+        1: "train",
+        2: "train",
+        3: "train",
+        4: "train",
+        7: "train",
+        8: "val",
+        9: "test",
+        10: "test",
+    }  # 5, 6 not listed: left out
     assert load_coco([train, val], split, merge_restval=False)[2].split == "restval"
     with pytest.raises(AnnotationError, match="4 cocoid.*in no caption file"):
         load_coco(train, split_file=split)  # val2014 missing
@@ -65,8 +74,11 @@ def test_folder_csv_and_jsonl(tmp_path):
     assert [(r.path, len(r.captions)) for r in records] == [("0.jpg", 2), ("1.jpg", 1), ("2.jpg", 1)]
     assert sorted(r.split for r in records) == ["test", "train", "val"]  # no split column: one each held out
     assert records[0].tokens[0] == ["a", "dog", "running"]
-    rows = [{"image": "0.jpg", "caption": "a dog", "split": "train"}, {"image": "1.jpg", "caption": "a cat", "split": "val"},
-            {"image": "2.jpg", "caption": "a mat", "split": "test"}]
+    rows = [
+        {"image": "0.jpg", "caption": "a dog", "split": "train"},
+        {"image": "1.jpg", "caption": "a cat", "split": "val"},
+        {"image": "2.jpg", "caption": "a mat", "split": "test"},
+    ]
     (tmp_path / "captions.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert [r.split for r in load_records(tmp_path / "captions.jsonl")] == ["train", "val", "test"]
 
@@ -85,12 +97,15 @@ def test_a_file_without_splits_holds_out_a_seeded_tenth_for_val_and_test(tmp_pat
     assert "held out" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content, message", [
-    ("image,text\n0.jpg,a dog\n", "no column 'caption'"),
-    ("image,caption,split\n0.jpg,a dog,training\n", "line 2: unknown split 'training'"),
-    ("image,caption\n0.jpg,\n", "without a usable caption"),
-    ("image,caption,split\n0.jpg,a dog,train\n0.jpg,a cat,val\n", "line 3: 0.jpg is in split 'val'"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("image,text\n0.jpg,a dog\n", "no column 'caption'"),
+        ("image,caption,split\n0.jpg,a dog,training\n", "line 2: unknown split 'training'"),
+        ("image,caption\n0.jpg,\n", "without a usable caption"),
+        ("image,caption,split\n0.jpg,a dog,train\n0.jpg,a cat,val\n", "line 3: 0.jpg is in split 'val'"),
+    ],
+)
 def test_folder_errors(tmp_path, content, message):
     (tmp_path / "c.csv").write_text(content)
     with pytest.raises(AnnotationError, match=message):
@@ -114,8 +129,14 @@ def test_format_dispatch(tmp_path, coco):
 
 def test_datamodule_reads_coco_and_folder(tmp_path, coco):
     train, val, split = coco
-    dm = CaptionDataModule([str(train), str(val)], images_root=str(tmp_path), split_file=str(split),
-                           batch_size=4, image_size=32, min_word_freq=1)
+    dm = CaptionDataModule(
+        [str(train), str(val)],
+        images_root=str(tmp_path),
+        split_file=str(split),
+        batch_size=4,
+        image_size=32,
+        min_word_freq=1,
+    )
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert batch["images"].shape == (4, 3, 32, 32) and len(dm.records("test")) == 2
@@ -145,11 +166,14 @@ def test_prepare_lists_every_bad_image(tmp_path, capsys):
     assert "3 of 20 images are missing or unreadable" in err
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["images"][0].update(split="training"), r"images\[0\]\.split: unknown split .training."),
-    (lambda d: d["images"][1].update(sentences=[]), r"images\[1\] .*no usable captions"),
-    (None, "malformed JSON"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["images"][0].update(split="training"), r"images\[0\]\.split: unknown split .training."),
+        (lambda d: d["images"][1].update(sentences=[]), r"images\[1\] .*no usable captions"),
+        (None, "malformed JSON"),
+    ],
+)
 def test_prepare_annotation_problems(tmp_path, capsys, change, message):
     ann = make_karpathy(tmp_path, n_train=2, n_val=1, n_test=1)
     if change is None:
@@ -162,6 +186,7 @@ def test_prepare_annotation_problems(tmp_path, capsys, change, message):
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
     import re
+
     assert re.search(message, err), err
 
 
@@ -177,9 +202,13 @@ def test_prepare_reports_five_problems_in_one_run_and_writes_nothing(tmp_path, c
     vocab = tmp_path / "vocab.json"
     assert main(["prepare", "--annotations", str(ann), "--min-word-freq", "1", "--out", str(vocab)]) == 1
     err = capsys.readouterr().err
-    for expected in ("images[1] (images/1.jpg): no usable captions", "images[2].split: unknown split 'training'",
-                     "images[4]: missing field 'filename'", "images[6]: image listed twice (imgid 5",
-                     "9.jpg: no such file"):
+    for expected in (
+        "images[1] (images/1.jpg): no usable captions",
+        "images[2].split: unknown split 'training'",
+        "images[4]: missing field 'filename'",
+        "images[6]: image listed twice (imgid 5",
+        "9.jpg: no such file",
+    ):
         assert err.count(expected) == 1, (expected, err)  # each problem, once
     assert not vocab.exists()  # nothing is written when the check fails
 
@@ -196,12 +225,27 @@ def test_prepare_reports_every_problem_of_coco_caption_files(tmp_path, capsys, c
     data["annotations"] += [a for a in other["annotations"] if a["image_id"] == 7]
     train.write_text(json.dumps(data))
     vocab = tmp_path / "vocab.json"
-    code = main(["prepare", "--annotations", str(train), str(val), "--split-file", str(split),
-                 "--min-word-freq", "1", "--out", str(vocab)])
+    code = main(
+        [
+            "prepare",
+            "--annotations",
+            str(train),
+            str(val),
+            "--split-file",
+            str(split),
+            "--min-word-freq",
+            "1",
+            "--out",
+            str(vocab),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
-    for expected in ("annotations[0]: expected an object with 'id', 'image_id' and 'caption'",
-                     "image 2 (train2014/COCO_train2014_000000000002.jpg): no usable captions", "image 7 is also in"):
+    for expected in (
+        "annotations[0]: expected an object with 'id', 'image_id' and 'caption'",
+        "image 2 (train2014/COCO_train2014_000000000002.jpg): no usable captions",
+        "image 7 is also in",
+    ):
         assert err.count(expected) == 1, (expected, err)  # each problem, once, in one run
     assert "in no caption file" not in err  # image 2 is reported for its own problem, not as missing
     assert not vocab.exists()
@@ -209,8 +253,11 @@ def test_prepare_reports_every_problem_of_coco_caption_files(tmp_path, capsys, c
 
 # the paper's recipe on each dataset (the configs of other backbones, e.g. coco_clip_vitb16.yaml, are
 # tests/models/test_timm_encoders.py's)
-REAL_CONFIGS = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")
-                      if p.stem.split("_")[0] in ("flickr8k", "flickr30k", "coco") and p.stem.split("_")[-1] in ("soft", "hard"))
+REAL_CONFIGS = sorted(
+    p.name
+    for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")
+    if p.stem.split("_")[0] in ("flickr8k", "flickr30k", "coco") and p.stem.split("_")[-1] in ("soft", "hard")
+)
 
 
 def test_real_dataset_configs_exist():
@@ -225,15 +272,47 @@ def test_real_dataset_config_fits_one_step(config, tmp_path_factory):
 
     root = tmp_path_factory.mktemp(config.split(".")[0])
     ann = make_karpathy(root, n_train=6, n_val=2, n_test=2)
-    cli = run_lightning_cli(fit_args(ann, root / "run", config=config, steps=1, extra=[
-        "--model.encoder.pretrained", "false", "--model.encoder.grid_size", "2", "--data.image_size", "64", "--data.min_word_freq", "1",
-        "--data.images_root", str(root), "--data.pin_memory", "false", "--model.val_generation.max_new_tokens", "4", "--model.test_generation.max_new_tokens", "4",
-        "--data.eval_batch_size", "2", "--trainer.devices", "1", "--trainer.max_steps", "1",
-    ]))
+    cli = run_lightning_cli(
+        fit_args(
+            ann,
+            root / "run",
+            config=config,
+            steps=1,
+            extra=[
+                "--model.encoder.pretrained",
+                "false",
+                "--model.encoder.grid_size",
+                "2",
+                "--data.image_size",
+                "64",
+                "--data.min_word_freq",
+                "1",
+                "--data.images_root",
+                str(root),
+                "--data.pin_memory",
+                "false",
+                "--model.val_generation.max_new_tokens",
+                "4",
+                "--model.test_generation.max_new_tokens",
+                "4",
+                "--data.eval_batch_size",
+                "2",
+                "--trainer.devices",
+                "1",
+                "--trainer.max_steps",
+                "1",
+            ],
+        )
+    )
     h = cli.model.hparams
     assert cli.trainer.global_step == 1
     kind = config.split("_")[1].split(".")[0]
-    assert (h.encoder["name"], h.optimizer["lr"], h.decoder["dropout"], h.decoder["attention_kind"]) == ("resnet101", 2e-4, 0.5, kind)
+    assert (h.encoder["name"], h.optimizer["lr"], h.decoder["dropout"], h.decoder["attention_kind"]) == (
+        "resnet101",
+        2e-4,
+        0.5,
+        kind,
+    )
     objective = h.objective["init_args"]
     assert objective["doubly_stochastic"] == 1.0
     assert h.objective["class_path"].endswith("HardAttentionReinforce" if kind == "hard" else "CrossEntropy")
@@ -246,6 +325,7 @@ def test_values_of_valid_json_no_later_step_can_use(tmp_path):
     """A lone surrogate (JSON's escapes can spell one), an id past int64 and more digits than Python
     converts are one line at reading, in every JSON reader (before: failures when a vocabulary or
     results file was written, or in the collate's torch.tensor)."""
+
     def error(load, path) -> str:
         with pytest.raises(AnnotationError) as err:
             load(path)
@@ -258,11 +338,23 @@ def test_values_of_valid_json_no_later_step_can_use(tmp_path):
     rows.write_text('{"image": "a.jpg", "caption": "a", "n": ' + "1" * 5000 + "}\n")
     assert "line 1: unreadable JSON" in error(load_folder, rows)
     coco = tmp_path / "captions_val2014.json"
-    coco.write_text(json.dumps({"images": [{"id": 2**63, "file_name": "a.jpg"}],
-                                "annotations": [{"id": 1, "image_id": 2**63, "caption": "a dog"}]}))
+    coco.write_text(
+        json.dumps(
+            {
+                "images": [{"id": 2**63, "file_name": "a.jpg"}],
+                "annotations": [{"id": 1, "image_id": 2**63, "caption": "a dog"}],
+            }
+        )
+    )
     assert "annotations[0].image_id: 9223372036854775808 is outside the 64-bit" in error(load_coco, coco)
-    coco.write_text(json.dumps({"images": [{"id": 1, "file_name": "a.jpg"}],
-                                "annotations": [{"id": 1, "image_id": 1, "caption": "a \udfff dog"}]}))
+    coco.write_text(
+        json.dumps(
+            {
+                "images": [{"id": 1, "file_name": "a.jpg"}],
+                "annotations": [{"id": 1, "image_id": 1, "caption": "a \udfff dog"}],
+            }
+        )
+    )
     assert "annotations[0].caption: a lone surrogate" in error(load_coco, coco)
     coco.write_text(json.dumps({"images": [{"id": 1, "file_name": "a\ud800.jpg"}], "annotations": []}))
     assert "image 1: image path: a lone surrogate" in error(load_coco, coco)

@@ -1,4 +1,5 @@
 """The training sampler: shuffled or bucketed by caption length, split over DDP ranks, resumable."""
+
 import numpy as np
 import pytest
 import torch
@@ -36,7 +37,9 @@ def test_bucketed_epoch_covers_every_item_once_with_similar_lengths():
 @pytest.mark.parametrize("lengths", [None, lengths_of(101)])
 def test_ranks_split_the_epoch_into_equal_disjoint_shares(lengths):
     n, bs = 101, 8
-    shares = [EpochShuffleSampler(n, seed=3, batch_size=bs, lengths=lengths, num_replicas=2, rank=r).batches() for r in (0, 1)]
+    shares = [
+        EpochShuffleSampler(n, seed=3, batch_size=bs, lengths=lengths, num_replicas=2, rank=r).batches() for r in (0, 1)
+    ]
     assert len(shares[0]) == len(shares[1])  # every rank steps the same number of times
     assert all(len(b) == bs for share in shares for b in share)
     seen = [i for share in shares for b in share for i in b]
@@ -55,7 +58,7 @@ def test_a_resumed_sampler_yields_the_rest_of_the_epoch():
     resumed.skip = 3 * bs
     assert len(sampler) == len(full)
     assert len(resumed) == len(full)  # the epoch's length: Lightning counts the resumed batches from its own progress
-    assert list(resumed) == full[3 * bs:]
+    assert list(resumed) == full[3 * bs :]
     assert list(resumed) == full  # the skip applies once
 
 

@@ -16,8 +16,9 @@ SPATIAL_WORDS = {"left", "right", "above", "below", "top", "bottom", "next", "ce
 
 
 def _make(out_dir, seed=0, n=(40, 10, 10), image_size=64):
-    return shapes.generate(out_dir, n_train=n[0], n_val=n[1], n_test=n[2], seed=seed,
-                           image_size=image_size, progress=False)
+    return shapes.generate(
+        out_dir, n_train=n[0], n_val=n[1], n_test=n[2], seed=seed, image_size=image_size, progress=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +33,7 @@ def _image_bytes(root):
 
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path):
-    a, b, c = (_make(tmp_path / name, seed=seed, n=(12, 4, 4))
-               for name, seed in (("a", 3), ("b", 3), ("c", 4)))
+    a, b, c = (_make(tmp_path / name, seed=seed, n=(12, 4, 4)) for name, seed in (("a", 3), ("b", 3), ("c", 4)))
     assert a.read_bytes() == b.read_bytes()
     assert _image_bytes(tmp_path / "a") == _image_bytes(tmp_path / "b")
     assert a.read_bytes() != c.read_bytes()
@@ -75,15 +75,17 @@ def test_objects_count_boxes_and_colours(dataset):
         pixels = np.asarray(Image.open(root / im["filepath"] / im["filename"]), dtype=float)
         for o in objects:
             cx, cy = (o["bbox"][0] + o["bbox"][2]) // 2, (o["bbox"][1] + o["bbox"][3]) // 2
-            mean = pixels[cy - 1:cy + 2, cx - 1:cx + 2].reshape(-1, 3).mean(0)
+            mean = pixels[cy - 1 : cy + 2, cx - 1 : cx + 2].reshape(-1, 3).mean(0)
             nearest = min(shapes.COLOURS, key=lambda c: np.sum((mean - shapes._RGB[c]) ** 2))
             assert nearest == o["color"]
 
 
 def test_sizes_are_clearly_different(dataset):
     _, data = dataset
-    side = {size: [o["bbox"][2] - o["bbox"][0] for im in data["images"] for o in im["objects"]
-                   if o["size"] == size] for size in shapes.SIZES}
+    side = {
+        size: [o["bbox"][2] - o["bbox"][0] for im in data["images"] for o in im["objects"] if o["size"] == size]
+        for size in shapes.SIZES
+    }
     assert max(side["small"]) * 1.3 < min(side["large"])
 
 
@@ -133,9 +135,10 @@ def test_parse_objects():
 
 
 def test_record_objects_accepts_dicts_and_records():
-    objects = [{"size": "small", "color": "red", "shape": "circle", "bbox": [0, 0, 5, 5],
-                "words": ["small", "red", "circle"]},
-               {"size": "large", "color": "blue", "shape": "square", "bbox": [9, 9, 29, 29]}]
+    objects = [
+        {"size": "small", "color": "red", "shape": "circle", "bbox": [0, 0, 5, 5], "words": ["small", "red", "circle"]},
+        {"size": "large", "color": "blue", "shape": "square", "bbox": [9, 9, 29, 29]},
+    ]
     expected = [("small", "red", "circle"), ("large", "blue", "square")]
     assert shapes.record_objects({"objects": objects}) == expected
     assert shapes.record_objects(SimpleNamespace(objects=objects)) == expected

@@ -2,6 +2,7 @@
 counted before it is expanded: a forged size, a sparse member, a member over the bound or a pattern
 of a billion names is one line naming the shard (and member), never a traceback, a read that fills
 memory or wrong bytes. The shards here are built by hand (tarfile, then header bytes patched)."""
+
 import io
 import json
 import tarfile
@@ -39,9 +40,9 @@ def header_at(data: bytes, name: str) -> int:
     """The offset of the header block of member ``name``."""
     offset = 0
     while offset < len(data):
-        if data[offset:offset + 100].rstrip(b"\0") == name.encode():
+        if data[offset : offset + 100].rstrip(b"\0") == name.encode():
             return offset
-        size = int(data[offset + 124:offset + 136].rstrip(b"\0 ") or b"0", 8)
+        size = int(data[offset + 124 : offset + 136].rstrip(b"\0 ") or b"0", 8)
         offset += 512 + -(-size // 512) * 512
     raise KeyError(name)
 
@@ -51,9 +52,9 @@ def patch(path, name: str, fields: dict) -> None:
     data = bytearray(path.read_bytes())
     at = header_at(bytes(data), name)
     for offset, value in fields.items():
-        data[at + offset:at + offset + len(value)] = value
-    data[at + 148:at + 156] = b" " * 8
-    data[at + 148:at + 156] = b"%06o\0 " % sum(data[at:at + 512])
+        data[at + offset : at + offset + len(value)] = value
+    data[at + 148 : at + 156] = b" " * 8
+    data[at + 148 : at + 156] = b"%06o\0 " % sum(data[at : at + 512])
     path.write_bytes(bytes(data))
 
 
@@ -145,7 +146,9 @@ def test_patterns_under_the_bound_are_expanded_and_checked(tmp_path):
     for n in range(3):
         write_shard(tmp_path / f"a-{n:06d}.tar", sample(f"k{n}"))
     assert shard_paths(str(tmp_path / "a-{000000..000002}.tar")) == [str(tmp_path / f"a-{n:06d}.tar") for n in range(3)]
-    assert one_line(lambda: shard_paths(str(tmp_path / "a-{000000..000003}.tar"))).endswith("a-000003.tar: no such shard file")
+    assert one_line(lambda: shard_paths(str(tmp_path / "a-{000000..000003}.tar"))).endswith(
+        "a-000003.tar: no such shard file"
+    )
     assert "unbalanced braces" in one_line(lambda: shard_paths(str(tmp_path / "a-{0..2.tar}}")))
 
 
@@ -165,15 +168,18 @@ def test_the_count_is_that_of_braceexpand(pattern):
 
 
 # ------------------------------------------------------------------------------------- sample values
-@pytest.mark.parametrize("meta, expected", [
-    ({"image_id": 2**63}, ".json image_id: 9223372036854775808 is outside the 64-bit"),
-    ({"image_id": -(2**63) - 1}, "is outside the 64-bit"),
-    ({"captions": ["a \ud800 square"]}, ".json captions: a lone surrogate"),
-    ({"tokens": [["a", "\udfff"]]}, ".json tokens: a lone surrogate"),
-    ({"objects": [{"shape": "square"}]}, ".json objects[0]: expected 'words'"),
-    ({"objects": [{"words": ["a", 2]}]}, ".json objects[0].words"),
-    ({"width": 0, "height": 4}, ".json.width: expected a positive integer"),
-])
+@pytest.mark.parametrize(
+    "meta, expected",
+    [
+        ({"image_id": 2**63}, ".json image_id: 9223372036854775808 is outside the 64-bit"),
+        ({"image_id": -(2**63) - 1}, "is outside the 64-bit"),
+        ({"captions": ["a \ud800 square"]}, ".json captions: a lone surrogate"),
+        ({"tokens": [["a", "\udfff"]]}, ".json tokens: a lone surrogate"),
+        ({"objects": [{"shape": "square"}]}, ".json objects[0]: expected 'words'"),
+        ({"objects": [{"words": ["a", 2]}]}, ".json objects[0].words"),
+        ({"width": 0, "height": 4}, ".json.width: expected a positive integer"),
+    ],
+)
 def test_sample_values_no_later_step_can_use(tmp_path, meta, expected):
     shard = tmp_path / "a.tar"
     write_shard(shard, sample("s0") + sample("s1", **meta))

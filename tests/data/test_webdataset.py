@@ -1,6 +1,7 @@
 """WebDataset shards as annotations: written by `captioning prepare --to-webdataset` (or by webdataset's
 own writer, as img2dataset writes them), indexed without reading an image, streamed for training with
 each pair once per epoch over ranks and workers, resumed exactly, evaluated, and their problems listed."""
+
 import io
 import json
 from collections import Counter
@@ -22,8 +23,22 @@ wds = pytest.importorskip("webdataset", reason="the ecosystem extra: pip install
 def shards(tiny_shapes, tmp_path_factory) -> Path:
     """The tiny shapes data (40/8/8 images) as shards of 16 images, written by `captioning prepare`."""
     out = tmp_path_factory.mktemp("wds") / "shards"
-    assert main(["prepare", "--annotations", str(tiny_shapes), "--min-word-freq", "1",
-                 "--to-webdataset", str(out), "--shard-size", "16"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "--annotations",
+                str(tiny_shapes),
+                "--min-word-freq",
+                "1",
+                "--to-webdataset",
+                str(out),
+                "--shard-size",
+                "16",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -47,12 +62,20 @@ def train_loader(shards, world=1, rank=0, workers=0, batch_size=8, **kwargs):
 
 
 def test_shards_hold_the_records_of_the_karpathy_file(shards, tiny_shapes):
-    assert sorted(p.name for p in shards.iterdir()) == ["test-000000.tar", "train-000000.tar", "train-000001.tar",
-                                                        "train-000002.tar", "val-000000.tar"]
+    assert sorted(p.name for p in shards.iterdir()) == [
+        "test-000000.tar",
+        "train-000000.tar",
+        "train-000001.tar",
+        "train-000002.tar",
+        "val-000000.tar",
+    ]
     assert detect_format(shards) == "webdataset" and detect_format(shards / "train-000000.tar") == "webdataset"
     expected = {r.image_id: r for r in load_karpathy(tiny_shapes)}
-    for spec in (str(shards), str(shards / "train-00000{0..2}.tar"),
-                 [str(shards / "train-000000.tar"), str(shards / "test-000000.tar")]):
+    for spec in (
+        str(shards),
+        str(shards / "train-00000{0..2}.tar"),
+        [str(shards / "train-000000.tar"), str(shards / "test-000000.tar")],
+    ):
         records = load_records(spec)
         assert records and all(r.image_id in expected for r in records)
     records = load_records(str(shards))
@@ -137,8 +160,14 @@ def test_img2dataset_shards_and_their_problems(tiny_shapes, tmp_path, capsys):
 
     with wds.TarWriter(str(tmp_path / "00000.tar")) as sink:
         for i, path in enumerate(images):
-            sink.write({"__key__": f"{i:09d}", "jpg": jpeg(path), "txt": f"picture number {i}",
-                        "json": json.dumps({"key": f"{i:09d}", "status": "success", "url": "http://x"}).encode()})
+            sink.write(
+                {
+                    "__key__": f"{i:09d}",
+                    "jpg": jpeg(path),
+                    "txt": f"picture number {i}",
+                    "json": json.dumps({"key": f"{i:09d}", "status": "success", "url": "http://x"}).encode(),
+                }
+            )
     records = load_records(str(tmp_path / "00000.tar"))
     assert [(r.split, r.captions) for r in records] == [("train", [f"picture number {i}"]) for i in range(6)]
     _, loader = train_loader(tmp_path / "00000.tar", batch_size=4)
@@ -178,8 +207,28 @@ def test_fit_resume_and_evaluate_from_shards(shards, tmp_path):
     state = torch.load(checkpoint, weights_only=False)["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
     assert state["stream"] == "webdataset" and state["batches"] == 2
     metrics, results = tmp_path / "metrics.json", tmp_path / "results.json"
-    assert main(["evaluate", "--checkpoint", checkpoint, "--annotations", str(shards), "--split", "test", "--num-beams", "1",
-                 "--max-new-tokens", "6", "--out", str(metrics), "--results", str(results)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                checkpoint,
+                "--annotations",
+                str(shards),
+                "--split",
+                "test",
+                "--num-beams",
+                "1",
+                "--max-new-tokens",
+                "6",
+                "--out",
+                str(metrics),
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     assert len(json.loads(results.read_text())) == 8
     assert "object_f1" in json.dumps(json.loads(metrics.read_text()))  # the shapes' objects travel in KEY.json
 
@@ -199,11 +248,32 @@ def test_a_resumed_fit_sees_the_batches_the_interrupted_one_had_left(shards, tmp
             self.batches[trainer.global_step] = (batch["image_ids"].tolist(), batch["captions"].tolist())
 
     def fit(root, steps, ckpt=None):
-        cli = run_lightning_cli(fit_args(shards, root, extra=[
-            "--trainer.limit_train_batches", "1.0", "--trainer.max_epochs", "2", "--trainer.max_steps", str(steps),
-            "--trainer.limit_val_batches", "0", "--data.num_workers", "2",
-            "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
-            "--trainer.callbacks.save_last", "true", "--trainer.callbacks.save_top_k", "0"])[1:], run=False)
+        cli = run_lightning_cli(
+            fit_args(
+                shards,
+                root,
+                extra=[
+                    "--trainer.limit_train_batches",
+                    "1.0",
+                    "--trainer.max_epochs",
+                    "2",
+                    "--trainer.max_steps",
+                    str(steps),
+                    "--trainer.limit_val_batches",
+                    "0",
+                    "--data.num_workers",
+                    "2",
+                    "--trainer.callbacks+=ModelCheckpoint",
+                    "--trainer.callbacks.every_n_train_steps",
+                    "1",
+                    "--trainer.callbacks.save_last",
+                    "true",
+                    "--trainer.callbacks.save_top_k",
+                    "0",
+                ],
+            )[1:],
+            run=False,
+        )
         record = Record()
         cli.trainer.callbacks.append(record)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)

@@ -1,5 +1,6 @@
 """``forbid_bad_endings``: no caption ends on a bad word, neither at EOS nor where max_new_tokens cuts
 it, in greedy and beam search, graphed or not; without the option the decoding is unchanged."""
+
 import pytest
 import torch
 

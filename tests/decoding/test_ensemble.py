@@ -1,5 +1,6 @@
 """Checkpoint ensembles (decoding/ensemble.py): the members' averaged log-probabilities through the
 same search loops, the Captioner over several models and the CLI's repeated --checkpoint."""
+
 import json
 import os
 import subprocess
@@ -16,7 +17,6 @@ from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
 from captioning.models.spec import ModelSpec, build_model
 from captioning.vocab import Vocabulary
-
 from tests.helpers import fit_args
 
 EOS = Vocabulary.eos_id
@@ -29,9 +29,12 @@ def vocab(words=WORDS) -> Vocabulary:
 
 def model(seed: int, kind: str = "soft", image_size: int = 32, hidden: int = 16, words=WORDS):
     torch.manual_seed(seed)
-    spec = ModelSpec(EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-                     DecoderConfig(8, hidden, 8, dropout=0.0, attention_kind=kind), image_size=image_size,
-                     generation=GenerationConfig(num_beams=3, max_new_tokens=12))
+    spec = ModelSpec(
+        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
+        DecoderConfig(8, hidden, 8, dropout=0.0, attention_kind=kind),
+        image_size=image_size,
+        generation=GenerationConfig(num_beams=3, max_new_tokens=12),
+    )
     m = build_model(spec, vocab(words)).eval()
     with torch.no_grad():  # sharper than at initialisation: captions that vary with the features and in length
         m.decoder.out_logits.bias[EOS] += 0.5
@@ -66,14 +69,19 @@ def test_ensemble_of_one_is_the_model(images, config):
     m = model(3)
     one = Ensemble([m])
     [f] = random_features(m)
-    for out, ref in ((one.generate(features=[f], config=config), m.generate(features=f, config=config)),
-                     (one.generate(images=images, config=config), m.generate(images=images, config=config))):
+    for out, ref in (
+        (one.generate(features=[f], config=config), m.generate(features=f, config=config)),
+        (one.generate(images=images, config=config), m.generate(images=images, config=config)),
+    ):
         assert torch.equal(out.sequences, ref.sequences) and torch.equal(out.scores, ref.scores)
         assert torch.equal(out.alphas, ref.alphas) and torch.equal(out.locations, ref.locations)
 
 
-@pytest.mark.parametrize("config", CONFIGS + [GenerationConfig(num_beams=3, max_new_tokens=12, no_repeat_ngram_size=2,
-                                                               num_return_sequences=2)], ids=["greedy", "beam3", "options"])
+@pytest.mark.parametrize(
+    "config",
+    CONFIGS + [GenerationConfig(num_beams=3, max_new_tokens=12, no_repeat_ngram_size=2, num_return_sequences=2)],
+    ids=["greedy", "beam3", "options"],
+)
 def test_ensemble_of_a_model_with_itself_is_the_model(config):
     m = model(3)
     [f] = random_features(m)
@@ -134,9 +142,15 @@ def test_different_vocabularies_are_one_line():
     assert "\n" not in message and "a.ckpt" in message and "b.ckpt" in message
 
 
-@pytest.mark.parametrize("config", CONFIGS + [GenerationConfig(num_beams=1, max_new_tokens=12, location_samples=3),
-                                              GenerationConfig(num_beams=3, max_new_tokens=12, attention_mode="argmax")],
-                         ids=["greedy", "beam3", "best_of_3", "argmax"])
+@pytest.mark.parametrize(
+    "config",
+    CONFIGS
+    + [
+        GenerationConfig(num_beams=1, max_new_tokens=12, location_samples=3),
+        GenerationConfig(num_beams=3, max_new_tokens=12, attention_mode="argmax"),
+    ],
+    ids=["greedy", "beam3", "best_of_3", "argmax"],
+)
 def test_soft_and_hard_members_of_different_sizes_decode_together(images, config):
     ens = Ensemble([model(3), model(2, kind="hard", image_size=48, hidden=20)])
     assert ens.attention_kind == "mixed" and ens.spec.image_size == 48
@@ -145,7 +159,10 @@ def test_soft_and_hard_members_of_different_sizes_decode_together(images, config
     assert out.alphas.size(-1) == ens.members[0].encoder(images[:1]).size(1)  # the first member's grid
     assert torch.allclose(out.alphas[:, 0].sum(-1), torch.ones(images.size(0)), atol=1e-5)
     # per-member batches at their own sizes give the same captions as one batch resized
-    sized = [images, torch.nn.functional.interpolate(images, size=(48, 48), mode="bilinear", align_corners=False, antialias=True)]
+    sized = [
+        images,
+        torch.nn.functional.interpolate(images, size=(48, 48), mode="bilinear", align_corners=False, antialias=True),
+    ]
     if not config.location_samples > 1:
         assert torch.equal(ens.generate(images=sized, config=config).sequences, out.sequences)
 
@@ -168,8 +185,12 @@ def test_captioner_over_checkpoints(tmp_path):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "captioning.cli", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "captioning.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -184,19 +205,51 @@ def second_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
 
 def test_cli_with_two_checkpoints(tiny_checkpoint, second_checkpoint, tiny_shapes, tmp_path):
     image = next((Path(tiny_shapes).parent / "images").rglob("*.png"))
-    two = run_cli("caption", image, "--checkpoint", tiny_checkpoint, "--checkpoint", second_checkpoint,
-                  "--ensemble-weights", "0.7,0.3", "--num-beams", "2", "--json")
+    two = run_cli(
+        "caption",
+        image,
+        "--checkpoint",
+        tiny_checkpoint,
+        "--checkpoint",
+        second_checkpoint,
+        "--ensemble-weights",
+        "0.7,0.3",
+        "--num-beams",
+        "2",
+        "--json",
+    )
     assert two.returncode == 0, two.stderr
     [row] = json.loads(two.stdout)
     assert row["generated_text"]
     out = tmp_path / "maps"
-    attend = run_cli("attend", image, "--checkpoint", tiny_checkpoint, "--checkpoint", second_checkpoint,
-                     "--out", out, "--format", "png")
+    attend = run_cli(
+        "attend",
+        image,
+        "--checkpoint",
+        tiny_checkpoint,
+        "--checkpoint",
+        second_checkpoint,
+        "--out",
+        out,
+        "--format",
+        "png",
+    )
     assert attend.returncode == 0, attend.stderr
     assert list(out.glob("*.png"))
     metrics = tmp_path / "metrics.json"
-    evaluate = run_cli("evaluate", "--checkpoint", tiny_checkpoint, "--checkpoint", second_checkpoint,
-                       "--annotations", tiny_shapes, "--num-beams", "2", "--out", metrics)
+    evaluate = run_cli(
+        "evaluate",
+        "--checkpoint",
+        tiny_checkpoint,
+        "--checkpoint",
+        second_checkpoint,
+        "--annotations",
+        tiny_shapes,
+        "--num-beams",
+        "2",
+        "--out",
+        metrics,
+    )
     assert evaluate.returncode == 0, evaluate.stderr
     assert "CIDEr" in json.loads(evaluate.stdout)
     bad = run_cli("caption", image, "--checkpoint", tiny_checkpoint, "--ensemble-weights", "0.7,0.3")

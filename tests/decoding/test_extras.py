@@ -1,5 +1,6 @@
 """Diverse beams labelled by group (API and `captioning caption`), an ensemble's members' attention maps
 (API, render, `captioning attend`), and the decoding study's table (tools/studies/decoding_study.py)."""
+
 import json
 
 import numpy as np
@@ -29,8 +30,20 @@ def test_api_labels_each_beam_with_its_group(tiny_checkpoint, images):
 
 
 def test_caption_prints_every_group(tiny_checkpoint, images, capsys):
-    args = ["caption", images[0], "--checkpoint", str(tiny_checkpoint), "--device", "cpu", "--num-beams", "4",
-            "--num-beam-groups", "2", "--diversity-penalty", "2.0"]
+    args = [
+        "caption",
+        images[0],
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--num-beams",
+        "4",
+        "--num-beam-groups",
+        "2",
+        "--diversity-penalty",
+        "2.0",
+    ]
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(images[0] + "\t")
@@ -65,8 +78,27 @@ def test_an_ensemble_returns_and_draws_each_members_map(tiny_checkpoint, images,
     with pytest.raises(ValueError, match="members must be"):
         pair.render(images[0], both, members="some")
     out = tmp_path / "pictures"
-    assert main(["attend", images[0], "--checkpoint", str(tiny_checkpoint), "--checkpoint", str(tiny_checkpoint),
-                 "--device", "cpu", "--members", "each", "--format", "both", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "attend",
+                images[0],
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--device",
+                "cpu",
+                "--members",
+                "each",
+                "--format",
+                "both",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     gif, png = sorted(out.iterdir(), key=lambda p: p.suffix)
     assert Image.open(gif).n_frames == len(each) and Image.open(png).width > 0
 
@@ -76,18 +108,41 @@ def test_the_decoding_study_table(tiny_checkpoint, tiny_shapes, tmp_path, capsys
     from tools.studies import decoding_study
 
     out = tmp_path / "rows.json"
-    args = ["--annotations", str(tiny_shapes), "--checkpoint", str(tiny_checkpoint), "--checkpoint", str(tiny_checkpoint),
-            "--rows", "beam3", "ngram3", "ensemble", "--limit", "6", "--batch-size", "4", "--out", str(out), "--markdown-only"]
+    args = [
+        "--annotations",
+        str(tiny_shapes),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--rows",
+        "beam3",
+        "ngram3",
+        "ensemble",
+        "--limit",
+        "6",
+        "--batch-size",
+        "4",
+        "--out",
+        str(out),
+        "--markdown-only",
+    ]
     assert decoding_study.main(args) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| data, attention | decoding |") and len(table) == 2 + 3
     rows = json.loads(out.read_text())
     assert [r["row"] for r in rows] == ["beam3", "ngram3", "ensemble"] and all(r["images"] == 6 for r in rows)
     beam, ensemble = rows[0], rows[2]  # a model with itself: the model's captions
-    assert (ensemble["object_f1"], ensemble["CIDEr"], ensemble["distinct_2"]) == (beam["object_f1"], beam["CIDEr"], beam["distinct_2"])
+    assert (ensemble["object_f1"], ensemble["CIDEr"], ensemble["distinct_2"]) == (
+        beam["object_f1"],
+        beam["CIDEr"],
+        beam["distinct_2"],
+    )
     from captioning.decoding.ensemble import short_names
 
-    assert short_names(["runs/a/last.ckpt", "runs/b/last.ckpt"]) == ["a", "b"] and short_names(["x/a.ckpt"]) == ["a.ckpt"]
+    assert short_names(["runs/a/last.ckpt", "runs/b/last.ckpt"]) == ["a", "b"] and short_names(["x/a.ckpt"]) == [
+        "a.ckpt"
+    ]
 
 
 def test_grounding_scores_each_member_of_an_ensemble(tiny_checkpoint, tiny_shapes):
@@ -96,8 +151,15 @@ def test_grounding_scores_each_member_of_an_ensemble(tiny_checkpoint, tiny_shape
     from captioning.storage.load import load_model
 
     model = load_model(tiny_checkpoint)
-    report = evaluate(Ensemble([model, model]), str(tiny_shapes), grounding=True, device="cpu", progress=False,
-                      metrics=("CIDEr",), tokenizer="python")
+    report = evaluate(
+        Ensemble([model, model]),
+        str(tiny_shapes),
+        grounding=True,
+        device="cpu",
+        progress=False,
+        metrics=("CIDEr",),
+        tokenizer="python",
+    )
     grounding = report["scores"]["grounding"]
     assert len(grounding["per_member"]) == 2 and "per_head" not in grounding
     mean = {k: v for k, v in grounding.items() if k != "per_member"}
@@ -107,6 +169,17 @@ def test_grounding_scores_each_member_of_an_ensemble(tiny_checkpoint, tiny_shape
 
 def test_attend_members_wrong_value_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
-        main(["attend", str(tmp_path / "photo.png"), "--checkpoint", "a.ckpt", "--out", str(tmp_path), "--members", "all"])
+        main(
+            [
+                "attend",
+                str(tmp_path / "photo.png"),
+                "--checkpoint",
+                "a.ckpt",
+                "--out",
+                str(tmp_path),
+                "--members",
+                "all",
+            ]
+        )
     err = capsys.readouterr().err
     assert exit.value.code != 0 and "--members" in err and len(err.strip().splitlines()) == 1, err

@@ -3,14 +3,15 @@ captured on CUDA, run as it is on a CPU) gives the same captions, scores, length
 as without it; and the capture helper runs plain functions off CUDA. (On a CPU both configs run the
 same loop: what these tests check there is that the option changes nothing; the search itself is
 tested in test_search.py and test_attention_variants.py.)"""
+
 import dataclasses
 
 import pytest
 import torch
 
 from captioning.cuda_graphs import ShapeGraphs, graphs_available
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.decoding.search import GenerationConfig, generate
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 
 V, D, L = 17, 12, 9
 EOS_LUONG = 2.5
@@ -69,8 +70,14 @@ def test_graphed_beam_search_returns_several_sequences():
 def test_graphed_diverse_beam_search():
     decoder = make_decoder()
     features = torch.randn(5, L, D, generator=torch.Generator().manual_seed(3))
-    config = GenerationConfig(num_beams=4, num_beam_groups=2, diversity_penalty=0.8, num_return_sequences=4,
-                              max_new_tokens=12, no_repeat_ngram_size=3)
+    config = GenerationConfig(
+        num_beams=4,
+        num_beam_groups=2,
+        diversity_penalty=0.8,
+        num_return_sequences=4,
+        max_new_tokens=12,
+        no_repeat_ngram_size=3,
+    )
     plain, graphed = generate(decoder, features, config), generate(decoder, features, config.replace(cuda_graphs=True))
     assert torch.equal(plain.beam_sequences, graphed.beam_sequences)
     torch.testing.assert_close(plain.beam_scores, graphed.beam_scores, rtol=1e-6, atol=1e-7)

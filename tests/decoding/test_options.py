@@ -1,6 +1,7 @@
 """Decoding options with Hugging Face's names (decoding/generation.py, parts.py, loops.py): diverse beam
 search, n-gram blocking, repetition penalty, top-p, min_new_tokens, suppress_tokens; their checks,
 their metadata and their CLI flags (the ONNX captioner's numpy twin: tests/export/test_onnx_parity.py)."""
+
 import math
 
 import numpy as np
@@ -65,29 +66,35 @@ def caption(out, i: int) -> list:
 
 
 # ---------------------------------------------------------------------- the checks
-@pytest.mark.parametrize("fields,message", [
-    (dict(num_beams=4, num_beam_groups=3, diversity_penalty=1.0), "must divide num_beams"),
-    (dict(num_beams=4, num_beam_groups=0), "num_beam_groups: expected an integer >= 1"),
-    (dict(num_beams=4, num_beam_groups=2), "needs diversity_penalty > 0"),
-    (dict(num_beams=4, diversity_penalty=0.5), "set num_beam_groups > 1"),
-    (dict(num_beams=4, num_beam_groups=2, diversity_penalty=float("nan")), "diversity_penalty: expected a finite number"),
-    (dict(num_beams=4, num_beam_groups=2, diversity_penalty=-1.0), "diversity_penalty: expected a finite number"),
-    (dict(num_beams=2, num_beam_groups=2, diversity_penalty=1.0, do_sample=True), "do_sample works with one beam"),
-    (dict(num_beam_groups=1, do_sample=True, top_p=0.0), "top_p: expected a finite number in (0, 1], got 0.0"),
-    (dict(do_sample=True, top_p=1.5), "top_p: expected a finite number in (0, 1], got 1.5"),
-    (dict(do_sample=True, top_p=float("inf")), "top_p: expected a finite number in (0, 1], got inf"),
-    (dict(top_p=0.9), "top_p (0.9) applies to sampling"),
-    (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size: expected an integer >= 0"),
-    (dict(no_repeat_ngram_size=2.5), "no_repeat_ngram_size: expected an integer >= 0"),
-    (dict(repetition_penalty=0.0), "repetition_penalty: expected a finite number > 0"),
-    (dict(repetition_penalty=float("nan")), "repetition_penalty: expected a finite number > 0"),
-    (dict(min_new_tokens=-2), "min_new_tokens: expected an integer >= 0"),
-    (dict(min_new_tokens=30, max_new_tokens=30), "must be below max_new_tokens"),
-    (dict(suppress_tokens=(-1,)), "suppress_tokens: expected token ids >= 0"),
-    (dict(suppress_tokens=(EOS,)), "cannot be suppressed"),
-    (dict(suppress_tokens=("<end>",)), "cannot be suppressed"),
-    (dict(suppress_tokens=(1.5,)), "suppress_tokens: expected token ids"),
-])
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(num_beams=4, num_beam_groups=3, diversity_penalty=1.0), "must divide num_beams"),
+        (dict(num_beams=4, num_beam_groups=0), "num_beam_groups: expected an integer >= 1"),
+        (dict(num_beams=4, num_beam_groups=2), "needs diversity_penalty > 0"),
+        (dict(num_beams=4, diversity_penalty=0.5), "set num_beam_groups > 1"),
+        (
+            dict(num_beams=4, num_beam_groups=2, diversity_penalty=float("nan")),
+            "diversity_penalty: expected a finite number",
+        ),
+        (dict(num_beams=4, num_beam_groups=2, diversity_penalty=-1.0), "diversity_penalty: expected a finite number"),
+        (dict(num_beams=2, num_beam_groups=2, diversity_penalty=1.0, do_sample=True), "do_sample works with one beam"),
+        (dict(num_beam_groups=1, do_sample=True, top_p=0.0), "top_p: expected a finite number in (0, 1], got 0.0"),
+        (dict(do_sample=True, top_p=1.5), "top_p: expected a finite number in (0, 1], got 1.5"),
+        (dict(do_sample=True, top_p=float("inf")), "top_p: expected a finite number in (0, 1], got inf"),
+        (dict(top_p=0.9), "top_p (0.9) applies to sampling"),
+        (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size: expected an integer >= 0"),
+        (dict(no_repeat_ngram_size=2.5), "no_repeat_ngram_size: expected an integer >= 0"),
+        (dict(repetition_penalty=0.0), "repetition_penalty: expected a finite number > 0"),
+        (dict(repetition_penalty=float("nan")), "repetition_penalty: expected a finite number > 0"),
+        (dict(min_new_tokens=-2), "min_new_tokens: expected an integer >= 0"),
+        (dict(min_new_tokens=30, max_new_tokens=30), "must be below max_new_tokens"),
+        (dict(suppress_tokens=(-1,)), "suppress_tokens: expected token ids >= 0"),
+        (dict(suppress_tokens=(EOS,)), "cannot be suppressed"),
+        (dict(suppress_tokens=("<end>",)), "cannot be suppressed"),
+        (dict(suppress_tokens=(1.5,)), "suppress_tokens: expected token ids"),
+    ],
+)
 def test_impossible_settings_are_one_line(fields, message):
     with pytest.raises(ConfigError) as err:
         GenerationConfig(**fields)
@@ -96,8 +103,9 @@ def test_impossible_settings_are_one_line(fields, message):
 
 def test_do_sample_with_groups_is_refused():
     with pytest.raises(ConfigError, match="do_sample|one beam"):
-        GenerationConfig(num_beams=1, num_beam_groups=1, do_sample=True).replace(num_beams=2, num_beam_groups=2,
-                                                                               diversity_penalty=1.0)
+        GenerationConfig(num_beams=1, num_beam_groups=1, do_sample=True).replace(
+            num_beams=2, num_beam_groups=2, diversity_penalty=1.0
+        )
 
 
 def test_suppress_words_resolve_through_the_vocabulary():
@@ -160,8 +168,13 @@ def test_bounds_are_the_metadatas(option):
 
 
 def test_a_parsed_text_and_a_config_refuse_in_the_same_words():
-    for name, text, value in (("num_beams", "0", 0), ("top_p", "1.5", 1.5), ("attention_mode", "peek", "peek"),
-                              ("suppress_tokens", "-4", (-4,)), ("do_sample", "maybe", "maybe")):
+    for name, text, value in (
+        ("num_beams", "0", 0),
+        ("top_p", "1.5", 1.5),
+        ("attention_mode", "peek", "peek"),
+        ("suppress_tokens", "-4", (-4,)),
+        ("do_sample", "maybe", "maybe"),
+    ):
         with pytest.raises(ConfigError) as parsed:
             generation_option(name).parse(text)
         with pytest.raises(ConfigError) as built:
@@ -202,24 +215,36 @@ def test_defaults_give_todays_captions(features):
     neutral = dict(no_repeat_ngram_size=0, repetition_penalty=1.0, min_new_tokens=0, suppress_tokens=())
     for beams in (1, 3):
         a = generate(decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15))
-        b = generate(decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15, num_beam_groups=1, **neutral))
-        assert torch.equal(a.sequences, b.sequences) and torch.equal(a.scores, b.scores) and torch.equal(a.alphas, b.alphas)
+        b = generate(
+            decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15, num_beam_groups=1, **neutral)
+        )
+        assert (
+            torch.equal(a.sequences, b.sequences)
+            and torch.equal(a.scores, b.scores)
+            and torch.equal(a.alphas, b.alphas)
+        )
 
 
 # ---------------------------------------------------------------------- diverse beam search
 def test_one_group_is_plain_beam_search(features):
     decoder = make_decoder()
     a = beam_search(decoder, features, GenerationConfig(num_beams=4, num_return_sequences=4, max_new_tokens=15))
-    b = beam_search(decoder, features, GenerationConfig(num_beams=4, num_beam_groups=1, num_return_sequences=4,
-                                                        max_new_tokens=15))
+    b = beam_search(
+        decoder, features, GenerationConfig(num_beams=4, num_beam_groups=1, num_return_sequences=4, max_new_tokens=15)
+    )
     assert torch.equal(a.beam_sequences, b.beam_sequences) and torch.equal(a.beam_scores, b.beam_scores)
 
 
 def test_diverse_groups_choose_different_words(features):
     decoder = make_decoder(eos=-3.0)
     plain = beam_search(decoder, features, GenerationConfig(num_beams=3, num_return_sequences=3, max_new_tokens=8))
-    out = beam_search(decoder, features, GenerationConfig(num_beams=3, num_beam_groups=3, diversity_penalty=100.0,
-                                                          num_return_sequences=3, max_new_tokens=8))
+    out = beam_search(
+        decoder,
+        features,
+        GenerationConfig(
+            num_beams=3, num_beam_groups=3, diversity_penalty=100.0, num_return_sequences=3, max_new_tokens=8
+        ),
+    )
     for i in range(len(features)):
         beams = out.beam_sequences[i].tolist()  # (3, T): one beam per group
         assert len({tuple(b) for b in beams}) == 3
@@ -232,8 +257,18 @@ def test_diverse_groups_choose_different_words(features):
 def test_diverse_penalty_enters_the_scores_as_huggingface():
     decoder = make_decoder(eos=-3.0)
     features = torch.randn(2, L, D, generator=torch.Generator().manual_seed(3))
-    small = beam_search(decoder, features, GenerationConfig(num_beams=2, num_beam_groups=2, diversity_penalty=1e-4,
-                                                            num_return_sequences=2, max_new_tokens=6, length_penalty=0.0))
+    small = beam_search(
+        decoder,
+        features,
+        GenerationConfig(
+            num_beams=2,
+            num_beam_groups=2,
+            diversity_penalty=1e-4,
+            num_return_sequences=2,
+            max_new_tokens=6,
+            length_penalty=0.0,
+        ),
+    )
     greedy = greedy_search(decoder, features, GenerationConfig(max_new_tokens=6, length_penalty=0.0))
     # a vanishing penalty: each group of one beam is greedy decoding, the later group a hair lower
     for i in range(2):
@@ -296,7 +331,9 @@ def test_suppressed_tokens_never_appear(beams, features):
     decoder = make_decoder()
     free = generate(decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15))
     common = sorted({t for i in range(len(features)) for t in caption(free, i) if t != EOS})[:2]
-    out = generate(decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15, suppress_tokens=tuple(common)))
+    out = generate(
+        decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15, suppress_tokens=tuple(common))
+    )
     assert not set(out.sequences.flatten().tolist()) & set(common)
 
 
@@ -361,7 +398,10 @@ def test_options_in_the_graphed_loop(beams, features):
     decoder = make_decoder()
     for options in OPTIONS + ([dict(num_beam_groups=2, diversity_penalty=0.5)] if beams > 1 else []):
         config = GenerationConfig(num_beams=beams, max_new_tokens=12, **options)
-        plain, graphed = generate(decoder, features, config), generate(decoder, features, config.replace(cuda_graphs=True))
+        plain, graphed = (
+            generate(decoder, features, config),
+            generate(decoder, features, config.replace(cuda_graphs=True)),
+        )
         assert torch.equal(plain.sequences, graphed.sequences), options
         torch.testing.assert_close(graphed.scores, plain.scores, rtol=1e-6, atol=1e-7)
 
@@ -379,8 +419,17 @@ def test_captioner_takes_every_option(tiny_checkpoint, images):
 
     captioner = Captioner.from_checkpoint(tiny_checkpoint, "cpu")
     plain = captioner(images, num_beams=4, num_return_sequences=4)
-    diverse = captioner(images, num_beams=4, num_beam_groups=2, diversity_penalty=2.0, num_return_sequences=4,
-                        no_repeat_ngram_size=2, repetition_penalty=1.2, min_new_tokens=3, suppress_tokens=["<unk>", "a"])
+    diverse = captioner(
+        images,
+        num_beams=4,
+        num_beam_groups=2,
+        diversity_penalty=2.0,
+        num_return_sequences=4,
+        no_repeat_ngram_size=2,
+        repetition_penalty=1.2,
+        min_new_tokens=3,
+        suppress_tokens=["<unk>", "a"],
+    )
     assert len(diverse) == len(plain)
     for r in diverse:
         assert "a" not in r["tokens"] and "<unk>" not in r["tokens"] and len(r["tokens"]) >= 4
@@ -397,28 +446,31 @@ def run(argv: list) -> int:
         return exit.code
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--num-beam-groups", "0"], "--num-beam-groups"),
-    (["--num-beam-groups", "two"], "--num-beam-groups"),
-    (["--num-beams", "4", "--num-beam-groups", "2"], "--num-beam-groups > 1 needs --diversity-penalty"),
-    (["--num-beams", "3", "--num-beam-groups", "2", "--diversity-penalty", "1"], "must divide --num-beams"),
-    (["--diversity-penalty", "-1"], "--diversity-penalty"),
-    (["--diversity-penalty", "nan"], "--diversity-penalty"),
-    (["--diversity-penalty", "0.5"], "set --num-beam-groups > 1"),
-    (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size"),
-    (["--no-repeat-ngram-size", "1.5"], "--no-repeat-ngram-size"),
-    (["--repetition-penalty", "0"], "--repetition-penalty"),
-    (["--repetition-penalty", "inf"], "--repetition-penalty"),
-    (["--top-p", "0"], "--top-p"),
-    (["--top-p", "1.5"], "--top-p"),
-    (["--top-p", "0.9", "--num-beams", "3"], "--top-p (0.9) applies to sampling: add --do-sample"),
-    (["--top-p", "0.9", "--do-sample", "--num-beams", "2"], "--do-sample works with one beam: give --num-beams 1"),
-    (["--min-new-tokens", "-3"], "--min-new-tokens"),
-    (["--min-new-tokens", "40"], "--min-new-tokens (40) must be below --max-new-tokens"),
-    (["--suppress-tokens", "a,,b"], "--suppress-tokens"),
-    (["--suppress-tokens", "-4"], "--suppress-tokens: expected token ids >= 0"),
-    (["--suppress-tokens", "<end>"], "cannot be suppressed"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--num-beam-groups", "0"], "--num-beam-groups"),
+        (["--num-beam-groups", "two"], "--num-beam-groups"),
+        (["--num-beams", "4", "--num-beam-groups", "2"], "--num-beam-groups > 1 needs --diversity-penalty"),
+        (["--num-beams", "3", "--num-beam-groups", "2", "--diversity-penalty", "1"], "must divide --num-beams"),
+        (["--diversity-penalty", "-1"], "--diversity-penalty"),
+        (["--diversity-penalty", "nan"], "--diversity-penalty"),
+        (["--diversity-penalty", "0.5"], "set --num-beam-groups > 1"),
+        (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size"),
+        (["--no-repeat-ngram-size", "1.5"], "--no-repeat-ngram-size"),
+        (["--repetition-penalty", "0"], "--repetition-penalty"),
+        (["--repetition-penalty", "inf"], "--repetition-penalty"),
+        (["--top-p", "0"], "--top-p"),
+        (["--top-p", "1.5"], "--top-p"),
+        (["--top-p", "0.9", "--num-beams", "3"], "--top-p (0.9) applies to sampling: add --do-sample"),
+        (["--top-p", "0.9", "--do-sample", "--num-beams", "2"], "--do-sample works with one beam: give --num-beams 1"),
+        (["--min-new-tokens", "-3"], "--min-new-tokens"),
+        (["--min-new-tokens", "40"], "--min-new-tokens (40) must be below --max-new-tokens"),
+        (["--suppress-tokens", "a,,b"], "--suppress-tokens"),
+        (["--suppress-tokens", "-4"], "--suppress-tokens: expected token ids >= 0"),
+        (["--suppress-tokens", "<end>"], "cannot be suppressed"),
+    ],
+)
 @pytest.mark.parametrize("command", ["caption", "attend"])
 def test_wrong_flag_values_are_one_line(command, flags, message, capsys, tmp_path):
     argv = [command, str(tmp_path / "photo.png"), "--checkpoint", str(tmp_path / "missing.ckpt")] + flags
@@ -431,8 +483,21 @@ def test_wrong_flag_values_are_one_line(command, flags, message, capsys, tmp_pat
 
 
 def test_evaluate_flags_are_checked(tiny_checkpoint, capsys, tmp_path):
-    code = run(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tmp_path / "none.json"),
-                 "--num-beams", "4", "--num-beam-groups", "3", "--diversity-penalty", "1"])
+    code = run(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--annotations",
+            str(tmp_path / "none.json"),
+            "--num-beams",
+            "4",
+            "--num-beam-groups",
+            "3",
+            "--diversity-penalty",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err
     assert code != 0 and "must divide --num-beams" in err and len(err.strip().splitlines()) == 1, err
 
@@ -443,9 +508,15 @@ def test_config_yaml_takes_the_new_fields():
 
     parser = ArgumentParser()
     parser.add_argument("--generation", type=GenerationConfig)
-    cfg = parser.parse_args(["--generation.num_beams=4", "--generation.num_beam_groups=2",
-                             "--generation.diversity_penalty=0.5", "--generation.no_repeat_ngram_size=3",
-                             "--generation.suppress_tokens=[\"<unk>\", 5]"])
+    cfg = parser.parse_args(
+        [
+            "--generation.num_beams=4",
+            "--generation.num_beam_groups=2",
+            "--generation.diversity_penalty=0.5",
+            "--generation.no_repeat_ngram_size=3",
+            '--generation.suppress_tokens=["<unk>", 5]',
+        ]
+    )
     config = parser.instantiate_classes(cfg).generation
     assert (config.num_beam_groups, config.no_repeat_ngram_size, config.suppress_tokens) == (2, 3, ("<unk>", 5))
     assert math.isclose(config.diversity_penalty, 0.5) and np.isfinite(config.repetition_penalty)
@@ -454,4 +525,9 @@ def test_config_yaml_takes_the_new_fields():
 def test_a_captioners_default_drops_the_beam_groups():
     """Captioner and OnnxCaptioner default to one beam: a model whose test decoding uses groups still loads."""
     config = GenerationConfig(num_beams=4, num_beam_groups=2, diversity_penalty=1.0, num_return_sequences=2).one_beam()
-    assert (config.num_beams, config.num_beam_groups, config.diversity_penalty, config.num_return_sequences) == (1, 1, 0.0, 1)
+    assert (config.num_beams, config.num_beam_groups, config.diversity_penalty, config.num_return_sequences) == (
+        1,
+        1,
+        0.0,
+        1,
+    )

@@ -1,12 +1,12 @@
 """Batched greedy and beam search."""
+
 import pytest
 import torch
 
-from captioning.vocab import Vocabulary
-
-from captioning.objectives.cross_entropy import caption_log_likelihood
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.decoding.search import GenerationConfig, beam_search, generate, greedy_search
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.vocab import Vocabulary
 
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 12, 10, 6
@@ -89,7 +89,9 @@ def test_sampling_is_seeded_and_respects_top_k(decoder, features):
 
 def test_hard_attention_modes_decode(features):
     torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")).eval()
+    dec = ShowAttendTellDecoder(
+        V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")
+    ).eval()
     for mode in ("expected", "argmax", "sample"):
         out = generate(dec, features, GenerationConfig(num_beams=3, max_new_tokens=8, attention_mode=mode))
         assert out.sequences.shape[0] == 5 and ((out.locations >= 0) & (out.locations < L)).all()
@@ -107,15 +109,16 @@ def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cel
 
     alpha = torch.tensor([[0.5, 0.3, 0.2, 0.0, 0.0, 0.0]])
     sharp = tempered(alpha, 0.5)
-    torch.testing.assert_close(sharp, (alpha ** 2) / (alpha ** 2).sum())  # softmax(2 log alpha) = alpha^2 / sum
+    torch.testing.assert_close(sharp, (alpha**2) / (alpha**2).sum())  # softmax(2 log alpha) = alpha^2 / sum
     feats = torch.randn(1, L, D)
     g = glimpse(alpha, feats, "expected", temperature=0.5)
     torch.testing.assert_close(g.context, sharp @ feats[0])
     assert torch.equal(g.alpha, alpha) and int(g.location) == 0
 
     torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0,
-                                                    attention_kind="hard")).eval()
+    dec = ShowAttendTellDecoder(
+        V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")
+    ).eval()
     with torch.no_grad():
         dec.out_logits.bias[EOS] += 2.5
 
@@ -152,7 +155,9 @@ def test_sampled_locations_follow_alpha_and_the_seed(features):
     """Hard attention's "sample" mode reads a location drawn from alpha: seeded, not always the
     argmax, and never a location alpha gives no weight."""
     torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")).eval()
+    dec = ShowAttendTellDecoder(
+        V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")
+    ).eval()
     config = GenerationConfig(num_beams=1, max_new_tokens=8, attention_mode="sample")
     many = features.repeat(8, 1, 1)  # 40 rows: enough draws to see more than the argmax
 

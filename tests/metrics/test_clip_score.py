@@ -1,5 +1,6 @@
 """CLIPScore and RefCLIPScore (metrics/clip_score.py) against a hand computation with the same CLIP
 model (random weights: nothing is downloaded), and `evaluate`'s notes when no CLIP can be loaded."""
+
 import json
 
 import pytest
@@ -48,7 +49,9 @@ def test_local_weights_give_the_same_model(scorer, tmp_path):
     assert again(image, caption) == pytest.approx(scorer(image, caption))
 
 
-def test_evaluate_notes_why_clip_scores_are_missing_or_gives_them(scorer, tiny_checkpoint, tiny_shapes, tmp_path, monkeypatch):
+def test_evaluate_notes_why_clip_scores_are_missing_or_gives_them(
+    scorer, tiny_checkpoint, tiny_shapes, tmp_path, monkeypatch
+):
     from safetensors.torch import save_file
 
     from captioning.cli.evaluate import clip_scores
@@ -61,8 +64,26 @@ def test_evaluate_notes_why_clip_scores_are_missing_or_gives_them(scorer, tiny_c
     weights = tmp_path / "clip.safetensors"
     save_file({k: v.contiguous() for k, v in scorer.model.state_dict().items()}, str(weights))
     out = tmp_path / "metrics.json"
-    assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--max-new-tokens", "5",
-                 "--out", str(out), "--clip-model", "ViT-B-32", "--clip-weights", str(weights)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--annotations",
+                str(tiny_shapes),
+                "--max-new-tokens",
+                "5",
+                "--out",
+                str(out),
+                "--clip-model",
+                "ViT-B-32",
+                "--clip-weights",
+                str(weights),
+            ]
+        )
+        == 0
+    )
     scores = json.loads(out.read_text())["scores"]
     assert 0 <= scores["CLIPScore"] <= 2.5 and 0 <= scores["RefCLIPScore"] <= 2.5
 
@@ -107,10 +128,16 @@ def test_a_tag_that_is_not_openclips_is_one_line_and_nothing_is_loaded(tmp_path,
         with pytest.raises(ConfigError) as info:
             ClipScorer.load(spec)
         message = str(info.value)
-        assert "\n" not in message and message.startswith(f"--clip-model {spec}: OpenCLIP has no pretrained tag"), message
+        assert "\n" not in message and message.startswith(f"--clip-model {spec}: OpenCLIP has no pretrained tag"), (
+            message
+        )
         assert "list_pretrained_tags_by_model('ViT-B-32')" in message
         scoring = ClipScoring(spec, device="cpu")
-        assert scoring.scorer() is None and scoring.missing.startswith("unavailable: --clip-model") and "\n" not in scoring.missing
+        assert (
+            scoring.scorer() is None
+            and scoring.missing.startswith("unavailable: --clip-model")
+            and "\n" not in scoring.missing
+        )
     assert built == [] and not marker.exists()
 
 

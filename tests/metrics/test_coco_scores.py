@@ -1,4 +1,5 @@
 """coco-caption scoring, object F1 and attention grounding."""
+
 import shutil
 import subprocess
 
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 
 from captioning.data.shapes import parse_objects
-from captioning.metrics import coco as metrics
 from captioning.metrics import CocoScorer, grounding_scores, object_f1
+from captioning.metrics import coco as metrics
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap's tokenizer needs Java")
 
@@ -58,8 +59,10 @@ def test_the_java_tokenizer_is_quiet_and_gives_pycocoevalcaps_tokens(capfd):
     """Java's "PTBTokenizer tokenized N tokens at ..." line used to reach the terminal."""
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-    captions = {i: [{"caption": c} for c in refs] + [{"caption": "It's a dog -- (on) the \"grass\"..."}]
-                for i, refs in REFS.items()}
+    captions = {
+        i: [{"caption": c} for c in refs] + [{"caption": 'It\'s a dog -- (on) the "grass"...'}]
+        for i, refs in REFS.items()
+    }
     ours = metrics.java_tokenize(captions)
     capfd.readouterr()
     theirs = PTBTokenizer().tokenize(captions)
@@ -157,7 +160,8 @@ def test_grounding_one_hot_quadrant():
     both = grounding_scores([(grid, (100, 100), top_right), (grid, (100, 100), bottom_left)])
     assert both["pointing_game"] == 0.5
     assert both["attention_correctness"] == pytest.approx(
-        (hit["attention_correctness"] + miss["attention_correctness"]) / 2)
+        (hit["attention_correctness"] + miss["attention_correctness"]) / 2
+    )
 
 
 def test_grounding_baselines_by_hand():

@@ -1,6 +1,7 @@
 """Scores beyond coco-caption: the captions' diversity (metrics/diversity.py) and the attention maps'
 health (metrics/attention_health.py), on hand-made captions and maps, and through the Evaluator into
 `captioning evaluate`'s report."""
+
 import json
 import logging
 import math
@@ -55,7 +56,9 @@ def test_attention_health_of_uniform_frozen_and_moving_maps():
 
     moving = np.eye(L)[[0, 1, 3]]
     scores, warnings = attention_health([moving])
-    assert scores["attention_entropy_ratio"] == pytest.approx(0.0) and scores["attention_movement"] == pytest.approx(1.0)
+    assert scores["attention_entropy_ratio"] == pytest.approx(0.0) and scores["attention_movement"] == pytest.approx(
+        1.0
+    )
     assert warnings == []
 
     half = np.array([[0.5, 0.5, 0, 0], [0, 0.5, 0.5, 0]])  # TV distance 0.5; entropy log 2 each
@@ -98,19 +101,43 @@ def test_the_evaluator_scores_and_warns(caplog):
 
 def test_evaluate_reports_diversity_and_attention(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
     out = tmp_path / "metrics.json"
-    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(tiny_shapes), "--split", "test",
-                 "--num-beams", "2", "--out", str(out)])
+    code = main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--annotations",
+            str(tiny_shapes),
+            "--split",
+            "test",
+            "--num-beams",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     report = json.loads(out.read_text())
     scores = report["scores"]
-    for key in ("distinct_1", "distinct_2", "vocabulary_used", "vocabulary_share", "unique_captions", "novel_captions",
-                "mean_length", "attention_entropy", "attention_entropy_ratio", "attention_movement"):
+    for key in (
+        "distinct_1",
+        "distinct_2",
+        "vocabulary_used",
+        "vocabulary_share",
+        "unique_captions",
+        "novel_captions",
+        "mean_length",
+        "attention_entropy",
+        "attention_entropy_ratio",
+        "attention_movement",
+    ):
         assert isinstance(scores[key], float), key
     assert 0 <= scores["novel_captions"] <= 1 and 0 < scores["attention_entropy_ratio"] <= 1.0 + 1e-9
 
 
 class _FixedModel:
     """A stand-in model whose decoding returns given maps: one-hot maps moving across 4 cells."""
+
     attention_kind = "soft"
 
     def __init__(self):
@@ -128,8 +155,13 @@ class _FixedModel:
 
         B = features.size(0)
         alphas = torch.eye(4)[[0, 1, 2]].expand(B, 3, 4).clone()
-        return GenerationOutput(sequences=torch.tensor([[4, 5, 2]] * B), alphas=alphas, locations=alphas.argmax(-1),
-                                scores=torch.zeros(B), lengths=torch.full((B,), 3))
+        return GenerationOutput(
+            sequences=torch.tensor([[4, 5, 2]] * B),
+            alphas=alphas,
+            locations=alphas.argmax(-1),
+            scores=torch.zeros(B),
+            lengths=torch.full((B,), 3),
+        )
 
 
 def test_the_evaluator_counts_each_images_maps_once():
@@ -139,7 +171,9 @@ def test_the_evaluator_counts_each_images_maps_once():
 
     evaluator, model = Evaluator(), _FixedModel()
     evaluator.add(model, {"features": torch.zeros(2, 4, 1), "image_ids": torch.tensor([1, 2])}, GenerationConfig())
-    evaluator.add(model, {"features": torch.zeros(1, 4, 1), "image_ids": torch.tensor([2])}, GenerationConfig())  # repeated
+    evaluator.add(
+        model, {"features": torch.zeros(1, 4, 1), "image_ids": torch.tensor([2])}, GenerationConfig()
+    )  # repeated
     assert evaluator.predictions(model.vocab) == {1: "a dog", 2: "a dog"}
     assert evaluator.health.sums.tolist() == [0.0, 6.0, 4.0, 4.0]  # 2 images x 3 maps, 2 moves of 1 each
     assert evaluator.vocab_size == 6
@@ -155,12 +189,18 @@ def test_known_captions_count_novel_captions_as_the_training_captions_do():
 
 
 def test_validation_logs_novel_captions_and_says_why_clip_scores_are_missing(tiny_shapes, tmp_path, caplog):
-    from tests.helpers import fit_args
     from captioning.training.cli import run_lightning_cli
+    from tests.helpers import fit_args
 
     with caplog.at_level(logging.WARNING):
-        cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=1, extra=[
-            "--model.clip_score.model", "NoSuchModel/x", "--model.clip_score.validation", "true"]))
+        cli = run_lightning_cli(
+            fit_args(
+                tiny_shapes,
+                tmp_path,
+                steps=1,
+                extra=["--model.clip_score.model", "NoSuchModel/x", "--model.clip_score.validation", "true"],
+            )
+        )
     logged = cli.trainer.callback_metrics
     assert 0 <= float(logged["val/novel_captions"]) <= 1
     assert "val/CLIPScore" not in logged

@@ -1,4 +1,5 @@
 """Attention grounding of the shapes data (shapes.grounding): which word names which object, and the scores."""
+
 import shutil
 
 import numpy as np
@@ -10,6 +11,7 @@ from captioning.data.shapes import grounding, locate_objects
 from captioning.metrics import grounding_scores
 from captioning.viz.pictures import upsample_map
 
+
 def soft_maps(alignments):
     """The alignments of a soft-attention model: no chosen locations."""
     return {i: (words, alphas, None) for i, (words, alphas, _) in alignments.items()}
@@ -19,12 +21,20 @@ W, H, G = 80, 40, 4  # a non-square original image; a 4 x 4 attention grid (cell
 OBJECTS = [  # two small red circles (a duplicate triple) and a large blue square
     {"size": "small", "color": "red", "shape": "circle", "bbox": [0, 0, 20, 20], "words": ["small", "red", "circle"]},
     {"size": "small", "color": "red", "shape": "circle", "bbox": [40, 20, 60, 40], "words": ["small", "red", "circle"]},
-    {"size": "large", "color": "blue", "shape": "square", "bbox": [20, 0, 60, 20], "words": ["large", "blue", "square"]},
+    {
+        "size": "large",
+        "color": "blue",
+        "shape": "square",
+        "bbox": [20, 0, 60, 20],
+        "words": ["large", "blue", "square"],
+    },
 ]
 # mentions: A (noun at 3), a partial one (nothing), B (the second red circle), C, a third red circle (the
 # image has only two: nothing), a green cross (not in the image: nothing)
-CAPTION = ("a small red circle , a red circle , a small red circle and a large blue square "
-           "and a small red circle and a small green cross").split()
+CAPTION = (
+    "a small red circle , a red circle , a small red circle and a large blue square "
+    "and a small red circle and a small green cross"
+).split()
 NOUNS = {3: [0, 0, 20, 20], 12: [40, 20, 60, 40], 17: [20, 0, 60, 20]}  # word index -> the bbox it names
 CHOSEN = {3: (0, 0), 12: (3, 2), 17: (3, 3)}  # cells for one-hot maps: in A, in B, outside C
 
@@ -52,9 +62,13 @@ def _maps(noun_map):
 
 
 def test_mentions_are_full_triples_with_the_noun_position():
-    assert locate_objects(CAPTION) == [(3, ("small", "red", "circle")), (12, ("small", "red", "circle")),
-                                  (17, ("large", "blue", "square")), (22, ("small", "red", "circle")),
-                                  (27, ("small", "green", "cross"))]
+    assert locate_objects(CAPTION) == [
+        (3, ("small", "red", "circle")),
+        (12, ("small", "red", "circle")),
+        (17, ("large", "blue", "square")),
+        (22, ("small", "red", "circle")),
+        (27, ("small", "green", "cross")),
+    ]
     assert locate_objects("a red circle".split()) == []
     assert locate_objects(["Small", "RED", "circle"]) == [(2, ("small", "red", "circle"))]
 
@@ -101,7 +115,8 @@ def test_hard_models_also_score_the_chosen_cell():
     assert chosen == grounding_scores([(_one_hot(*CHOSEN[t]), (W, H), NOUNS[t]) for t in sorted(NOUNS)])
     assert chosen["count"] == 3 and chosen["pointing_game"] == pytest.approx(2 / 3)
     assert chosen["attention_correctness"] == pytest.approx(
-        np.mean([_mass(_one_hot(*CHOSEN[t]), NOUNS[t]) for t in sorted(NOUNS)]))
+        np.mean([_mass(_one_hot(*CHOSEN[t]), NOUNS[t]) for t in sorted(NOUNS)])
+    )
 
 
 def test_objects_are_matched_per_image_and_sizes_read_from_files(tmp_path):
@@ -121,12 +136,18 @@ def test_objects_are_matched_per_image_and_sizes_read_from_files(tmp_path):
 @pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap's tokenizer needs Java")
 def test_evaluate_reports_grounding(tiny_checkpoint, tiny_shapes):
     from captioning.cli.evaluate import evaluate
-
-    from captioning.storage.load import load_model
     from captioning.decoding.search import GenerationConfig
+    from captioning.storage.load import load_model
 
-    report = evaluate(load_model(tiny_checkpoint), str(tiny_shapes), split="test", generation=GenerationConfig(max_new_tokens=12),
-                      grounding=True, device="cpu", progress=False)
+    report = evaluate(
+        load_model(tiny_checkpoint),
+        str(tiny_shapes),
+        split="test",
+        generation=GenerationConfig(max_new_tokens=12),
+        grounding=True,
+        device="cpu",
+        progress=False,
+    )
     g = report["scores"]["grounding"]
     assert {"attention_correctness", "pointing_game", "count", "uniform", "center_prior"} <= set(g)
     assert "chosen_cell" not in g  # a soft-attention checkpoint

@@ -4,6 +4,7 @@ CocoScorer without Java, and the in-process CIDEr-D (equal to pycocoevalcap's Ci
 The comparisons with Java run pycocoevalcap's own PTBTokenizer and skip when ``java`` is not on
 PATH; the tests of the documented behaviour (expected tokens written out) run everywhere.
 """
+
 import json
 import math
 import random
@@ -18,8 +19,8 @@ from captioning.metrics.cider import CiderD, tokenize
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
 
 needs_java = pytest.mark.skipif(
-    shutil.which("java") is None,
-    reason="compares with pycocoevalcap's Java PTBTokenizer, and 'java' is not on PATH")
+    shutil.which("java") is None, reason="compares with pycocoevalcap's Java PTBTokenizer, and 'java' is not on PATH"
+)
 
 
 def java_tokenize(corpus: dict) -> dict:
@@ -39,8 +40,10 @@ KNOWN = [
     ("IT'S", "it 's"),
     ("A dog that doesn't bark.", "a dog that does n't bark"),
     ("I can't, won't, and shan't", "i ca n't wo n't and sha n't"),
-    ("They're here; we'll go; I'm done; you've seen; he'd left",
-     "they 're here we 'll go i 'm done you 've seen he 'd left"),
+    (
+        "They're here; we'll go; I'm done; you've seen; he'd left",
+        "they 're here we 'll go i 'm done you 've seen he 'd left",
+    ),
     ("rock 'n' roll", "rock 'n' roll"),
     ("o'clock", "o'clock"),
     ("y'all", "y' all"),
@@ -68,8 +71,14 @@ KNOWN = [
     ("gonna wanna gotta cannot", "gon na wan na got ta can not"),
     ("'tis", "'t is"),
     ("caf\u00e9 na\u00efve r\u00e9sum\u00e9", "caf\u00e9 na\u00efve r\u00e9sum\u00e9"),
-    ("\u041c\u043e\u0441\u043a\u0432\u0430 \u039f\u0394\u039f\u03a3", "\u043c\u043e\u0441\u043a\u0432\u0430 \u03bf\u03b4\u03bf\u03c2"),
-    ("\u039f\u0394\u039f\u03a3-ORANGE \u0391\u03a3.\u0391", "\u03bf\u03b4\u03bf\u03c3-orange \u03b1\u03c3.\u03b1"),  # Java's sigmas
+    (
+        "\u041c\u043e\u0441\u043a\u0432\u0430 \u039f\u0394\u039f\u03a3",
+        "\u043c\u043e\u0441\u043a\u0432\u0430 \u03bf\u03b4\u03bf\u03c2",
+    ),
+    (
+        "\u039f\u0394\u039f\u03a3-ORANGE \u0391\u03a3.\u0391",
+        "\u03bf\u03b4\u03bf\u03c3-orange \u03b1\u03c3.\u03b1",
+    ),  # Java's sigmas
     ("a dog \U0001f436 runs", "a dog runs"),  # characters beyond the BMP are dropped
     ("\u2605 \u00a9 \u00b0 \u00bd", "\u2605 \u00a9 \u00b0 1/2"),
     ("-- --- - ...", ""),
@@ -84,11 +93,13 @@ KNOWN = [
     ("", ""),
 ]
 
-WORDS = ("a an the man woman men people child girl boy dog dogs cat horse bus train plate pizza table street "
-         "sign field grass ball frisbee kite beach water surfboard wave skateboard bench laptop bed kitchen "
-         "giraffe elephant zebra snow skis tennis racket cake broccoli umbrella clock car truck bicycle boat "
-         "red blue green white black yellow large small two three is are sitting standing riding holding "
-         "eating playing flying looking next to on in of with near under front top while his her their its").split()
+WORDS = (
+    "a an the man woman men people child girl boy dog dogs cat horse bus train plate pizza table street "
+    "sign field grass ball frisbee kite beach water surfboard wave skateboard bench laptop bed kitchen "
+    "giraffe elephant zebra snow skis tennis racket cake broccoli umbrella clock car truck bicycle boat "
+    "red blue green white black yellow large small two three is are sitting standing riding holding "
+    "eating playing flying looking next to on in of with near under front top while his her their its"
+).split()
 FRAGMENTS = """dog's dogs' James' it's ITS IT'S won't can't don't doesn't isn't ain't y'all I'm you're they've
 we'd he'll she'd've o'clock rock'n'roll 'n' 'em 'cause '90s 90's ma'am c'mon l'amour d'Artagnan O'Neil t-shirt
 e-mail x-ray well-known 3-year-old A-1 pre-war anti-war pro-choice co-op mother-in-law hi-fi -- --- - ... .. . , ;
@@ -103,8 +114,28 @@ _ __ snake_case * ** = + & ~ ^ | \\ / @ # $ <b> </b> img.jpg photo.PNG 1.jpg x.c
 \u00ad \u200b \u00a0 \u2013 \u2014 \u2026 \u3000""".split()
 SEPARATORS = [" ", " ", " ", "  ", "", "\t", ",", ", ", ". ", ".", "-", "'", "'s ", ")", "(", '"', "\u00a0"]
 TRICKY_CHARACTERS = list("aAeEnNsStTyY019 .,;:!?'\"`-_/\\()[]{}<>@#$%&*+=~^|") + [
-    "\u00a0", "\u2019", "\u2018", "\u201c", "\u201d", "\u2013", "\u2014", "\u2026", "\u00ad", "\u00e9", "\u00df",
-    "\u03a3", "\u0416", "\u4e2d", "\u00bd", "\u2212", "\u00b0", "\u20ac", "\u0085", "\u200b", "\u3000"]
+    "\u00a0",
+    "\u2019",
+    "\u2018",
+    "\u201c",
+    "\u201d",
+    "\u2013",
+    "\u2014",
+    "\u2026",
+    "\u00ad",
+    "\u00e9",
+    "\u00df",
+    "\u03a3",
+    "\u0416",
+    "\u4e2d",
+    "\u00bd",
+    "\u2212",
+    "\u00b0",
+    "\u20ac",
+    "\u0085",
+    "\u200b",
+    "\u3000",
+]
 
 
 def tricky_captions(count: int, seed: int = 0) -> list:
@@ -122,11 +153,20 @@ def tricky_captions(count: int, seed: int = 0) -> list:
         elif kind < 0.75:
             caption = "".join(rng.choice(FRAGMENTS + WORDS) + rng.choice(SEPARATORS) for _ in range(rng.randint(1, 6)))
         else:
-            caption = "".join(rng.choice([rng.choice(TRICKY_CHARACTERS), rng.choice(WORDS), rng.choice(FRAGMENTS)])
-                              for _ in range(rng.randint(1, 12)))
+            caption = "".join(
+                rng.choice([rng.choice(TRICKY_CHARACTERS), rng.choice(WORDS), rng.choice(FRAGMENTS)])
+                for _ in range(rng.randint(1, 12))
+            )
         case = rng.random()
-        caption = (caption.upper() if case < 0.1 else caption.capitalize() if case < 0.25
-                   else caption.title() if case < 0.3 else caption)
+        caption = (
+            caption.upper()
+            if case < 0.1
+            else caption.capitalize()
+            if case < 0.25
+            else caption.title()
+            if case < 0.3
+            else caption
+        )
         captions.append(caption + rng.choice(["", "", ".", " .", "!", "...", " "]))
     return captions
 
@@ -147,7 +187,7 @@ def test_known_cases_are_javas():
 @needs_java
 def test_python_tokenizer_equals_java_on_generated_captions():
     captions = tricky_captions(400)
-    corpus = {k: captions[5 * k:5 * k + 5] for k in range(len(captions) // 5)}
+    corpus = {k: captions[5 * k : 5 * k + 5] for k in range(len(captions) // 5)}
     corpus["next line matters"] = ["the vitamin C.", "A dog.", "vitamin B.", "two dogs"]
     corpus["last line"] = ["what a day :)"]  # at the end of Java's input the smiley is split
     expected = java_tokenize(corpus)
@@ -196,10 +236,14 @@ REFS = {
     1: ["A man's riding a horse (brown) on the beach.", "a person rides a brown horse near the sea"],
     2: ["Two dogs play with a red ball in the grass!", "two dogs are playing in a field, don't they?"],
     3: ["A plate of food: broccoli and rice.", "a white plate holding rice and vegetables"],
-    4: ["A man in a t-shirt holds an e-mail printout.", "A guy wearing a \"cool\" T-shirt..."],
+    4: ["A man in a t-shirt holds an e-mail printout.", 'A guy wearing a "cool" T-shirt...'],
 }
-PREDICTIONS = {1: "A man riding a horse.", 2: "two dogs playing with a ball", 3: "a plate with rice and broccoli",
-               4: "a man's t-shirt"}
+PREDICTIONS = {
+    1: "A man riding a horse.",
+    2: "two dogs playing with a ball",
+    3: "a plate with rice and broccoli",
+    4: "a man's t-shirt",
+}
 COCO_METRICS = ("BLEU", "ROUGE_L", "CIDEr")
 
 
@@ -214,8 +258,10 @@ def test_without_java_scores_and_reports_meteor_and_spice(monkeypatch, tmp_path)
     assert scores["METEOR"] is None
     assert scores["METEOR_error"] == "METEOR unavailable: needs Java (no 'java' on PATH)"
     assert scores["SPICE"] is None and "needs Java" in scores["SPICE_error"]
-    assert all(isinstance(scores[k], float) and math.isfinite(scores[k])
-               for k in ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE_L", "CIDEr"))
+    assert all(
+        isinstance(scores[k], float) and math.isfinite(scores[k])
+        for k in ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE_L", "CIDEr")
+    )
     assert list(scores)[:6] == ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "METEOR_error"]
     with pytest.raises(RuntimeError, match="needs Java"):
         CocoScorer(metrics=COCO_METRICS, tokenizer="java")(REFS, PREDICTIONS)
@@ -248,8 +294,13 @@ def test_python_tokenizer_with_java_present_gives_the_same_scores():
 GTS = {
     1: ["a man riding a horse on a beach", "a person rides a brown horse near the sea", "man on horse"],
     2: ["two dogs play with a red ball in the grass", "two dogs are playing in a field"],
-    3: ["a plate of food with broccoli and rice", "a white plate holding rice and vegetables",
-        "a plate of rice and broccoli", "food on a plate", "a meal of rice and broccoli on a white plate"],
+    3: [
+        "a plate of food with broccoli and rice",
+        "a white plate holding rice and vegetables",
+        "a plate of rice and broccoli",
+        "food on a plate",
+        "a meal of rice and broccoli on a white plate",
+    ],
     4: ["a dog a dog a dog", "the the the dog"],  # repeated words
     5: ["a man riding a horse on a beach", "a person rides a brown horse near the sea", "man on horse"],  # = 1
     6: ["a cat sleeping on a red couch"],
@@ -285,8 +336,10 @@ def test_cider_d_equals_pycocoevalcap_on_random_corpora():
     rng = random.Random(1)
     vocabulary = WORDS[:30]
     for _ in range(5):
-        gts = {k: [" ".join(rng.choices(vocabulary, k=rng.randint(1, 14))) for _ in range(rng.randint(1, 6))]
-               for k in range(rng.randint(1, 40))}
+        gts = {
+            k: [" ".join(rng.choices(vocabulary, k=rng.randint(1, 14))) for _ in range(rng.randint(1, 6))]
+            for k in range(rng.randint(1, 40))
+        }
         res = {k: " ".join(rng.choices(vocabulary + ["unseen"], k=rng.randint(0, 16))) for k in gts}
         _, per_image = pycocoevalcap_cider(gts, res)
         scores = CiderD(list(gts.values())).scores(list(res.values()), list(gts.values()))

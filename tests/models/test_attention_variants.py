@@ -4,6 +4,7 @@ values and gradients; with every variant setting at the paper's value it is mode
 model), one head is the single-head model, the local window is a normalised window at the predicted
 centre, batched beam search equals per-image beam search, and old checkpoints still load as the
 paper's model."""
+
 import math
 
 import pytest
@@ -66,7 +67,7 @@ def ref_scores(dec, a, h, q):
         y = a @ att.feature_proj.weight.T + att.feature_proj.bias + q  # W_a a_i + b + W_h h
         A = y.size(1) // K
         w, b = att.score.weight.reshape(K, A), att.score.bias.reshape(K)
-        return torch.stack([torch.tanh(y[:, k * A:(k + 1) * A]) @ w[k] + b[k] for k in range(K)])
+        return torch.stack([torch.tanh(y[:, k * A : (k + 1) * A]) @ w[k] + b[k] for k in range(K)])
     if score == "dot":
         keys, query, scale = a, h, 1.0
     elif score == "general":
@@ -75,20 +76,20 @@ def ref_scores(dec, a, h, q):
         keys, query = a @ att.key_proj.weight.T + att.key_proj.bias, q
         scale = 1 / math.sqrt(keys.size(1) // K)
     d = keys.size(1) // K
-    return torch.stack([keys[:, k * d:(k + 1) * d] @ query[k * d:(k + 1) * d] * scale for k in range(K)])
+    return torch.stack([keys[:, k * d : (k + 1) * d] @ query[k * d : (k + 1) * d] * scale for k in range(K)])
 
 
 def ref_attend(dec, a, h, from_h):
     """alpha (heads, L) and z (D,) of one row from [W_h h | f_beta h | W_p h] = from_h."""
     Q, _, P = dec.attention_splits
-    q, beta_pre, w_p_h = from_h[:Q], from_h[Q], from_h[Q + 1:Q + 1 + P]
+    q, beta_pre, w_p_h = from_h[:Q], from_h[Q], from_h[Q + 1 : Q + 1 + P]
     e = ref_scores(dec, a, h, q)
     alpha = torch.softmax(e, dim=-1)  # (heads, L)
     if dec.local:  # Luong's local-p on the grid: alpha times the Gaussian window, renormalised
         v = dec.local_centre.v_p
         centre = (GRID - 1) * torch.sigmoid(v.weight @ torch.tanh(w_p_h) + v.bias)  # (row, column)
         cells = torch.tensor([(r, c) for r in range(GRID) for c in range(GRID)], dtype=a.dtype)
-        window = torch.exp(-((cells - centre) ** 2).sum(1) / (2 * dec.config.local_sigma ** 2))
+        window = torch.exp(-((cells - centre) ** 2).sum(1) / (2 * dec.config.local_sigma**2))
         alpha = alpha * window
         alpha = alpha / alpha.sum(-1, keepdim=True)
     contexts = alpha @ a  # (heads, D): sum_i alpha_ki a_i
@@ -128,7 +129,13 @@ def reference(dec, features, captions, lengths):
                 w_ih = torch.cat([dec.embed_gates.weight, dec.context_gates.weight], 1)
                 h, c = lstm_cell(torch.cat([y_prev, z]), h, c, w_ih, torch.zeros(4 * H, H, dtype=a.dtype), fh[n_att:])
                 h_out = h
-            x = dec.out_hidden.weight @ h_out + dec.out_hidden.bias + y_prev + dec.out_context.weight @ z + dec.out_context.bias
+            x = (
+                dec.out_hidden.weight @ h_out
+                + dec.out_hidden.bias
+                + y_prev
+                + dec.out_context.weight @ z
+                + dec.out_context.bias
+            )
             logits = dec.out_logits.weight @ torch.tanh(x) + dec.out_logits.bias
             ll = ll + torch.log_softmax(logits, -1)[captions[b, t + 1]]
             alphas[b, t] = alpha
@@ -208,7 +215,9 @@ def test_one_head_equals_the_single_head_model():
     torch.testing.assert_close(multi[:, 0], single)
     dot = ScaledDotAttention(D, D, 8, heads=1).double()
     keys = dot.project(torch.randn(3, L, D, dtype=torch.float64))
-    torch.testing.assert_close(dot.scores(keys, h_att, 2), (h_att.view(3, 2, 8) @ keys.transpose(1, 2) / math.sqrt(8)).reshape(6, L))
+    torch.testing.assert_close(
+        dot.scores(keys, h_att, 2), (h_att.view(3, 2, 8) @ keys.transpose(1, 2) / math.sqrt(8)).reshape(6, L)
+    )
     # a glimpse of one head is the single-head glimpse, in every mode
     features = torch.randn(3, L, D, dtype=torch.float64)
     alpha = torch.softmax(torch.randn(6, L, dtype=torch.float64), -1)
@@ -278,7 +287,9 @@ def test_doubly_stochastic_penalty_per_head():
     features, captions, lengths = make_batch(dtype=torch.float32)
     loss = CrossEntropy(doubly_stochastic=1.0)(dec, features, {"captions": captions, "lengths": lengths})
     out = dec(features, captions, lengths)
-    torch.testing.assert_close(loss.logs["attention_penalty"], doubly_stochastic_penalty(out.head_alphas, out.mask).mean())
+    torch.testing.assert_close(
+        loss.logs["attention_penalty"], doubly_stochastic_penalty(out.head_alphas, out.mask).mean()
+    )
 
 
 # ---------------------------------------------------------------------- search
@@ -310,8 +321,11 @@ def test_search_scores_are_the_teacher_forced_log_likelihood(variant):
     dec = make_decoder(**VARIANTS[variant]).eval()
     features = torch.randn(3, L, D, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     for search in (beam_search, greedy_search):
-        out = search(dec, features, GenerationConfig(num_beams=2 if search is beam_search else 1, max_new_tokens=6,
-                                                     length_penalty=0.0))
+        out = search(
+            dec,
+            features,
+            GenerationConfig(num_beams=2 if search is beam_search else 1, max_new_tokens=6, length_penalty=0.0),
+        )
         assert out.scores.dtype == out.alphas.dtype == torch.float64
         captions = torch.cat([torch.ones(3, 1, dtype=torch.long), out.sequences], 1)
         ll, _, tf = fast(dec, features, captions, out.lengths + 1)
@@ -324,9 +338,14 @@ def test_search_scores_are_the_teacher_forced_log_likelihood(variant):
 def test_bad_variant_settings_are_one_line_errors():
     from captioning.errors import ConfigError
 
-    for bad, words in ((dict(score="cosine"), "model.decoder.score"), (dict(heads=0), "model.decoder.heads"),
-                       (dict(placement="after"), "model.decoder.placement"), (dict(window="near"), "model.decoder.window"),
-                       (dict(local_sigma=0), "local_sigma"), (dict(refiner_layers=-1), "refiner_layers")):
+    for bad, words in (
+        (dict(score="cosine"), "model.decoder.score"),
+        (dict(heads=0), "model.decoder.heads"),
+        (dict(placement="after"), "model.decoder.placement"),
+        (dict(window="near"), "model.decoder.window"),
+        (dict(local_sigma=0), "local_sigma"),
+        (dict(refiner_layers=-1), "refiner_layers"),
+    ):
         with pytest.raises(ConfigError, match=words):
             DecoderConfig(**bad)
     with pytest.raises(ConfigError, match="heads"):
@@ -378,14 +397,18 @@ def test_api_gives_each_heads_maps_and_renders_them_as_panels(kind, tmp_path):
 
     torch.manual_seed(0)
     vocab = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
-    model = ShowAttendTell(EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=D),
-                           DecoderConfig(embed_dim=6, hidden_dim=D, attention_dim=8, dropout=0.0, heads=2,
-                                         attention_kind=kind), vocab)
+    model = ShowAttendTell(
+        EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=D),
+        DecoderConfig(embed_dim=6, hidden_dim=D, attention_dim=8, dropout=0.0, heads=2, attention_kind=kind),
+        vocab,
+    )
     with torch.no_grad():
         model.decoder.out_logits.bias[Vocabulary.eos_id] = -50.0  # a caption of max_new_tokens words
     captioner = Captioner(model, image_size=32, device="cpu")
     image = Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8))
-    [out] = captioner(image, return_attention=True, max_new_tokens=4, attention_mode="argmax" if kind == "hard" else "expected")
+    [out] = captioner(
+        image, return_attention=True, max_new_tokens=4, attention_mode="argmax" if kind == "hard" else "expected"
+    )
     T = len(out["tokens"])
     assert out["head_attention"].shape[:2] == (T, 2)
     np.testing.assert_allclose(out["head_attention"].mean(1), out["attention"], rtol=1e-5, atol=1e-7)
@@ -406,13 +429,27 @@ def test_print_config_shows_the_variant_settings(capsys, tiny_shapes):
     from captioning.training.cli import run_lightning_cli
     from tests.helpers import ROOT
 
-    for config, expected in (("shapes_soft.yaml", ("score: additive", "heads: 1", "placement: bahdanau", "window: global",
-                                                   "refiner_layers: 0")),
-                             ("shapes_luong.yaml", ("placement: luong",)), ("shapes_local.yaml", ("window: local", "local_sigma: 1.5")),
-                             ("shapes_multihead.yaml", ("heads: 4",)), ("shapes_refiner.yaml", ("refiner_layers: 1",))):
+    for config, expected in (
+        (
+            "shapes_soft.yaml",
+            ("score: additive", "heads: 1", "placement: bahdanau", "window: global", "refiner_layers: 0"),
+        ),
+        ("shapes_luong.yaml", ("placement: luong",)),
+        ("shapes_local.yaml", ("window: local", "local_sigma: 1.5")),
+        ("shapes_multihead.yaml", ("heads: 4",)),
+        ("shapes_refiner.yaml", ("refiner_layers: 1",)),
+    ):
         with pytest.raises(SystemExit) as exit_info:
-            run_lightning_cli(["fit", "--config", str(ROOT / "configs" / config), "--data.annotations", str(tiny_shapes),
-                               "--print_config"])
+            run_lightning_cli(
+                [
+                    "fit",
+                    "--config",
+                    str(ROOT / "configs" / config),
+                    "--data.annotations",
+                    str(tiny_shapes),
+                    "--print_config",
+                ]
+            )
         assert exit_info.value.code == 0
         out = capsys.readouterr().out
         for line in expected:
@@ -425,8 +462,15 @@ def test_evaluate_scores_grounding_per_head(tiny_shapes, tmp_path):
     from tests.helpers import fit_args
 
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config="shapes_multihead.yaml", steps=2))
-    report = evaluate(cli.model, str(tiny_shapes), split="test", generation=GenerationConfig(num_beams=2, max_new_tokens=12),
-                      device="cpu", grounding=True, progress=False)
+    report = evaluate(
+        cli.model,
+        str(tiny_shapes),
+        split="test",
+        generation=GenerationConfig(num_beams=2, max_new_tokens=12),
+        device="cpu",
+        grounding=True,
+        progress=False,
+    )
     grounding = report["scores"]["grounding"]
     per_head = grounding["per_head"]
     assert len(per_head) == 4  # shapes_multihead.yaml: 4 heads

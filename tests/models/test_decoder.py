@@ -1,4 +1,5 @@
 """The decoder's teacher-forced pass: shapes, masking, and agreement with a plain step-by-step loop."""
+
 import torch
 
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
@@ -23,7 +24,9 @@ def make_batch(B=4, L=6, D=10, V=15, seed=0):
 
 def make_decoder(D=10, V=15, attention="soft", dropout=0.0):
     torch.manual_seed(0)
-    return ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=12, attention_dim=9, dropout=dropout, attention_kind=attention))
+    return ShowAttendTellDecoder(
+        V, D, DecoderConfig(embed_dim=8, hidden_dim=12, attention_dim=9, dropout=dropout, attention_kind=attention)
+    )
 
 
 def test_shapes_and_masking():
@@ -80,10 +83,12 @@ def test_padding_does_not_change_results():
 
 def test_doubly_stochastic_penalty_by_hand():
     # Two images, three steps, two locations; image 1 has only two real steps.
-    alphas = torch.tensor([
-        [[0.5, 0.5], [0.2, 0.8], [1.0, 0.0]],
-        [[0.3, 0.7], [0.6, 0.4], [0.9, 0.1]],
-    ])
+    alphas = torch.tensor(
+        [
+            [[0.5, 0.5], [0.2, 0.8], [1.0, 0.0]],
+            [[0.3, 0.7], [0.6, 0.4], [0.9, 0.1]],
+        ]
+    )
     mask = torch.tensor([[True, True, True], [True, True, False]])
     # image 0: coverage (1.7, 1.3): (1-1.7)^2 + (1-1.3)^2 = 0.49 + 0.09 = 0.58
     # image 1: coverage (0.9, 1.1) (the padded step is ignored): 0.01 + 0.01 = 0.02
@@ -107,13 +112,39 @@ def test_parameter_names_are_the_checkpoints_keys():
     checkpoint has (the paper's model and the Luong / local / multi-head variant)."""
     paper = ShowAttendTellDecoder(20, 16, DecoderConfig(8, 12, 10))
     assert list(paper.state_dict()) == [
-        "embedding.weight", "init_state.weight", "init_state.bias", "f_att.feature_proj.weight", "f_att.feature_proj.bias",
-        "f_att.score.weight", "f_att.score.bias", "from_hidden.weight", "from_hidden.bias", "embed_gates.weight",
-        "context_gates.weight", "out_hidden.weight", "out_hidden.bias", "out_context.weight", "out_context.bias",
-        "out_logits.weight", "out_logits.bias"]
-    luong = ShowAttendTellDecoder(20, 16, DecoderConfig(8, 12, 10, score="scaled_dot", heads=2, placement="luong",
-                                                        window="local"))
+        "embedding.weight",
+        "init_state.weight",
+        "init_state.bias",
+        "f_att.feature_proj.weight",
+        "f_att.feature_proj.bias",
+        "f_att.score.weight",
+        "f_att.score.bias",
+        "from_hidden.weight",
+        "from_hidden.bias",
+        "embed_gates.weight",
+        "context_gates.weight",
+        "out_hidden.weight",
+        "out_hidden.bias",
+        "out_context.weight",
+        "out_context.bias",
+        "out_logits.weight",
+        "out_logits.bias",
+    ]
+    luong = ShowAttendTellDecoder(
+        20, 16, DecoderConfig(8, 12, 10, score="scaled_dot", heads=2, placement="luong", window="local")
+    )
     assert [k for k in luong.state_dict() if not k.startswith(("embedding", "init_state", "out_"))] == [
-        "f_att.key_proj.weight", "f_att.key_proj.bias", "lstm.weight_ih_l0", "lstm.weight_hh_l0", "lstm.bias_ih_l0",
-        "lstm.bias_hh_l0", "from_output.weight", "from_output.bias", "combine.weight", "combine.bias",
-        "local_centre.v_p.weight", "local_centre.v_p.bias", "head_proj.weight"]
+        "f_att.key_proj.weight",
+        "f_att.key_proj.bias",
+        "lstm.weight_ih_l0",
+        "lstm.weight_hh_l0",
+        "lstm.bias_ih_l0",
+        "lstm.bias_hh_l0",
+        "from_output.weight",
+        "from_output.bias",
+        "combine.weight",
+        "combine.bias",
+        "local_centre.v_p.weight",
+        "local_centre.v_p.bias",
+        "head_proj.weight",
+    ]

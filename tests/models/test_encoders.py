@@ -1,4 +1,5 @@
 """Encoder grids: VGG-16 14x14x512, ResNet pooling, EfficientNet-Lite0 pretrained offline."""
+
 import pytest
 import torch
 
@@ -67,7 +68,9 @@ def test_frozen_batch_norm_keeps_its_statistics_in_training():
     with torch.no_grad():
         frozen.encoder(torch.rand(2, 3, 64, 64))
     assert all(torch.equal(a, m.running_mean) for a, m in zip(before, bns))
-    scratch = ShowAttendTell(EncoderConfig("small_cnn"), DecoderConfig(), vocab).train()  # trained from scratch: BN learns
+    scratch = ShowAttendTell(
+        EncoderConfig("small_cnn"), DecoderConfig(), vocab
+    ).train()  # trained from scratch: BN learns
     assert all(m.training for m in scratch.encoder.modules() if isinstance(m, torch.nn.BatchNorm2d))
 
 
@@ -92,6 +95,7 @@ def test_small_cnn_head_kernel_and_norm():
 def test_a_spec_without_head_settings_is_the_old_cnn():
     from captioning.models.spec import ModelSpec
 
-    spec = ModelSpec.from_dict({"encoder": {"name": "small_cnn", "channels": [16, 32, 64], "dim": 256},
-                                "decoder": {}, "image_size": 64})
+    spec = ModelSpec.from_dict(
+        {"encoder": {"name": "small_cnn", "channels": [16, 32, 64], "dim": 256}, "decoder": {}, "image_size": 64}
+    )
     assert (spec.encoder.head_kernel, spec.encoder.head_norm) == (3, False)

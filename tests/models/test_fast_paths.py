@@ -14,6 +14,7 @@
 - Batched generation equals one image at a time for hard attention and a larger decoder
   (tests/decoding/test_search.py covers the small soft decoder).
 """
+
 import pytest
 import torch
 
@@ -31,8 +32,13 @@ LENGTHS = [9, 3, 14, 2, 6, 11]  # tokens incl. BOS and EOS, unsorted, one captio
 
 def make_decoder(attention: str) -> ShowAttendTellDecoder:
     torch.manual_seed(0)
-    return ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0,
-                                 attention_kind=attention)).double().eval()
+    return (
+        ShowAttendTellDecoder(
+            V, D, DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0, attention_kind=attention)
+        )
+        .double()
+        .eval()
+    )
 
 
 def make_batch(seed: int = 0):
@@ -157,8 +163,14 @@ def test_fast_pass_is_independent_of_batch_order_and_padding():
     dec = make_decoder("hard")
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
     a = dec(features, captions, lengths, mode="sample", use_expected=use_expected, locations=locations)
-    b = dec(features[perm], captions[perm, :-2], lengths[perm], mode="sample", use_expected=use_expected[perm],
-            locations=locations[perm, :-2])
+    b = dec(
+        features[perm],
+        captions[perm, :-2],
+        lengths[perm],
+        mode="sample",
+        use_expected=use_expected[perm],
+        locations=locations[perm, :-2],
+    )
     ll_a = caption_log_likelihood(a.logits, captions[:, 1:], a.mask)
     ll_b = caption_log_likelihood(b.logits, captions[perm, 1:-2], b.mask)
     torch.testing.assert_close(ll_a[perm], ll_b, rtol=1e-10, atol=1e-10)
@@ -192,9 +204,17 @@ def test_attention_scores_equal_the_tanh_formula_in_value_and_gradient(monkeypat
     torch.testing.assert_close(chunked, ref, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("attention,mode,num_beams,chunk_images", [
-    ("hard", "argmax", 1, None), ("hard", "argmax", 3, None), ("hard", "expected", 3, None),
-    ("soft", None, 5, None), ("soft", None, 5, 2), ("soft", None, 1, 3)])
+@pytest.mark.parametrize(
+    "attention,mode,num_beams,chunk_images",
+    [
+        ("hard", "argmax", 1, None),
+        ("hard", "argmax", 3, None),
+        ("hard", "expected", 3, None),
+        ("soft", None, 5, None),
+        ("soft", None, 5, 2),
+        ("soft", None, 1, 3),
+    ],
+)
 def test_batched_generation_equals_one_at_a_time_moderate_sizes(attention, mode, num_beams, chunk_images, monkeypatch):
     if chunk_images:  # the batched decoding computes its attention scores a few images at a time
         monkeypatch.setattr(attention_module, "CPU_CHUNK_ELEMENTS", chunk_images * num_beams * L * A)
@@ -202,9 +222,15 @@ def test_batched_generation_equals_one_at_a_time_moderate_sizes(attention, mode,
     with torch.no_grad():
         dec.out_logits.bias[EOS] += 3.0  # captions of varied lengths
     features = torch.randn(7, L, D, generator=torch.Generator().manual_seed(3))
-    batched = generate(dec, features, GenerationConfig(num_beams=num_beams, max_new_tokens=12, attention_mode=mode or "expected"))
+    batched = generate(
+        dec, features, GenerationConfig(num_beams=num_beams, max_new_tokens=12, attention_mode=mode or "expected")
+    )
     for i in range(features.size(0)):
-        single = generate(dec, features[i : i + 1], GenerationConfig(num_beams=num_beams, max_new_tokens=12, attention_mode=mode or "expected"))
+        single = generate(
+            dec,
+            features[i : i + 1],
+            GenerationConfig(num_beams=num_beams, max_new_tokens=12, attention_mode=mode or "expected"),
+        )
         n = int(single.lengths[0])
         assert int(batched.lengths[i]) == n
         assert batched.sequences[i, :n].tolist() == single.sequences[0, :n].tolist()

@@ -3,6 +3,7 @@
 Each backbone trains a few steps on the tiny shapes data, then its checkpoint evaluates, exports to a
 model folder that captions, and its frozen grids go to a feature cache.
 """
+
 import json
 from pathlib import Path
 
@@ -58,12 +59,15 @@ def one_line(err) -> str:
     return text
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("timm:resnet1800", "timm has no model 'resnet1800'; list the names with"),
-    ("open_clip:ViT-Q-99", "OpenCLIP has no model 'ViT-Q-99'"),
-    ("open_clip:ViT-B-32/no_such_tag", "no pretrained tag 'no_such_tag'"),
-    ("dino", "timm:<model> or open_clip:<model>"),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("timm:resnet1800", "timm has no model 'resnet1800'; list the names with"),
+        ("open_clip:ViT-Q-99", "OpenCLIP has no model 'ViT-Q-99'"),
+        ("open_clip:ViT-B-32/no_such_tag", "no pretrained tag 'no_such_tag'"),
+        ("dino", "timm:<model> or open_clip:<model>"),
+    ],
+)
 def test_bad_names_are_one_line(name, expected):
     with pytest.raises(ConfigError) as err:
         EncoderConfig(name)
@@ -119,9 +123,26 @@ def trained(request, tiny_shapes, tmp_path_factory):
 
     name, size, _ = request.param
     root = tmp_path_factory.mktemp("fit_" + name.replace(":", "_").replace("/", "_"))
-    cli = run_lightning_cli(fit_args(tiny_shapes, root, extra=[
-        "--model.encoder.name", name, "--model.encoder.pretrained", "false", "--model.encoder.fine_tune_blocks", "1",
-        "--model.optimizer.encoder_lr", "1e-4", "--data.image_size", str(size), "--data.batch_size", "4"]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            root,
+            extra=[
+                "--model.encoder.name",
+                name,
+                "--model.encoder.pretrained",
+                "false",
+                "--model.encoder.fine_tune_blocks",
+                "1",
+                "--model.optimizer.encoder_lr",
+                "1e-4",
+                "--data.image_size",
+                str(size),
+                "--data.batch_size",
+                "4",
+            ],
+        )
+    )
     assert cli.trainer.global_step == 2
     return name, size, Path(cli.trainer.checkpoint_callback.last_model_path)
 
@@ -129,8 +150,28 @@ def trained(request, tiny_shapes, tmp_path_factory):
 def test_evaluate_export_and_caption(trained, tiny_shapes, tmp_path):
     name, size, checkpoint = trained
     metrics, results = tmp_path / "metrics.json", tmp_path / "results.json"
-    assert main(["evaluate", "--checkpoint", str(checkpoint), "--annotations", str(tiny_shapes), "--split", "test",
-                 "--num-beams", "1", "--max-new-tokens", "6", "--out", str(metrics), "--results", str(results)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(checkpoint),
+                "--annotations",
+                str(tiny_shapes),
+                "--split",
+                "test",
+                "--num-beams",
+                "1",
+                "--max-new-tokens",
+                "6",
+                "--out",
+                str(metrics),
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     assert len(json.loads(results.read_text())) == 8 and "CIDEr" in json.loads(metrics.read_text())["scores"]
     folder = tmp_path / "folder"
     assert main(["export", "--checkpoint", str(checkpoint), "--out", str(folder)]) == 0
@@ -150,7 +191,12 @@ def test_extract_features(trained, tiny_shapes, tmp_path, capsys):
     config = tmp_path / "cfg.yaml"
     config.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "feats"
-    assert main(["extract-features", "--config", str(config), "--out", str(out), "--batch-size", "8", "--num-workers", "0"]) == 0
+    assert (
+        main(
+            ["extract-features", "--config", str(config), "--out", str(out), "--batch-size", "8", "--num-workers", "0"]
+        )
+        == 0
+    )
     assert "56 of 56 images done" in capsys.readouterr().out
     assert json.loads((out / "part-000-of-001.index.json").read_text())["meta"]["encoder"] == name
 
@@ -175,8 +221,16 @@ def test_coco_configs_name_their_backbones(config, grid, tiny_shapes, capsys):
     from captioning.training.cli import run_lightning_cli
 
     with pytest.raises(SystemExit) as exit_info:
-        run_lightning_cli(["fit", "--config", str(ROOT / "configs" / config), "--data.annotations", str(tiny_shapes),
-                           "--print_config"])
+        run_lightning_cli(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "configs" / config),
+                "--data.annotations",
+                str(tiny_shapes),
+                "--print_config",
+            ]
+        )
     assert exit_info.value.code == 0
     encoder = yaml.safe_load(capsys.readouterr().out)["model"]["encoder"]
     built = build_encoder(EncoderConfig(**dict(encoder, pretrained=False))).eval()
@@ -193,7 +247,8 @@ def test_open_clip_weights_from_a_whole_clip_state_dict(tmp_path):
     assert torch.equal(encoder.visual.conv1.weight, clip.visual.conv1.weight)
     images = torch.rand(1, 3, 224, 224)
     with torch.no_grad():
-        expected = clip.eval().visual.forward_intermediates((images - encoder.mean) / encoder.std, indices=1,
-                                                            normalize_intermediates=True, intermediates_only=True)
+        expected = clip.eval().visual.forward_intermediates(
+            (images - encoder.mean) / encoder.std, indices=1, normalize_intermediates=True, intermediates_only=True
+        )
         grid = expected["image_intermediates"][-1].flatten(2).transpose(1, 2)  # (1, 768, 7, 7) -> (1, 49, 768)
         assert torch.allclose(encoder(images), grid, atol=1e-5)

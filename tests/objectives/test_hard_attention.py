@@ -1,5 +1,6 @@
 """Hard attention's estimator options (objectives/reinforce.py), Gumbel straight-through (attention.py),
 best-of-K decoding (search.py) and the hard shapes preset (data/shapes.py)."""
+
 import hashlib
 import json
 from itertools import combinations
@@ -35,8 +36,16 @@ def _estimates(dec, features, captions, lengths, baseline_of, k=4, batches=30, r
     for _ in range(batches):
         out = dec(features.expand(rows, -1, -1), captions.expand(rows, -1), lengths.expand(rows), mode="sample")
         ll = caption_log_likelihood(out.logits, captions.expand(rows, -1)[:, 1:], out.mask)
-        terms = reinforce_loss(ll, out.location_log_probs, out.entropies, out.mask, baseline_of(ll.detach()),
-                               lambda_r=1.0, lambda_e=0.0, reward_per_step=False)
+        terms = reinforce_loss(
+            ll,
+            out.location_log_probs,
+            out.entropies,
+            out.mask,
+            baseline_of(ll.detach()),
+            lambda_r=1.0,
+            lambda_e=0.0,
+            reward_per_step=False,
+        )
         out_list.append(flat_grad(ll.mean() - terms.loss, list(dec.parameters())))
     return torch.stack(out_list)
 
@@ -52,12 +61,20 @@ def test_leave_one_out_baseline_keeps_the_estimator_unbiased():
     directions = _directions(exact)
     k = 4  # rows are 100 captions x 4 samples each, the samples of a caption consecutive
     torch.manual_seed(2)
-    z = z_scores(_estimates(dec, features, captions, lengths, lambda r: leave_one_out_baseline(r, k)), exact, directions)
+    z = z_scores(
+        _estimates(dec, features, captions, lengths, lambda r: leave_one_out_baseline(r, k)), exact, directions
+    )
     assert z.abs().max() < 4.0, z
     # The check can fail: a baseline that includes the sample's own reward is biased, and it sees that.
     torch.manual_seed(2)
-    own = _estimates(dec, features, captions, lengths, lambda r: r.view(-1, 2).mean(1, keepdim=True).expand(-1, 2).reshape(-1),
-                     batches=80)
+    own = _estimates(
+        dec,
+        features,
+        captions,
+        lengths,
+        lambda r: r.view(-1, 2).mean(1, keepdim=True).expand(-1, 2).reshape(-1),
+        batches=80,
+    )
     assert z_scores(own, exact, directions).abs().max() > 6.0
 
 
@@ -105,8 +122,15 @@ def test_learned_baseline_keeps_the_estimator_unbiased_and_learns_the_reward():
 def _semi_sampling_estimates(problem, per, p, batches=30, captions_per_batch=200):
     """Batch means of the objective's ascent direction (-loss) with the expected-context probability p."""
     dec, features, captions, lengths = problem
-    objective = HardAttentionReinforce(doubly_stochastic=0.0, lambda_r=1.0, lambda_e=0.0, reward_per_step=False,
-                                       semi_sampling_p=p, semi_sampling_p_final=None, semi_sampling_per=per)
+    objective = HardAttentionReinforce(
+        doubly_stochastic=0.0,
+        lambda_r=1.0,
+        lambda_e=0.0,
+        reward_per_step=False,
+        semi_sampling_p=p,
+        semi_sampling_p_final=None,
+        semi_sampling_per=per,
+    )
     objective.baseline.fill_(-2.0)
     batch = {"captions": captions.expand(captions_per_batch, -1), "lengths": lengths.expand(captions_per_batch)}
     feats = features.expand(captions_per_batch, -1, -1)
@@ -125,7 +149,9 @@ def test_expectation_over_the_semi_sampling_draw_keeps_the_estimator_unbiased():
     target = p * g_expected + (1 - p) * exact
     torch.manual_seed(1)
     gap = g_expected - exact
-    directions = torch.cat([target.unsqueeze(0) / target.norm(), gap.unsqueeze(0) / gap.norm(), torch.randn(2, exact.numel())])
+    directions = torch.cat(
+        [target.unsqueeze(0) / target.norm(), gap.unsqueeze(0) / gap.norm(), torch.randn(2, exact.numel())]
+    )
     for per in ("expectation", "image"):
         torch.manual_seed(3)
         z = z_scores(_semi_sampling_estimates(problem, per, p), target, directions)
@@ -154,7 +180,7 @@ def test_location_grad_sq_is_the_squared_gradient_of_the_location_term():
     advantage = torch.tensor([0.5, -2.0, 1.0])
     per_row = []
     for b in range(B):  # autograd, one caption at a time
-        g, = torch.autograd.grad(0.1 * advantage[b] * (log_p[b] * mask[b]).sum(), scores, retain_graph=True)
+        (g,) = torch.autograd.grad(0.1 * advantage[b] * (log_p[b] * mask[b]).sum(), scores, retain_graph=True)
         per_row.append(g.pow(2).sum())
     expected = torch.stack(per_row).mean()
     got = location_grad_sq(advantage, alphas.detach(), locations, log_p.detach(), mask, 0.1)
@@ -195,23 +221,67 @@ def test_gumbel_decoder_pass_gives_finite_gradients():
 
 # --------------------------------------------------------------------------- options from the config
 OPTIONS = {
-    "leave_one_out": ["--model.objective.init_args.num_samples", "3", "--model.objective.init_args.baseline", "leave_one_out"],
+    "leave_one_out": [
+        "--model.objective.init_args.num_samples",
+        "3",
+        "--model.objective.init_args.baseline",
+        "leave_one_out",
+    ],
     "learned": ["--model.objective.init_args.baseline", "learned"],
     "normalize": ["--model.objective.init_args.normalize_reward", "true"],
-    "per_image": ["--model.objective.init_args.semi_sampling_per", "image", "--model.objective.init_args.num_samples", "2"],
-    "entropy_schedule": ["--model.objective.init_args.lambda_e", "0.05", "--model.objective.init_args.lambda_e_final", "0.0",
-                         "--model.objective.init_args.entropy_anneal_steps", "2"],
-    "p_schedule": ["--model.objective.init_args.semi_sampling_per", "image", "--model.objective.init_args.semi_sampling_p", "1.0",
-                   "--model.objective.init_args.semi_sampling_p_final", "0.25",
-                   "--model.objective.init_args.semi_sampling_anneal_steps", "2"],
-    "expectation": ["--model.objective.init_args.semi_sampling_per", "expectation",
-                    "--model.objective.init_args.semi_sampling_p", "0.5", "--model.objective.init_args.semi_sampling_p_final", "null"],
+    "per_image": [
+        "--model.objective.init_args.semi_sampling_per",
+        "image",
+        "--model.objective.init_args.num_samples",
+        "2",
+    ],
+    "entropy_schedule": [
+        "--model.objective.init_args.lambda_e",
+        "0.05",
+        "--model.objective.init_args.lambda_e_final",
+        "0.0",
+        "--model.objective.init_args.entropy_anneal_steps",
+        "2",
+    ],
+    "p_schedule": [
+        "--model.objective.init_args.semi_sampling_per",
+        "image",
+        "--model.objective.init_args.semi_sampling_p",
+        "1.0",
+        "--model.objective.init_args.semi_sampling_p_final",
+        "0.25",
+        "--model.objective.init_args.semi_sampling_anneal_steps",
+        "2",
+    ],
+    "expectation": [
+        "--model.objective.init_args.semi_sampling_per",
+        "expectation",
+        "--model.objective.init_args.semi_sampling_p",
+        "0.5",
+        "--model.objective.init_args.semi_sampling_p_final",
+        "null",
+    ],
     # the Gumbel objective by its earlier spelling (HardAttentionReinforce, estimator gumbel) and by its class
-    "gumbel": ["--model.objective.init_args.estimator", "gumbel", "--model.objective.init_args.gumbel_temperature", "1.0",
-               "--model.objective.init_args.gumbel_temperature_final", "0.5", "--model.objective.init_args.gumbel_anneal_steps", "2"],
-    "gumbel_class": ["--model.objective", "HardAttentionGumbel", "--model.objective.init_args.gumbel_temperature", "1.0",
-                     "--model.objective.init_args.gumbel_temperature_final", "0.5",
-                     "--model.objective.init_args.gumbel_anneal_steps", "2"],
+    "gumbel": [
+        "--model.objective.init_args.estimator",
+        "gumbel",
+        "--model.objective.init_args.gumbel_temperature",
+        "1.0",
+        "--model.objective.init_args.gumbel_temperature_final",
+        "0.5",
+        "--model.objective.init_args.gumbel_anneal_steps",
+        "2",
+    ],
+    "gumbel_class": [
+        "--model.objective",
+        "HardAttentionGumbel",
+        "--model.objective.init_args.gumbel_temperature",
+        "1.0",
+        "--model.objective.init_args.gumbel_temperature_final",
+        "0.5",
+        "--model.objective.init_args.gumbel_anneal_steps",
+        "2",
+    ],
 }
 
 
@@ -264,8 +334,9 @@ def test_semi_sampling_schedule_moves_captions_from_the_expected_context_to_samp
     batch = {"captions": captions.expand(rows, -1), "lengths": lengths.expand(rows)}
     feats = features.expand(rows, -1, -1)
     for per in ("image", "batch"):
-        objective = HardAttentionReinforce(semi_sampling_p=1.0, semi_sampling_p_final=0.0, semi_sampling_anneal_steps=4,
-                                           semi_sampling_per=per)
+        objective = HardAttentionReinforce(
+            semi_sampling_p=1.0, semi_sampling_p_final=0.0, semi_sampling_anneal_steps=4, semi_sampling_per=per
+        )
         fractions = []
         for step in range(6):
             torch.manual_seed(step)
@@ -284,8 +355,9 @@ def test_semi_sampling_schedule_moves_captions_from_the_expected_context_to_samp
 # --------------------------------------------------------------------------- best-of-K decoding
 def test_best_of_k_keeps_the_best_scoring_of_k_sampled_decodings():
     torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(11, 6, DecoderConfig(embed_dim=8, hidden_dim=12, attention_dim=8, dropout=0.0,
-                                                     attention_kind="hard")).eval()
+    dec = ShowAttendTellDecoder(
+        11, 6, DecoderConfig(embed_dim=8, hidden_dim=12, attention_dim=8, dropout=0.0, attention_kind="hard")
+    ).eval()
     features = torch.randn(3, 5, 6)
     K = 4
     config = GenerationConfig(max_new_tokens=6, location_samples=K)
@@ -299,8 +371,9 @@ def test_best_of_k_keeps_the_best_scoring_of_k_sampled_decodings():
     assert torch.equal(best.scores, scores.max(1).values)
     assert torch.equal(best.sequences, every.sequences[pick]) and torch.equal(best.locations, every.locations[pick])
     # with K large the best of K is at least as good as a single sampled decoding, on average
-    single = torch.stack([generate(dec, features, config.replace(location_samples=1, attention_mode="sample")).scores
-                          for _ in range(8)]).mean(0)
+    single = torch.stack(
+        [generate(dec, features, config.replace(location_samples=1, attention_mode="sample")).scores for _ in range(8)]
+    ).mean(0)
     many = generate(dec, features, config.replace(location_samples=16)).scores
     assert (many >= single - 1e-6).all()
     with pytest.raises(ConfigError, match="location_samples"):
@@ -328,6 +401,7 @@ def test_hard_preset_generates_valid_data_with_grounding_boxes(tmp_path):
     for im in data["images"]:
         assert im["filename"].endswith(".jpg")
         from PIL import Image
+
         with Image.open(tmp_path / im["filepath"] / im["filename"]) as img:
             assert img.format == "JPEG" and img.size == (64, 64)
         objects = im["objects"]
@@ -340,9 +414,13 @@ def test_hard_preset_generates_valid_data_with_grounding_boxes(tmp_path):
         for a, b in combinations([o["bbox"] for o in objects], 2):
             assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
         # the canonical caption names every object, and the parser reads the new words
-        assert sorted(shapes.parse_objects(im["sentences"][0]["raw"])) == sorted(map(tuple, (o["words"] for o in objects)))
+        assert sorted(shapes.parse_objects(im["sentences"][0]["raw"])) == sorted(
+            map(tuple, (o["words"] for o in objects))
+        )
         assert all(len(s["tokens"]) <= 30 for s in im["sentences"])
-    assert seen["size"] - set(shapes.SIZES) and seen["color"] - set(shapes.COLOURS) and seen["shape"] - set(shapes.SHAPES)
+    assert (
+        seen["size"] - set(shapes.SIZES) and seen["color"] - set(shapes.COLOURS) and seen["shape"] - set(shapes.SHAPES)
+    )
     # grounding scores the boxes: a map on each named object's cell points inside, one on a far cell does not
     records = [r for r in load_karpathy(path) if r.split == "test"]
     records = {r.image_id: r for r in records}
@@ -367,12 +445,34 @@ def test_hard_preset_generates_valid_data_with_grounding_boxes(tmp_path):
 def test_make_shapes_preset_option(tmp_path):
     import subprocess
     import sys
-    run = subprocess.run([sys.executable, "-m", "captioning.cli", "make-shapes", "--out", str(tmp_path), "--train", "3",
-                          "--val", "1", "--test", "1", "--preset", "hard"], capture_output=True, text=True)
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "captioning.cli",
+            "make-shapes",
+            "--out",
+            str(tmp_path),
+            "--train",
+            "3",
+            "--val",
+            "1",
+            "--test",
+            "1",
+            "--preset",
+            "hard",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert len(list((tmp_path / "images").rglob("*.jpg"))) == 5
-    run = subprocess.run([sys.executable, "-m", "captioning.cli", "make-shapes", "--out", str(tmp_path), "--preset", "huge"],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "captioning.cli", "make-shapes", "--out", str(tmp_path), "--preset", "huge"],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode != 0 and "huge" in run.stderr
 
 

@@ -1,5 +1,6 @@
 """The objectives' registry: a new objective is one class registered beside itself, named by a config or a
 checkpoint, trained by `captioning fit` and rebuilt from the checkpoint; the hooks the LightningModule calls."""
+
 from pathlib import Path
 
 import pytest
@@ -58,14 +59,20 @@ class ToyObjective(Objective):
 
 def test_the_built_in_objectives_are_registered_by_name():
     assert list_objectives()[:4] == ["cross_entropy", "gumbel", "reinforce", "scst"]
-    expected = {"cross_entropy": CrossEntropy, "gumbel": HardAttentionGumbel, "reinforce": HardAttentionReinforce,
-                "scst": SCST}
+    expected = {
+        "cross_entropy": CrossEntropy,
+        "gumbel": HardAttentionGumbel,
+        "reinforce": HardAttentionReinforce,
+        "scst": SCST,
+    }
     for name, cls in expected.items():
         assert OBJECTIVES.get(name) is cls
         # a config's or checkpoint's class_path: the package's name, the module's, or the registered name
         for class_path in (f"captioning.objectives.{cls.__name__}", f"{cls.__module__}.{cls.__name__}", name):
             assert objective_class(class_path) is cls
-    assert type(objective_from_spec({"class_path": "reinforce", "init_args": {"lambda_r": 0.3}})) is HardAttentionReinforce
+    assert (
+        type(objective_from_spec({"class_path": "reinforce", "init_args": {"lambda_r": 0.3}})) is HardAttentionReinforce
+    )
 
 
 def test_an_unknown_objective_is_one_line_naming_the_registered_ones():
@@ -91,7 +98,9 @@ def test_a_registered_objective_is_built_by_its_name():
 def test_the_declared_hooks_do_nothing_by_default():
     objective = Objective()
     assert objective.commit(None) == {} and objective.checkpoint_state() == {} and objective.optional_state == ()
-    assert objective.setup(None) is None and objective.start_epoch(0) is None and objective.static_step_problem() is None
+    assert (
+        objective.setup(None) is None and objective.start_epoch(0) is None and objective.static_step_problem() is None
+    )
     assert objective.load_checkpoint_state({"x": 1}) is None
 
 
@@ -106,8 +115,10 @@ def test_a_new_objective_trains_through_fit_and_its_checkpoint_rebuilds_it(tiny_
     last = Path(cli.trainer.checkpoint_callback.last_model_path)
     checkpoint = torch.load(last, weights_only=True)
     assert checkpoint["objective_state"] == {"toy_calls": len(objective.calls)}
-    assert checkpoint["hyper_parameters"]["objective"] == {"class_path": f"{__name__}.ToyObjective",
-                                                           "init_args": {"weight": 0.5}}
+    assert checkpoint["hyper_parameters"]["objective"] == {
+        "class_path": f"{__name__}.ToyObjective",
+        "init_args": {"weight": 0.5},
+    }
     assert read_checkpoint_file(last).card["training"]["objective"]["init_args"] == {"weight": 0.5}
     module = load_module(last)
     assert type(module.objective) is ToyObjective and module.objective.settings == {"weight": 0.5}

@@ -13,8 +13,16 @@ def estimates(dec, features, captions, lengths, batches=30, rows=400, lambda_r=1
     for _ in range(batches):
         out = dec(features.expand(rows, -1, -1), captions.expand(rows, -1), lengths.expand(rows), mode="sample")
         ll = caption_log_likelihood(out.logits, captions.expand(rows, -1)[:, 1:], out.mask)
-        terms = reinforce_loss(ll, out.location_log_probs, out.entropies, out.mask, torch.tensor(baseline),
-                               lambda_r=lambda_r, lambda_e=0.0, reward_per_step=False)
+        terms = reinforce_loss(
+            ll,
+            out.location_log_probs,
+            out.entropies,
+            out.mask,
+            torch.tensor(baseline),
+            lambda_r=lambda_r,
+            lambda_e=0.0,
+            reward_per_step=False,
+        )
         surrogate = ll.mean() - terms.loss  # ascent direction: its gradient estimates d E[log p(y|s)]
         out_list.append(flat_grad(surrogate, list(dec.parameters())))
     return torch.stack(out_list)  # (batches, P)
@@ -53,7 +61,7 @@ def test_baseline_is_an_exponential_moving_average_and_reduces_variance():
         terms = reinforce_loss(ll, out.location_log_probs, out.entropies, out.mask, b)
         b = update_baseline(b, terms.reward)
     assert abs(b.item() - terms.reward.mean().item()) < 0.01 * abs(terms.reward.mean().item()) + 1e-3
-    assert (terms.advantage ** 2).mean() < (terms.reward ** 2).mean() / 10
+    assert (terms.advantage**2).mean() < (terms.reward**2).mean() / 10
 
 
 def test_baseline_lowers_the_variance_of_the_gradient_estimate():

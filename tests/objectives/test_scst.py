@@ -1,5 +1,6 @@
 """Self-critical sequence training: the in-process CIDEr-D reward, the baselines, the gradient's
 direction, starting from a cross-entropy checkpoint, the SCST configs, and forbidding bad endings."""
+
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ def encode(vocab: Vocabulary, captions) -> torch.Tensor:
     rows = [vocab.encode(c.split())[1:] for c in captions]
     out = torch.full((len(rows), max(map(len, rows))), vocab.pad_id)
     for i, row in enumerate(rows):
-        out[i, :len(row)] = torch.tensor(row)
+        out[i, : len(row)] = torch.tensor(row)
     return out
 
 
@@ -64,8 +65,9 @@ def test_reward_equals_pycocoevalcap_cider():
 
     vocab, objective = vocabulary(), scst_with_references()
     ids = list(REFERENCES)
-    rewards, words = objective.rewards(vocab, encode(vocab, [CANDIDATES[i] for i in ids]),
-                                       [objective._references[i] for i in ids])
+    rewards, words = objective.rewards(
+        vocab, encode(vocab, [CANDIDATES[i] for i in ids]), [objective._references[i] for i in ids]
+    )
     gts = tokenize_corpus(REFERENCES)
     res = {i: [ptb_tokenize(CANDIDATES[i])] for i in ids}
     _, expected = Cider().compute_score(gts, res)
@@ -74,9 +76,11 @@ def test_reward_equals_pycocoevalcap_cider():
     assert rewards[0] > 1.0  # the candidate that equals a reference
 
 
-TRICKY_WORDS = ("a dog's doesn't can't won't shan't they're we'll i'm you've he'd o'clock y'all t-shirt e-mail "
-                "well-known 3-year-old mother-in-law's cannot gonna wanna gotta 'tis café naïve résumé москва οδος 3 "
-                "50 it's james ca n't u.s. at&t c++ <unk> 5 7/8 $5.50 mr. etc. no. the end dogs' ' x:d").split()
+TRICKY_WORDS = (
+    "a dog's doesn't can't won't shan't they're we'll i'm you've he'd o'clock y'all t-shirt e-mail "
+    "well-known 3-year-old mother-in-law's cannot gonna wanna gotta 'tis café naïve résumé москва οδος 3 "
+    "50 it's james ca n't u.s. at&t c++ <unk> 5 7/8 $5.50 mr. etc. no. the end dogs' ' x:d"
+).split()
 
 
 def test_per_word_ptb_tokens_equal_the_whole_captions():
@@ -98,7 +102,9 @@ def test_per_word_ptb_tokens_equal_the_whole_captions():
 def test_a_reference_scores_above_another_caption():
     vocab, objective = vocabulary(), scst_with_references()
     refs = objective._references[12]
-    rewards, _ = objective.rewards(vocab, encode(vocab, ["two dogs playing in the snow", "two dogs on a beach"]), [refs, refs])
+    rewards, _ = objective.rewards(
+        vocab, encode(vocab, ["two dogs playing in the snow", "two dogs on a beach"]), [refs, refs]
+    )
     assert rewards[0] > rewards[1] > 0
 
 
@@ -131,9 +137,11 @@ def test_settings_are_checked_and_kept():
 # --------------------------------------------------------------------------- the gradient
 def tiny_model(kind: str) -> ShowAttendTell:
     torch.manual_seed(0)
-    model = ShowAttendTell(EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=8),
-                           DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind=kind),
-                           vocabulary())
+    model = ShowAttendTell(
+        EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=8),
+        DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind=kind),
+        vocabulary(),
+    )
     return model
 
 
@@ -158,12 +166,16 @@ def test_a_step_raises_a_sample_with_positive_advantage_and_lowers_one_with_nega
     advantage = s["advantage"]
     assert (advantage > 0).any() and (advantage < 0).any()
     assert out.batch_size == 16 and torch.isfinite(out.loss)
-    before = sample_log_p(model, features.repeat_interleave(8, 0), s["sequences"], s["lengths"], s["locations"], kind == "hard")
+    before = sample_log_p(
+        model, features.repeat_interleave(8, 0), s["sequences"], s["lengths"], s["locations"], kind == "hard"
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     optimizer.zero_grad()
     out.loss.backward()
     optimizer.step()
-    after = sample_log_p(model, features.repeat_interleave(8, 0), s["sequences"], s["lengths"], s["locations"], kind == "hard")
+    after = sample_log_p(
+        model, features.repeat_interleave(8, 0), s["sequences"], s["lengths"], s["locations"], kind == "hard"
+    )
     change = after - before
     best, worst = int(advantage.argmax()), int(advantage.argmin())
     assert change[best] > 0 and change[best] > change[worst], (advantage, change)
@@ -207,8 +219,11 @@ def test_bad_ending_rate_and_forbidding_bad_endings():
         model.generate(features=features, config=config.replace(forbid_bad_endings=True))
     model.decoder.bad_ending_ids = bad_ending_ids(vocab)
     out = model.generate(features=features, config=config.replace(forbid_bad_endings=True))
-    sampled = [w for w, row in zip((vocab.decode(r) for r in out.sequences.tolist()), out.sequences.tolist())
-               if vocab.eos_id in row]
+    sampled = [
+        w
+        for w, row in zip((vocab.decode(r) for r in out.sequences.tolist()), out.sequences.tolist())
+        if vocab.eos_id in row
+    ]
     assert sampled and bad_ending_rate(sampled) == 0.0
 
     # Greedy and beam search: a decoder whose best continuation of "a" is EOS, then "dog".
@@ -235,15 +250,29 @@ def test_fit_from_a_cross_entropy_checkpoint_and_resume(tiny_shapes, tiny_checkp
     from captioning.training.cli import run_lightning_cli
 
     ce = torch.load(tiny_checkpoint, weights_only=True)
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path / "a", config="scst_shapes_soft.yaml", steps=2, extra=[
-        "--model.init_from", str(tiny_checkpoint), "--trainer.max_steps", "0"]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            tmp_path / "a",
+            config="scst_shapes_soft.yaml",
+            steps=2,
+            extra=["--model.init_from", str(tiny_checkpoint), "--trainer.max_steps", "0"],
+        )
+    )
     # max_steps 0: nothing trained, so the weights are the checkpoint's
     for k, v in cli.model.state_dict().items():
         assert torch.equal(v, ce["state_dict"][k]), k
     assert cli.model.vocab.to_dict() == ce["vocabulary"]
 
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path / "b", config="scst_shapes_soft.yaml", steps=2, extra=[
-        "--model.init_from", str(tiny_checkpoint), "--model.objective.init_args.baseline", "mean"]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            tmp_path / "b",
+            config="scst_shapes_soft.yaml",
+            steps=2,
+            extra=["--model.init_from", str(tiny_checkpoint), "--model.objective.init_args.baseline", "mean"],
+        )
+    )
     assert cli.trainer.global_step == 2
     metrics = cli.trainer.callback_metrics
     for key in ("reward", "baseline", "advantage", "greedy_cider", "bad_endings"):
@@ -263,45 +292,99 @@ def test_fit_from_a_cross_entropy_checkpoint_and_resume(tiny_shapes, tiny_checkp
     candidates, refs = ["a small red circle"], [list(objective._references.values())[0]]
     expected = objective.cider.scores(candidates, refs)
     assert ckpt["global_step"] == 2  # last.ckpt is the run's end (written after each validation)
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path / "b", config="scst_shapes_soft.yaml", steps=3, extra=[
-        "--model.init_from", str(tmp_path / "missing.ckpt"), "--ckpt_path", str(last), "--trainer.max_epochs", "2"]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            tmp_path / "b",
+            config="scst_shapes_soft.yaml",
+            steps=3,
+            extra=[
+                "--model.init_from",
+                str(tmp_path / "missing.ckpt"),
+                "--ckpt_path",
+                str(last),
+                "--trainer.max_epochs",
+                "2",
+            ],
+        )
+    )
     assert cli.trainer.global_step == 5  # epoch 0's 2 steps, then epoch 1's 3
     np.testing.assert_array_equal(cli.model.objective.cider.scores(candidates, refs), expected)
     assert cli.model.objective.cider.num_images == 40
 
 
-def test_init_from_another_vocabulary_or_architecture_is_a_one_line_error(tiny_shapes, tiny_checkpoint, tmp_path, capsys):
+def test_init_from_another_vocabulary_or_architecture_is_a_one_line_error(
+    tiny_shapes, tiny_checkpoint, tmp_path, capsys
+):
     from captioning.cli import main
 
-    args = fit_args(tiny_shapes, tmp_path, config="scst_shapes_soft.yaml", steps=1,
-                    extra=["--model.init_from", str(tiny_checkpoint), "--data.min_word_freq", "3"])
+    args = fit_args(
+        tiny_shapes,
+        tmp_path,
+        config="scst_shapes_soft.yaml",
+        steps=1,
+        extra=["--model.init_from", str(tiny_checkpoint), "--data.min_word_freq", "3"],
+    )
     assert main(args) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "vocabulary" in err and "Traceback" not in err, err
 
-    args = fit_args(tiny_shapes, tmp_path, config="scst_shapes_soft.yaml", steps=1,
-                    extra=["--model.init_from", str(tiny_checkpoint), "--model.decoder.hidden_dim", "64"])
+    args = fit_args(
+        tiny_shapes,
+        tmp_path,
+        config="scst_shapes_soft.yaml",
+        steps=1,
+        extra=["--model.init_from", str(tiny_checkpoint), "--model.decoder.hidden_dim", "64"],
+    )
     assert main(args) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "architecture" in err and "decoder.hidden_dim" in err, err
 
-    args = fit_args(tiny_shapes, tmp_path, config="scst_shapes_hard.yaml", steps=1,
-                    extra=["--model.init_from", str(tiny_checkpoint)])
+    args = fit_args(
+        tiny_shapes,
+        tmp_path,
+        config="scst_shapes_hard.yaml",
+        steps=1,
+        extra=["--model.init_from", str(tiny_checkpoint)],
+    )
     assert main(args) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "attention_kind" in err, err
 
-    assert main(fit_args(tiny_shapes, tmp_path, config="scst_shapes_soft.yaml", steps=1,
-                         extra=["--model.init_from", str(tmp_path / "none.ckpt")])) == 1
+    assert (
+        main(
+            fit_args(
+                tiny_shapes,
+                tmp_path,
+                config="scst_shapes_soft.yaml",
+                steps=1,
+                extra=["--model.init_from", str(tmp_path / "none.ckpt")],
+            )
+        )
+        == 1
+    )
     assert "no such file" in capsys.readouterr().err
 
 
 def test_objective_by_class_name_in_any_config(tiny_shapes, tiny_checkpoint, tmp_path):
     from captioning.training.cli import run_lightning_cli
 
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config="shapes_soft.yaml", steps=2, extra=[
-        "--model.objective", "SCST", "--model.objective.init_args.num_samples", "2",
-        "--model.init_from", str(tiny_checkpoint)]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            tmp_path,
+            config="shapes_soft.yaml",
+            steps=2,
+            extra=[
+                "--model.objective",
+                "SCST",
+                "--model.objective.init_args.num_samples",
+                "2",
+                "--model.init_from",
+                str(tiny_checkpoint),
+            ],
+        )
+    )
     assert isinstance(cli.model.objective, SCST) and cli.model.objective.num_samples == 2
     assert cli.trainer.global_step == 2
 
@@ -314,7 +397,9 @@ def test_shapes_configs_are_the_demo_models_with_scst():
         ce = yaml.safe_load((ROOT / "configs" / f"shapes_{kind}.yaml").read_text())
         for group in ("encoder", "decoder"):
             assert scst["model"][group] == ce["model"][group], (kind, group)
-        assert {k: v for k, v in scst["data"].items() if k != "batch_size"} == {k: v for k, v in ce["data"].items() if k != "batch_size"}
+        assert {k: v for k, v in scst["data"].items() if k != "batch_size"} == {
+            k: v for k, v in ce["data"].items() if k != "batch_size"
+        }
         assert scst["model"]["objective"]["class_path"] == "captioning.objectives.SCST"
 
 
@@ -326,10 +411,28 @@ def test_every_scst_config_fits_a_step(config, tiny_shapes, tmp_path):
 
     extra = []
     if "shapes" not in config:
-        extra = ["--model.encoder.pretrained", "false", "--model.encoder.grid_size", "2", "--data.image_size", "64",
-                 "--data.min_word_freq", "1", "--data.images_root", str(tiny_shapes.parent), "--data.pin_memory", "false",
-                 "--data.eval_batch_size", "2", "--data.batch_size", "2", "--trainer.devices", "1",
-                 "--model.objective.init_args.max_new_tokens", "6"]
+        extra = [
+            "--model.encoder.pretrained",
+            "false",
+            "--model.encoder.grid_size",
+            "2",
+            "--data.image_size",
+            "64",
+            "--data.min_word_freq",
+            "1",
+            "--data.images_root",
+            str(tiny_shapes.parent),
+            "--data.pin_memory",
+            "false",
+            "--data.eval_batch_size",
+            "2",
+            "--data.batch_size",
+            "2",
+            "--trainer.devices",
+            "1",
+            "--model.objective.init_args.max_new_tokens",
+            "6",
+        ]
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config=config, steps=2, extra=extra))
     assert cli.trainer.global_step == 2
     assert isinstance(cli.model.objective, SCST)
@@ -342,14 +445,29 @@ def test_every_scst_config_fits_a_step(config, tiny_shapes, tmp_path):
 def test_bf16_autocast_and_grouped_batches(tiny_shapes, tiny_checkpoint, tmp_path):
     from captioning.training.cli import run_lightning_cli
 
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, config="scst_shapes_soft.yaml", steps=2, extra=[
-        "--model.init_from", str(tiny_checkpoint), "--trainer.precision", "bf16-mixed",
-        "--data.group_captions", "true", "--data.batch_size", "4"]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            tmp_path,
+            config="scst_shapes_soft.yaml",
+            steps=2,
+            extra=[
+                "--model.init_from",
+                str(tiny_checkpoint),
+                "--trainer.precision",
+                "bf16-mixed",
+                "--data.group_captions",
+                "true",
+                "--data.batch_size",
+                "4",
+            ],
+        )
+    )
     assert cli.trainer.global_step == 2
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
 
 
-DDP_SCRIPT = r'''
+DDP_SCRIPT = r"""
 import hashlib, json, sys
 import torch.distributed as dist
 from captioning.training.cli import run_lightning_cli
@@ -369,7 +487,7 @@ with open(f"{out_dir}/rank{rank}.json", "w") as f:
     json.dump({"df": hashlib.sha256(state.encode()).hexdigest(), "global_step": cli.trainer.global_step,
                "world_size": cli.trainer.world_size,
                "reward": objective.cider.scores(["a small red circle"], [next(iter(objective._references.values()))]).tolist()}, f)
-'''
+"""
 
 
 def test_ddp_two_processes_same_document_frequencies(tiny_shapes, tiny_checkpoint, tmp_path):
@@ -383,8 +501,14 @@ def test_ddp_two_processes_same_document_frequencies(tiny_shapes, tiny_checkpoin
     script = tmp_path / "ddp_scst.py"
     script.write_text(DDP_SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(tiny_shapes), str(tiny_checkpoint)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(tiny_shapes), str(tiny_checkpoint)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["world_size"] == 2 and ranks[0]["global_step"] == 3

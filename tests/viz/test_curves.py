@@ -1,5 +1,6 @@
 """Training curves: a scalar logged too few times is named with its values, not drawn; float noise
 (a BLEU-4 of 1e-13 against 6e-11) is no axis."""
+
 import numpy as np
 import pytest
 
@@ -8,7 +9,7 @@ from captioning.viz.curves import MIN_POINTS, plot_curves, too_few_points, value
 CURVE = (70, 130, 200)  # the colour curves are drawn in
 
 
-def write_run(folder, losses: int, scores: int, score=lambda k: 1e-13 * 10 ** k):
+def write_run(folder, losses: int, scores: int, score=lambda k: 1e-13 * 10**k):
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(folder))
@@ -37,10 +38,13 @@ def test_enough_points_are_drawn(tmp_path):
     assert curve_pixels(picture) > 100
 
 
-@pytest.mark.parametrize("values, expected", [
-    ([1.97e-13, 6.2e-11, 3e-12], (-0.5, 0.5)),  # noise around 0: a unit range around 0
-    ([0.25, 0.25, 0.25], (-0.25, 0.75)),
-    ([0.1, 0.3, 0.2], (0.1, 0.3)),
-])
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ([1.97e-13, 6.2e-11, 3e-12], (-0.5, 0.5)),  # noise around 0: a unit range around 0
+        ([0.25, 0.25, 0.25], (-0.25, 0.75)),
+        ([0.1, 0.3, 0.2], (0.1, 0.3)),
+    ],
+)
 def test_the_axis_ignores_float_noise(values, expected):
     assert value_range(np.array(values)) == pytest.approx(expected)

@@ -1,4 +1,5 @@
 """Attention overlays, GIFs and grids."""
+
 import numpy as np
 import pytest
 from PIL import Image, ImageSequence
@@ -94,8 +95,15 @@ def test_grid_has_one_panel_per_word(tmp_path, n, cols):
         assert png.size == grid.size
 
 
-@pytest.mark.parametrize("size, words", [((640, 480), ["a", "cat"]), ((100, 60), ["one"] * 12), ((2000, 300), []),
-                                         ((300, 900), ["a", "very", "long", "caption", "that", "wraps"] * 5)])
+@pytest.mark.parametrize(
+    "size, words",
+    [
+        ((640, 480), ["a", "cat"]),
+        ((100, 60), ["one"] * 12),
+        ((2000, 300), []),
+        ((300, 900), ["a", "very", "long", "caption", "that", "wraps"] * 5),
+    ],
+)
 def test_gif_frame_size_is_the_size_render_frames_draws(size, words):
     """The GIF budget of the web server measures frames with gif_frame_size: it must be the drawn size."""
     image = Image.new("RGB", size, (90, 120, 200))

@@ -7,6 +7,7 @@ socket). ``test_load`` (slow) runs tools/dev/web_load_test.py: 64 clients asking
 longest captions beside 50 stalled clients and 50 that never read their answers (a large example
 image).
 """
+
 from __future__ import annotations
 
 import base64
@@ -43,9 +44,22 @@ def png_bytes(color=(200, 30, 30), size=(96, 64)) -> bytes:
 
 @pytest.fixture(scope="module")
 def server(tiny_checkpoint, tmp_path_factory):
-    proc = ServerProcess([tiny_checkpoint], "--header-timeout", HEADER_TIMEOUT, "--body-timeout", BODY_TIMEOUT,
-                         "--max-connections", 8, "--max-pixels", 4_000_000, "--max-gif-pixels", 400_000,
-                         "--allowed-hosts", "captioning.test", log=tmp_path_factory.mktemp("hardening") / "server.log")
+    proc = ServerProcess(
+        [tiny_checkpoint],
+        "--header-timeout",
+        HEADER_TIMEOUT,
+        "--body-timeout",
+        BODY_TIMEOUT,
+        "--max-connections",
+        8,
+        "--max-pixels",
+        4_000_000,
+        "--max-gif-pixels",
+        400_000,
+        "--allowed-hosts",
+        "captioning.test",
+        log=tmp_path_factory.mktemp("hardening") / "server.log",
+    )
     yield proc
     proc.stop()
 
@@ -103,12 +117,18 @@ def test_a_stalled_body_gets_408_and_the_connection_closes(server):
     body, content_type = encode_multipart(SETTINGS, "photo.png", png_bytes())
     socks = [raw_socket(server.url) for _ in range(5)]
     for sock in socks:
-        sock.sendall(f"POST /api/caption HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\n"
-                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:100])
+        sock.sendall(
+            f"POST /api/caption HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[:100]
+        )
     # an oversized body that stalls while it is drained: the 413 comes at the deadline
     big = raw_socket(server.url)
-    big.sendall(f"POST /api/caption HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {50 * 1024 * 1024}\r\n\r\n".encode() + b"x" * 1000)
+    big.sendall(
+        f"POST /api/caption HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {50 * 1024 * 1024}\r\n\r\n".encode()
+        + b"x" * 1000
+    )
     status, out = post_image(server.url, png_bytes(), **SETTINGS)
     assert status == 200, out
     for sock in socks:
@@ -170,14 +190,28 @@ def test_clients_that_never_read_are_reset_at_the_send_deadline(tiny_checkpoint,
     their connections are reset and the server answers others."""
     example = tmp_path / "large.png"
     example.write_bytes(noise_png(2000, 1500))  # 9 MB: more than the sockets' buffers hold
-    proc = ServerProcess([tiny_checkpoint], "--examples", example, "--max-connections", 2, "--max-sockets", 8,
-                         "--send-timeout", SEND_TIMEOUT, "--max-gif-pixels", 8_000_000, log=tmp_path / "server.log")
+    proc = ServerProcess(
+        [tiny_checkpoint],
+        "--examples",
+        example,
+        "--max-connections",
+        2,
+        "--max-sockets",
+        8,
+        "--send-timeout",
+        SEND_TIMEOUT,
+        "--max-gif-pixels",
+        8_000_000,
+        log=tmp_path / "server.log",
+    )
     try:
         host = f"Host: 127.0.0.1:{proc.port}\r\n"
-        body, content_type = encode_multipart(dict(num_beams=1, max_new_tokens=30, return_gif=1, return_image=1),
-                                              "noise.png", noise_png(640, 480))
-        ask_gif = (f"POST /api/caption HTTP/1.1\r\n{host}Content-Type: {content_type}\r\n"
-                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        body, content_type = encode_multipart(
+            dict(num_beams=1, max_new_tokens=30, return_gif=1, return_image=1), "noise.png", noise_png(640, 480)
+        )
+        ask_gif = (
+            f"POST /api/caption HTTP/1.1\r\n{host}Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         gifs = [never_reads(proc.url, ask_gif) for _ in range(3)]
         assert all(answer_arrived(sock, 60) for sock in gifs)
         examples = [never_reads(proc.url, f"GET /examples/0 HTTP/1.1\r\n{host}\r\n".encode()) for _ in range(2)]
@@ -206,8 +240,14 @@ def test_clients_that_never_read_are_reset_at_the_send_deadline(tiny_checkpoint,
 # ---------------------------------------------------------------------- hosts, messages, fields
 def test_host_header_must_name_this_server(server):
     port = server.url.rsplit(":", 1)[1]
-    for host, want in [("evil.example.com", 400), (f"rebind.attacker.net:{port}", 400), (f"localhost:{port}", 200),
-                       (f"127.0.0.1:{port}", 200), ("captioning.test", 200), (f"[::1]:{port}", 200)]:
+    for host, want in [
+        ("evil.example.com", 400),
+        (f"rebind.attacker.net:{port}", 400),
+        (f"localhost:{port}", 200),
+        (f"127.0.0.1:{port}", 200),
+        ("captioning.test", 200),
+        (f"[::1]:{port}", 200),
+    ]:
         conn = _connection(server.url, 10)
         conn.putrequest("GET", "/api/models", skip_host=True)
         conn.putheader("Host", host)
@@ -266,9 +306,22 @@ def test_examples_are_image_files_only(tiny_checkpoint, tmp_path):
     finally:
         proc.stop()
     # a named file that is not an image: the server refuses to start, and says why
-    run = subprocess.run([sys.executable, "-m", "captioning.web", "--checkpoint", str(tiny_checkpoint), "--port",
-                          str(free_port()), "--examples", str(folder / "notes.png")],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "captioning.web",
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--port",
+            str(free_port()),
+            "--examples",
+            str(folder / "notes.png"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode != 0 and "--examples: not an image file" in run.stderr, run.stderr[-500:]
 
 
@@ -392,7 +445,9 @@ def test_the_render_queue_is_bounded(served):
     server = served(fake, model_class=SlowGif, limits=Limits(max_render=2), max_batch=8)
     try:
         with ThreadPoolExecutor(8) as pool:
-            futures = [pool.submit(post_image, server.url, png_bytes((20 * i, 50, 50)), return_gif=1) for i in range(1, 7)]
+            futures = [
+                pool.submit(post_image, server.url, png_bytes((20 * i, 50, 50)), return_gif=1) for i in range(1, 7)
+            ]
             time.sleep(2)
             release.set()
             answers = [f.result() for f in futures]
@@ -412,8 +467,15 @@ def test_load(tiny_checkpoint):
     bounded, the server healthy after."""
     from tools.dev.web_load_test import run_load
 
-    report = run_load([str(tiny_checkpoint)], clients=64, requests=128, slow_clients=50, nonreading_clients=50,
-                      send_timeout=3.0, time_limit=45)
+    report = run_load(
+        [str(tiny_checkpoint)],
+        clients=64,
+        requests=128,
+        slow_clients=50,
+        nonreading_clients=50,
+        send_timeout=3.0,
+        time_limit=45,
+    )
     print("\n" + json.dumps(report, indent=1))
     assert report["answered"] == {"200": 128}, report["answered"]
     assert report["slow_clients_closed"] == report["slow_clients"] == 50

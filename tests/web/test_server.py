@@ -3,6 +3,7 @@
 An API round trip against the Captioner itself, every kind of bad upload answered with a 4xx while
 the server keeps answering, and 32 simultaneous requests answered correctly with flat memory.
 """
+
 from __future__ import annotations
 
 import base64
@@ -56,14 +57,22 @@ def hard_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
     from captioning.training.cli import run_lightning_cli
     from tests.helpers import fit_args
 
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard"), config="shapes_hard.yaml", steps=3))
+    cli = run_lightning_cli(
+        fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard"), config="shapes_hard.yaml", steps=3)
+    )
     return Path(cli.trainer.checkpoint_callback.last_model_path)
 
 
 @pytest.fixture(scope="module")
 def server(tiny_checkpoint, hard_checkpoint, tmp_path_factory):
-    proc = ServerProcess([f"soft={tiny_checkpoint}", f"hard={hard_checkpoint}"], "--max-upload-mb", MAX_UPLOAD_MB,
-                         "--max-pixels", MAX_PIXELS, log=tmp_path_factory.mktemp("web_log") / "server.log")
+    proc = ServerProcess(
+        [f"soft={tiny_checkpoint}", f"hard={hard_checkpoint}"],
+        "--max-upload-mb",
+        MAX_UPLOAD_MB,
+        "--max-pixels",
+        MAX_PIXELS,
+        log=tmp_path_factory.mktemp("web_log") / "server.log",
+    )
     yield proc
     proc.stop()
 
@@ -72,8 +81,10 @@ def server(tiny_checkpoint, hard_checkpoint, tmp_path_factory):
 def captioners(tiny_checkpoint, hard_checkpoint):
     from captioning.api import Captioner
 
-    return {"soft": Captioner.from_checkpoint(tiny_checkpoint, device="cpu"),
-            "hard": Captioner.from_checkpoint(hard_checkpoint, device="cpu")}
+    return {
+        "soft": Captioner.from_checkpoint(tiny_checkpoint, device="cpu"),
+        "hard": Captioner.from_checkpoint(hard_checkpoint, device="cpu"),
+    }
 
 
 # ---------------------------------------------------------------------- the API
@@ -87,7 +98,10 @@ def test_models_and_page(server):
         assert d["attention"] == name and d["encoder"] == "small_cnn" and d["vocab_size"] > 4
         assert d["image_size"] == 64 and d["training_data"].endswith("dataset_shapes.json")
         assert "test_scores" in d and m["grid"] == [8, 8]
-    assert models["hard"]["attention_modes"] == ["expected", "argmax", "sample"] and models["soft"]["attention_modes"] == []
+    assert (
+        models["hard"]["attention_modes"] == ["expected", "argmax", "sample"]
+        and models["soft"]["attention_modes"] == []
+    )
     # the examples are the first test images of the training data, served by index
     assert len(info["examples"]) == 8
     conn = _connection(server.url, 10)
@@ -116,7 +130,10 @@ def test_api_round_trip_equals_the_captioner(server, captioners, test_images, na
     assert attention.shape == want["attention"].shape == tuple(out["attention_shape"])
     np.testing.assert_allclose(attention, want["attention"], atol=1e-4)
     assert [tuple(c) for c in out["locations"]] == [tuple(c) for c in want["locations"]]
-    assert out["beams"][0] == {"generated_text": want["generated_text"], "score": pytest.approx(want["score"], abs=1e-4)}
+    assert out["beams"][0] == {
+        "generated_text": want["generated_text"],
+        "score": pytest.approx(want["score"], abs=1e-4),
+    }
     assert out["settings"]["num_beams"] == 2 and out["settings"]["attention_mode"] == extra.get("attention_mode")
     assert out["image_size"] == [640, 480]
     # the GIF: a frame per word (the end token has none) and one with the whole caption
@@ -152,12 +169,21 @@ def _truncated_jpeg(test_images) -> bytes:
 
 BAD = {
     "not an image": (lambda imgs: b"this is not a picture\n" * 20, "doc.jpg", 415, "doc.jpg: not an image file"),
-    "pdf": (lambda imgs: b"%PDF-1.4 this is not a picture\n" * 20, "doc.jpg", 415,
-            "doc.jpg: refused: PDF is not an accepted image format"),
+    "pdf": (
+        lambda imgs: b"%PDF-1.4 this is not a picture\n" * 20,
+        "doc.jpg",
+        415,
+        "doc.jpg: refused: PDF is not an accepted image format",
+    ),
     "html page": (lambda imgs: b"<!DOCTYPE html><html><body>404</body></html>", "page.png", 415, "HTML/XML text"),
     "empty": (lambda imgs: b"", "empty.jpg", 400, "empty.jpg: empty file (0 bytes)"),
     "truncated": (_truncated_jpeg, "cut.jpg", 400, "cut.jpg: unreadable image, damaged or truncated"),
-    "oversized": (lambda imgs: os.urandom(MAX_UPLOAD_MB * 1024 * 1024 + 1), "huge.jpg", 413, "upload too large: the limit is 1 MB"),
+    "oversized": (
+        lambda imgs: os.urandom(MAX_UPLOAD_MB * 1024 * 1024 + 1),
+        "huge.jpg",
+        413,
+        "upload too large: the limit is 1 MB",
+    ),
     "far oversized": (lambda imgs: os.urandom(5 * MAX_UPLOAD_MB * 1024 * 1024), "huge.png", 413, "the limit is 1 MB"),
     "decompression bomb": (lambda imgs: _bomb_png(), "bomb.png", 413, "exceeds the limit of 4,000,000 pixels"),
 }
@@ -186,13 +212,25 @@ def test_bad_requests_get_a_4xx(server, test_images):
         (post(server.url, b"--x\r\n", {"Content-Type": "multipart/form-data; boundary=x"}), 400, "no image"),
     ]
     body, content_type = encode_multipart({}, "a.jpg", data)
-    cases.append((post(server.url, body.replace(b'name="image"', b'name="picture"'), {"Content-Type": content_type}),
-                  400, "field 'image'"))
+    cases.append(
+        (
+            post(server.url, body.replace(b'name="image"', b'name="picture"'), {"Content-Type": content_type}),
+            400,
+            "field 'image'",
+        )
+    )
     # a body sent in chunks, without Content-Length, is counted as it arrives
     big, content_type = encode_multipart({}, "big.jpg", os.urandom(2 * MAX_UPLOAD_MB * 1024 * 1024))
-    chunks = (big[i:i + 65536] for i in range(0, len(big), 65536))
-    cases.append((post(server.url, chunks, {"Content-Type": content_type, "Transfer-Encoding": "chunked"},
-                       encode_chunked=True), 413, "upload too large"))
+    chunks = (big[i : i + 65536] for i in range(0, len(big), 65536))
+    cases.append(
+        (
+            post(
+                server.url, chunks, {"Content-Type": content_type, "Transfer-Encoding": "chunked"}, encode_chunked=True
+            ),
+            413,
+            "upload too large",
+        )
+    )
     for (status, out), want_status, message in cases:
         assert status == want_status and message in out.get("error", ""), (status, out, message)
     conn = _connection(server.url, 10)
@@ -261,9 +299,11 @@ def test_32_concurrent_requests_are_answered_correctly_with_flat_memory(server, 
     assert [status for status, _ in answers] == [200] * 32, [a for a in answers if a[0] != 200][:2]
     assert [out["generated_text"] for _, out in answers] == [want[i % len(want)] for i in range(32)]
     growth = max(peak) - before
-    print(f"\n32 concurrent requests in {seconds:.2f} s ({32 / seconds:.1f} req/s); RSS {before:.0f} MB before, "
-          f"peak {max(peak):.0f} MB, after {after:.0f} MB (growth {growth:.0f} MB); "
-          f"largest batch {max(out['timing_ms']['batch'] for _, out in answers)}")
+    print(
+        f"\n32 concurrent requests in {seconds:.2f} s ({32 / seconds:.1f} req/s); RSS {before:.0f} MB before, "
+        f"peak {max(peak):.0f} MB, after {after:.0f} MB (growth {growth:.0f} MB); "
+        f"largest batch {max(out['timing_ms']['batch'] for _, out in answers)}"
+    )
     assert growth < 200, f"resident memory grew by {growth:.0f} MB under 32 concurrent requests"
     assert max(out["timing_ms"]["batch"] for _, out in answers) > 1  # simultaneous requests were batched
     assert server.alive()
@@ -295,7 +335,9 @@ def test_served_model_uses_describe_and_top_beams():
     assert model.description["test_scores"] == {"BLEU-4": pytest.approx(0.25), "CIDEr": 0.9}
     assert model.description["training_data"] == "coco (Karpathy train)" and model.description["encoder"] == "resnet101"
     json.dumps(model.info())  # plain JSON types only
-    [result] = model.caption([Image.new("RGB", (32, 32))], Settings.parse({"num_beams": "4", "attention_mode": "argmax"}, hard=True))
+    [result] = model.caption(
+        [Image.new("RGB", (32, 32))], Settings.parse({"num_beams": "4", "attention_mode": "argmax"}, hard=True)
+    )
     assert fake.calls[-1] == dict(n=1, num_beams=4, attention_mode="argmax", num_return_sequences=4)
     out = model.to_json(result)
     assert out["beams"] == [{"generated_text": "a cat", "score": -0.5}, {"generated_text": "a a cat", "score": -0.9}]
@@ -309,23 +351,36 @@ def test_settings_are_checked():
 
     assert Settings.parse({}, hard=False) == Settings(num_beams=3)
     assert Settings.parse({}, hard=False).as_dict()["max_new_tokens"] is None  # the model's own
-    got = Settings.parse({"num_beams": " 5 ", "max_new_tokens": "20", "length_penalty": "0.7",
-                          "attention_mode": "argmax", "num_return_sequences": "2"}, hard=True)
-    assert got == Settings(num_beams=5, max_new_tokens=20, length_penalty=0.7, attention_mode="argmax",
-                           num_return_sequences=2)
+    got = Settings.parse(
+        {
+            "num_beams": " 5 ",
+            "max_new_tokens": "20",
+            "length_penalty": "0.7",
+            "attention_mode": "argmax",
+            "num_return_sequences": "2",
+        },
+        hard=True,
+    )
+    assert got == Settings(
+        num_beams=5, max_new_tokens=20, length_penalty=0.7, attention_mode="argmax", num_return_sequences=2
+    )
     assert Settings.parse({"attention_mode": "argmax"}, hard=False).attention_mode is None
     # each field alone: its option's type and bounds, within the server's caps
-    for fields, message in [({"num_beams": "0"}, r"num_beams: expected an integer in \[1, 10\], got 0"),
-                            ({"num_beams": "11"}, r"num_beams: expected an integer in \[1, 10\], got 11"),
-                            ({"max_new_tokens": "1.5"}, "max_new_tokens: expected an integer"),
-                            ({"max_new_tokens": "101"}, r"max_new_tokens: expected an integer in \[1, 100\]"),
-                            ({"length_penalty": "inf"}, "length_penalty: expected a finite number"),
-                            ({"length_penalty": "6"}, r"length_penalty: expected a finite number in \[-5, 5\]"),
-                            ({"diversity_penalty": "11"}, r"diversity_penalty: expected a finite number in \[0, 10\]"),
-                            ({"attention_mode": "peek"}, "attention_mode: expected one of expected, argmax, sample"),
-                            ({"num_beams": "2", "num_return_sequences": "3"},
-                             r"num_return_sequences: expected an integer in \[1, 2\], got 3"),
-                            ({"num_beams": "4", "num_beam_groups": "5"}, r"num_beam_groups: expected an integer in \[1, 4\]")]:
+    for fields, message in [
+        ({"num_beams": "0"}, r"num_beams: expected an integer in \[1, 10\], got 0"),
+        ({"num_beams": "11"}, r"num_beams: expected an integer in \[1, 10\], got 11"),
+        ({"max_new_tokens": "1.5"}, "max_new_tokens: expected an integer"),
+        ({"max_new_tokens": "101"}, r"max_new_tokens: expected an integer in \[1, 100\]"),
+        ({"length_penalty": "inf"}, "length_penalty: expected a finite number"),
+        ({"length_penalty": "6"}, r"length_penalty: expected a finite number in \[-5, 5\]"),
+        ({"diversity_penalty": "11"}, r"diversity_penalty: expected a finite number in \[0, 10\]"),
+        ({"attention_mode": "peek"}, "attention_mode: expected one of expected, argmax, sample"),
+        (
+            {"num_beams": "2", "num_return_sequences": "3"},
+            r"num_return_sequences: expected an integer in \[1, 2\], got 3",
+        ),
+        ({"num_beams": "4", "num_beam_groups": "5"}, r"num_beam_groups: expected an integer in \[1, 4\]"),
+    ]:
         with pytest.raises(RequestError, match=message):
             Settings.parse(fields, hard=True)
     diverse = Settings.parse({"num_beams": "4", "num_beam_groups": "2"}, hard=False)
@@ -333,20 +388,24 @@ def test_settings_are_checked():
     # the fields together: checked by GenerationConfig over the model's own settings
     model = ServedModel("hard", FakeCaptioner())
     assert model.settings({"num_beams": "4", "num_beam_groups": "2"}) == diverse
-    for fields, message in [({"num_beams": "4", "num_beam_groups": "3"}, r"num_beam_groups \(3\) must divide num_beams \(4\)"),
-                            ({"diversity_penalty": "1.0"}, "diversity_penalty applies between beam groups"),
-                            ({"num_beams": "4", "num_beam_groups": "2", "diversity_penalty": "0"},
-                             "needs diversity_penalty > 0"),
-                            ({"do_sample": "true"}, "do_sample works with one beam"),
-                            ({"min_new_tokens": "40", "max_new_tokens": "20"}, r"min_new_tokens \(40\) must be below")]:
+    for fields, message in [
+        ({"num_beams": "4", "num_beam_groups": "3"}, r"num_beam_groups \(3\) must divide num_beams \(4\)"),
+        ({"diversity_penalty": "1.0"}, "diversity_penalty applies between beam groups"),
+        ({"num_beams": "4", "num_beam_groups": "2", "diversity_penalty": "0"}, "needs diversity_penalty > 0"),
+        ({"do_sample": "true"}, "do_sample works with one beam"),
+        ({"min_new_tokens": "40", "max_new_tokens": "20"}, r"min_new_tokens \(40\) must be below"),
+    ]:
         with pytest.raises(RequestError, match=message):
             model.settings(fields)
 
 
 def test_diverse_beams_are_listed_side_by_side(server, captioners, test_images):
-    status, out = post_image(server.url, test_images[2].read_bytes(), num_beams=4, num_beam_groups=2, diversity_penalty=1.5)
-    want = captioners["soft"]([str(test_images[2])], num_beams=4, num_beam_groups=2, diversity_penalty=1.5,
-                              num_return_sequences=4)[0]
+    status, out = post_image(
+        server.url, test_images[2].read_bytes(), num_beams=4, num_beam_groups=2, diversity_penalty=1.5
+    )
+    want = captioners["soft"](
+        [str(test_images[2])], num_beams=4, num_beam_groups=2, diversity_penalty=1.5, num_return_sequences=4
+    )[0]
     assert status == 200 and len(out["beams"]) == 4
     assert [b["generated_text"] for b in out["beams"]] == [b["generated_text"] for b in want["beams"]]
 
@@ -358,7 +417,10 @@ def test_names_specs_and_the_serve_subcommand():
     from captioning.web.cli import add_serve_parser, cmd_serve
     from captioning.web.server import _name_models, split_spec
 
-    assert split_spec("soft=runs/a.ckpt") == ("soft", "runs/a.ckpt") and split_spec("runs/a.ckpt") == (None, "runs/a.ckpt")
+    assert split_spec("soft=runs/a.ckpt") == ("soft", "runs/a.ckpt") and split_spec("runs/a.ckpt") == (
+        None,
+        "runs/a.ckpt",
+    )
 
     class M:
         def __init__(self, attention, encoder):
@@ -391,13 +453,17 @@ def test_an_ensemble_is_served_as_one_model(tiny_checkpoint, hard_checkpoint, ti
     assert ensemble_members(str(tiny_checkpoint)) == [str(tiny_checkpoint)]
     served = ServedModel.load("both", f"{tiny_checkpoint}+{hard_checkpoint}")
     assert served.checkpoint == Path(tiny_checkpoint)
-    assert [m["checkpoint"] for m in served.description["ensemble"]] == [Path(tiny_checkpoint).name, Path(hard_checkpoint).name]
+    assert [m["checkpoint"] for m in served.description["ensemble"]] == [
+        Path(tiny_checkpoint).name,
+        Path(hard_checkpoint).name,
+    ]
     image = Image.open(next(Path(tiny_shapes).parent.rglob("*.png"))).convert("RGB")
     settings = Settings()
     [ours] = served.caption([image], settings)
     # the same search as the page's (the API's own default is one beam)
     [theirs] = Captioner.from_checkpoints([tiny_checkpoint, hard_checkpoint], device="cpu")(
-        image, num_beams=settings.num_beams, max_new_tokens=served.max_new_tokens(settings))
+        image, num_beams=settings.num_beams, max_new_tokens=served.max_new_tokens(settings)
+    )
     assert ours["generated_text"] == theirs["generated_text"]
 
 
@@ -426,7 +492,8 @@ def test_the_server_captions_an_ensemble_as_the_captioner_does(tiny_checkpoint, 
         proc.stop()
     assert status == 200, out
     [theirs] = Captioner.from_checkpoints(members, device="cpu")(
-        [load_image(upload)], return_attention=True, num_return_sequences=SETTINGS["num_beams"], **SETTINGS)
+        [load_image(upload)], return_attention=True, num_return_sequences=SETTINGS["num_beams"], **SETTINGS
+    )
     assert (out["generated_text"], out["tokens"]) == (theirs["generated_text"], theirs["tokens"])
     assert out["score"] == theirs["score"]  # bit for bit: the same pixels went in
     assert out["attention"] == np.round(theirs["attention"].astype(np.float64), 4).tolist()

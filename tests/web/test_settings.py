@@ -25,8 +25,9 @@ class RecordingCaptioner(FakeCaptioner):
 
     def __call__(self, images, return_attention=False, **generation):
         self.generation.replace(**generation)  # the Captioner's own check
-        out = super().__call__(images, num_beams=generation["num_beams"],
-                               num_return_sequences=generation["num_return_sequences"])
+        out = super().__call__(
+            images, num_beams=generation["num_beams"], num_return_sequences=generation["num_return_sequences"]
+        )
         self.calls[-1] = generation
         return out
 
@@ -134,9 +135,17 @@ def test_each_error_type_has_its_status():
     from captioning.errors import CaptioningError
     from captioning.web import errors
 
-    statuses = {errors.RequestError: 400, errors.NotFound: 404, errors.MethodNotAllowed: 405,
-                errors.BodyTimeout: 408, errors.TooLarge: 413, errors.UploadTooLarge: 413,
-                errors.UnsupportedMedia: 415, errors.InternalError: 500, errors.Busy: 503}
+    statuses = {
+        errors.RequestError: 400,
+        errors.NotFound: 404,
+        errors.MethodNotAllowed: 405,
+        errors.BodyTimeout: 408,
+        errors.TooLarge: 413,
+        errors.UploadTooLarge: 413,
+        errors.UnsupportedMedia: 415,
+        errors.InternalError: 500,
+        errors.Busy: 503,
+    }
     for kind, status in statuses.items():
         assert issubclass(kind, CaptioningError) and kind.status == status, kind
     assert errors.Busy.headers == {"Retry-After": "1"} and errors.BodyTimeout.headers == {"Connection": "close"}
@@ -192,8 +201,9 @@ def test_a_gif_within_its_budget_is_the_one_the_pictures_draw():
     assert gif is None and "do not fit the server's GIF budget" in info["left_out"]
 
 
-@pytest.mark.parametrize("field", ["header_timeout", "body_timeout", "request_timeout", "send_timeout", "stuck_after",
-                                   "keep_alive"])
+@pytest.mark.parametrize(
+    "field", ["header_timeout", "body_timeout", "request_timeout", "send_timeout", "stuck_after", "keep_alive"]
+)
 @pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
 def test_a_deadline_is_a_positive_finite_number_of_seconds(field, value):
     from captioning.web.guard import Limits
@@ -203,8 +213,9 @@ def test_a_deadline_is_a_positive_finite_number_of_seconds(field, value):
     assert getattr(Limits(**{field: 0.5}), field) == 0.5
 
 
-@pytest.mark.parametrize("flag", ["--header-timeout", "--body-timeout", "--send-timeout", "--request-timeout",
-                                  "--stuck-after"])
+@pytest.mark.parametrize(
+    "flag", ["--header-timeout", "--body-timeout", "--send-timeout", "--request-timeout", "--stuck-after"]
+)
 def test_a_deadline_flag_of_nan_or_inf_is_one_line_before_anything_loads(flag, tmp_path, capsys):
     from captioning.web.__main__ import main
 

@@ -66,10 +66,12 @@ Memory: on CUDA the peak of torch.cuda.max_memory_allocated for each row; on CPU
 peak RSS (ru_maxrss) after the row and its growth during the row (a high-water mark: a row that
 needs less than an earlier one shows 0 growth).
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -78,20 +80,18 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Callable
 
 import numpy as np
 import torch
-
-from captioning.models.attention import list_scores
-from captioning.vocab import Vocabulary
 import torch.nn.functional as F
 
-
-from captioning.objectives import CrossEntropy, HardAttentionReinforce  # noqa: E402
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder  # noqa: E402
 from captioning.decoding.search import GenerationConfig, beam_search, greedy_search  # noqa: E402
+from captioning.models.attention import list_scores
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder  # noqa: E402
+from captioning.objectives import CrossEntropy, HardAttentionReinforce  # noqa: E402
+from captioning.vocab import Vocabulary
 
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 
@@ -151,7 +151,9 @@ def timed(fn, device, warmup: int, iters: int, min_time: float = 0.0, best: bool
     return min(times) if best else float(np.median(times))
 
 
-def make_captions(B: int, V: int, generator: torch.Generator, lo: int = 9, hi: int = 24, mean: float = 13.0, sd: float = 3.0):
+def make_captions(
+    B: int, V: int, generator: torch.Generator, lo: int = 9, hi: int = 24, mean: float = 13.0, sd: float = 3.0
+):
     """Captions of lengths (BOS and EOS included) from a clipped normal, mean ~13 tokens."""
     lengths = torch.randn(B, generator=generator).mul(sd).add(mean).round().clamp(lo, hi).long()
     T1 = int(lengths.max())
@@ -190,22 +192,37 @@ def bench_peak(device, quick: bool) -> list[dict]:
     for dtype in dtypes:
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
-        s = timed(lambda: a @ b, device, warmup=1 if device.type == "cpu" else 3, iters=5 if device.type == "cpu" else 20, best=True)
-        rows.append({"dtype": str(dtype).replace("torch.", ""), "n": n, "gflops": round(2 * n**3 / s / 1e9, 1),
-                     "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None})
+        s = timed(
+            functools.partial(torch.matmul, a, b),
+            device,
+            warmup=1 if device.type == "cpu" else 3,
+            iters=5 if device.type == "cpu" else 20,
+            best=True,
+        )
+        rows.append(
+            {
+                "dtype": str(dtype).replace("torch.", ""),
+                "n": n,
+                "gflops": round(2 * n**3 / s / 1e9, 1),
+                "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None,
+            }
+        )
         del a, b
     return rows
 
 
 def build_decoder(attention: str, D: int, V: int, dim: int, device) -> ShowAttendTellDecoder:
     torch.manual_seed(0)
-    return ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=dim, hidden_dim=dim, attention_dim=dim, dropout=0.5,
-                                 attention_kind=attention)).to(device)
+    return ShowAttendTellDecoder(
+        V, D, DecoderConfig(embed_dim=dim, hidden_dim=dim, attention_dim=dim, dropout=0.5, attention_kind=attention)
+    ).to(device)
 
 
 def train_step_fn(dec, opt, features, captions, lengths, amp):
     """Forward with the paper's objective (the module's objective classes) + backward + Adam step."""
-    objective = (HardAttentionReinforce if dec.attention_kind == "hard" else CrossEntropy)(doubly_stochastic=1.0).to(features.device)
+    objective = (HardAttentionReinforce if dec.attention_kind == "hard" else CrossEntropy)(doubly_stochastic=1.0).to(
+        features.device
+    )
     batch = {"captions": captions, "lengths": lengths}
 
     def step():
@@ -226,7 +243,7 @@ def bench_train(device, quick: bool, peaks: dict, amp_modes: list, compile_step:
     g = torch.Generator().manual_seed(0)
     captions, lengths = make_captions(B, V, g)
     captions, lengths = captions.to(device), lengths.to(device)
-    for D in ((512,) if quick else (2048, 512)):
+    for D in (512,) if quick else (2048, 512):
         features = torch.randn(B, L, D, generator=g).to(device)
         flops = 3 * needed_forward_flops(lengths.cpu(), L, D, dim, dim, dim, V)
         variants = [(attention, amp_name, False) for attention in ("soft", "hard") for amp_name in amp_modes]
@@ -242,13 +259,30 @@ def bench_train(device, quick: bool, peaks: dict, amp_modes: list, compile_step:
             fn = train_step_fn(dec, opt, features, captions, lengths, amp)
             with Memory(device) as mem:
                 # two warm-up steps: the first allocates Adam's state, the second still page-faults on CPU
-                s = timed(fn, device, warmup=2 if device.type == "cpu" else 3,
-                          iters=2 if quick else (5 if device.type == "cpu" else 20), min_time=0.0 if quick else 3.0)
+                s = timed(
+                    fn,
+                    device,
+                    warmup=2 if device.type == "cpu" else 3,
+                    iters=2 if quick else (5 if device.type == "cpu" else 20),
+                    min_time=0.0 if quick else 3.0,
+                )
             peak = peaks["bfloat16" if amp_name == "bf16" else "float32"]
-            row = {"attention": attention, "precision": amp_name, "compiled": compiled, "B": B, "L": L, "D": D, "dim": dim, "V": V,
-                   "mean_tokens": round(lengths.float().mean().item(), 2), "ms_per_step": round(s * 1e3, 2),
-                   "images_per_s": round(B / s, 1), "needed_gflop": round(flops / 1e9, 2),
-                   "achieved_gflops": round(flops / s / 1e9, 1), "peak_share": round(flops / s / 1e9 / peak, 4)}
+            row = {
+                "attention": attention,
+                "precision": amp_name,
+                "compiled": compiled,
+                "B": B,
+                "L": L,
+                "D": D,
+                "dim": dim,
+                "V": V,
+                "mean_tokens": round(lengths.float().mean().item(), 2),
+                "ms_per_step": round(s * 1e3, 2),
+                "images_per_s": round(B / s, 1),
+                "needed_gflop": round(flops / 1e9, 2),
+                "achieved_gflops": round(flops / s / 1e9, 1),
+                "peak_share": round(flops / s / 1e9 / peak, 4),
+            }
             row.update(mem.result)
             rows.append(row)
             print("  train", row, flush=True)
@@ -265,7 +299,13 @@ def step_matmuls(dec: ShowAttendTellDecoder, rows: int, device) -> Callable[[], 
     M, H, D = dec.embedding.embedding_dim, dec.hidden_dim, dec.context_gates.in_features
     g = torch.Generator().manual_seed(2)
     e, h, z = (torch.randn(rows, n, generator=g).to(device) for n in (M, H, D))
-    layers = [(dec.from_hidden, h), (dec.embed_gates, e), (dec.context_gates, z), (dec.out_hidden, h), (dec.out_logits, e)]
+    layers = [
+        (dec.from_hidden, h),
+        (dec.embed_gates, e),
+        (dec.context_gates, z),
+        (dec.out_hidden, h),
+        (dec.out_logits, e),
+    ]
     if dec.out_context is not None:
         layers.append((dec.out_context, z))
 
@@ -291,6 +331,7 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
     for amp_name in amp_modes:
         amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
         for beams in (1, 3, 5):
+
             def run(x, k=beams):
                 with amp:
                     if k == 1:
@@ -299,8 +340,9 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
 
             # the one-image loop: the median time of one image, over several images
             images = itertools.cycle(range(feats.size(0)))
-            s_one = timed(lambda: run(feats[[next(images)]]), device, warmup=1,
-                          iters=4 if quick else (8 if cpu else 32))
+            s_one = timed(
+                lambda: run(feats[[next(images)]]), device, warmup=1, iters=4 if quick else (8 if cpu else 32)
+            )
             with amp:
                 mm_one = timed(step_matmuls(dec, beams, device), device, warmup=2, iters=10 if cpu else 50)
             for B in batches:
@@ -311,10 +353,17 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
                     s = timed(lambda: run(x), device, warmup=1, iters=1 if quick else 3)
                 with amp:
                     mm_batch = timed(step_matmuls(dec, B * beams, device), device, warmup=1, iters=5 if cpu else 50)
-                row = {"search": "greedy" if beams == 1 else f"beam{beams}", "precision": amp_name, "batch": B,
-                       "max_new_tokens": max_new, "images_per_s": round(B / s, 1), "ms_per_batch": round(s * 1e3, 1),
-                       "loop_images_per_s": round(1 / s_one, 1), "speedup_per_image": round(s_one / (s / B), 2),
-                       "matmul_bound": round(B * mm_one / mm_batch, 2)}
+                row = {
+                    "search": "greedy" if beams == 1 else f"beam{beams}",
+                    "precision": amp_name,
+                    "batch": B,
+                    "max_new_tokens": max_new,
+                    "images_per_s": round(B / s, 1),
+                    "ms_per_batch": round(s * 1e3, 1),
+                    "loop_images_per_s": round(1 / s_one, 1),
+                    "speedup_per_image": round(s_one / (s / B), 2),
+                    "matmul_bound": round(B * mm_one / mm_batch, 2),
+                }
                 row.update(mem.result)
                 rows.append(row)
                 print("  decode", row, flush=True)
@@ -334,15 +383,23 @@ def bench_decoding_options(device, quick: bool, rounds: int) -> list[dict]:
         ("beam3 repetition_penalty=1.2", beam.replace(repetition_penalty=1.2), "beam3"),
         ("beam3 min_new_tokens=5", beam.replace(min_new_tokens=5), "beam3"),
         ("beam3 suppress_tokens=<unk>", beam.replace(suppress_tokens=(Vocabulary.unk_id,)), "beam3"),
-        ("beam3 all four", beam.replace(no_repeat_ngram_size=3, repetition_penalty=1.2, min_new_tokens=5,
-                                        suppress_tokens=(Vocabulary.unk_id,)), "beam3"),
+        (
+            "beam3 all four",
+            beam.replace(
+                no_repeat_ngram_size=3, repetition_penalty=1.2, min_new_tokens=5, suppress_tokens=(Vocabulary.unk_id,)
+            ),
+            "beam3",
+        ),
         ("diverse 3x1 penalty=0.5", beam.replace(num_beam_groups=3, diversity_penalty=0.5), "beam3"),
         ("sample", sample, "sample"),
         ("sample top_p=0.9", sample.replace(top_p=0.9), "sample"),
     ]
     if device.type == "cuda":
-        options += [(f"{name} graphed", config.replace(cuda_graphs=True), f"{base} graphed")
-                    for name, config, base in options if not config.do_sample]
+        options += [
+            (f"{name} graphed", config.replace(cuda_graphs=True), f"{base} graphed")
+            for name, config, base in options
+            if not config.do_sample
+        ]
     generator = torch.Generator(device=device).manual_seed(0)
 
     def run(config):
@@ -358,8 +415,14 @@ def bench_decoding_options(device, quick: bool, rounds: int) -> list[dict]:
             times[name].append(timed(lambda: run(config), device, warmup=0, iters=1))
     rows, rates = [], {name: B / float(np.median(t)) for name, t in times.items()}
     for name, config, base in options:
-        row = {"option": name, "batch": B, "max_new_tokens": max_new, "images_per_s": round(rates[name], 1),
-               "ms_per_batch": round(1e3 * B / rates[name], 1), "ratio": round(rates[name] / rates[base], 2)}
+        row = {
+            "option": name,
+            "batch": B,
+            "max_new_tokens": max_new,
+            "images_per_s": round(rates[name], 1),
+            "ms_per_batch": round(1e3 * B / rates[name], 1),
+            "ratio": round(rates[name] / rates[base], 2),
+        }
         rows.append(row)
         print("  decoding_options", row, flush=True)
     return rows
@@ -380,9 +443,20 @@ def bench_encode(device, quick: bool, amp_modes: list) -> list[dict]:
         print("  encode: no timm / open_clip (pip install 'captioning[ecosystem]'): their rows left out", flush=True)
     else:
         Be = 2 if quick else 16
-        ecosystem = ("timm:resnet18",) if quick else (
-            "resnet101", "timm:resnet18", "timm:convnext_tiny", "timm:convnext_base", "timm:vit_tiny_patch16_224",
-            "timm:vit_base_patch16_224", "open_clip:ViT-B-32", "open_clip:ViT-B-16")
+        ecosystem = (
+            ("timm:resnet18",)
+            if quick
+            else (
+                "resnet101",
+                "timm:resnet18",
+                "timm:convnext_tiny",
+                "timm:convnext_base",
+                "timm:vit_tiny_patch16_224",
+                "timm:vit_base_patch16_224",
+                "open_clip:ViT-B-32",
+                "open_clip:ViT-B-16",
+            )
+        )
         runs += [(name, (224,), Be) for name in ecosystem]
     for name, sizes, B in runs:
         enc = build_encoder(EncoderConfig(name, pretrained=False)).to(device).eval()
@@ -391,13 +465,22 @@ def bench_encode(device, quick: bool, amp_modes: list) -> list[dict]:
                 amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
                 x = torch.rand(B, 3, size, size, device=device)
                 with Memory(device) as mem, torch.inference_mode():
-                    def fn():
+
+                    def fn(enc=enc, x=x, amp=amp):
                         with amp:
                             return enc(x)
+
                     s = timed(fn, device, warmup=1, iters=1 if device.type == "cpu" else 10)
                     grid = tuple(fn().shape[1:])
-                row = {"encoder": name, "size": size, "precision": amp_name, "batch": B, "grid": list(grid),
-                       "images_per_s": round(B / s, 1), "ms_per_batch": round(s * 1e3, 1)}
+                row = {
+                    "encoder": name,
+                    "size": size,
+                    "precision": amp_name,
+                    "batch": B,
+                    "grid": list(grid),
+                    "images_per_s": round(B / s, 1),
+                    "ms_per_batch": round(s * 1e3, 1),
+                }
                 row.update(mem.result)
                 rows.append(row)
                 print("  encode", row, flush=True)
@@ -422,9 +505,9 @@ def bench_load(device, quick: bool, workers: int) -> list[dict]:
     from PIL import Image
     from torch.utils.data import DataLoader
 
+    from captioning.cli.extract import extract_features
     from captioning.data.datasets import Collate, ImageDataset
     from captioning.data.features import FeatureCache
-    from captioning.cli.extract import extract_features
     from captioning.data.records import ImageRecord
 
     rows = []
@@ -441,13 +524,20 @@ def bench_load(device, quick: bool, workers: int) -> list[dict]:
         sizes = (224,) if quick else (224, 256)
         for size in sizes:
             ds = ImageDataset(records, tmp, size)
-            loader = DataLoader(ds, batch_size=B, num_workers=workers, collate_fn=Collate(PAD, "images", ds.visual_shape))
+            loader = DataLoader(
+                ds, batch_size=B, num_workers=workers, collate_fn=Collate(PAD, "images", ds.visual_shape)
+            )
             with Memory(torch.device("cpu")) as mem:
                 t0 = time.perf_counter()
                 count = sum(len(b["image_ids"]) for b in loader)
                 s = time.perf_counter() - t0
-            row = {"source": f"jpeg 640x480 -> {size}px", "workers": workers, "batch": B, "images": count,
-                   "images_per_s": round(count / s, 1)}
+            row = {
+                "source": f"jpeg 640x480 -> {size}px",
+                "workers": workers,
+                "batch": B,
+                "images": count,
+                "images_per_s": round(count / s, 1),
+            }
             row.update(mem.result)
             rows.append(row)
             print("  load", row, flush=True)
@@ -461,8 +551,14 @@ def bench_load(device, quick: bool, workers: int) -> list[dict]:
                 t0 = time.perf_counter()
                 count = sum(len(b["image_ids"]) for b in loader)
                 s = time.perf_counter() - t0
-            row = {"source": f"feature cache {L}x{D} fp16 ({epoch})", "workers": workers, "batch": B, "images": count,
-                   "images_per_s": round(count / s, 1), "mb_per_s": round(count * L * D * 2 / s / 2**20, 1)}
+            row = {
+                "source": f"feature cache {L}x{D} fp16 ({epoch})",
+                "workers": workers,
+                "batch": B,
+                "images": count,
+                "images_per_s": round(count / s, 1),
+                "mb_per_s": round(count * L * D * 2 / s / 2**20, 1),
+            }
             row.update(mem.result)
             rows.append(row)
             print("  load", row, flush=True)
@@ -482,14 +578,21 @@ def bench_scst(device, quick: bool) -> list[dict]:
     for name, V, (M, H, A), L, D, B, max_new in sizes:
         vocab = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
         torch.manual_seed(0)
-        model = ShowAttendTell(EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=D),
-                               DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.5), vocab).to(device).train()
+        model = (
+            ShowAttendTell(
+                EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=D),
+                DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.5),
+                vocab,
+            )
+            .to(device)
+            .train()
+        )
         objective = SCST(num_samples=5, baseline="greedy", max_new_tokens=max_new)
         rng = np.random.default_rng(0)
         zipf = lambda n: " ".join(f"w{min(int(i), V - 5)}" for i in rng.zipf(1.3, n))  # noqa: E731
         n_images = 200 if quick else 20000  # the training references (COCO has 113k images; df lookups are hashed)
         objective.set_references({i: [zipf(int(rng.integers(8, 14))) for _ in range(5)] for i in range(n_images)})
-        objective.cider  # the document frequencies, once per run
+        _ = objective.cider  # the document frequencies, once per run
         reward_times: list = []
         rewards = objective.rewards
 
@@ -520,9 +623,19 @@ def bench_scst(device, quick: bool) -> list[dict]:
             if i:  # the first is a warm-up
                 times.append((time.perf_counter() - t, sum(reward_times)))
         step_s, reward_s = float(np.median([t for t, _ in times])), float(np.median([r for _, r in times]))
-        row = {"sizes": name, "B": B, "K": 5, "L": L, "D": D, "dim": H, "V": V, "max_new_tokens": max_new,
-               "ms_per_step": round(step_s * 1e3, 1), "reward_ms": round(reward_s * 1e3, 1),
-               "reward_share": round(reward_s / step_s, 4)}
+        row = {
+            "sizes": name,
+            "B": B,
+            "K": 5,
+            "L": L,
+            "D": D,
+            "dim": H,
+            "V": V,
+            "max_new_tokens": max_new,
+            "ms_per_step": round(step_s * 1e3, 1),
+            "reward_ms": round(reward_s * 1e3, 1),
+            "reward_share": round(reward_s / step_s, 4),
+        }
         rows.append(row)
         print("  scst", row, flush=True)
     return rows
@@ -550,7 +663,11 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
     V, B = (10000, 32) if coco else (40, 48)
     vocab = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
     g = torch.Generator().manual_seed(0)
-    captions, lengths = make_captions(B, V, g, lo=9, hi=24, mean=13.0) if coco else make_captions(B, V, g, lo=6, hi=28, mean=15.0, sd=5.0)
+    captions, lengths = (
+        make_captions(B, V, g, lo=9, hi=24, mean=13.0)
+        if coco
+        else make_captions(B, V, g, lo=6, hi=28, mean=15.0, sd=5.0)
+    )
     captions, lengths = captions.to(device), lengths.to(device)
     images = torch.rand(B, 3, 64, 64, generator=g).to(device)
     features = torch.randn(B, 196, 2048, generator=g).to(device) if coco else None
@@ -559,13 +676,20 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
     for name in names:
         encoder, decoder, objective = variant_config(name)
         if coco:
-            decoder = dict(decoder, embed_dim=512, hidden_dim=512, attention_dim=512,
-                           **({"local_sigma": 1.5 * 14 / 8} if decoder.get("window") == "local" else {}))
+            decoder = dict(
+                decoder,
+                embed_dim=512,
+                hidden_dim=512,
+                attention_dim=512,
+                **({"local_sigma": 1.5 * 14 / 8} if decoder.get("window") == "local" else {}),
+            )
             if decoder.get("score") == "dot":
                 decoder["hidden_dim"] = 2048  # dot needs H = D
         torch.manual_seed(0)
         model = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(device)
-        decoding = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(device)
+        decoding = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(
+            device
+        )
         with torch.no_grad():  # untrained models end their captions at random: this one never does,
             decoding.decoder.out_logits.bias[EOS] = -1e4  # so every variant decodes max_new_tokens steps
         obj = objective_from_spec(objective).to(device)
@@ -605,9 +729,18 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
         train_s = float(np.median(times[name][0])) / steps_per_round
         decode_s = float(np.median(times[name][1]))
         base = base or train_s
-        rows.append({"variant": name, "sizes": sizes, "B": B, "params": params, "train_ms_per_step": round(train_s * 1e3, 1),
-                     "train_ratio": round(train_s / base, 3), "beam3_images_per_s": round(B / decode_s, 1),
-                     "max_new_tokens": max_new})
+        rows.append(
+            {
+                "variant": name,
+                "sizes": sizes,
+                "B": B,
+                "params": params,
+                "train_ms_per_step": round(train_s * 1e3, 1),
+                "train_ratio": round(train_s / base, 3),
+                "beam3_images_per_s": round(B / decode_s, 1),
+                "max_new_tokens": max_new,
+            }
+        )
         print("  variants", rows[-1], flush=True)
     return rows
 
@@ -649,15 +782,25 @@ def bench_luong(device, quick: bool, rounds: int) -> list[dict]:
         sizes = [("quick", 40, 32, 64, 32, 16, 64, 8)]
     for name, V, M, H, A, L, D, B in sizes:
         g = torch.Generator().manual_seed(0)
-        captions, lengths = (make_captions(B, V, g, lo=6, hi=28, mean=15.0, sd=5.0) if name != "COCO" else make_captions(B, V, g))
+        captions, lengths = (
+            make_captions(B, V, g, lo=6, hi=28, mean=15.0, sd=5.0) if name != "COCO" else make_captions(B, V, g)
+        )
         captions, lengths = captions.to(device), lengths.to(device)
         features = torch.randn(B, L, D, generator=g).to(device)
         fns = {}
-        for label, placement, stepwise in (("bahdanau", "bahdanau", False), ("luong batched", "luong", False),
-                                           ("luong step by step", "luong", True)):
+        for label, placement, stepwise in (
+            ("bahdanau", "bahdanau", False),
+            ("luong batched", "luong", False),
+            ("luong step by step", "luong", True),
+        ):
             torch.manual_seed(0)
-            dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0,
-                                                            placement=placement)).to(device).train()
+            dec = (
+                ShowAttendTellDecoder(
+                    V, D, DecoderConfig(embed_dim=M, hidden_dim=H, attention_dim=A, dropout=0.0, placement=placement)
+                )
+                .to(device)
+                .train()
+            )
 
             def fn(dec=dec, stepwise=stepwise):
                 if stepwise:
@@ -681,8 +824,18 @@ def bench_luong(device, quick: bool, rounds: int) -> list[dict]:
         base = float(np.median(times["bahdanau"]))
         for label in fns:
             s_ = float(np.median(times[label]))
-            rows.append({"sizes": name, "pass": label, "B": B, "L": L, "D": D, "ms_fwd_bwd": round(s_ * 1e3, 1),
-                         "ratio_to_bahdanau": round(s_ / base, 3), "loss": round(losses[label], 4)})
+            rows.append(
+                {
+                    "sizes": name,
+                    "pass": label,
+                    "B": B,
+                    "L": L,
+                    "D": D,
+                    "ms_fwd_bwd": round(s_ * 1e3, 1),
+                    "ratio_to_bahdanau": round(s_ / base, 3),
+                    "loss": round(losses[label], 4),
+                }
+            )
             print("  luong", rows[-1], flush=True)
     return rows
 
@@ -714,7 +867,9 @@ def graphs_step_fn(dec, opt, features, captions, lengths, amp, how: str):
 
     if how == "dynamic":
         return train_step_fn(dec, opt, features, captions, lengths, amp)
-    objective = (HardAttentionReinforce if dec.attention_kind == "hard" else CrossEntropy)(doubly_stochastic=1.0).to(features.device)
+    objective = (HardAttentionReinforce if dec.attention_kind == "hard" else CrossEntropy)(doubly_stochastic=1.0).to(
+        features.device
+    )
     bucket = next(n for n in (16, 24, 32, 48, 64) if n >= captions.size(1))  # CaptioningModule.length_buckets
     captions = F.pad(captions, (0, bucket - captions.size(1)), value=PAD)
 
@@ -727,8 +882,9 @@ def graphs_step_fn(dec, opt, features, captions, lengths, amp, how: str):
             with amp:
                 return dec(*a, **k)
 
-    step = GraphedTrainingStep(Autocast(), objective, [p for p in dec.parameters() if p.requires_grad], clip=5.0,
-                               capture=(how == "graph"))
+    step = GraphedTrainingStep(
+        Autocast(), objective, [p for p in dec.parameters() if p.requires_grad], clip=5.0, capture=(how == "graph")
+    )
 
     def fn():
         out = step(features, captions, lengths)
@@ -748,7 +904,7 @@ def bench_graphs(device, quick: bool, amp_modes: list, load_rows: list) -> list[
     g = torch.Generator().manual_seed(0)
     base = {}
     for attention in ("soft", "hard"):
-        for B in ((8,) if quick else (32, 64)):
+        for B in (8,) if quick else (32, 64):
             captions, lengths = make_captions(B, V, g)
             captions, lengths = captions.to(device), lengths.to(device)
             features = torch.randn(B, L, D, generator=g).to(device)
@@ -761,15 +917,27 @@ def bench_graphs(device, quick: bool, amp_modes: list, load_rows: list) -> list[
                     opt = torch.optim.Adam(dec.parameters(), lr=1e-4, fused=True)
                     fn = graphs_step_fn(dec, opt, features, captions, lengths, amp, how)
                     with Memory(device) as mem:
-                        s = timed(fn, device, warmup=3, iters=2 if quick else (5 if not cuda else 30),
-                                  min_time=0.0 if quick else 3.0)
+                        s = timed(
+                            fn,
+                            device,
+                            warmup=3,
+                            iters=2 if quick else (5 if not cuda else 30),
+                            min_time=0.0 if quick else 3.0,
+                        )
                     key = (attention, B)
                     if how == "dynamic" and precision == "fp32":
                         base[key] = s
-                    row = {"what": "train", "attention": attention, "batch": B, "precision": precision, "pass": how,
-                           "ms_per_step": round(s * 1e3, 2), "pairs_per_s": round(B / s, 1),
-                           "x_default_fp32": round(base[key] / s, 2) if key in base else None,
-                           "gpu_busy": gpu_busy(fn, device)}
+                    row = {
+                        "what": "train",
+                        "attention": attention,
+                        "batch": B,
+                        "precision": precision,
+                        "pass": how,
+                        "ms_per_step": round(s * 1e3, 2),
+                        "pairs_per_s": round(B / s, 1),
+                        "x_default_fp32": round(base[key] / s, 2) if key in base else None,
+                        "gpu_busy": gpu_busy(fn, device),
+                    }
                     row.update(mem.result)
                     rows.append(row)
                     print("  graphs", row, flush=True)
@@ -788,20 +956,32 @@ def bench_graphs(device, quick: bool, amp_modes: list, load_rows: list) -> list[
             config = GenerationConfig(num_beams=beams, max_new_tokens=max_new, cuda_graphs=graphed)
             run = lambda c=config: generate(dec, feats, c)  # noqa: E731
             s = timed(run, device, warmup=2, iters=2 if quick else (3 if not cuda else 10))
-            row = {"what": "decode", "search": "greedy" if beams == 1 else f"beam{beams}", "batch": B,
-                   "graphed": graphed, "max_new_tokens": max_new, "images_per_s": round(B / s, 1),
-                   "gpu_busy": gpu_busy(run, device, steps=2)}
+            row = {
+                "what": "decode",
+                "search": "greedy" if beams == 1 else f"beam{beams}",
+                "batch": B,
+                "graphed": graphed,
+                "max_new_tokens": max_new,
+                "images_per_s": round(B / s, 1),
+                "gpu_busy": gpu_busy(run, device, steps=2),
+            }
             rows.append(row)
             print("  graphs", row, flush=True)
     # the COCO epoch: the fastest training row against the feature cache's read rate
     best = max((r for r in rows if r["what"] == "train"), key=lambda r: r["pairs_per_s"])
     cache = [r for r in load_rows if r.get("source", "").startswith("feature cache") and "warm" in r["source"]]
     read = cache[-1]["images_per_s"] * 5 if cache else None  # 5 captions per image: pairs a second
-    rows.append({"what": "coco_epoch", "pairs": COCO_TRAIN_PAIRS, "step_pairs_per_s": best["pairs_per_s"],
-                 "step_row": f"{best['attention']} B{best['batch']} {best['precision']} {best['pass']}",
-                 "cache_pairs_per_s": read,
-                 "epoch_min_step_bound": round(COCO_TRAIN_PAIRS / best["pairs_per_s"] / 60, 2),
-                 "epoch_min_cache_bound": round(COCO_TRAIN_PAIRS / read / 60, 2) if read else None})
+    rows.append(
+        {
+            "what": "coco_epoch",
+            "pairs": COCO_TRAIN_PAIRS,
+            "step_pairs_per_s": best["pairs_per_s"],
+            "step_row": f"{best['attention']} B{best['batch']} {best['precision']} {best['pass']}",
+            "cache_pairs_per_s": read,
+            "epoch_min_step_bound": round(COCO_TRAIN_PAIRS / best["pairs_per_s"] / 60, 2),
+            "epoch_min_cache_bound": round(COCO_TRAIN_PAIRS / read / 60, 2) if read else None,
+        }
+    )
     print("  graphs", rows[-1], flush=True)
     return rows
 
@@ -843,11 +1023,19 @@ def table(title: str, rows: list[dict]) -> str:
 
 
 def machine(device) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(device)}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+    }
     try:
         with open("/proc/cpuinfo") as f:
-            info["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), platform.processor())
+            info["cpu"] = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.processor()
+            )
     except OSError:
         info["cpu"] = platform.processor()
     if device.type == "cuda":
@@ -861,12 +1049,29 @@ def main(argv=None) -> int:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--quick", action="store_true", help="small sizes, a smoke run (under ~60 s on CPU)")
     p.add_argument("--out", help="write the results as JSON here")
-    p.add_argument("--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)")
-    p.add_argument("--compile", action="store_true", help="also training rows with the decoder step under torch.compile")
-    p.add_argument("--sections", default="train,decode,encode,load,scst", help="comma-separated subset of train,decode,encode,load,scst,variants,luong,graphs,decoding_options")
-    p.add_argument("--rounds", type=int, default=5, help="'variants': round-robin rounds (the median of each variant is kept)")
-    p.add_argument("--variant-sizes", choices=("demo", "coco"), default="demo", help="'variants': the shapes demo's sizes or COCO's")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="'variants': which configs/shapes_<name>.yaml, comma-separated")
+    p.add_argument(
+        "--amp", action="store_true", help="also bf16 autocast rows (training, beam search at batch 64, encoders)"
+    )
+    p.add_argument(
+        "--compile", action="store_true", help="also training rows with the decoder step under torch.compile"
+    )
+    p.add_argument(
+        "--sections",
+        default="train,decode,encode,load,scst",
+        help="comma-separated subset of train,decode,encode,load,scst,variants,luong,graphs,decoding_options",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=5, help="'variants': round-robin rounds (the median of each variant is kept)"
+    )
+    p.add_argument(
+        "--variant-sizes",
+        choices=("demo", "coco"),
+        default="demo",
+        help="'variants': the shapes demo's sizes or COCO's",
+    )
+    p.add_argument(
+        "--variants", default=",".join(VARIANTS), help="'variants': which configs/shapes_<name>.yaml, comma-separated"
+    )
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="DataLoader workers for 'load'")
     p.add_argument("--profile", action="store_true", help="only profile one soft training step at COCO sizes")
     args = p.parse_args(argv)
@@ -879,8 +1084,11 @@ def main(argv=None) -> int:
     amp_modes = ["fp32"] + (["bf16"] if args.amp else [])
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     t_start = time.perf_counter()
-    result = {"machine": machine(device), "command": " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
-              "quick": args.quick}
+    result = {
+        "machine": machine(device),
+        "command": " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
+        "quick": args.quick,
+    }
     print(result["machine"], flush=True)
     peak_rows = bench_peak(device, args.quick)
     result["peak"] = peak_rows
@@ -898,8 +1106,13 @@ def main(argv=None) -> int:
     if "scst" in sections:
         result["scst"] = bench_scst(device, args.quick)
     if "variants" in sections:
-        result["variants"] = bench_variants(device, args.quick, args.rounds, args.variant_sizes,
-                                            [v.strip() for v in args.variants.split(",") if v.strip()])
+        result["variants"] = bench_variants(
+            device,
+            args.quick,
+            args.rounds,
+            args.variant_sizes,
+            [v.strip() for v in args.variants.split(",") if v.strip()],
+        )
     if "luong" in sections:
         result["luong"] = bench_luong(device, args.quick, args.rounds)
     if "graphs" in sections:
@@ -908,7 +1121,18 @@ def main(argv=None) -> int:
         result["decoding_options"] = bench_decoding_options(device, args.quick, args.rounds)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     print()
-    for name in ("peak", "train", "decode", "encode", "load", "scst", "variants", "luong", "graphs", "decoding_options"):
+    for name in (
+        "peak",
+        "train",
+        "decode",
+        "encode",
+        "load",
+        "scst",
+        "variants",
+        "luong",
+        "graphs",
+        "decoding_options",
+    ):
         if name in result:
             print(table(name, result[name]))
     print(f"total {result['seconds']} s")

@@ -9,6 +9,7 @@ separately) and samples/s. With ``--small`` it repeats on a 10x smaller cache (m
 with the dataset); with ``--image-steps`` it also trains from JPEGs through a frozen VGG-16 (the
 same 14x14x512 grid) for comparison. Prints one JSON report.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,13 +41,17 @@ def build(out: str, n: int, jpegs: int = 0) -> str:
         images.append({"filepath": "img", "filename": f"{i}.jpg", "imgid": i, "split": split, "sentences": sents})
     for i in [*range(jpegs), *range(n - 20, n)] if jpegs else []:  # the first `jpegs` train images, val and test
         os.makedirs(os.path.join(out, "img"), exist_ok=True)
-        Image.fromarray(rng.integers(0, 255, (300, 400, 3), dtype=np.uint8)).save(os.path.join(out, "img", f"{i}.jpg"), quality=90)
+        Image.fromarray(rng.integers(0, 255, (300, 400, 3), dtype=np.uint8)).save(
+            os.path.join(out, "img", f"{i}.jpg"), quality=90
+        )
     ann = os.path.join(out, "dataset.json")
     with open(ann, "w") as f:
         json.dump({"images": images}, f)
     cache = os.path.join(out, "features")
     if not os.path.exists(os.path.join(cache, "part-000-of-001.index.json")):
-        data, done = _open_part(os.path.join(cache, "part-000-of-001"), list(range(n)), (L, D), {"encoder": "synthetic"})
+        data, done = _open_part(
+            os.path.join(cache, "part-000-of-001"), list(range(n)), (L, D), {"encoder": "synthetic"}
+        )
         for s in range(0, n, 1000):
             e = min(n, s + 1000)
             data[s:e] = rng.standard_normal((e - s, L, D), dtype=np.float32).astype(np.float16)
@@ -128,7 +133,9 @@ def train(ann: str, features: str | None, steps: int, batch: int, workers: int) 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     rss0 = _status("self").get("VmRSS", 0)
     memory = PeakMemory()
-    dm = CaptionDataModule(ann, features=features, batch_size=batch, num_workers=workers, min_word_freq=1, image_size=224)
+    dm = CaptionDataModule(
+        ann, features=features, batch_size=batch, num_workers=workers, min_word_freq=1, image_size=224
+    )
     if features:  # encoder unused; decoder D = 512
         model = CaptioningModule(EncoderConfig("small_cnn", dim=D, pretrained=False), image_size=224)
     else:  # frozen VGG-16: the same 14x14x512 grid
@@ -142,23 +149,38 @@ def train(ann: str, features: str | None, steps: int, batch: int, workers: int) 
         def on_train_batch_end(self, *a):
             times.append(time.perf_counter() - self.t)
 
-    trainer = L_.Trainer(max_steps=steps, limit_val_batches=0, accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[Clock()])
+    trainer = L_.Trainer(
+        max_steps=steps,
+        limit_val_batches=0,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Clock()],
+    )
     start = time.perf_counter()
     trainer.fit(model, datamodule=dm)
     wall = time.perf_counter() - start
     steady = times[2:] or times  # skip warm-up steps
     return {
-        "source": "features" if features else "images", "train_pairs": len(dm.records("train")) * 5,
-        "steps": len(times), "batch": batch, "workers": workers,
-        "samples_per_s": batch / (sum(steady) / len(steady)), "wall_s": wall,
-        "rss_after_imports_mb": round(rss0, 1), **memory.stop(),
+        "source": "features" if features else "images",
+        "train_pairs": len(dm.records("train")) * 5,
+        "steps": len(times),
+        "batch": batch,
+        "workers": workers,
+        "samples_per_s": batch / (sum(steady) / len(steady)),
+        "wall_s": wall,
+        "rss_after_imports_mb": round(rss0, 1),
+        **memory.stop(),
     }
 
 
 def run_child(*args) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *map(str, args)], capture_output=True, text=True, cwd=ROOT
+    )
     if out.returncode:
         raise SystemExit(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -181,8 +203,11 @@ def main() -> None:
         return
     t = time.perf_counter()
     ann = build(os.path.join(a.out, "big"), a.images, jpegs=a.batch * (a.image_steps + 1) if a.image_steps else 0)
-    report = {"cache_gb": os.path.getsize(os.path.join(a.out, "big", "features", "part-000-of-001.f16")) / 1e9,
-              "build_s": time.perf_counter() - t, "runs": []}
+    report = {
+        "cache_gb": os.path.getsize(os.path.join(a.out, "big", "features", "part-000-of-001.f16")) / 1e9,
+        "build_s": time.perf_counter() - t,
+        "runs": [],
+    }
     report["runs"].append(run_child(ann, os.path.join(a.out, "big", "features"), a.steps, a.batch, a.workers))
     if a.small:
         small = build(os.path.join(a.out, "small"), a.images // 10)

@@ -22,6 +22,7 @@ run, not runs):
 It prints ms per step of each part and the share of an epoch (its steps and one validation) that
 each takes, with the config's batch size and the data's epoch length.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,6 @@ from pathlib import Path
 
 import torch
 import yaml
-
 
 from captioning.data.captions import CaptionData  # noqa: E402
 from captioning.decoding.evaluator import Evaluator  # noqa: E402
@@ -81,7 +81,7 @@ def main(argv=None) -> dict:
     model_cfg, data_cfg = config["model"], dict(config["data"])
     data_cfg.update(annotations=args.annotations, num_workers=0)
     data_cfg.pop("cache_images", None)
-    bucket = data_cfg.pop("bucket_by_length", False)
+    data_cfg.pop("bucket_by_length", False)
 
     plain_data = CaptionData(**data_cfg)
     plain_data.setup()
@@ -99,8 +99,12 @@ def main(argv=None) -> dict:
     objective = objective_for(decoder.attention_kind, CrossEntropy(**objective_args))
     optimizer = torch.optim.Adam(model.parameters(), lr=model_cfg.get("optimizer", {}).get("lr", 1e-3))
     clip = config.get("trainer", {}).get("gradient_clip_val")
-    channels_last = build_model(ModelSpec(EncoderConfig(**{**model_cfg["encoder"], "channels_last": True}), decoder,
-                                          image_size, GenerationConfig()), plain_data.vocab)
+    channels_last = build_model(
+        ModelSpec(
+            EncoderConfig(**{**model_cfg["encoder"], "channels_last": True}), decoder, image_size, GenerationConfig()
+        ),
+        plain_data.vocab,
+    )
     channels_last.load_state_dict(model.state_dict())
 
     def batches(data, n):
@@ -176,8 +180,12 @@ def main(argv=None) -> dict:
     epoch_steps = len(plain_data.train_dataloader())
     epoch_ms = epoch_steps * ms["step_plain"] + ms["validation"]
     report = {
-        "config": args.config, "threads": args.threads, "batch_size": data_cfg["batch_size"],
-        "epoch_steps": epoch_steps, "val_images": len(references), "ms": {k: round(v, 1) for k, v in ms.items()},
+        "config": args.config,
+        "threads": args.threads,
+        "batch_size": data_cfg["batch_size"],
+        "epoch_steps": epoch_steps,
+        "val_images": len(references),
+        "ms": {k: round(v, 1) for k, v in ms.items()},
         "epoch_share": {
             "training steps": round(epoch_steps * ms["step_plain"] / epoch_ms, 3),
             "validation": round(ms["validation"] / epoch_ms, 3),
@@ -191,8 +199,10 @@ def main(argv=None) -> dict:
             "decoder / step": round(ms["decoder"] / ms["step_plain"], 3),
         },
     }
-    print(f"{args.config}: batch {report['batch_size']}, {epoch_steps} steps an epoch, {len(references)} validation images, "
-          f"{args.threads} thread(s)")
+    print(
+        f"{args.config}: batch {report['batch_size']}, {epoch_steps} steps an epoch, {len(references)} validation images, "
+        f"{args.threads} thread(s)"
+    )
     for name, value in report["ms"].items():
         print(f"  {name:24s} {value:9.1f} ms" + ("" if name in ("validation", "java_ptb_start") else " a step"))
     for name, value in {**report["epoch_share"], **report["ratios"]}.items():

@@ -6,6 +6,7 @@ Checks every commit reachable from HEAD and not from ``--since`` (default: the l
 rule was adopted, so history written before it is left as it is). Exit 1 listing the long subjects; exit 0
 with a note where the repository or the base commit is not there (an export, a shallow clone).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ def long_subjects(since: str = RULE_BASE, limit: int = LIMIT) -> list[str] | Non
         known = subprocess.run(["git", "cat-file", "-e", f"{since}^{{commit}}"], capture_output=True)
         if known.returncode != 0:
             return None
-        log = subprocess.run(["git", "log", "--format=%h %s", f"{since}..HEAD"], capture_output=True, text=True,
-                             check=True).stdout
+        log = subprocess.run(
+            ["git", "log", "--format=%h %s", f"{since}..HEAD"], capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     return [line for line in log.splitlines() if len(line.split(" ", 1)[1]) > limit]

@@ -12,6 +12,7 @@ The rules are the tables below. A name in them stands for that module and, for a
 module under it; the longest name that matches places a module. ``captioning.__init__`` is the
 package's own ``__init__`` alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,19 @@ ROOT = Path(__file__).resolve().parents[2]
 # The layers, lowest first. A module may import modules of its own layer and of lower ones, never
 # of a higher one. A module that no name here places is reported: place it.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("ground", ["captioning.__init__", "captioning.errors", "captioning.registry", "captioning.vocab", "captioning.tokenizers", "captioning.files",
-                "captioning.common", "captioning.cuda_graphs"]),
+    (
+        "ground",
+        [
+            "captioning.__init__",
+            "captioning.errors",
+            "captioning.registry",
+            "captioning.vocab",
+            "captioning.tokenizers",
+            "captioning.files",
+            "captioning.common",
+            "captioning.cuda_graphs",
+        ],
+    ),
     ("data", ["captioning.data", "captioning.metrics", "captioning.viz"]),
     # one layer: ShowAttendTell.generate calls the decoding loops, which run the model's parts
     ("models", ["captioning.models", "captioning.decoding"]),
@@ -42,10 +54,24 @@ LAYERS: list[tuple[str, list[str]]] = [
 # The inference side: captioning without Lightning. Its modules import no LIGHTNING module,
 # anywhere (lazy imports included), nor a module off this side that imports one, however indirectly.
 INFERENCE: list[str] = [
-    "captioning.__init__", "captioning.errors", "captioning.registry", "captioning.vocab", "captioning.tokenizers", "captioning.files", "captioning.common",
-    "captioning.cuda_graphs", "captioning.data", "captioning.metrics", "captioning.viz", "captioning.models",
-    "captioning.decoding", "captioning.storage", "captioning.export", "captioning.onnx_captioner",
-    "captioning.api", "captioning.web",
+    "captioning.__init__",
+    "captioning.errors",
+    "captioning.registry",
+    "captioning.vocab",
+    "captioning.tokenizers",
+    "captioning.files",
+    "captioning.common",
+    "captioning.cuda_graphs",
+    "captioning.data",
+    "captioning.metrics",
+    "captioning.viz",
+    "captioning.models",
+    "captioning.decoding",
+    "captioning.storage",
+    "captioning.export",
+    "captioning.onnx_captioner",
+    "captioning.api",
+    "captioning.web",
 ]
 LIGHTNING: list[str] = ["lightning", "pytorch_lightning", "lightning_fabric", "captioning.training"]
 
@@ -94,7 +120,9 @@ class Package:
 
     def graph(self) -> dict[str, set[str]]:
         """Module -> the package's modules it imports."""
-        return {module: {i.imported for i in found if self.inside(i.imported)} for module, found in self.imports.items()}
+        return {
+            module: {i.imported for i in found if self.inside(i.imported)} for module, found in self.imports.items()
+        }
 
     def where(self, module: str) -> str:
         return str(self.files[module].relative_to(self.root))
@@ -132,7 +160,9 @@ def imports_in(name: str, path: Path, modules: dict[str, Path], package: str) ->
                 origin = ".".join(base + ([node.module] if node.module else []))
             else:
                 origin = node.module or ""
-            targets = [f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in modules else origin for alias in node.names]
+            targets = [
+                f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in modules else origin for alias in node.names
+            ]
         else:
             continue
         for target in targets:
@@ -195,13 +225,17 @@ def layer_violations(package: Package, rules: Rules = RULES) -> list[str]:
     for module, found in sorted(package.imports.items()):
         own = layer(module)
         if own is None:
-            problems.append(f"{package.where(module)}: {module} is in no layer (place it in LAYERS, tools/dev/check_imports.py)")
+            problems.append(
+                f"{package.where(module)}: {module} is in no layer (place it in LAYERS, tools/dev/check_imports.py)"
+            )
             continue
         for i in found:
             theirs = layer(i.imported) if package.inside(i.imported) else None
             if theirs is not None and theirs > own:
-                problems.append(f"{package.where(module)}:{i.line}: {module} -> {i.imported} "
-                                f"(layer {rules.layers[own][0]} imports the higher layer {rules.layers[theirs][0]})")
+                problems.append(
+                    f"{package.where(module)}:{i.line}: {module} -> {i.imported} "
+                    f"(layer {rules.layers[own][0]} imports the higher layer {rules.layers[theirs][0]})"
+                )
     return problems
 
 
@@ -213,8 +247,10 @@ def lightning_imports(package: Package, rules: Rules = RULES) -> list[str]:
         return package.matching(module, rules.lightning) is not None
 
     def on_inference_side(module: str) -> bool:
-        return package.matching(module, rules.inference) is not None and \
-            package.matching(module, rules.training_side) is None
+        return (
+            package.matching(module, rules.inference) is not None
+            and package.matching(module, rules.training_side) is None
+        )
 
     def chain_to_lightning(start: str) -> list[str] | None:
         """The shortest chain of imports from ``start`` to a LIGHTNING module, or None."""
@@ -259,8 +295,10 @@ def main(argv=None) -> int:
     layered, lightning = layer_violations(package), lightning_imports(package)
     for line in layered + lightning:
         print(line)
-    print(f"{len(graph)} modules, {sum(map(len, graph.values()))} imports, {len(found)} cycle(s), "
-          f"{len(layered)} layer violation(s), {len(lightning)} Lightning import(s) on the inference side")
+    print(
+        f"{len(graph)} modules, {sum(map(len, graph.values()))} imports, {len(found)} cycle(s), "
+        f"{len(layered)} layer violation(s), {len(lightning)} Lightning import(s) on the inference side"
+    )
     return 1 if found or layered or lightning else 0
 
 

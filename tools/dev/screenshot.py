@@ -6,6 +6,7 @@ Opens the page, picks an example image (or uploads ``--image``), waits for every
 caption and GIF, clicks the ``--word``-th word of each caption and saves the screenshot. Needs
 Chromium and chromedriver (``make browser-setup``) and selenium (the web extra).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,15 @@ def main(argv=None) -> int:
         return 1
     options = Options()
     options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                f"--window-size={args.size}", "--force-device-scale-factor=1", "--hide-scrollbars"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={args.size}",
+        "--force-device-scale-factor=1",
+        "--hide-scrollbars",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     wait = WebDriverWait(driver, args.timeout, poll_frequency=0.1)
@@ -52,8 +60,12 @@ def main(argv=None) -> int:
             driver.find_elements(By.CSS_SELECTOR, "#examples img")[args.example].click()
         cards = driver.find_elements(By.CSS_SELECTOR, ".card")
         for card in cards:
-            wait.until(lambda d: card.find_element(By.CSS_SELECTOR, ".caption-text").text.strip()
-                       or card.find_element(By.CSS_SELECTOR, ".error").text)
+            wait.until(
+                lambda d: (
+                    card.find_element(By.CSS_SELECTOR, ".caption-text").text.strip()
+                    or card.find_element(By.CSS_SELECTOR, ".error").text
+                )
+            )
             gif = card.find_element(By.CSS_SELECTOR, "img.gif")
             wait.until(lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", gif))
             words = card.find_elements(By.CSS_SELECTOR, "button.word")

@@ -13,6 +13,7 @@ median and 90th percentile of ``--repeats`` requests after 3 warm-up ones), the 
 and the display image (what the page asks for), and requests per second with ``--concurrency``
 clients sending ``--requests`` requests in all.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
 
 from captioning.web.client import caption, wait_for_server
 
@@ -54,7 +54,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rss_mb(pid: int) -> Optional[float]:
+def _rss_mb(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -81,13 +81,24 @@ def start_server(checkpoints: list[str], extra: list[str], timeout: float = 300.
 
 def _summary(seconds: list[float]) -> dict:
     ordered = sorted(seconds)
-    return {"median_s": round(statistics.median(ordered), 4),
-            "p90_s": round(ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))], 4),
-            "min_s": round(ordered[0], 4), "n": len(ordered)}
+    return {
+        "median_s": round(statistics.median(ordered), 4),
+        "p90_s": round(ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))], 4),
+        "min_s": round(ordered[0], 4),
+        "n": len(ordered),
+    }
 
 
-def measure(url: str, data: bytes, model: Optional[str], num_beams: int, repeats: int, concurrency: int,
-            requests: int, pid: Optional[int] = None) -> dict:
+def measure(
+    url: str,
+    data: bytes,
+    model: str | None,
+    num_beams: int,
+    repeats: int,
+    concurrency: int,
+    requests: int,
+    pid: int | None = None,
+) -> dict:
     def one(**extra):
         start = time.perf_counter()
         out = caption(data, url=url, model=model, num_beams=num_beams, filename="photo.jpg", **extra)
@@ -100,7 +111,8 @@ def measure(url: str, data: bytes, model: Optional[str], num_beams: int, repeats
     runs = [one() for _ in range(repeats)]
     report["caption"] = _summary([s for s, _ in runs])
     report["caption"]["server_ms_median"] = {
-        k: statistics.median(out["timing_ms"][k] for _, out in runs) for k in ("queue", "decode", "caption")}
+        k: statistics.median(out["timing_ms"][k] for _, out in runs) for k in ("queue", "decode", "caption")
+    }
     report["generated_text"] = runs[-1][1]["generated_text"]
     runs = [one(return_gif=True, return_image=True) for _ in range(repeats)]
     report["caption_gif_image"] = _summary([s for s, _ in runs])
@@ -126,14 +138,21 @@ def measure(url: str, data: bytes, model: Optional[str], num_beams: int, repeats
         watcher.join()
     texts = {out["generated_text"] for _, out in results}
     report["load"] = {
-        "concurrency": concurrency, "requests": requests, "seconds": round(elapsed, 3),
-        "requests_per_s": round(requests / elapsed, 2), "latency": _summary([s for s, _ in results]),
-        "largest_batch": max(out["timing_ms"]["batch"] for _, out in results), "distinct_captions": len(texts),
+        "concurrency": concurrency,
+        "requests": requests,
+        "seconds": round(elapsed, 3),
+        "requests_per_s": round(requests / elapsed, 2),
+        "latency": _summary([s for s, _ in results]),
+        "largest_batch": max(out["timing_ms"]["batch"] for _, out in results),
+        "distinct_captions": len(texts),
     }
     values = [r for r in rss if r is not None]
     if values:
-        report["load"]["rss_mb"] = {"before": round(values[0], 1), "peak": round(max(values), 1),
-                                    "growth": round(max(values) - values[0], 1)}
+        report["load"]["rss_mb"] = {
+            "before": round(values[0], 1),
+            "peak": round(max(values), 1),
+            "growth": round(max(values) - values[0], 1),
+        }
     return report
 
 
@@ -158,8 +177,16 @@ def main(argv=None) -> int:
     else:
         url = args.url
     try:
-        report = measure(url, data, args.model, args.num_beams, args.repeats, args.concurrency, args.requests,
-                         pid=proc.pid if proc else None)
+        report = measure(
+            url,
+            data,
+            args.model,
+            args.num_beams,
+            args.repeats,
+            args.concurrency,
+            args.requests,
+            pid=proc.pid if proc else None,
+        )
     finally:
         if proc is not None:
             proc.terminate()
@@ -171,9 +198,12 @@ def main(argv=None) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     c, g, load = report["caption"], report["caption_gif_image"], report["load"]
-    print(f"\nupload to caption: median {c['median_s'] * 1000:.0f} ms (p90 {c['p90_s'] * 1000:.0f} ms); with GIF and "
-          f"image: median {g['median_s'] * 1000:.0f} ms; {load['concurrency']} clients: "
-          f"{load['requests_per_s']:.1f} requests/s", file=sys.stderr)
+    print(
+        f"\nupload to caption: median {c['median_s'] * 1000:.0f} ms (p90 {c['p90_s'] * 1000:.0f} ms); with GIF and "
+        f"image: median {g['median_s'] * 1000:.0f} ms; {load['concurrency']} clients: "
+        f"{load['requests_per_s']:.1f} requests/s",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -27,6 +27,7 @@ stops the server, and prints requests/s, p50/p99 latency, the answers' statuses,
 the non-reading sockets closed, whether ``/healthz`` was ok after, and the server's peak resident
 memory (VmHWM from /proc/PID/status).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -114,15 +115,38 @@ def _never_read(port: int, request: bytes, limit: float) -> float:
     return time.monotonic() - start
 
 
-def run_load(checkpoints: Sequence[str], clients: int = 64, requests: int = 128, slow_clients: int = 50,
-             time_limit: float = 45.0, header_timeout: float = 2.0, body_timeout: float = 3.0,
-             max_new_tokens: int = 60, nonreading_clients: int = 50, send_timeout: float = 3.0) -> dict:
+def run_load(
+    checkpoints: Sequence[str],
+    clients: int = 64,
+    requests: int = 128,
+    slow_clients: int = 50,
+    time_limit: float = 45.0,
+    header_timeout: float = 2.0,
+    body_timeout: float = 3.0,
+    max_new_tokens: int = 60,
+    nonreading_clients: int = 50,
+    send_timeout: float = 3.0,
+) -> dict:
     """Run the load against a server started here; the report as a dict (see the module docstring)."""
     folder = Path(tempfile.mkdtemp(prefix="captioning-load-"))
-    extra = ["--header-timeout", str(header_timeout), "--body-timeout", str(body_timeout),
-             "--send-timeout", str(send_timeout), "--examples", str(noise_png(folder / "noise.png")),
-             "--max-pending", str(max(64, clients)), "--max-render", str(max(16, clients)),
-             "--request-timeout", str(time_limit), "--threads", "1"]
+    extra = [
+        "--header-timeout",
+        str(header_timeout),
+        "--body-timeout",
+        str(body_timeout),
+        "--send-timeout",
+        str(send_timeout),
+        "--examples",
+        str(noise_png(folder / "noise.png")),
+        "--max-pending",
+        str(max(64, clients)),
+        "--max-render",
+        str(max(16, clients)),
+        "--request-timeout",
+        str(time_limit),
+        "--threads",
+        "1",
+    ]
     try:
         proc, url = start_server(list(checkpoints), extra, timeout=120)
     except BaseException:
@@ -132,8 +156,12 @@ def run_load(checkpoints: Sequence[str], clients: int = 64, requests: int = 128,
     data = synthetic_jpeg()
     _, content_type = encode_multipart({}, "x.jpg", b"")
     ask_example = f"GET /examples/0 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
-    report: dict = {"clients": clients, "requests": requests, "slow_clients": slow_clients,
-                    "nonreading_clients": nonreading_clients}
+    report: dict = {
+        "clients": clients,
+        "requests": requests,
+        "slow_clients": slow_clients,
+        "nonreading_clients": nonreading_clients,
+    }
     try:
         rss_before = _status_kb(proc.pid, "VmRSS") / 1024
         deadline = time.monotonic() + time_limit
@@ -147,8 +175,16 @@ def run_load(checkpoints: Sequence[str], clients: int = 64, requests: int = 128,
             else:
                 start = time.perf_counter()
                 try:
-                    out = caption(data, url=url, filename=f"photo{i}.jpg", num_beams=3, max_new_tokens=max_new_tokens,
-                                  return_gif=True, return_image=True, timeout=time_limit)
+                    out = caption(
+                        data,
+                        url=url,
+                        filename=f"photo{i}.jpg",
+                        num_beams=3,
+                        max_new_tokens=max_new_tokens,
+                        return_gif=True,
+                        return_image=True,
+                        timeout=time_limit,
+                    )
                     status = "200" if out.get("gif") else "200 without a GIF"
                 except APIError as err:
                     status = str(err.status)
@@ -160,10 +196,15 @@ def run_load(checkpoints: Sequence[str], clients: int = 64, requests: int = 128,
                 statuses[status] = statuses.get(status, 0) + 1
 
         stop = threading.Event()
-        with ThreadPoolExecutor(slow_clients or 1) as slow_pool, ThreadPoolExecutor(clients) as pool, \
-                ThreadPoolExecutor(nonreading_clients or 1) as unread_pool:
-            stalled = [slow_pool.submit(_stall_until, stop, port, i % 2 == 1, content_type, time_limit)
-                       for i in range(slow_clients)]
+        with (
+            ThreadPoolExecutor(slow_clients or 1) as slow_pool,
+            ThreadPoolExecutor(clients) as pool,
+            ThreadPoolExecutor(nonreading_clients or 1) as unread_pool,
+        ):
+            stalled = [
+                slow_pool.submit(_stall_until, stop, port, i % 2 == 1, content_type, time_limit)
+                for i in range(slow_clients)
+            ]
             never = [unread_pool.submit(_never_read, port, ask_example, time_limit) for _ in range(nonreading_clients)]
             start = time.perf_counter()
             list(pool.map(good, range(requests)))
@@ -178,18 +219,25 @@ def run_load(checkpoints: Sequence[str], clients: int = 64, requests: int = 128,
                 healthy = sock.recv(65536).startswith(b"HTTP/1.1 200")
         except OSError:
             healthy = False
-        report.update({
-            "answered": statuses, "seconds": round(seconds, 2), "requests_per_s": round(requests / seconds, 2),
-            "answered_200_per_s": round(sum(n for k, n in statuses.items() if k.startswith("200")) / seconds, 2),
-            "latency_p50_s": round(statistics.median(latencies), 3) if latencies else None,
-            "latency_p99_s": round(_percentile(latencies, 0.99), 3) if latencies else None,
-            "slow_clients_closed": sum(all(t < time_limit for t in times) for times in per_client),
-            "stalled_connections": len(closed), "stalled_closed_after_max_s": round(max(closed), 2) if closed else None,
-            "nonreading_closed": sum(t < time_limit for t in unread),
-            "nonreading_closed_after_max_s": round(max(unread), 2) if unread else None,
-            "healthy_after": healthy, "alive_after": proc.poll() is None,
-            "rss_before_mb": round(rss_before, 1), "peak_rss_mb": round(_status_kb(proc.pid, "VmHWM") / 1024, 1),
-        })
+        report.update(
+            {
+                "answered": statuses,
+                "seconds": round(seconds, 2),
+                "requests_per_s": round(requests / seconds, 2),
+                "answered_200_per_s": round(sum(n for k, n in statuses.items() if k.startswith("200")) / seconds, 2),
+                "latency_p50_s": round(statistics.median(latencies), 3) if latencies else None,
+                "latency_p99_s": round(_percentile(latencies, 0.99), 3) if latencies else None,
+                "slow_clients_closed": sum(all(t < time_limit for t in times) for times in per_client),
+                "stalled_connections": len(closed),
+                "stalled_closed_after_max_s": round(max(closed), 2) if closed else None,
+                "nonreading_closed": sum(t < time_limit for t in unread),
+                "nonreading_closed_after_max_s": round(max(unread), 2) if unread else None,
+                "healthy_after": healthy,
+                "alive_after": proc.poll() is None,
+                "rss_before_mb": round(rss_before, 1),
+                "peak_rss_mb": round(_status_kb(proc.pid, "VmHWM") / 1024, 1),
+            }
+        )
     finally:
         proc.terminate()
         try:
@@ -206,21 +254,37 @@ def main(argv=None) -> int:
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--requests", type=int, default=128)
     p.add_argument("--slow-clients", type=int, default=50)
-    p.add_argument("--nonreading-clients", type=int, default=50,
-                   help="clients that ask once for a 9 MB example image and never read it")
+    p.add_argument(
+        "--nonreading-clients",
+        type=int,
+        default=50,
+        help="clients that ask once for a 9 MB example image and never read it",
+    )
     p.add_argument("--send-timeout", type=float, default=3.0, help="the server's --send-timeout")
     p.add_argument("--time-limit", type=float, default=45.0)
-    p.add_argument("--max-new-tokens", type=int, default=60, help=f"words per caption at most (the server's cap: {MAX_TOKENS})")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=60, help=f"words per caption at most (the server's cap: {MAX_TOKENS})"
+    )
     args = p.parse_args(argv)
-    report = run_load(args.checkpoint, args.clients, args.requests, args.slow_clients, args.time_limit,
-                      max_new_tokens=args.max_new_tokens, nonreading_clients=args.nonreading_clients,
-                      send_timeout=args.send_timeout)
+    report = run_load(
+        args.checkpoint,
+        args.clients,
+        args.requests,
+        args.slow_clients,
+        args.time_limit,
+        max_new_tokens=args.max_new_tokens,
+        nonreading_clients=args.nonreading_clients,
+        send_timeout=args.send_timeout,
+    )
     print(json.dumps(report, indent=2))
-    print(f"\n{report['requests_per_s']} requests/s ({report['answered_200_per_s']} answered 200), latency p50 {report['latency_p50_s']} s, p99 "
-          f"{report['latency_p99_s']} s, peak RSS {report['peak_rss_mb']} MB; answered {report['answered']}; "
-          f"{report['slow_clients_closed']}/{report['slow_clients']} stalled sockets closed; "
-          f"{report['nonreading_closed']}/{report['nonreading_clients']} non-reading sockets reset; "
-          f"healthz ok after: {report['healthy_after']}", file=sys.stderr)
+    print(
+        f"\n{report['requests_per_s']} requests/s ({report['answered_200_per_s']} answered 200), latency p50 {report['latency_p50_s']} s, p99 "
+        f"{report['latency_p99_s']} s, peak RSS {report['peak_rss_mb']} MB; answered {report['answered']}; "
+        f"{report['slow_clients_closed']}/{report['slow_clients']} stalled sockets closed; "
+        f"{report['nonreading_closed']}/{report['nonreading_clients']} non-reading sockets reset; "
+        f"healthz ok after: {report['healthy_after']}",
+        file=sys.stderr,
+    )
     ok = report["healthy_after"] and set(report["answered"]) == {"200"}
     return 0 if ok and report["nonreading_closed"] == report["nonreading_clients"] else 1
 

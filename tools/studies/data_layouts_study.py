@@ -9,6 +9,7 @@ in which case training from them is the same run.
 ``build`` writes OUT/coco_karpathy, OUT/flickr30k, OUT/flickr8k (save_to_disk folders) and
 OUT/shards (``captioning prepare --to-webdataset``). ``compare`` prints the first difference.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,16 @@ def coco_karpathy(annotations: Path, out: Path) -> None:
     parts = {}
     for split, hub in HUB_SPLITS.items():
         rows = [r for r in _rows(annotations) if r["split"] == split]
-        parts[hub] = datasets.Dataset.from_dict({
-            "filepath": [r["filepath"] for r in rows], "filename": [r["filename"] for r in rows],
-            "sentences": [[s["raw"] for s in r["sentences"]] for r in rows], "split": [split] * len(rows),
-            "cocoid": [r["imgid"] for r in rows], "url": [f"http://images.example/{r['filename']}" for r in rows]})
+        parts[hub] = datasets.Dataset.from_dict(
+            {
+                "filepath": [r["filepath"] for r in rows],
+                "filename": [r["filename"] for r in rows],
+                "sentences": [[s["raw"] for s in r["sentences"]] for r in rows],
+                "split": [split] * len(rows),
+                "cocoid": [r["imgid"] for r in rows],
+                "url": [f"http://images.example/{r['filename']}" for r in rows],
+            }
+        )
     datasets.DatasetDict(parts).save_to_disk(str(out))
 
 
@@ -46,12 +53,22 @@ def flickr30k(annotations: Path, out: Path) -> None:
     import datasets
 
     rows = _rows(annotations)
-    features = datasets.Features({"image": datasets.Image(), "caption": datasets.Sequence(datasets.Value("string")),
-                                  "split": datasets.Value("string"), "img_id": datasets.Value("string"),
-                                  "filename": datasets.Value("string")})
-    table = {"image": [{"bytes": _bytes(annotations, r), "path": None} for r in rows],
-             "caption": [[s["raw"] for s in r["sentences"]] for r in rows], "split": [r["split"] for r in rows],
-             "img_id": [str(r["imgid"]) for r in rows], "filename": [r["filename"] for r in rows]}
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "caption": datasets.Sequence(datasets.Value("string")),
+            "split": datasets.Value("string"),
+            "img_id": datasets.Value("string"),
+            "filename": datasets.Value("string"),
+        }
+    )
+    table = {
+        "image": [{"bytes": _bytes(annotations, r), "path": None} for r in rows],
+        "caption": [[s["raw"] for s in r["sentences"]] for r in rows],
+        "split": [r["split"] for r in rows],
+        "img_id": [str(r["imgid"]) for r in rows],
+        "filename": [r["filename"] for r in rows],
+    }
     datasets.DatasetDict({"test": datasets.Dataset.from_dict(table, features=features)}).save_to_disk(str(out))
 
 
@@ -65,7 +82,9 @@ def flickr8k(annotations: Path, out: Path) -> None:
         table = {"image": [{"bytes": _bytes(annotations, r), "path": None} for r in rows]}
         for k in range(5):
             table[f"caption_{k}"] = [r["sentences"][k % len(r["sentences"])]["raw"] for r in rows]
-        features = datasets.Features({"image": datasets.Image(), **{f"caption_{k}": datasets.Value("string") for k in range(5)}})
+        features = datasets.Features(
+            {"image": datasets.Image(), **{f"caption_{k}": datasets.Value("string") for k in range(5)}}
+        )
         parts[hub] = datasets.Dataset.from_dict(table, features=features)
     datasets.DatasetDict(parts).save_to_disk(str(out))
 
@@ -79,8 +98,17 @@ def build(annotations: Path, out: Path) -> None:
     if not (out / "shards").exists():
         from captioning.cli.main import main
 
-        code = main(["prepare", "--annotations", str(annotations), "--min-word-freq", "1",
-                     "--to-webdataset", str(out / "shards")])
+        code = main(
+            [
+                "prepare",
+                "--annotations",
+                str(annotations),
+                "--min-word-freq",
+                "1",
+                "--to-webdataset",
+                str(out / "shards"),
+            ]
+        )
         if code:
             sys.exit(code)
 

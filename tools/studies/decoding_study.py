@@ -16,6 +16,7 @@ once, before any row. Sampling rows draw from ``torch.manual_seed(--seed)``.
 Prints a Markdown table (and writes the rows as JSON with ``--out``); ``--markdown-only`` leaves out
 the progress lines.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,15 +25,18 @@ import os
 import sys
 import time
 
-
 #: row name -> (what the table calls it, GenerationConfig fields over the model's test decoding)
 ROWS = {
     "beam3": ("beam 3 (the baseline)", dict(num_beams=3)),
     "greedy": ("greedy", dict(num_beams=1)),
-    "diverse3x1": ("diverse beams, 3 groups x 1 beam, penalty 0.5",
-                   dict(num_beams=3, num_beam_groups=3, diversity_penalty=0.5)),
-    "diverse3x2": ("diverse beams, 3 groups x 2 beams, penalty 0.5",
-                   dict(num_beams=6, num_beam_groups=3, diversity_penalty=0.5)),
+    "diverse3x1": (
+        "diverse beams, 3 groups x 1 beam, penalty 0.5",
+        dict(num_beams=3, num_beam_groups=3, diversity_penalty=0.5),
+    ),
+    "diverse3x2": (
+        "diverse beams, 3 groups x 2 beams, penalty 0.5",
+        dict(num_beams=6, num_beam_groups=3, diversity_penalty=0.5),
+    ),
     "ngram3": ("beam 3, no_repeat_ngram_size 3", dict(num_beams=3, no_repeat_ngram_size=3)),
     "repetition1.2": ("beam 3, repetition_penalty 1.2", dict(num_beams=3, repetition_penalty=1.2)),
     "min_tokens8": ("beam 3, min_new_tokens 8", dict(num_beams=3, min_new_tokens=8)),
@@ -47,7 +51,9 @@ def load_split(annotations: str, split: str, image_size: int, vocab, batch_size:
     """(the CaptionData, its batches of ``split`` in memory): images read and resized once."""
     from captioning.data.captions import CaptionData
 
-    data = CaptionData(annotations, eval_batch_size=batch_size, num_workers=0, image_size=image_size, on_bad_image="skip")
+    data = CaptionData(
+        annotations, eval_batch_size=batch_size, num_workers=0, image_size=image_size, on_bad_image="skip"
+    )
     data.set_vocab(vocab)
     batches, count = [], 0
     for batch in data.eval_dataloader(split):
@@ -78,9 +84,14 @@ def scores_of(model, data, batches, split: str, generation, seed: int, novel) ->
         scores, _ = evaluator.score(predictions, data.references(split), lambda p, a: data.dataset_scores(split, p, a))
     finally:
         evaluator.close()
-    return {"images": len(predictions), "object_f1": scores.get("object_f1"), "CIDEr": scores.get("CIDEr"),
-            "distinct_2": scores.get("distinct_2"), "novel_captions": scores.get("novel_captions"),
-            "mean_length": scores.get("mean_length")}
+    return {
+        "images": len(predictions),
+        "object_f1": scores.get("object_f1"),
+        "CIDEr": scores.get("CIDEr"),
+        "distinct_2": scores.get("distinct_2"),
+        "novel_captions": scores.get("novel_captions"),
+        "mean_length": scores.get("mean_length"),
+    }
 
 
 def seconds_of(model, batches, generation) -> float:
@@ -95,8 +106,18 @@ def seconds_of(model, batches, generation) -> float:
     return time.perf_counter() - start
 
 
-def run(annotations: str, checkpoints: list[str], split: str = "test", rows=tuple(ROWS), batch_size: int = 64,
-        seed: int = 0, limit: int | None = None, label: str = "", rounds: int = 3, progress=print) -> list[dict]:
+def run(
+    annotations: str,
+    checkpoints: list[str],
+    split: str = "test",
+    rows=tuple(ROWS),
+    batch_size: int = 64,
+    seed: int = 0,
+    limit: int | None = None,
+    label: str = "",
+    rounds: int = 3,
+    progress=print,
+) -> list[dict]:
     """The table's rows (dicts: label, row, what, model, the generation fields and the measures).
 
     Each row is decoded and scored once; then timed ``rounds`` times, the rows taking turns in each
@@ -108,8 +129,9 @@ def run(annotations: str, checkpoints: list[str], split: str = "test", rows=tupl
 
     models = [load_model(p).eval() for p in checkpoints]
     first = models[0]
-    data, batches = load_split(annotations, split, max(int(m.spec.image_size) for m in models), first.vocab,
-                               batch_size, limit)
+    data, batches = load_split(
+        annotations, split, max(int(m.spec.image_size) for m in models), first.vocab, batch_size, limit
+    )
     novel = known_training_captions(data)
     names = short_names(checkpoints)
     todo = []  # (row, model, generation)
@@ -125,8 +147,14 @@ def run(annotations: str, checkpoints: list[str], split: str = "test", rows=tupl
             runs = [(names[0], first)]
         for model_name, model in runs:
             generation = first.spec.generation.replace(**fields)
-            row = {"label": label, "row": name, "what": what, "model": model_name, "generation": fields,
-                   **scores_of(model, data, batches, split, generation, seed, novel)}
+            row = {
+                "label": label,
+                "row": name,
+                "what": what,
+                "model": model_name,
+                "generation": fields,
+                **scores_of(model, data, batches, split, generation, seed, novel),
+            }
             todo.append((row, model, generation))
     for _ in range(rounds):
         for row, model, generation in todo:
@@ -143,8 +171,10 @@ def run(annotations: str, checkpoints: list[str], split: str = "test", rows=tupl
 
 def markdown(rows: list[dict]) -> str:
     """The rows as a Markdown table: figures to 3 decimals, speed as images/s and x the baseline's."""
-    lines = ["| data, attention | decoding | model | object F1 | CIDEr | distinct-2 | images/s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| data, attention | decoding | model | object F1 | CIDEr | distinct-2 | images/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     base = {r["label"]: r["images_per_s"] for r in rows if r["row"] == "beam3"}
     first_member = {}  # the ensemble's speed is against its first member's, decoded in the same run
     for r in rows:
@@ -159,23 +189,35 @@ def markdown(rows: list[dict]) -> str:
         against = first_member if r["row"] == "ensemble" else base
         if r["label"] in against and r["row"] not in ("beam3", "members"):
             speed += f" ({r['images_per_s'] / against[r['label']]:.2f}x)"
-        lines.append(f"| {r['label']} | {r['what']} | {r['model']} | {num(r['object_f1'])} | {num(r['CIDEr'])} | "
-                     f"{num(r['distinct_2'])} | {speed} |")
+        lines.append(
+            f"| {r['label']} | {r['what']} | {r['model']} | {num(r['object_f1'])} | {num(r['CIDEr'])} | "
+            f"{num(r['distinct_2'])} | {speed} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--annotations", required=True, help="the data set's annotation file")
-    p.add_argument("--checkpoint", action="append", required=True,
-                   help="a checkpoint or model folder (repeat: the ensemble row uses every one; the first decodes the option rows)")
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        required=True,
+        help="a checkpoint or model folder (repeat: the ensemble row uses every one; the first decodes the option rows)",
+    )
     p.add_argument("--split", default="test")
-    p.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS), help="the rows to measure, in this order")
+    p.add_argument(
+        "--rows", nargs="+", choices=list(ROWS), default=list(ROWS), help="the rows to measure, in this order"
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--limit", type=int, default=None, help="only the split's first N images")
     p.add_argument("--seed", type=int, default=0, help="the sampling rows' seed")
-    p.add_argument("--rounds", type=int, default=3, help="timing rounds (the rows take turns; each row's fastest counts)")
-    p.add_argument("--threads", type=int, default=1, help="torch's CPU threads (default 1: comparable on a shared machine)")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="timing rounds (the rows take turns; each row's fastest counts)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch's CPU threads (default 1: comparable on a shared machine)"
+    )
     p.add_argument("--label", default="", help="the table's first column, e.g. 'demo, soft'")
     p.add_argument("--out", default=None, help="write the rows as JSON here (appended to the file's rows if it exists)")
     p.add_argument("--markdown-only", action="store_true", help="print the table only")
@@ -184,8 +226,18 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    rows = run(args.annotations, args.checkpoint, args.split, args.rows, args.batch_size, args.seed, args.limit,
-               args.label, args.rounds, progress=(lambda line: None) if args.markdown_only else (lambda line: print(line, file=sys.stderr)))
+    rows = run(
+        args.annotations,
+        args.checkpoint,
+        args.split,
+        args.rows,
+        args.batch_size,
+        args.seed,
+        args.limit,
+        args.label,
+        args.rounds,
+        progress=(lambda line: None) if args.markdown_only else (lambda line: print(line, file=sys.stderr)),
+    )
     if args.out:
         before = json.load(open(args.out)) if os.path.isfile(args.out) else []
         with open(args.out, "w") as f:

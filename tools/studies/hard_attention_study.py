@@ -27,6 +27,7 @@
 
 Every variant is configs/shapes_{soft,hard}.yaml plus the overrides in VARIANTS.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,6 @@ import subprocess
 import sys
 import time
 
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OBJ = "--model.objective.init_args."
 #: the authors' exact settings: one expected-context draw per minibatch at 0.5 from the first step (every
@@ -45,57 +45,145 @@ OBJ = "--model.objective.init_args."
 #: the paper's entropy bonus at the authors' weight (the shapes config's default turned it off later: every
 #: variant measured before carries it explicitly, so that its row stays re-measurable)
 ENTROPY = [OBJ + "lambda_e", "0.002"]
-AUTHORS = [OBJ + "semi_sampling_p", "0.5", OBJ + "semi_sampling_p_final", "null", OBJ + "semi_sampling_per", "batch", *ENTROPY]
+AUTHORS = [
+    OBJ + "semi_sampling_p",
+    "0.5",
+    OBJ + "semi_sampling_p_final",
+    "null",
+    OBJ + "semi_sampling_per",
+    "batch",
+    *ENTROPY,
+]
 #: the shapes default's schedule: per-image draws, the expected-context probability 1 -> 0.5 over 1,500 steps
-SCHEDULE = [OBJ + "semi_sampling_per", "image", OBJ + "semi_sampling_p", "1.0", OBJ + "semi_sampling_p_final", "0.5",
-            OBJ + "semi_sampling_anneal_steps", "1500"]
+SCHEDULE = [
+    OBJ + "semi_sampling_per",
+    "image",
+    OBJ + "semi_sampling_p",
+    "1.0",
+    OBJ + "semi_sampling_p_final",
+    "0.5",
+    OBJ + "semi_sampling_anneal_steps",
+    "1500",
+]
 VARIANTS = {  # name: (config, overrides, what it is)
     "soft": ("shapes_soft.yaml", [], "soft attention"),
-    "hard": ("shapes_hard.yaml", AUTHORS, "hard, the authors' settings (moving-average baseline, per-batch semi-sampling at 0.5)"),
-    "hard_per_image": ("shapes_hard.yaml", AUTHORS + [OBJ + "semi_sampling_per", "image"], "per-image semi-sampling (the paper)"),
-    "hard_loo": ("shapes_hard.yaml", AUTHORS + [OBJ + "num_samples", "2", OBJ + "baseline", "leave_one_out"],
-                 "2 location samples per caption, leave-one-out baseline"),
+    "hard": (
+        "shapes_hard.yaml",
+        AUTHORS,
+        "hard, the authors' settings (moving-average baseline, per-batch semi-sampling at 0.5)",
+    ),
+    "hard_per_image": (
+        "shapes_hard.yaml",
+        AUTHORS + [OBJ + "semi_sampling_per", "image"],
+        "per-image semi-sampling (the paper)",
+    ),
+    "hard_loo": (
+        "shapes_hard.yaml",
+        AUTHORS + [OBJ + "num_samples", "2", OBJ + "baseline", "leave_one_out"],
+        "2 location samples per caption, leave-one-out baseline",
+    ),
     "hard_learned": ("shapes_hard.yaml", AUTHORS + [OBJ + "baseline", "learned"], "learned baseline b(mean a)"),
     "hard_normalized": ("shapes_hard.yaml", AUTHORS + [OBJ + "normalize_reward", "true"], "reward normalisation"),
-    "hard_entropy": ("shapes_hard.yaml", AUTHORS + [OBJ + "lambda_e", "0.02", OBJ + "lambda_e_final", "0.0",
-                                                    OBJ + "entropy_anneal_steps", "1500"], "entropy bonus 0.02 -> 0 over 1,500 steps"),
-    "hard_p_schedule": ("shapes_hard.yaml", SCHEDULE + ENTROPY,
-                        "per-image semi-sampling, expected-context probability 1 -> 0.5 over 1,500 steps, entropy bonus 0.002 "
-                        "(the default before the bonus was turned off)"),
-    "hard_p_schedule_long": ("shapes_hard.yaml", SCHEDULE[:-1] + ["3000"] + ENTROPY,
-                             "per-image semi-sampling, expected-context probability 1 -> 0.5 over 3,000 steps"),
-    "hard_p_schedule_075": ("shapes_hard.yaml", SCHEDULE[:5] + ["0.75"] + SCHEDULE[6:] + ENTROPY,
-                            "per-image semi-sampling, expected-context probability 1 -> 0.75 over 1,500 steps (a quarter sample)"),
-    "hard_expectation": ("shapes_hard.yaml", AUTHORS + [OBJ + "semi_sampling_per", "expectation", "--data.batch_size", "24"],
-                         "every caption decoded with the expected context and with samples, weighted 0.5 / 0.5 "
-                         "(the expectation over the paper's draw), 24 captions a batch (48 decoder rows, the default's)"),
-    "hard_expectation_b48": ("shapes_hard.yaml", AUTHORS + [OBJ + "semi_sampling_per", "expectation"],
-                             "the same, 48 captions a batch (96 decoder rows)"),
-    "hard_expectation_schedule": ("shapes_hard.yaml", SCHEDULE[:1] + ["expectation"] + SCHEDULE[2:] + ENTROPY + ["--data.batch_size", "24"],
-                                  "the same, 24 captions, the weight of the expected context 1 -> 0.5 over 1,500 steps"),
-    "hard_p_schedule_norm": ("shapes_hard.yaml", SCHEDULE + ENTROPY + [OBJ + "normalize_reward", "true"],
-                             "per-image semi-sampling 1 -> 0.5 over 1,500 steps + reward normalisation"),
-    "hard_p_schedule_lr1": ("shapes_hard.yaml", SCHEDULE + ENTROPY + [OBJ + "lambda_r", "1.0"],
-                            "per-image semi-sampling 1 -> 0.5 over 1,500 steps, lambda_r 1"),
-    "hard_sum_reward": ("shapes_hard.yaml", AUTHORS + [OBJ + "reward_per_step", "false", OBJ + "lambda_r", "1.0"],
-                        "Eq. 11 as written: summed log-likelihood reward, lambda_r 1"),
-    "hard_default": ("shapes_hard.yaml", SCHEDULE + [OBJ + "lambda_e", "0.0"],
-                     "per-image semi-sampling 1 -> 0.5 over 1,500 steps, no entropy bonus (the default)"),
-    "hard_no_entropy": ("shapes_hard.yaml", AUTHORS + [OBJ + "lambda_e", "0.0"], "the authors' settings without the entropy bonus"),
-    "hard_p_schedule_dropout0": ("shapes_hard.yaml", SCHEDULE + ENTROPY + ["--model.decoder.dropout", "0.0"],
-                                 "per-image semi-sampling 1 -> 0.5 over 1,500 steps, decoder dropout 0"),
+    "hard_entropy": (
+        "shapes_hard.yaml",
+        AUTHORS + [OBJ + "lambda_e", "0.02", OBJ + "lambda_e_final", "0.0", OBJ + "entropy_anneal_steps", "1500"],
+        "entropy bonus 0.02 -> 0 over 1,500 steps",
+    ),
+    "hard_p_schedule": (
+        "shapes_hard.yaml",
+        SCHEDULE + ENTROPY,
+        "per-image semi-sampling, expected-context probability 1 -> 0.5 over 1,500 steps, entropy bonus 0.002 "
+        "(the default before the bonus was turned off)",
+    ),
+    "hard_p_schedule_long": (
+        "shapes_hard.yaml",
+        SCHEDULE[:-1] + ["3000"] + ENTROPY,
+        "per-image semi-sampling, expected-context probability 1 -> 0.5 over 3,000 steps",
+    ),
+    "hard_p_schedule_075": (
+        "shapes_hard.yaml",
+        SCHEDULE[:5] + ["0.75"] + SCHEDULE[6:] + ENTROPY,
+        "per-image semi-sampling, expected-context probability 1 -> 0.75 over 1,500 steps (a quarter sample)",
+    ),
+    "hard_expectation": (
+        "shapes_hard.yaml",
+        AUTHORS + [OBJ + "semi_sampling_per", "expectation", "--data.batch_size", "24"],
+        "every caption decoded with the expected context and with samples, weighted 0.5 / 0.5 "
+        "(the expectation over the paper's draw), 24 captions a batch (48 decoder rows, the default's)",
+    ),
+    "hard_expectation_b48": (
+        "shapes_hard.yaml",
+        AUTHORS + [OBJ + "semi_sampling_per", "expectation"],
+        "the same, 48 captions a batch (96 decoder rows)",
+    ),
+    "hard_expectation_schedule": (
+        "shapes_hard.yaml",
+        SCHEDULE[:1] + ["expectation"] + SCHEDULE[2:] + ENTROPY + ["--data.batch_size", "24"],
+        "the same, 24 captions, the weight of the expected context 1 -> 0.5 over 1,500 steps",
+    ),
+    "hard_p_schedule_norm": (
+        "shapes_hard.yaml",
+        SCHEDULE + ENTROPY + [OBJ + "normalize_reward", "true"],
+        "per-image semi-sampling 1 -> 0.5 over 1,500 steps + reward normalisation",
+    ),
+    "hard_p_schedule_lr1": (
+        "shapes_hard.yaml",
+        SCHEDULE + ENTROPY + [OBJ + "lambda_r", "1.0"],
+        "per-image semi-sampling 1 -> 0.5 over 1,500 steps, lambda_r 1",
+    ),
+    "hard_sum_reward": (
+        "shapes_hard.yaml",
+        AUTHORS + [OBJ + "reward_per_step", "false", OBJ + "lambda_r", "1.0"],
+        "Eq. 11 as written: summed log-likelihood reward, lambda_r 1",
+    ),
+    "hard_default": (
+        "shapes_hard.yaml",
+        SCHEDULE + [OBJ + "lambda_e", "0.0"],
+        "per-image semi-sampling 1 -> 0.5 over 1,500 steps, no entropy bonus (the default)",
+    ),
+    "hard_no_entropy": (
+        "shapes_hard.yaml",
+        AUTHORS + [OBJ + "lambda_e", "0.0"],
+        "the authors' settings without the entropy bonus",
+    ),
+    "hard_p_schedule_dropout0": (
+        "shapes_hard.yaml",
+        SCHEDULE + ENTROPY + ["--model.decoder.dropout", "0.0"],
+        "per-image semi-sampling 1 -> 0.5 over 1,500 steps, decoder dropout 0",
+    ),
     "soft_dropout0": ("shapes_soft.yaml", ["--model.decoder.dropout", "0.0"], "soft attention, decoder dropout 0"),
-    "hard_gumbel": ("shapes_hard.yaml", AUTHORS + [OBJ + "estimator", "gumbel", OBJ + "gumbel_temperature", "1.0",
-                                                   OBJ + "gumbel_temperature_final", "0.3", OBJ + "gumbel_anneal_steps", "2000"],
-                    "straight-through Gumbel-softmax, temperature 1 -> 0.3 (NOT the paper's estimator)"),
+    "hard_gumbel": (
+        "shapes_hard.yaml",
+        AUTHORS
+        + [
+            OBJ + "estimator",
+            "gumbel",
+            OBJ + "gumbel_temperature",
+            "1.0",
+            OBJ + "gumbel_temperature_final",
+            "0.3",
+            OBJ + "gumbel_anneal_steps",
+            "2000",
+        ],
+        "straight-through Gumbel-softmax, temperature 1 -> 0.3 (NOT the paper's estimator)",
+    ),
 }
 CAPTIONING = [sys.executable, "-m", "captioning.cli"]
 
 
 def cli_args(name: str, data: str) -> list[str]:
     config, overrides, _ = VARIANTS[name]
-    return ["--config", os.path.join(ROOT, "configs", config), "--data.annotations", data,
-            "--data.num_workers", "0", "--trainer.accelerator", "cpu", *overrides]
+    return [
+        "--config",
+        os.path.join(ROOT, "configs", config),
+        "--data.annotations",
+        data,
+        "--data.num_workers",
+        "0",
+        "--trainer.accelerator",
+        "cpu",
+        *overrides,
+    ]
 
 
 def build(name: str, data: str):
@@ -122,7 +210,12 @@ def cmd_speed(args) -> None:
         for name in args.variants:
             module, dm = build(name, data)
             batches = iter(dm.train_dataloader())
-            runs[f"{label}:{name}"] = (module, build_optimizer(module.model, module.optimizer_config, False), batches, [])
+            runs[f"{label}:{name}"] = (
+                module,
+                build_optimizer(module.model, module.optimizer_config, False),
+                batches,
+                [],
+            )
     for r in range(args.rounds):
         for key, (module, opt, batches, times) in runs.items():
             module.train()
@@ -151,8 +244,8 @@ def cmd_speed(args) -> None:
 def cmd_variance(args) -> None:
     import torch
 
-    from captioning.training.loading import load_module  # the training module: its objective's settings and state
     from captioning.objectives import objective_from_spec
+    from captioning.training.loading import load_module  # the training module: its objective's settings and state
 
     base = load_module(args.checkpoint)
     _, dm = build("hard", args.data)
@@ -202,13 +295,24 @@ def cmd_variance(args) -> None:
         print(f"{name:16s} trace cov {trace:.4g}   |mean|^2 {mean.pow(2).sum().item():.4g}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"checkpoint": args.checkpoint, "data": args.data, "semi_sampling_p": args.semi_sampling_p,
-                   "draws": args.draws, "variants": result}, f, indent=1)
+            json.dump(
+                {
+                    "checkpoint": args.checkpoint,
+                    "data": args.data,
+                    "semi_sampling_p": args.semi_sampling_p,
+                    "draws": args.draws,
+                    "variants": result,
+                },
+                f,
+                indent=1,
+            )
 
 
 def best_checkpoint(run_dir: str) -> str:
-    found = sorted(glob.glob(os.path.join(run_dir, "lightning_logs", "version_*", "checkpoints", "best-*.ckpt")),
-                   key=os.path.getmtime)
+    found = sorted(
+        glob.glob(os.path.join(run_dir, "lightning_logs", "version_*", "checkpoints", "best-*.ckpt")),
+        key=os.path.getmtime,
+    )
     if not found:
         found = glob.glob(os.path.join(run_dir, "lightning_logs", "version_*", "checkpoints", "last.ckpt"))
     if not found:
@@ -224,18 +328,28 @@ def decoding_args(mode: str) -> list[str]:
     if mode == "argmax":
         return ["--attention-mode", mode]
     if mode.startswith("bestof"):
-        return ["--location-samples", mode[len("bestof"):]]
+        return ["--location-samples", mode[len("bestof") :]]
     if mode.startswith("tau"):
-        return ["--attention-temperature", mode[len("tau"):]]
+        return ["--attention-temperature", mode[len("tau") :]]
     raise SystemExit(f"--modes: unknown test decoding {mode!r} (expected, argmax, bestofK, tauT)")
 
 
 def cmd_run(args) -> None:
     run_dir = os.path.join(args.out, f"{args.tag}_{args.name}")
     os.makedirs(run_dir, exist_ok=True)
-    fit = CAPTIONING + ["fit", *cli_args(args.name, args.data), "--trainer.max_time", "null",
-                        "--trainer.max_steps", str(args.steps), "--trainer.max_epochs", "1000",
-                        "--trainer.default_root_dir", run_dir, *args.extra]
+    fit = CAPTIONING + [
+        "fit",
+        *cli_args(args.name, args.data),
+        "--trainer.max_time",
+        "null",
+        "--trainer.max_steps",
+        str(args.steps),
+        "--trainer.max_epochs",
+        "1000",
+        "--trainer.default_root_dir",
+        run_dir,
+        *args.extra,
+    ]
     t0 = time.time()
     if not args.eval_only:
         with open(os.path.join(run_dir, "fit.log"), "w") as log:
@@ -250,14 +364,39 @@ def cmd_run(args) -> None:
             continue
         if args.name == "soft":
             extra = []
-        subprocess.run(CAPTIONING + ["evaluate", "--checkpoint", ckpt, "--annotations", args.data, "--num-beams", "3",
-                                     "--grounding", "--out", out, *extra], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            CAPTIONING
+            + [
+                "evaluate",
+                "--checkpoint",
+                ckpt,
+                "--annotations",
+                args.data,
+                "--num-beams",
+                "3",
+                "--grounding",
+                "--out",
+                out,
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
         scores[mode] = json.load(open(out))
     import torch
 
     step = int(torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"])
-    record = {"name": args.name, "tag": args.tag, "what": VARIANTS[args.name][2], "fit": " ".join(fit),
-              "steps": args.steps, "best_step": step, "checkpoint": ckpt, "wall_s": wall, "test": scores}
+    record = {
+        "name": args.name,
+        "tag": args.tag,
+        "what": VARIANTS[args.name][2],
+        "fit": " ".join(fit),
+        "steps": args.steps,
+        "best_step": step,
+        "checkpoint": ckpt,
+        "wall_s": wall,
+        "test": scores,
+    }
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(record, f, indent=1)
     print(json.dumps({k: record[k] for k in ("name", "tag", "steps", "best_step", "wall_s")}))
@@ -294,14 +433,22 @@ def cmd_curves(args) -> None:
     img = Image.new("RGB", (W, H), "white")
     draw = ImageDraw.Draw(img)
     colours = [(200, 40, 40), (40, 90, 220), (30, 150, 60), (200, 130, 0), (120, 50, 170), (0, 150, 160)]
-    panels = [("object F1 vs steps", 1, False), ("object F1 vs CPU minutes (steps x ms/step)", 1, True),
-              ("CIDEr vs steps", 2, False), ("CIDEr vs CPU minutes", 2, True)]
+    panels = [
+        ("object F1 vs steps", 1, False),
+        ("object F1 vs CPU minutes (steps x ms/step)", 1, True),
+        ("CIDEr vs steps", 2, False),
+        ("CIDEr vs CPU minutes", 2, True),
+    ]
     for p, (title, idx, timed) in enumerate(panels):
         x0, y0 = pad + (p % 2) * (W // 2), pad + (p // 2) * (H // 2)
         w, h = W // 2 - 2 * pad, H // 2 - 2 * pad
         draw.rectangle([x0, y0, x0 + w, y0 + h], outline="black")
         draw.text((x0, y0 - 16), title, fill="black")
-        data = [(lab, s[idx], m) for lab, *s, m in [(l, None, f, c, m) for l, f, c, m in series] if s[idx] is not None]
+        data = [
+            (lab, s[idx], m)
+            for lab, *s, m in [(label, None, f, c, m) for label, f, c, m in series]
+            if s[idx] is not None
+        ]
         if not data:
             continue
         xs = [(d[1][0] * (d[2] / 60000 if timed else 1)) for d in data]
@@ -325,9 +472,24 @@ def cmd_curves(args) -> None:
 def cmd_diagnose(args) -> None:
     """Means of a run's per-step logs over windows of steps (reward, baseline, entropy, variance terms)."""
     s = run_scalars(args.run)
-    tags = [t for t in ("train/reward", "train/baseline", "train/advantage", "train/entropy", "train/expected_fraction",
-                        "train/reinforce_weight_var", "train/location_grad_sq", "train/nll_per_token",
-                        "train/temperature", "train/baseline_mse", "val/object_f1", "val/CIDEr") if t in s]
+    tags = [
+        t
+        for t in (
+            "train/reward",
+            "train/baseline",
+            "train/advantage",
+            "train/entropy",
+            "train/expected_fraction",
+            "train/reinforce_weight_var",
+            "train/location_grad_sq",
+            "train/nll_per_token",
+            "train/temperature",
+            "train/baseline_mse",
+            "val/object_f1",
+            "val/CIDEr",
+        )
+        if t in s
+    ]
     last = max(int(s[t][0].max()) for t in tags)
     edges = list(range(0, last + args.window, args.window))
     print("| steps | " + " | ".join(t.split("/", 1)[1] for t in tags) + " |")
@@ -347,27 +509,36 @@ def cmd_table(args) -> None:
     for p in glob.glob(os.path.join(args.dir, "variance_*.json")):
         v = json.load(open(p))
         var[os.path.basename(p)[9:-5]] = v["variants"]
+
     def f(x):
         return "" if x is None else f"{x:.3f}"
 
-    print("| data | model | test decoding | object F1 | CIDEr | BLEU-4 | pointing game | chosen cell | steps (best at) | var. of location gradient |")
+    print(
+        "| data | model | test decoding | object F1 | CIDEr | BLEU-4 | pointing game | chosen cell | steps (best at) | var. of location gradient |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         v = var.get(r["tag"], {}).get(r["name"], {}).get("trace_cov")
         for mode, s in r["test"].items():
             s = s["scores"]
             g = s.get("grounding") or {}
-            print(f"| {r['tag']} | {r['name']} | {mode} | {f(s.get('object_f1'))} | {f(s.get('CIDEr'))} | {f(s.get('BLEU-4'))} | "
-                  f"{f(g.get('pointing_game'))} | {f((g.get('chosen_cell') or {}).get('pointing_game'))} | "
-                  f"{r['steps']} ({r['best_step']}) | {'' if v is None else f'{v:.3g}'} |")
+            print(
+                f"| {r['tag']} | {r['name']} | {mode} | {f(s.get('object_f1'))} | {f(s.get('CIDEr'))} | {f(s.get('BLEU-4'))} | "
+                f"{f(g.get('pointing_game'))} | {f((g.get('chosen_cell') or {}).get('pointing_game'))} | "
+                f"{r['steps']} ({r['best_step']}) | {'' if v is None else f'{v:.3g}'} |"
+            )
 
 
 def cmd_seeds(args) -> None:
     """Per-seed figures and their means, one group of runs (run folders holding run.json) per --group."""
     import statistics
 
-    metrics = (("object F1", lambda s: s.get("object_f1")), ("CIDEr", lambda s: s.get("CIDEr")),
-               ("BLEU-4", lambda s: s.get("BLEU-4")), ("pointing game", lambda s: (s.get("grounding") or {}).get("pointing_game")))
+    metrics = (
+        ("object F1", lambda s: s.get("object_f1")),
+        ("CIDEr", lambda s: s.get("CIDEr")),
+        ("BLEU-4", lambda s: s.get("BLEU-4")),
+        ("pointing game", lambda s: (s.get("grounding") or {}).get("pointing_game")),
+    )
     print("| group | test decoding | seeds | " + " | ".join(f"{m} (per seed; mean +- sd)" for m, _ in metrics) + " |")
     print("|---|---|---|" + "---|" * len(metrics))
     for label, *dirs in args.group:
@@ -377,7 +548,10 @@ def cmd_seeds(args) -> None:
             if not os.path.isfile(path):
                 raise SystemExit(f"{path}: no run.json (a folder written by `run`)")
             record = json.load(open(path))
-            seed = next((record["fit"].split()[i + 1] for i, w in enumerate(record["fit"].split()) if w == "--seed_everything"), "0")
+            seed = next(
+                (record["fit"].split()[i + 1] for i, w in enumerate(record["fit"].split()) if w == "--seed_everything"),
+                "0",
+            )
             records.append((seed, record))
         modes = [m for m in records[0][1]["test"] if all(m in r["test"] for _, r in records)]
         for mode in modes:
@@ -398,10 +572,10 @@ def cmd_likelihood(args) -> None:
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    from captioning.storage.load import load_model
     from captioning.data.datamodule import CaptionDataModule
     from captioning.data.datasets import CaptionPairDataset, Collate
     from captioning.models.decoder import DecoderState
+    from captioning.storage.load import load_model
     from captioning.vocab import Vocabulary
 
     torch.set_grad_enabled(False)
@@ -410,12 +584,18 @@ def cmd_likelihood(args) -> None:
         model = load_model(ckpt)
         dec = model.decoder
         if dec.luong or dec.attention_splits != [dec.attention_dim, 1, 0] or dec.heads != 1:
-            raise SystemExit(f"{ckpt}: the likelihood measure supports the paper's attention only (one head, Bahdanau placement)")
-        dm = CaptionDataModule(annotations=args.data, batch_size=args.batch_size, num_workers=0,
-                               image_size=model.spec.image_size)
+            raise SystemExit(
+                f"{ckpt}: the likelihood measure supports the paper's attention only (one head, Bahdanau placement)"
+            )
+        dm = CaptionDataModule(
+            annotations=args.data, batch_size=args.batch_size, num_workers=0, image_size=model.spec.image_size
+        )
         dataset = dm._dataset(CaptionPairDataset, args.split, vocab=model.vocab, max_length=args.max_length)
-        loader = DataLoader(dataset, batch_size=args.batch_size,
-                            collate_fn=Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, captions=True))
+        loader = DataLoader(
+            dataset,
+            batch_size=args.batch_size,
+            collate_fn=Collate(Vocabulary.pad_id, dataset.visual_key, dataset.visual_shape, captions=True),
+        )
         nll = {"expected": 0.0, "argmax": 0.0, "marginal": 0.0}
         tokens = 0
         for batch in loader:
@@ -435,8 +615,12 @@ def cmd_likelihood(args) -> None:
                 h, c, z, g = step.h, step.c, step.z, step.glimpse
                 logp = F.log_softmax(dec.deep_output(embedded, h, z).float(), -1).gather(1, target[:, None]).squeeze(1)
                 # every cell of every image: B * L rows, the context a_i (times beta_t)
-                rows = DecoderState(state.h.repeat_interleave(L, 0), state.c.repeat_interleave(L, 0),
-                                    state.features.repeat_interleave(L, 0), state.projected.repeat_interleave(L, 0))
+                rows = DecoderState(
+                    state.h.repeat_interleave(L, 0),
+                    state.c.repeat_interleave(L, 0),
+                    state.features.repeat_interleave(L, 0),
+                    state.projected.repeat_interleave(L, 0),
+                )
                 at_cell = dec.cell.step(x_gates.repeat_interleave(L, 0), rows, "sample", location=every)
                 h_i, z_i = at_cell.h, at_cell.z
                 logp_i = F.log_softmax(dec.deep_output(embedded.repeat_interleave(L, 0), h_i, z_i).float(), -1)
@@ -447,9 +631,15 @@ def cmd_likelihood(args) -> None:
                     nll[key] -= (value * real).sum().item()
                 tokens += int(real.sum())
                 state = state.with_recurrent(h, c)
-        result[ckpt] = {k: v / tokens for k, v in nll.items()} | {"tokens": tokens, "attention_kind": model.attention_kind}
-        print(f"{ckpt}: NLL/token expected {nll['expected'] / tokens:.4f}  argmax cell {nll['argmax'] / tokens:.4f}  "
-              f"location marginal {nll['marginal'] / tokens:.4f}  ({tokens} tokens, {model.attention_kind})", flush=True)
+        result[ckpt] = {k: v / tokens for k, v in nll.items()} | {
+            "tokens": tokens,
+            "attention_kind": model.attention_kind,
+        }
+        print(
+            f"{ckpt}: NLL/token expected {nll['expected'] / tokens:.4f}  argmax cell {nll['argmax'] / tokens:.4f}  "
+            f"location marginal {nll['marginal'] / tokens:.4f}  ({tokens} tokens, {model.attention_kind})",
+            flush=True,
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"data": args.data, "split": args.split, "checkpoints": result}, f, indent=1)
@@ -481,17 +671,24 @@ def cmd_grounding_lag(args) -> None:
             for r, out in zip(records, outputs):
                 maps = out["attention"].reshape(len(out["attention"]), -1)  # (T, L)
                 uniform = np.full((lag, maps.shape[1]), 1.0 / maps.shape[1])
-                alignments[r.image_id] = (out["tokens"], np.concatenate([uniform, maps])[:len(maps)], None)
+                alignments[r.image_id] = (out["tokens"], np.concatenate([uniform, maps])[: len(maps)], None)
             scores = grounding(by_id, alignments, root)
             row[f"lag{lag}"] = {k: scores[k] for k in ("pointing_game", "attention_correctness", "count")}
         result[ckpt] = row
-        print(f"{ckpt}: pointing game at the noun {row['lag0']['pointing_game']:.3f}, at the word before "
-              f"{row['lag1']['pointing_game']:.3f}, two before {row['lag2']['pointing_game']:.3f}; attention correctness "
-              f"{row['lag0']['attention_correctness']:.3f} / {row['lag1']['attention_correctness']:.3f} / "
-              f"{row['lag2']['attention_correctness']:.3f} ({row['lag0']['count']} mentions)", flush=True)
+        print(
+            f"{ckpt}: pointing game at the noun {row['lag0']['pointing_game']:.3f}, at the word before "
+            f"{row['lag1']['pointing_game']:.3f}, two before {row['lag2']['pointing_game']:.3f}; attention correctness "
+            f"{row['lag0']['attention_correctness']:.3f} / {row['lag1']['attention_correctness']:.3f} / "
+            f"{row['lag2']['attention_correctness']:.3f} ({row['lag0']['count']} mentions)",
+            flush=True,
+        )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"data": args.data, "split": args.split, "num_beams": args.num_beams, "checkpoints": result}, f, indent=1)
+            json.dump(
+                {"data": args.data, "split": args.split, "num_beams": args.num_beams, "checkpoints": result},
+                f,
+                indent=1,
+            )
 
 
 def main(argv=None) -> None:
@@ -511,8 +708,12 @@ def main(argv=None) -> None:
     s.add_argument("--draws", type=int, default=40)
     s.add_argument("--warmup", type=int, default=50)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--semi-sampling-p", type=float, default=None,
-                   help="override every variant's semi_sampling_p (0: every row samples, the estimator alone)")
+    s.add_argument(
+        "--semi-sampling-p",
+        type=float,
+        default=None,
+        help="override every variant's semi_sampling_p (0: every row samples, the estimator alone)",
+    )
     s.add_argument("--out")
     s.set_defaults(func=cmd_variance)
     s = sub.add_parser("run")
@@ -521,9 +722,13 @@ def main(argv=None) -> None:
     s.add_argument("--steps", type=int, required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--tag", default="demo")
-    s.add_argument("--modes", nargs="+", default=["expected", "argmax"],
-                   help="test decodings of a hard model: expected, argmax, bestofK (K location samples), tauT (the expected "
-                        "context under softmax(log alpha / T))")
+    s.add_argument(
+        "--modes",
+        nargs="+",
+        default=["expected", "argmax"],
+        help="test decodings of a hard model: expected, argmax, bestofK (K location samples), tauT (the expected "
+        "context under softmax(log alpha / T))",
+    )
     s.add_argument("--eval-only", action="store_true")
     s.add_argument("--extra", nargs=argparse.REMAINDER, default=[])
     s.set_defaults(func=cmd_run)
@@ -556,8 +761,14 @@ def main(argv=None) -> None:
     s.add_argument("dir")
     s.set_defaults(func=cmd_table)
     s = sub.add_parser("seeds", help="per-seed test figures and their means, a group of run folders at a time")
-    s.add_argument("--group", nargs="+", action="append", required=True, metavar=("LABEL", "RUN_DIR"),
-                   help="a label, then the run folders (each with its run.json) of one setting's seeds")
+    s.add_argument(
+        "--group",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar=("LABEL", "RUN_DIR"),
+        help="a label, then the run folders (each with its run.json) of one setting's seeds",
+    )
     s.set_defaults(func=cmd_seeds)
     args = p.parse_args(argv)
     from captioning.errors import CaptioningError

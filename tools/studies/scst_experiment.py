@@ -12,6 +12,7 @@ writes OUT/NAME/run.json: the fit command, its wall time, the steps it reached, 
 evaluated (the best by validation CIDEr), its test scores and the bad-ending rate of its test
 captions (the share whose last word is an article, preposition or conjunction).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,6 @@ import os
 import subprocess
 import sys
 import time
-
 
 from captioning.decoding.search import BAD_ENDINGS  # noqa: E402
 from captioning.tokenizers import tokenize  # noqa: E402
@@ -39,8 +39,10 @@ CAPTIONING = os.path.join(os.path.dirname(sys.executable), "captioning")
 
 
 def best_checkpoint(run_dir: str) -> str:
-    found = sorted(glob.glob(os.path.join(run_dir, "lightning_logs", "version_*", "checkpoints", "best-*.ckpt")),
-                   key=os.path.getmtime)
+    found = sorted(
+        glob.glob(os.path.join(run_dir, "lightning_logs", "version_*", "checkpoints", "best-*.ckpt")),
+        key=os.path.getmtime,
+    )
     if not found:
         raise SystemExit(f"no best-*.ckpt under {run_dir}")
     return found[-1]
@@ -71,10 +73,26 @@ def bad_ending_rate(results_path: str) -> float:
 def run(name: str, args) -> dict:
     config, start_from, baseline = RUNS[name]
     run_dir = os.path.join(args.out, name)
-    command = [CAPTIONING, "fit", "--config", os.path.join(ROOT, "configs", config), "--data.annotations", args.data,
-               "--trainer.accelerator", "cpu", "--trainer.default_root_dir", run_dir,
-               "--trainer.enable_progress_bar", "false", "--trainer.log_every_n_steps", "1",
-               "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", run_dir]
+    command = [
+        CAPTIONING,
+        "fit",
+        "--config",
+        os.path.join(ROOT, "configs", config),
+        "--data.annotations",
+        args.data,
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.default_root_dir",
+        run_dir,
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.log_every_n_steps",
+        "1",
+        "--trainer.logger",
+        "lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger.save_dir",
+        run_dir,
+    ]
     if start_from:
         ce = args.ce_soft if start_from == "ce_soft" and args.ce_soft else None
         ce = ce or (args.ce_hard if start_from == "ce_hard" and args.ce_hard else None)
@@ -89,19 +107,46 @@ def run(name: str, args) -> dict:
     fit_seconds = time.perf_counter() - t0
     best = best_checkpoint(run_dir)
     metrics, results = os.path.join(run_dir, "metrics.json"), os.path.join(run_dir, "results.json")
-    evaluate = [CAPTIONING, "evaluate", "--checkpoint", best, "--annotations", args.data, "--split", "test",
-                "--num-beams", "3", "--device", "cpu", "--out", metrics, "--results", results]
+    evaluate = [
+        CAPTIONING,
+        "evaluate",
+        "--checkpoint",
+        best,
+        "--annotations",
+        args.data,
+        "--split",
+        "test",
+        "--num-beams",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        metrics,
+        "--results",
+        results,
+    ]
     print(" ".join(evaluate), flush=True)
     subprocess.run(evaluate, check=True, stdout=subprocess.DEVNULL)
     with open(metrics) as f:
         scores = json.load(f)["scores"]
-    report = {"name": name, "command": " ".join(command), "fit_seconds": round(fit_seconds, 1),
-              "steps": steps_logged(run_dir), "best_checkpoint": best, "best_steps": steps_of(best),
-              "start_from": command[command.index("--model.init_from") + 1] if start_from else None,
-              "evaluate": " ".join(evaluate), "scores": scores, "bad_ending_rate": bad_ending_rate(results)}
+    report = {
+        "name": name,
+        "command": " ".join(command),
+        "fit_seconds": round(fit_seconds, 1),
+        "steps": steps_logged(run_dir),
+        "best_checkpoint": best,
+        "best_steps": steps_of(best),
+        "start_from": command[command.index("--model.init_from") + 1] if start_from else None,
+        "evaluate": " ".join(evaluate),
+        "scores": scores,
+        "bad_ending_rate": bad_ending_rate(results),
+    }
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(report, f, indent=2)
-    print(json.dumps({k: report[k] for k in ("name", "fit_seconds", "steps", "best_steps", "bad_ending_rate")}), flush=True)
+    print(
+        json.dumps({k: report[k] for k in ("name", "fit_seconds", "steps", "best_steps", "bad_ending_rate")}),
+        flush=True,
+    )
     return report
 
 
@@ -110,14 +155,38 @@ def adopt(name: str, checkpoint: str, args) -> dict:
     run_dir = os.path.join(args.out, name)
     os.makedirs(run_dir, exist_ok=True)
     metrics, results = os.path.join(run_dir, "metrics.json"), os.path.join(run_dir, "results.json")
-    evaluate = [CAPTIONING, "evaluate", "--checkpoint", checkpoint, "--annotations", args.data, "--split", "test",
-                "--num-beams", "3", "--device", "cpu", "--out", metrics, "--results", results]
+    evaluate = [
+        CAPTIONING,
+        "evaluate",
+        "--checkpoint",
+        checkpoint,
+        "--annotations",
+        args.data,
+        "--split",
+        "test",
+        "--num-beams",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        metrics,
+        "--results",
+        results,
+    ]
     subprocess.run(evaluate, check=True, stdout=subprocess.DEVNULL)
     with open(metrics) as f:
         scores = json.load(f)["scores"]
-    report = {"name": name, "command": args.note or "(trained elsewhere)", "fit_seconds": args.fit_seconds,
-              "steps": steps_of(checkpoint), "best_checkpoint": checkpoint, "best_steps": steps_of(checkpoint),
-              "evaluate": " ".join(evaluate), "scores": scores, "bad_ending_rate": bad_ending_rate(results)}
+    report = {
+        "name": name,
+        "command": args.note or "(trained elsewhere)",
+        "fit_seconds": args.fit_seconds,
+        "steps": steps_of(checkpoint),
+        "best_checkpoint": checkpoint,
+        "best_steps": steps_of(checkpoint),
+        "evaluate": " ".join(evaluate),
+        "scores": scores,
+        "bad_ending_rate": bad_ending_rate(results),
+    }
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(report, f, indent=2)
     print(json.dumps({k: report[k] for k in ("name", "steps", "bad_ending_rate")}), flush=True)
@@ -125,8 +194,10 @@ def adopt(name: str, checkpoint: str, args) -> dict:
 
 
 def table(out: str) -> str:
-    lines = ["| attention | training | BLEU-4 | METEOR | CIDEr | object F1 | bad endings | training time (steps) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| attention | training | BLEU-4 | METEOR | CIDEr | object F1 | bad endings | training time (steps) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name in RUNS:
         path = os.path.join(out, name, "run.json")
         if not os.path.isfile(path):
@@ -137,9 +208,11 @@ def table(out: str) -> str:
         kind = name.split("_")[1]
         what = {"ce": "cross-entropy", "scst": f"+ SCST ({name.split('_')[-1]} baseline)"}[name.split("_")[0]]
         meteor = s.get("METEOR")
-        lines.append(f"| {kind} | {what} | {s['BLEU-4']:.3f} | {meteor if not isinstance(meteor, float) else f'{meteor:.3f}'} | "
-                     f"{s['CIDEr']:.3f} | {s.get('object_f1', float('nan')):.3f} | {r['bad_ending_rate']:.3f} | "
-                     f"{(r['fit_seconds'] or 0) / 60:.1f} min ({r['steps']:,} steps, best at {r['best_steps']:,}) |")
+        lines.append(
+            f"| {kind} | {what} | {s['BLEU-4']:.3f} | {meteor if not isinstance(meteor, float) else f'{meteor:.3f}'} | "
+            f"{s['CIDEr']:.3f} | {s.get('object_f1', float('nan')):.3f} | {r['bad_ending_rate']:.3f} | "
+            f"{(r['fit_seconds'] or 0) / 60:.1f} min ({r['steps']:,} steps, best at {r['best_steps']:,}) |"
+        )
     return "\n".join(lines)
 
 
@@ -147,7 +220,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", help="the shapes annotation file (dataset_shapes.json)")
     p.add_argument("--out", required=True, help="a folder for the runs")
-    p.add_argument("--ce-soft", help="a soft cross-entropy checkpoint to start from instead of the ce_soft run's (e.g. the demo's)")
+    p.add_argument(
+        "--ce-soft", help="a soft cross-entropy checkpoint to start from instead of the ce_soft run's (e.g. the demo's)"
+    )
     p.add_argument("--ce-hard", help="the same for hard attention")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more `captioning fit` arguments (last)")
     p.add_argument("--checkpoint", help="adopt: the checkpoint to evaluate as the run")
