@@ -92,8 +92,11 @@ class OnnxCaptioner:
         model = config["model"]
         self.vocab = read_vocab(folder, int(model["vocab_size"]))
         self.image_size = int(config["preprocessing"]["image_size"])
-        #: the resize's filter; folders written before it was recorded: bilinear
-        self.interpolation = check_interpolation(config["preprocessing"].get("interpolation", DEFAULT_INTERPOLATION))
+        #: the resize's filter; folders written before it was recorded: bilinear (the types were checked by read_config)
+        try:
+            self.interpolation = check_interpolation(config["preprocessing"].get("interpolation", DEFAULT_INTERPOLATION))
+        except ConfigError as err:
+            raise CheckpointError(f"{os.path.join(folder, 'config.json')}: preprocessing.interpolation: {err}") from None
         self.attention_kind = model["decoder"].get("attention_kind", "soft")
         self.num_locations, self.feature_dim = int(model["num_locations"]), int(model["feature_dim"])
         try:

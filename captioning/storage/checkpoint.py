@@ -139,10 +139,16 @@ def read_checkpoint_file(path: str, source: ModelSource | None = None) -> ModelF
         if key not in ckpt:
             raise CheckpointError(f"{path}: not a captioning checkpoint (no {key!r} inside)")
     spec, training, run = spec_from_hparams(ckpt["hyper_parameters"], path)
-    preprocessing = ckpt.get("preprocessing") if isinstance(ckpt.get("preprocessing"), dict) else {}
-    if preprocessing.get("interpolation") is not None:
+    preprocessing = ckpt.get("preprocessing")
+    if preprocessing is not None and not isinstance(preprocessing, dict):
+        raise CheckpointError(f"{path}: 'preprocessing' must be a mapping, got {type(preprocessing).__name__}")
+    interpolation = (preprocessing or {}).get("interpolation")
+    if interpolation is not None:
+        if not isinstance(interpolation, str):
+            raise CheckpointError(f"{path}: preprocessing.interpolation must be a string (a PIL filter's name), "
+                                  f"got {type(interpolation).__name__} {interpolation!r:.40}")
         try:
-            spec = dataclasses.replace(spec, interpolation=preprocessing["interpolation"])
+            spec = dataclasses.replace(spec, interpolation=interpolation)
         except CaptioningError as err:
             raise CheckpointError(f"{path}: hyperparameters do not fit this version of the model ({err})") from None
     try:

@@ -64,6 +64,25 @@ def _need(config: dict, path: str, *keys: str):
     return value
 
 
+#: the fields both readers (storage/folder.py, export/onnx_captioner.py) use, and the type each must have
+FIELDS = {("model", "encoder"): dict, ("model", "decoder"): dict, ("model", "vocab_size"): "count",
+          ("model", "num_locations"): "count", ("model", "feature_dim"): "count", ("preprocessing", "image_size"): "count",
+          ("generation",): dict}
+#: fields a folder may leave out (or set to null), checked when present
+OPTIONAL_FIELDS = {("preprocessing", "interpolation"): str, ("card",): dict, ("training",): dict}
+
+
+def _check_type(value, expected, path: str, where: str) -> None:
+    """A one-line CheckpointError naming the file and the field unless ``value`` is of the ``expected``
+    type (``"count"``: an integer >= 1, not a boolean)."""
+    if expected == "count":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CheckpointError(f"{path}: {where} must be a positive integer, got {value!r:.40}")
+    elif not isinstance(value, expected):
+        kind = {dict: "an object", str: "a string"}[expected]
+        raise CheckpointError(f"{path}: {where} must be {kind}, got {type(value).__name__} {value!r:.40}")
+
+
 def _check_graph_names(onnx: dict, path: str) -> None:
     """The ONNX graphs config.json names are plain ``*.onnx`` file names in the folder itself (an
     absolute path or a ``..`` would make a shared folder read files from elsewhere)."""
@@ -95,9 +114,12 @@ def read_config(folder: str, kind: str = "safetensors") -> dict:
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(f"{path}: format_version {version!r}; this version of captioning reads up to "
                               f"{FORMAT_VERSION} (upgrade captioning)")
-    for keys in (("model", "encoder"), ("model", "decoder"), ("model", "vocab_size"), ("model", "num_locations"),
-                 ("model", "feature_dim"), ("preprocessing", "image_size"), ("generation",)):
-        _need(config, path, *keys)
+    for keys, expected in FIELDS.items():
+        _check_type(_need(config, path, *keys), expected, path, ".".join(keys))
+    for keys, expected in OPTIONAL_FIELDS.items():
+        parent = config.get(keys[0]) if len(keys) == 2 else config
+        if isinstance(parent, dict) and parent.get(keys[-1]) is not None:
+            _check_type(parent[keys[-1]], expected, path, ".".join(keys))
     if kind == "onnx" and not isinstance(config.get("onnx"), dict):
         raise CheckpointError(f"{path}: no 'onnx' section: this folder holds PyTorch weights, not ONNX graphs "
                               "(load it with Captioner.from_pretrained / --checkpoint, or export it with --format onnx)")

@@ -45,11 +45,17 @@ def model_of(file: ModelFile) -> ShowAttendTell:
     """The model a :class:`ModelFile` describes, with its weights, in eval mode on the CPU; ``spec``,
     ``source`` and ``card`` set. The weights must fit exactly (one line naming the file if not)."""
     spec = file.spec.without_pretrained()  # the weights come from the file: nothing to download
-    model = build_model(spec, file.vocab)
     what = "config.json" if file.source.kind != "checkpoint" else "the architecture and vocabulary it describes"
-    mismatch = state_mismatch(model.state_dict(), file.weights)
+    try:  # the shapes first, on the meta device (no memory): sizes the file's tensors do not match are never allocated
+        with torch.device("meta"):
+            shapes = build_model(spec, file.vocab).state_dict()
+    except (TypeError, ValueError, OverflowError, RuntimeError) as err:  # e.g. a size past what torch can hold
+        detail = " ".join(str(err).split("\n")[0].split())[:150]
+        raise CheckpointError(f"{file.files['config']}: its settings do not make a model ({detail})") from None
+    mismatch = state_mismatch(shapes, file.weights)
     if mismatch:
         raise CheckpointError(f"{file.files['weights']}: weights do not fit {what} ({mismatch})")
+    model = build_model(spec, file.vocab)
     try:
         model.load_state_dict(file.weights)
     except RuntimeError as err:
