@@ -122,9 +122,8 @@ def test_validation_examples_of_a_shard_dataset_are_read_from_its_shards(tiny_sh
 def test_validation_examples_that_cannot_be_read_are_one_warning(tiny_shapes, tmp_path, caplog):
     import shutil
 
-    from tests.helpers import fit_args
-
     from captioning.data.captions import CaptionData
+    from tests.helpers import fit_args
 
     data = tmp_path / "data"
     shutil.copytree(tiny_shapes.parent, data)
