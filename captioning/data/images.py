@@ -192,7 +192,7 @@ DEFAULT_INTERPOLATION = "bilinear"
 
 def check_interpolation(interpolation: str) -> str:
     """``interpolation`` if it names one of :data:`INTERPOLATIONS`, else a one-line ConfigError."""
-    if interpolation not in INTERPOLATIONS:
+    if not isinstance(interpolation, str) or interpolation not in INTERPOLATIONS:
         raise ConfigError(f"unknown interpolation {interpolation!r}; expected one of {', '.join(INTERPOLATIONS)}")
     return interpolation
 

@@ -21,6 +21,7 @@ models/cells.py, and the deep output); traced, the attention scores take their o
 ONNX cannot express when the grid does not divide the input, is exported as the two averaging
 matrix products it is.
 """
+
 from __future__ import annotations
 
 import copy
@@ -68,8 +69,13 @@ def exportable_encoder(encoder: Encoder, image_size: int) -> nn.Module:
     where the grid already has the pooled size), found by running one blank image."""
     encoder = copy.deepcopy(encoder).eval().at_size(image_size)
     sizes: dict[str, tuple] = {}
-    hooks = [m.register_forward_hook(lambda mod, inp, out, name=name: sizes.__setitem__(name, (inp[0].shape[-2:], out.shape[-2:])))
-             for name, m in encoder.named_modules() if isinstance(m, nn.AdaptiveAvgPool2d)]
+    hooks = [
+        m.register_forward_hook(
+            lambda mod, inp, out, name=name: sizes.__setitem__(name, (inp[0].shape[-2:], out.shape[-2:]))
+        )
+        for name, m in encoder.named_modules()
+        if isinstance(m, nn.AdaptiveAvgPool2d)
+    ]
     with torch.no_grad():
         encoder(torch.zeros(1, 3, image_size, image_size))
     for h in hooks:
@@ -77,7 +83,9 @@ def exportable_encoder(encoder: Encoder, image_size: int) -> nn.Module:
     for name, (size_in, size_out) in sizes.items():
         parent, _, attr = name.rpartition(".")
         owner = encoder.get_submodule(parent) if parent else encoder
-        replacement = nn.Identity() if tuple(size_in) == tuple(size_out) else PoolAsMatmul(tuple(size_in), tuple(size_out))
+        replacement = (
+            nn.Identity() if tuple(size_in) == tuple(size_out) else PoolAsMatmul(tuple(size_in), tuple(size_out))
+        )
         setattr(owner, attr, replacement)
     return encoder
 
@@ -116,12 +124,28 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: l
     tmp = path.with_name(f".{path.name}.tmp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
-        torch.onnx.export(module, args, str(tmp), input_names=inputs, output_names=outputs, dynamic_axes=axes,
-                          opset_version=opset, do_constant_folding=True, dynamo=False)
+        torch.onnx.export(
+            module,
+            args,
+            str(tmp),
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_axes=axes,
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+        )
     os.replace(tmp, path)
 
 
-PAPER_ATTENTION = {"kind": "lstm", "score": "additive", "heads": 1, "placement": "bahdanau", "window": "global", "refiner_layers": 0}
+PAPER_ATTENTION = {
+    "kind": "lstm",
+    "score": "additive",
+    "heads": 1,
+    "placement": "bahdanau",
+    "window": "global",
+    "refiner_layers": 0,
+}
 
 
 def onnx_unsupported(config) -> str:
@@ -141,9 +165,11 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
         raise ConfigError("export --format onnx needs the onnx package: pip install -e '.[onnx]'") from None
     unsupported = onnx_unsupported(model.decoder.config)
     if unsupported:
-        raise ConfigError(f"export --format onnx: the ONNX step graph is the paper's attention (additive score, one head, "
-                          f"Bahdanau placement, global, no refiner); this model has {unsupported}: export it as a "
-                          "safetensors folder (the default format) instead")
+        raise ConfigError(
+            f"export --format onnx: the ONNX step graph is the paper's attention (additive score, one head, "
+            f"Bahdanau placement, global, no refiner); this model has {unsupported}: export it as a "
+            "safetensors folder (the default format) instead"
+        )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = model.spec
@@ -155,22 +181,53 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
         encoder = EncoderGraph(model, S).eval()
         images = torch.rand(B, 3, S, S)
         features, projected, h0, c0 = encoder(images)
-        _export(encoder, (images,), out / ENCODER_ONNX, ENCODER_INPUTS, ENCODER_OUTPUTS,
-                {"images": {0: "images"}, **{name: {0: "images"} for name in ENCODER_OUTPUTS}}, opset)
+        _export(
+            encoder,
+            (images,),
+            out / ENCODER_ONNX,
+            ENCODER_INPUTS,
+            ENCODER_OUTPUTS,
+            {"images": {0: "images"}, **{name: {0: "images"} for name in ENCODER_OUTPUTS}},
+            opset,
+        )
         hard = model.attention_kind == "hard"
         modes = ("expected", "argmax") if hard else ("expected",)
         tau = float(spec.generation.attention_temperature) if hard else 1.0
-        args = (torch.full((B * K,), 1, dtype=torch.long), h0.repeat_interleave(K, 0), c0.repeat_interleave(K, 0),
-                features, projected)
-        axes = {"tokens": {0: "rows"}, "h": {0: "rows"}, "c": {0: "rows"}, "features": {0: "images"},
-                "projected": {0: "images"}, **{name: {0: "rows"} for name in STEP_OUTPUTS}}
+        args = (
+            torch.full((B * K,), 1, dtype=torch.long),
+            h0.repeat_interleave(K, 0),
+            c0.repeat_interleave(K, 0),
+            features,
+            projected,
+        )
+        axes = {
+            "tokens": {0: "rows"},
+            "h": {0: "rows"},
+            "c": {0: "rows"},
+            "features": {0: "images"},
+            "projected": {0: "images"},
+            **{name: {0: "rows"} for name in STEP_OUTPUTS},
+        }
         for mode in modes:
-            _export(StepGraph(model.decoder, mode, tau).eval(), args, out / STEP_ONNX[mode], STEP_INPUTS, STEP_OUTPUTS,
-                    axes, opset)
-    config["onnx"] = {"opset": opset, "encoder": ENCODER_ONNX, "steps": {m: STEP_ONNX[m] for m in modes},
-                      "attention_temperature": tau,
-                      "encoder_inputs": ENCODER_INPUTS, "encoder_outputs": ENCODER_OUTPUTS,
-                      "step_inputs": STEP_INPUTS, "step_outputs": STEP_OUTPUTS}
+            _export(
+                StepGraph(model.decoder, mode, tau).eval(),
+                args,
+                out / STEP_ONNX[mode],
+                STEP_INPUTS,
+                STEP_OUTPUTS,
+                axes,
+                opset,
+            )
+    config["onnx"] = {
+        "opset": opset,
+        "encoder": ENCODER_ONNX,
+        "steps": {m: STEP_ONNX[m] for m in modes},
+        "attention_temperature": tau,
+        "encoder_inputs": ENCODER_INPUTS,
+        "encoder_outputs": ENCODER_OUTPUTS,
+        "step_inputs": STEP_INPUTS,
+        "step_outputs": STEP_OUTPUTS,
+    }
     atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())
     atomic_write_json(out / CONFIG_FILE, config)
     atomic_write_text(out / CARD_FILE, model_card(config))

@@ -17,19 +17,21 @@ LogitsProcessor in numpy). Sampling (``do_sample`` and so ``top_p``, attention_m
 ``location_samples``) and diverse beam search (``num_beam_groups``) are PyTorch's only:
 :data:`ONNX_OPTIONS` records the decision for every decoding option.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from captioning.common import grid_shape
 from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, check_interpolation, to_array
+from captioning.decoding.generation import GenerationConfig, bad_ending_ids, generation_options
 from captioning.errors import CheckpointError, ConfigError
 from captioning.storage.hub import resolve_folder
 from captioning.storage.layout import ENCODER_ONNX, read_config, read_vocab
-from captioning.decoding.generation import GenerationConfig, bad_ending_ids, generation_options
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -45,21 +47,35 @@ HONOURED = "honoured"
 SAMPLING = "decodes greedily or with beam search, without sampling"
 DIVERSE = "has no diverse beam search"
 ONNX_OPTIONS: dict[str, str] = {
-    "num_beams": HONOURED, "max_new_tokens": HONOURED, "length_penalty": HONOURED, "do_sample": SAMPLING,
-    "temperature": HONOURED, "top_k": HONOURED, "attention_mode": HONOURED, "attention_temperature": HONOURED,
-    "num_return_sequences": HONOURED, "forbid_bad_endings": HONOURED, "location_samples": SAMPLING,
-    "cuda_graphs": HONOURED, "num_beam_groups": DIVERSE, "diversity_penalty": DIVERSE,
-    "no_repeat_ngram_size": HONOURED, "repetition_penalty": HONOURED, "top_p": SAMPLING, "min_new_tokens": HONOURED,
+    "num_beams": HONOURED,
+    "max_new_tokens": HONOURED,
+    "length_penalty": HONOURED,
+    "do_sample": SAMPLING,
+    "temperature": HONOURED,
+    "top_k": HONOURED,
+    "attention_mode": HONOURED,
+    "attention_temperature": HONOURED,
+    "num_return_sequences": HONOURED,
+    "forbid_bad_endings": HONOURED,
+    "location_samples": SAMPLING,
+    "cuda_graphs": HONOURED,
+    "num_beam_groups": DIVERSE,
+    "diversity_penalty": DIVERSE,
+    "no_repeat_ngram_size": HONOURED,
+    "repetition_penalty": HONOURED,
+    "top_p": SAMPLING,
+    "min_new_tokens": HONOURED,
     "suppress_tokens": HONOURED,
 }
 
 
-def _session(path: str, num_threads: Optional[int]):
+def _session(path: str, num_threads: int | None):
     try:
         import onnxruntime as ort
     except ImportError:
-        raise ConfigError("captioning with ONNX graphs needs onnxruntime: pip install -e '.[onnx]' "
-                          "(or pip install onnxruntime)") from None
+        raise ConfigError(
+            "captioning with ONNX graphs needs onnxruntime: pip install -e '.[onnx]' (or pip install onnxruntime)"
+        ) from None
 
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such file")
@@ -84,8 +100,7 @@ class OnnxCaptioner:
     onnxruntime's threads per graph (default: its own choice, the machine's cores).
     """
 
-    def __init__(self, folder: Union[str, os.PathLike], num_threads: Optional[int] = None,
-                 local_files_only: Optional[bool] = None):
+    def __init__(self, folder: str | os.PathLike, num_threads: int | None = None, local_files_only: bool | None = None):
         folder = resolve_folder(os.fspath(folder), local_files_only=local_files_only)  # a path, or a Hub id owner/name
         self.folder = folder
         self.config = config = read_config(folder, "onnx")
@@ -94,15 +109,21 @@ class OnnxCaptioner:
         self.image_size = int(config["preprocessing"]["image_size"])
         #: the resize's filter; folders written before it was recorded: bilinear (the types were checked by read_config)
         try:
-            self.interpolation = check_interpolation(config["preprocessing"].get("interpolation", DEFAULT_INTERPOLATION))
+            self.interpolation = check_interpolation(
+                config["preprocessing"].get("interpolation", DEFAULT_INTERPOLATION)
+            )
         except ConfigError as err:
-            raise CheckpointError(f"{os.path.join(folder, 'config.json')}: preprocessing.interpolation: {err}") from None
+            raise CheckpointError(
+                f"{os.path.join(folder, 'config.json')}: preprocessing.interpolation: {err}"
+            ) from None
         self.attention_kind = model["decoder"].get("attention_kind", "soft")
         self.num_locations, self.feature_dim = int(model["num_locations"]), int(model["feature_dim"])
         try:
             self.generation = GenerationConfig(**config["generation"]).one_beam()
         except (TypeError, ConfigError) as err:
-            raise CheckpointError(f"{os.path.join(folder, 'config.json')}: generation settings of another version ({err})") from None
+            raise CheckpointError(
+                f"{os.path.join(folder, 'config.json')}: generation settings of another version ({err})"
+            ) from None
         onnx = config["onnx"]
         self.encoder = _session(os.path.join(folder, onnx.get("encoder", ENCODER_ONNX)), num_threads)
         steps = onnx.get("steps") or {}
@@ -121,39 +142,68 @@ class OnnxCaptioner:
         try:
             encoded = self.encode(np.zeros((1, 3, S, S), dtype=np.float32))
         except Exception as err:  # noqa: BLE001 - onnxruntime's errors: wrong input size, broken graph
-            raise CheckpointError(f"{encoder}: does not run on {S}x{S} images as {config} says "
-                                  f"({' '.join(str(err).split())[:120]})") from None
+            raise CheckpointError(
+                f"{encoder}: does not run on {S}x{S} images as {config} says ({' '.join(str(err).split())[:120]})"
+            ) from None
         L, D = encoded[0].shape[1:]
         if (L, D) != (self.num_locations, self.feature_dim):
-            raise CheckpointError(f"{encoder}: gives {L} locations of {D} features, but {config} says "
-                                  f"{self.num_locations} of {self.feature_dim} (files of different models?)")
+            raise CheckpointError(
+                f"{encoder}: gives {L} locations of {D} features, but {config} says "
+                f"{self.num_locations} of {self.feature_dim} (files of different models?)"
+            )
         for mode in self.steps:
             path = os.path.join(self.folder, self.config["onnx"]["steps"][mode])
             try:
                 logp = self.step(np.array([BOS]), encoded[2], encoded[3], encoded[0], encoded[1], mode)[0]
             except Exception as err:  # noqa: BLE001
-                raise CheckpointError(f"{path}: does not fit {encoder} ({' '.join(str(err).split())[:120]}; "
-                                      "files of different models?)") from None
+                raise CheckpointError(
+                    f"{path}: does not fit {encoder} ({' '.join(str(err).split())[:120]}; files of different models?)"
+                ) from None
             if logp.shape[1] != len(self.vocab):
-                raise CheckpointError(f"{path}: writes {logp.shape[1]} tokens, but vocab.json and {config} have "
-                                      f"{len(self.vocab)} (files of different models?)")
+                raise CheckpointError(
+                    f"{path}: writes {logp.shape[1]} tokens, but vocab.json and {config} have "
+                    f"{len(self.vocab)} (files of different models?)"
+                )
 
     def describe(self) -> dict:
         card = self.config.get("card") or {}
-        return {"attention": self.attention_kind, "encoder": self.config["model"]["encoder"].get("name"),
-                "vocab_size": len(self.vocab), "image_size": self.image_size,
-                "training_data": card.get("training_data"), "test_scores": card.get("test_scores"), "runtime": "onnxruntime"}
+        return {
+            "attention": self.attention_kind,
+            "encoder": self.config["model"]["encoder"].get("name"),
+            "vocab_size": len(self.vocab),
+            "image_size": self.image_size,
+            "training_data": card.get("training_data"),
+            "test_scores": card.get("test_scores"),
+            "runtime": "onnxruntime",
+        }
 
     # ------------------------------------------------------------------ graphs
     def encode(self, images: np.ndarray) -> tuple[np.ndarray, ...]:
         """images (B, 3, S, S) float32 in [0, 1] -> features (B, L, D), projected (B, L, A), h0, c0 (B, H)."""
         return tuple(self.encoder.run(None, {"images": np.ascontiguousarray(images, dtype=np.float32)}))
 
-    def step(self, tokens: np.ndarray, h: np.ndarray, c: np.ndarray, features: np.ndarray, projected: np.ndarray,
-             mode: str = "expected") -> tuple[np.ndarray, ...]:
+    def step(
+        self,
+        tokens: np.ndarray,
+        h: np.ndarray,
+        c: np.ndarray,
+        features: np.ndarray,
+        projected: np.ndarray,
+        mode: str = "expected",
+    ) -> tuple[np.ndarray, ...]:
         """One decoder step for N = B * K rows: log p (N, V), h, c (N, H), alpha (N, L)."""
-        return tuple(self.steps[mode].run(None, {"tokens": tokens.astype(np.int64, copy=False), "h": h, "c": c,
-                                                 "features": features, "projected": projected}))
+        return tuple(
+            self.steps[mode].run(
+                None,
+                {
+                    "tokens": tokens.astype(np.int64, copy=False),
+                    "h": h,
+                    "c": c,
+                    "features": features,
+                    "projected": projected,
+                },
+            )
+        )
 
     def check_generation(self, config: GenerationConfig) -> str:
         """The step graph ``config`` needs ("expected" or "argmax"); a one-line ConfigError for what
@@ -169,14 +219,18 @@ class OnnxCaptioner:
         mode = "expected" if self.attention_kind == "soft" else config.attention_mode
         baked = float(self.config["onnx"].get("attention_temperature", 1.0))  # folders before the option: 1
         if mode == "expected" and self.attention_kind == "hard" and config.attention_temperature != baked:
-            raise ConfigError(f"attention_temperature {config.attention_temperature}: this ONNX step graph reads the "
-                              f"expected context at attention_temperature {baked:g} (exported so); another needs the "
-                              "PyTorch model")
+            raise ConfigError(
+                f"attention_temperature {config.attention_temperature}: this ONNX step graph reads the "
+                f"expected context at attention_temperature {baked:g} (exported so); another needs the "
+                "PyTorch model"
+            )
         if mode not in self.steps:
-            raise ConfigError(f"attention_mode {mode}: this ONNX folder has no step graph for it (it has {', '.join(self.steps)})")
+            raise ConfigError(
+                f"attention_mode {mode}: this ONNX folder has no step graph for it (it has {', '.join(self.steps)})"
+            )
         return mode
 
-    def _ban(self, config: GenerationConfig) -> Optional[np.ndarray]:
+    def _ban(self, config: GenerationConfig) -> np.ndarray | None:
         if not config.forbid_bad_endings:
             return None
         table = np.zeros(len(self.vocab), dtype=bool)
@@ -184,13 +238,20 @@ class OnnxCaptioner:
         return table
 
     @staticmethod
-    def _forbid_eos(logp: np.ndarray, previous: np.ndarray, table: Optional[np.ndarray]) -> np.ndarray:
+    def _forbid_eos(logp: np.ndarray, previous: np.ndarray, table: np.ndarray | None) -> np.ndarray:
         if table is not None:
             logp[table[previous], EOS] = -np.inf
         return logp
 
-    def _process(self, logp: np.ndarray, previous: np.ndarray, lengths: np.ndarray, prefix: np.ndarray,
-                 config: GenerationConfig, ban: Optional[np.ndarray]) -> np.ndarray:
+    def _process(
+        self,
+        logp: np.ndarray,
+        previous: np.ndarray,
+        lengths: np.ndarray,
+        prefix: np.ndarray,
+        config: GenerationConfig,
+        ban: np.ndarray | None,
+    ) -> np.ndarray:
         """decoding/parts.py's LogitsProcessor: logp (N, V), previous tokens (N,), tokens so far
         (N,), prefix (N, T) holding them."""
         N = logp.shape[0]
@@ -213,6 +274,8 @@ class OnnxCaptioner:
         suppress = config.resolve_tokens(self.vocab).suppress_tokens
         if suppress:
             logp[:, list(suppress)] = -np.inf
+        if ban is not None:  # the last word the length limit allows is not a bad ending either
+            logp[np.ix_(lengths == config.max_new_tokens - 1, ban)] = -np.inf
         return self._forbid_eos(logp, previous, ban)
 
     @staticmethod
@@ -247,8 +310,13 @@ class OnnxCaptioner:
             tokens = nxt
             if finished.all():
                 break
-        return {"sequences": np.stack(out_tokens, 1), "alphas": np.stack(out_alpha, 1), "locations": np.stack(out_loc, 1),
-                "scores": _normalise(scores, lengths, config.length_penalty), "lengths": lengths}
+        return {
+            "sequences": np.stack(out_tokens, 1),
+            "alphas": np.stack(out_alpha, 1),
+            "locations": np.stack(out_loc, 1),
+            "scores": _normalise(scores, lengths, config.length_penalty),
+            "lengths": lengths,
+        }
 
     def beam_search(self, encoded: tuple, config: GenerationConfig, mode: str) -> dict:
         features, projected, h0, c0 = encoded
@@ -298,11 +366,16 @@ class OnnxCaptioner:
         sequences = np.stack(seq[::-1], 1).reshape(B, N, T)
         alpha_maps = np.stack(alphas[::-1], 1).reshape(B, N, T, -1)
         locations = np.stack(locs[::-1], 1).reshape(B, N, T)
-        return {"sequences": sequences[:, 0], "alphas": alpha_maps[:, 0], "locations": locations[:, 0],
-                "scores": top_scores[:, 0], "lengths": out_lengths[:, 0],
-                **({"beam_sequences": sequences, "beam_scores": top_scores} if N > 1 else {})}
+        return {
+            "sequences": sequences[:, 0],
+            "alphas": alpha_maps[:, 0],
+            "locations": locations[:, 0],
+            "scores": top_scores[:, 0],
+            "lengths": out_lengths[:, 0],
+            **({"beam_sequences": sequences, "beam_scores": top_scores} if N > 1 else {}),
+        }
 
-    def generate(self, images: np.ndarray, config: Optional[GenerationConfig] = None) -> dict:
+    def generate(self, images: np.ndarray, config: GenerationConfig | None = None) -> dict:
         """Decode a batch of preprocessed images (B, 3, S, S): numpy arrays as GenerationOutput's fields."""
         config = config or self.generation
         mode = self.check_generation(config)
@@ -313,8 +386,9 @@ class OnnxCaptioner:
         """One image (path, PIL, array) -> (3, S, S) float32 in [0, 1], as the PyTorch route makes it."""
         return to_array(as_rgb(image), self.image_size, self.interpolation)
 
-    def __call__(self, images: Union[Any, Sequence[Any]], return_attention: bool = False, batch_size: int = 16,
-                 **generation) -> list[dict[str, Any]]:
+    def __call__(
+        self, images: Any | Sequence[Any], return_attention: bool = False, batch_size: int = 16, **generation
+    ) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time; as :meth:`captioning.api.Captioner.__call__`
         (the same generation names and result keys)."""
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)
@@ -328,11 +402,16 @@ class OnnxCaptioner:
             for i in range(len(chunk)):
                 n = int(out["lengths"][i])
                 ids = out["sequences"][i, :n].tolist()
-                item: dict[str, Any] = {"generated_text": self.vocab.decode_text(ids), "score": float(out["scores"][i]),
-                                        "tokens": [self.vocab.itos[t] for t in ids]}
+                item: dict[str, Any] = {
+                    "generated_text": self.vocab.decode_text(ids),
+                    "score": float(out["scores"][i]),
+                    "tokens": [self.vocab.itos[t] for t in ids],
+                }
                 if "beam_sequences" in out:
-                    item["beams"] = [{"generated_text": self.vocab.decode_text(seq), "score": float(score)}
-                                     for seq, score in zip(out["beam_sequences"][i].tolist(), out["beam_scores"][i].tolist())]
+                    item["beams"] = [
+                        {"generated_text": self.vocab.decode_text(seq), "score": float(score)}
+                        for seq, score in zip(out["beam_sequences"][i].tolist(), out["beam_scores"][i].tolist())
+                    ]
                 if return_attention:
                     grid = grid_shape(out["alphas"].shape[-1])
                     item["attention"] = out["alphas"][i, :n].reshape(n, *grid).astype(np.float32)

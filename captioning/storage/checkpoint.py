@@ -13,6 +13,7 @@ other setting is one that this version does not know, and is refused.
 A model folder (storage/folder.py) is read into the same :class:`ModelFile`; storage/load.py builds
 the model from either. Nothing here imports Lightning or builds an objective or an optimizer.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,8 +76,14 @@ class ModelFile:
     def hyper_parameters(self) -> dict:
         """The settings in a checkpoint's form ("hyper_parameters": spec fields and training settings)."""
         plain = self.spec.to_dict()
-        return {"encoder": plain["encoder"], "decoder": plain["decoder"], "image_size": plain["image_size"],
-                "test_generation": plain["generation"], **(self.card.get("training") or {}), **self.run}
+        return {
+            "encoder": plain["encoder"],
+            "decoder": plain["decoder"],
+            "image_size": plain["image_size"],
+            "test_generation": plain["generation"],
+            **(self.card.get("training") or {}),
+            **self.run,
+        }
 
 
 def to_plain(value: Any) -> Any:
@@ -93,10 +100,17 @@ def to_plain(value: Any) -> Any:
 def checkpoint_card(ckpt: dict) -> dict:
     """What a model card can say of a checkpoint: its training data, steps and best validation score
     (Lightning's ModelCheckpoint state)."""
-    card: dict[str, Any] = {"training_data": ckpt.get("training_data"), "global_step": ckpt.get("global_step"),
-                            "epoch": ckpt.get("epoch")}
+    card: dict[str, Any] = {
+        "training_data": ckpt.get("training_data"),
+        "global_step": ckpt.get("global_step"),
+        "epoch": ckpt.get("epoch"),
+    }
     for key, state in (ckpt.get("callbacks") or {}).items():
-        if str(key).startswith("ModelCheckpoint") and isinstance(state, dict) and state.get("best_model_score") is not None:
+        if (
+            str(key).startswith("ModelCheckpoint")
+            and isinstance(state, dict)
+            and state.get("best_model_score") is not None
+        ):
             card["validation"] = {"monitor": state.get("monitor"), "best": to_plain(state["best_model_score"])}
             break
     return to_plain(card)
@@ -145,8 +159,10 @@ def read_checkpoint_file(path: str, source: ModelSource | None = None) -> ModelF
     interpolation = (preprocessing or {}).get("interpolation")
     if interpolation is not None:
         if not isinstance(interpolation, str):
-            raise CheckpointError(f"{path}: preprocessing.interpolation must be a string (a PIL filter's name), "
-                                  f"got {type(interpolation).__name__} {interpolation!r:.40}")
+            raise CheckpointError(
+                f"{path}: preprocessing.interpolation must be a string (a PIL filter's name), "
+                f"got {type(interpolation).__name__} {interpolation!r:.40}"
+            )
         try:
             spec = dataclasses.replace(spec, interpolation=interpolation)
         except CaptioningError as err:
@@ -160,12 +176,15 @@ def read_checkpoint_file(path: str, source: ModelSource | None = None) -> ModelF
         raise CheckpointError(f"{path}: not a captioning checkpoint ('state_dict' is not a mapping of tensors)")
     card = ckpt["card"] if isinstance(ckpt.get("card"), dict) else checkpoint_card(ckpt)
     return ModelFile(
-        spec=spec, vocab=vocab,
-        weights={k[len("model."):]: v for k, v in state.items() if k.startswith("model.")},
+        spec=spec,
+        vocab=vocab,
+        weights={k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")},
         card={**card, **({"training": training} if training else {})},
         source=source or ModelSource(path, "checkpoint", path),
         files={"config": path, "weights": path},
-        training_state={k: v for k, v in state.items() if not k.startswith("model.")}, run=run)
+        training_state={k: v for k, v in state.items() if not k.startswith("model.")},
+        run=run,
+    )
 
 
 def state_mismatch(expected: dict, given: dict) -> str | None:
@@ -173,8 +192,10 @@ def state_mismatch(expected: dict, given: dict) -> str | None:
     missing, unexpected = [k for k in expected if k not in given], [k for k in given if k not in expected]
     for key, tensor in expected.items():
         if key in given and hasattr(given[key], "shape") and tuple(given[key].shape) != tuple(tensor.shape):
-            return (f"{key} is {list(given[key].shape)} in the file, the model needs {list(tensor.shape)}; "
-                    f"{sum(1 for k in expected if k in given and tuple(given[k].shape) != tuple(expected[k].shape))} tensor(s) differ")
+            return (
+                f"{key} is {list(given[key].shape)} in the file, the model needs {list(tensor.shape)}; "
+                f"{sum(1 for k in expected if k in given and tuple(given[k].shape) != tuple(expected[k].shape))} tensor(s) differ"
+            )
     if missing:
         return f"{len(missing)} tensor(s) missing, e.g. {missing[0]}"
     if unexpected:
@@ -182,5 +203,14 @@ def state_mismatch(expected: dict, given: dict) -> str | None:
     return None
 
 
-__all__ = ["ModelFile", "ModelSource", "read_checkpoint_file", "spec_from_hparams", "checkpoint_card", "state_mismatch", "to_plain",
-           "TRAINING_KEYS", "RUN_KEYS"]
+__all__ = [
+    "ModelFile",
+    "ModelSource",
+    "read_checkpoint_file",
+    "spec_from_hparams",
+    "checkpoint_card",
+    "state_mismatch",
+    "to_plain",
+    "TRAINING_KEYS",
+    "RUN_KEYS",
+]

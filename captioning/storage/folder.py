@@ -8,6 +8,7 @@ and a README.md model card. :func:`save_folder` writes a model and its
 storage/load.py builds the model. Nothing is unpickled: safetensors holds a JSON header and raw
 tensor bytes, and the rest is JSON.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ from pathlib import Path
 import torch
 
 from captioning import __version__
+from captioning.common import grid_shape
 from captioning.errors import CaptioningError, CheckpointError
-from captioning.files import atomic_write_json, atomic_write_text
+from captioning.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from captioning.models.spec import ModelSpec
 from captioning.storage.checkpoint import TRAINING_KEYS, ModelFile, ModelSource, to_plain
 from captioning.storage.layout import (
@@ -30,7 +32,6 @@ from captioning.storage.layout import (
     read_config,
     read_vocab,
 )
-from captioning.common import grid_shape
 
 
 def model_config(model, card: dict | None = None, spec: ModelSpec | None = None) -> dict:
@@ -48,32 +49,34 @@ def model_config(model, card: dict | None = None, spec: ModelSpec | None = None)
         features = model.encoder(torch.zeros(1, 3, image_size, image_size, dtype=probe.dtype, device=probe.device))
         model.train(was_training)
     L, D = int(features.size(1)), int(features.size(2))
-    return to_plain({
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "library": "captioning",
-        "library_version": __version__,
-        "architecture": "ShowAttendTell",
-        "model": {
-            "encoder": plain["encoder"],
-            "decoder": plain["decoder"],
-            "vocab_size": len(model.vocab),
-            "num_locations": L,
-            "feature_dim": D,
-            "grid": list(grid_shape(L)),  # location l is cell (l // grid[1], l % grid[1])
-        },
-        "preprocessing": {
-            "image_size": image_size,
-            "interpolation": interpolation,  # PIL's filter of that name; absent in older folders: bilinear
-            "resize": f"{interpolation} (antialiased when shrinking), the whole image stretched to a square, no crop",
-            "scale": "pixel / 255",  # then (x - mean) / std per channel, inside the encoder
-            "mean": model.encoder.mean.flatten().tolist(),
-            "std": model.encoder.std.flatten().tolist(),
-        },
-        "generation": plain["generation"],
-        "training": {k: training[k] for k in TRAINING_KEYS if k in training},
-        "card": card,
-    })
+    return to_plain(
+        {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "library": "captioning",
+            "library_version": __version__,
+            "architecture": "ShowAttendTell",
+            "model": {
+                "encoder": plain["encoder"],
+                "decoder": plain["decoder"],
+                "vocab_size": len(model.vocab),
+                "num_locations": L,
+                "feature_dim": D,
+                "grid": list(grid_shape(L)),  # location l is cell (l // grid[1], l % grid[1])
+            },
+            "preprocessing": {
+                "image_size": image_size,
+                "interpolation": interpolation,  # PIL's filter of that name; absent in older folders: bilinear
+                "resize": f"{interpolation} (antialiased when shrinking), the whole image stretched to a square, no crop",
+                "scale": "pixel / 255",  # then (x - mean) / std per channel, inside the encoder
+                "mean": model.encoder.mean.flatten().tolist(),
+                "std": model.encoder.std.flatten().tolist(),
+            },
+            "generation": plain["generation"],
+            "training": {k: training[k] for k in TRAINING_KEYS if k in training},
+            "card": card,
+        }
+    )
 
 
 def metrics_card(report: dict) -> dict:
@@ -84,9 +87,13 @@ def metrics_card(report: dict) -> dict:
             scores[key] = value
         elif isinstance(value, dict):
             scores.update({f"{key}.{k}": v for k, v in value.items() if isinstance(v, float)})
-    return to_plain({"test_scores": scores,
-                   "test_split": {k: report.get(k) for k in ("annotations", "split", "num_images")},
-                   "test_generation": report.get("generation")})
+    return to_plain(
+        {
+            "test_scores": scores,
+            "test_split": {k: report.get(k) for k in ("annotations", "split", "num_images")},
+            "test_generation": report.get("generation"),
+        }
+    )
 
 
 def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> str:
@@ -95,12 +102,23 @@ def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> 
     kind = m["decoder"]["attention_kind"]
     onnx = isinstance(config.get("onnx"), dict)
     lines = [
-        "---", "library_name: captioning", "pipeline_tag: image-to-text", "tags:", "- image-captioning",
-        "- show-attend-and-tell", f"- {kind}-attention", *(["- onnx"] if onnx else []), "---", "",
-        f"# {title} ({kind} attention, {m['encoder']['name']} encoder)", "",
+        "---",
+        "library_name: captioning",
+        "pipeline_tag: image-to-text",
+        "tags:",
+        "- image-captioning",
+        "- show-attend-and-tell",
+        f"- {kind}-attention",
+        *(["- onnx"] if onnx else []),
+        "---",
+        "",
+        f"# {title} ({kind} attention, {m['encoder']['name']} encoder)",
+        "",
         "An image captioning model of the paper *Show, Attend and Tell: Neural Image Caption Generation with "
-        "Visual Attention* (Xu et al., 2015), trained with the `captioning` package.", "",
-        "| | |", "|---|---|",
+        "Visual Attention* (Xu et al., 2015), trained with the `captioning` package.",
+        "",
+        "| | |",
+        "|---|---|",
         f"| attention | {kind} |",
         f"| encoder | {m['encoder']['name']}: {m['grid'][0]}x{m['grid'][1]} locations of {m['feature_dim']} features |",
         f"| decoder | LSTM of {m['decoder']['hidden_dim']}, embedding {m['decoder']['embed_dim']}, attention {m['decoder']['attention_dim']} |",
@@ -118,26 +136,65 @@ def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> 
     if scores:
         split = card.get("test_split") or {}
         gen = card.get("test_generation") or {}
-        lines += [f"## Test scores ({split.get('split', 'test')} split of {split.get('annotations')}, "
-                  f"{split.get('num_images')} images, {gen.get('num_beams', '?')} beams"
-                  + (f", attention_temperature {gen['attention_temperature']:g}" if gen.get("attention_temperature", 1.0) != 1.0
-                     else "") + ")", "",
-                  "| metric | score |", "|---|---|", *[f"| {k} | {v:.4f} |" for k, v in scores.items()], ""]
+        lines += [
+            f"## Test scores ({split.get('split', 'test')} split of {split.get('annotations')}, "
+            f"{split.get('num_images')} images, {gen.get('num_beams', '?')} beams"
+            + (
+                f", attention_temperature {gen['attention_temperature']:g}"
+                if gen.get("attention_temperature", 1.0) != 1.0
+                else ""
+            )
+            + ")",
+            "",
+            "| metric | score |",
+            "|---|---|",
+            *[f"| {k} | {v:.4f} |" for k, v in scores.items()],
+            "",
+        ]
     else:
-        lines += ["Test scores: not recorded (export with `--metrics` and a report of `captioning evaluate --out`).", ""]
+        lines += [
+            "Test scores: not recorded (export with `--metrics` and a report of `captioning evaluate --out`).",
+            "",
+        ]
     if onnx:
-        lines += ["## Use (ONNX Runtime, no PyTorch)", "", "```bash", "captioning caption --onnx THIS_FOLDER photo.jpg", "```",
-                  "", "```python", "from captioning.export.onnx_captioner import OnnxCaptioner",
-                  'captioner = OnnxCaptioner("THIS_FOLDER")', 'print(captioner("photo.jpg", num_beams=3)[0]["generated_text"])',
-                  "```", ""]
+        lines += [
+            "## Use (ONNX Runtime, no PyTorch)",
+            "",
+            "```bash",
+            "captioning caption --onnx THIS_FOLDER photo.jpg",
+            "```",
+            "",
+            "```python",
+            "from captioning.export.onnx_captioner import OnnxCaptioner",
+            'captioner = OnnxCaptioner("THIS_FOLDER")',
+            'print(captioner("photo.jpg", num_beams=3)[0]["generated_text"])',
+            "```",
+            "",
+        ]
     else:
-        lines += ["## Use", "", "```python", "from captioning.api import Captioner",
-                  'captioner = Captioner.from_pretrained("THIS_FOLDER_OR_HUB_ID")',
-                  '[out] = captioner("photo.jpg", num_beams=3, return_attention=True)', 'print(out["generated_text"])',
-                  "```", "", "```bash", "captioning caption --checkpoint THIS_FOLDER photo.jpg", "```", ""]
-    lines += ["Files: `config.json` (architecture, preprocessing, generation defaults), `vocab.json`, "
-              + ("`encoder.onnx` and the decoder's time step `decoder_step*.onnx`." if onnx else
-                 "`model.safetensors` (weights only).")]
+        lines += [
+            "## Use",
+            "",
+            "```python",
+            "from captioning.api import Captioner",
+            'captioner = Captioner.from_pretrained("THIS_FOLDER_OR_HUB_ID")',
+            '[out] = captioner("photo.jpg", num_beams=3, return_attention=True)',
+            'print(out["generated_text"])',
+            "```",
+            "",
+            "```bash",
+            "captioning caption --checkpoint THIS_FOLDER photo.jpg",
+            "```",
+            "",
+        ]
+    lines += [
+        "Files: `config.json` (architecture, preprocessing, generation defaults), `vocab.json`, "
+        + (
+            "`encoder.onnx` and the decoder's time step `decoder_step*.onnx`."
+            if onnx
+            else "`model.safetensors` (weights only)."
+        )
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -145,15 +202,14 @@ def save_folder(out, model, card: dict | None = None, spec: ModelSpec | None = N
     """Write ``model`` (a ShowAttendTell with its ``spec``, unless given) as a model folder:
     model.safetensors, config.json, vocab.json, README.md. ``card``: what the model card says
     (:class:`~captioning.storage.checkpoint.ModelFile`'s card). Returns the folder."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = model_config(model, card, spec)
     weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-    tmp = out / f".{WEIGHTS_FILE}.tmp"
-    save_file(weights, str(tmp), metadata={"format": "pt", "library": "captioning"})
-    os.replace(tmp, out / WEIGHTS_FILE)
+    # through files.atomic_write_bytes: written whole or not at all, with the umask's mode like the other files
+    atomic_write_bytes(out / WEIGHTS_FILE, save(weights, metadata={"format": "pt", "library": "captioning"}))
     atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())
     atomic_write_json(out / CONFIG_FILE, config)
     atomic_write_text(out / CARD_FILE, model_card(config))
@@ -168,7 +224,7 @@ def read_metrics(path: str | None) -> dict | None:
 
     report = read_json(path)
     if not isinstance(report, dict) or not isinstance(report.get("scores"), dict):
-        raise CheckpointError(f"{path}: not a metrics report of `captioning evaluate --out` (no \"scores\")")
+        raise CheckpointError(f'{path}: not a metrics report of `captioning evaluate --out` (no "scores")')
     return report
 
 
@@ -182,9 +238,15 @@ def read_folder(folder: str, source: ModelSource | None = None) -> ModelFile:
     config = read_config(folder, "safetensors")
     config_path = os.path.join(folder, CONFIG_FILE)
     try:
-        spec = ModelSpec.from_dict({"encoder": config["model"]["encoder"], "decoder": config["model"]["decoder"],
-                                    "image_size": config["preprocessing"]["image_size"], "generation": config["generation"],
-                                    "interpolation": config["preprocessing"].get("interpolation", "bilinear")})
+        spec = ModelSpec.from_dict(
+            {
+                "encoder": config["model"]["encoder"],
+                "decoder": config["model"]["decoder"],
+                "image_size": config["preprocessing"]["image_size"],
+                "generation": config["generation"],
+                "interpolation": config["preprocessing"].get("interpolation", "bilinear"),
+            }
+        )
     except CaptioningError as err:
         raise CheckpointError(f"{config_path}: hyperparameters do not fit this version of the model ({err})") from None
     vocab = read_vocab(folder, int(config["model"]["vocab_size"]))
@@ -195,12 +257,23 @@ def read_folder(folder: str, source: ModelSource | None = None) -> ModelFile:
         detail = " ".join(str(err).split())[:150]
         raise CheckpointError(f"{path}: not a readable safetensors file, damaged or truncated ({detail})") from None
     card, training = config.get("card") or {}, config.get("training") or {}
-    return ModelFile(spec=spec, vocab=vocab, weights=weights, card={**card, **({"training": training} if training else {})},
-                     source=source or ModelSource(folder, "folder", folder), files={"config": config_path, "weights": path})
+    return ModelFile(
+        spec=spec,
+        vocab=vocab,
+        weights=weights,
+        card={**card, **({"training": training} if training else {})},
+        source=source or ModelSource(folder, "folder", folder),
+        files={"config": config_path, "weights": path},
+    )
 
 
-def push_to_hub(folder: str, repo_id: str, private: bool | None = None, token: str | None = None,
-                commit_message: str = "Upload a Show, Attend and Tell captioner") -> str:
+def push_to_hub(
+    folder: str,
+    repo_id: str,
+    private: bool | None = None,
+    token: str | None = None,
+    commit_message: str = "Upload a Show, Attend and Tell captioner",
+) -> str:
     """Upload a model folder to the Hugging Face Hub as model repository ``repo_id`` (created if
     needed; log in first with ``hf auth login`` or pass ``token``). Returns the repository's URL."""
     from huggingface_hub import HfApi
@@ -214,8 +287,9 @@ def push_to_hub(folder: str, repo_id: str, private: bool | None = None, token: s
 
 def folder_summary(folder: str) -> dict:
     """{file: bytes} of a model folder (for the export command's report)."""
-    return {p.name: p.stat().st_size for p in sorted(Path(folder).iterdir()) if p.is_file() and not p.name.startswith(".")}
+    return {
+        p.name: p.stat().st_size for p in sorted(Path(folder).iterdir()) if p.is_file() and not p.name.startswith(".")
+    }
 
 
-__all__ = ["save_folder", "read_folder", "push_to_hub", "model_config", "model_card",
-           "metrics_card", "folder_summary"]
+__all__ = ["save_folder", "read_folder", "push_to_hub", "model_config", "model_card", "metrics_card", "folder_summary"]

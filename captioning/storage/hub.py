@@ -7,6 +7,7 @@ local folder ``runs/best`` is a missing path, never a download), it has no file 
 model folder are fetched (config.json, vocab.json, the weights or ONNX graphs, the model card),
 never the rest of a repository.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,7 @@ class HubId(NamedTuple):
 def parse_hub_id(name: str) -> HubId | None:
     """The Hub id ``name`` stands for (see the module docstring), or None when it is a path."""
     explicit = name.startswith(PREFIX)
-    body = name[len(PREFIX):] if explicit else name
+    body = name[len(PREFIX) :] if explicit else name
     match = _HUB_ID.fullmatch(body)
     if match is None:
         if explicit:
@@ -44,8 +45,14 @@ def parse_hub_id(name: str) -> HubId | None:
     repo_id, revision = match.group(1), match.group(2)
     if not explicit:
         owner = repo_id.split("/")[0]
-        if (os.sep != "/" or os.path.exists(name) or os.path.exists(owner) or name.startswith((".", "~"))
-                or repo_id.lower().endswith(_FILE_SUFFIXES) or any(p in (".", "..") for p in repo_id.split("/"))):
+        if (
+            os.sep != "/"
+            or os.path.exists(name)
+            or os.path.exists(owner)
+            or name.startswith((".", "~"))
+            or repo_id.lower().endswith(_FILE_SUFFIXES)
+            or any(p in (".", "..") for p in repo_id.split("/"))
+        ):
             return None
     return HubId(repo_id, revision)
 
@@ -55,8 +62,9 @@ def looks_like_hub_id(name: str) -> bool:
     return parse_hub_id(os.fspath(name)) is not None
 
 
-def resolve_folder(name_or_path: str, revision: str | None = None, local_files_only: bool | None = None,
-                   cache_dir: str | None = None) -> str:
+def resolve_folder(
+    name_or_path: str, revision: str | None = None, local_files_only: bool | None = None, cache_dir: str | None = None
+) -> str:
     """The local folder of a model: ``name_or_path`` itself if it is a path, else the snapshot of the
     Hub repository it names (the model folder's files only), downloaded into or found in
     huggingface_hub's cache. ``revision`` pins it (an ``@revision`` in the name does too; both at
@@ -76,26 +84,42 @@ def resolve_folder(name_or_path: str, revision: str | None = None, local_files_o
         import huggingface_hub
         from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
     except ImportError:
-        raise CheckpointError(f"{name}: no such folder here, and huggingface_hub (pip install huggingface_hub) is "
-                              "needed to fetch it from the Hugging Face Hub") from None
+        raise CheckpointError(
+            f"{name}: no such folder here, and huggingface_hub (pip install huggingface_hub) is "
+            "needed to fetch it from the Hugging Face Hub"
+        ) from None
     from huggingface_hub import constants
 
     offline = bool(constants.HF_HUB_OFFLINE) if local_files_only is None else bool(local_files_only)
     here = "" if name.startswith(PREFIX) else "no such file or folder here, and "
     try:
-        return huggingface_hub.snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=offline,
-                                                 allow_patterns=ALLOW_PATTERNS, library_name="captioning")
+        return huggingface_hub.snapshot_download(
+            repo_id,
+            revision=revision,
+            cache_dir=cache_dir,
+            local_files_only=offline,
+            allow_patterns=ALLOW_PATTERNS,
+            library_name="captioning",
+        )
     except LocalEntryNotFoundError:
         where = cache_dir or constants.HF_HUB_CACHE
         if offline:
-            raise CheckpointError(f"{name}: {here}not in the Hugging Face cache ({where}) and offline (HF_HUB_OFFLINE or "
-                                  "local_files_only): download it once with network access, or give a local folder") from None
-        raise CheckpointError(f"{name}: {here}could not reach the Hugging Face Hub and it is not in the cache ({where}); "
-                              "check the network, or give a local folder") from None
+            raise CheckpointError(
+                f"{name}: {here}not in the Hugging Face cache ({where}) and offline (HF_HUB_OFFLINE or "
+                "local_files_only): download it once with network access, or give a local folder"
+            ) from None
+        raise CheckpointError(
+            f"{name}: {here}could not reach the Hugging Face Hub and it is not in the cache ({where}); "
+            "check the network, or give a local folder"
+        ) from None
     except RepositoryNotFoundError:
-        raise CheckpointError(f"{name}: no such folder here and no such model on the Hugging Face Hub "
-                              "(or it is private: log in with `hf auth login`)") from None
+        raise CheckpointError(
+            f"{name}: no such folder here and no such model on the Hugging Face Hub "
+            "(or it is private: log in with `hf auth login`)"
+        ) from None
     except RevisionNotFoundError:
         raise CheckpointError(f"{name}: no revision {revision!r} on the Hugging Face Hub") from None
     except (OSError, ValueError) as err:
-        raise CheckpointError(f"{name}: could not fetch from the Hugging Face Hub ({' '.join(str(err).split())[:150]})") from None
+        raise CheckpointError(
+            f"{name}: could not fetch from the Hugging Face Hub ({' '.join(str(err).split())[:150]})"
+        ) from None

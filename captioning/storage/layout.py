@@ -16,6 +16,7 @@ torch nor onnxruntime, so that both the PyTorch loader (storage/folder.py, stora
 ONNX captioner (export/onnx_captioner.py) use it. Hub ids: storage/hub.py. Every problem is a one-line
 :class:`~captioning.errors.CheckpointError` naming the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,9 @@ def read_json(path: str) -> object:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg} "
-                              "(a truncated or edited file?)") from None
+        raise CheckpointError(
+            f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg} (a truncated or edited file?)"
+        ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
 
@@ -59,15 +61,23 @@ def _need(config: dict, path: str, *keys: str):
     value = config
     for i, key in enumerate(keys):
         if not isinstance(value, dict) or key not in value:
-            raise CheckpointError(f"{path}: no {'.'.join(keys[: i + 1])!r} (not a config.json written by `captioning export`)")
+            raise CheckpointError(
+                f"{path}: no {'.'.join(keys[: i + 1])!r} (not a config.json written by `captioning export`)"
+            )
         value = value[key]
     return value
 
 
 #: the fields both readers (storage/folder.py, export/onnx_captioner.py) use, and the type each must have
-FIELDS = {("model", "encoder"): dict, ("model", "decoder"): dict, ("model", "vocab_size"): "count",
-          ("model", "num_locations"): "count", ("model", "feature_dim"): "count", ("preprocessing", "image_size"): "count",
-          ("generation",): dict}
+FIELDS = {
+    ("model", "encoder"): dict,
+    ("model", "decoder"): dict,
+    ("model", "vocab_size"): "count",
+    ("model", "num_locations"): "count",
+    ("model", "feature_dim"): "count",
+    ("preprocessing", "image_size"): "count",
+    ("generation",): dict,
+}
 #: fields a folder may leave out (or set to null), checked when present
 OPTIONAL_FIELDS = {("preprocessing", "interpolation"): str, ("card",): dict, ("training",): dict}
 
@@ -89,10 +99,19 @@ def _check_graph_names(onnx: dict, path: str) -> None:
     steps = onnx.get("steps", {})
     if not isinstance(steps, dict):
         raise CheckpointError(f"{path}: onnx.steps must be an object {{mode: file name}}")
-    for where, name in [("onnx.encoder", onnx.get("encoder", ENCODER_ONNX))] + [(f"onnx.steps.{k}", v) for k, v in steps.items()]:
-        if not (isinstance(name, str) and name.endswith(".onnx") and not name.startswith(".")
-                and "/" not in name and "\\" not in name):
-            raise CheckpointError(f"{path}: {where} must be the name of a .onnx file in the folder itself, got {name!r}")
+    for where, name in [("onnx.encoder", onnx.get("encoder", ENCODER_ONNX))] + [
+        (f"onnx.steps.{k}", v) for k, v in steps.items()
+    ]:
+        if not (
+            isinstance(name, str)
+            and name.endswith(".onnx")
+            and not name.startswith(".")
+            and "/" not in name
+            and "\\" not in name
+        ):
+            raise CheckpointError(
+                f"{path}: {where} must be the name of a .onnx file in the folder itself, got {name!r}"
+            )
 
 
 def read_config(folder: str, kind: str = "safetensors") -> dict:
@@ -102,18 +121,23 @@ def read_config(folder: str, kind: str = "safetensors") -> dict:
     """
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
-        raise CheckpointError(f"{folder}: no such model folder" if not os.path.exists(folder)
-                              else f"{folder}: a file, not a model folder (a folder written by `captioning export`)")
+        raise CheckpointError(
+            f"{folder}: no such model folder"
+            if not os.path.exists(folder)
+            else f"{folder}: a file, not a model folder (a folder written by `captioning export`)"
+        )
     path = os.path.join(folder, CONFIG_FILE)
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: no such file (a model folder holds {', '.join(REQUIRED[kind])})")
     config = read_json(path)
     if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a captioning model config (expected \"format\": \"{FORMAT}\")")
+        raise CheckpointError(f'{path}: not a captioning model config (expected "format": "{FORMAT}")')
     version = config.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(f"{path}: format_version {version!r}; this version of captioning reads up to "
-                              f"{FORMAT_VERSION} (upgrade captioning)")
+        raise CheckpointError(
+            f"{path}: format_version {version!r}; this version of captioning reads up to "
+            f"{FORMAT_VERSION} (upgrade captioning)"
+        )
     for keys, expected in FIELDS.items():
         _check_type(_need(config, path, *keys), expected, path, ".".join(keys))
     for keys, expected in OPTIONAL_FIELDS.items():
@@ -121,8 +145,10 @@ def read_config(folder: str, kind: str = "safetensors") -> dict:
         if isinstance(parent, dict) and parent.get(keys[-1]) is not None:
             _check_type(parent[keys[-1]], expected, path, ".".join(keys))
     if kind == "onnx" and not isinstance(config.get("onnx"), dict):
-        raise CheckpointError(f"{path}: no 'onnx' section: this folder holds PyTorch weights, not ONNX graphs "
-                              "(load it with Captioner.from_pretrained / --checkpoint, or export it with --format onnx)")
+        raise CheckpointError(
+            f"{path}: no 'onnx' section: this folder holds PyTorch weights, not ONNX graphs "
+            "(load it with Captioner.from_pretrained / --checkpoint, or export it with --format onnx)"
+        )
     if kind == "onnx":
         _check_graph_names(config["onnx"], path)
     for name in REQUIRED[kind][1:]:
@@ -140,10 +166,12 @@ def read_vocab_itos(folder: str, vocab_size: int) -> dict:
     path = os.path.join(os.fspath(folder), VOCAB_FILE)
     data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("itos"), list):
-        raise CheckpointError(f"{path}: not a vocabulary (expected {{\"itos\": [...]}})")
+        raise CheckpointError(f'{path}: not a vocabulary (expected {{"itos": [...]}})')
     if len(data["itos"]) != vocab_size:
-        raise CheckpointError(f"{path}: {len(data['itos'])} tokens, but config.json's model has a vocabulary of "
-                              f"{vocab_size} (the vocabulary of another model?)")
+        raise CheckpointError(
+            f"{path}: {len(data['itos'])} tokens, but config.json's model has a vocabulary of "
+            f"{vocab_size} (the vocabulary of another model?)"
+        )
     return data
 
 
@@ -156,4 +184,6 @@ def read_vocab(folder: str, vocab_size: int):
     try:
         return Vocabulary.from_dict(data)
     except ConfigError as err:
-        raise CheckpointError(f"{os.path.join(os.fspath(folder), VOCAB_FILE)}: {str(err).removeprefix('vocabulary: ')}") from None
+        raise CheckpointError(
+            f"{os.path.join(os.fspath(folder), VOCAB_FILE)}: {str(err).removeprefix('vocabulary: ')}"
+        ) from None

@@ -12,6 +12,7 @@ One reader per format (storage/checkpoint.py: ``fit``'s checkpoints, read with
 (:func:`~captioning.models.spec.build_model`), checks that the weights fit and loads them. No
 Lightning, no objective, no optimizer: the training code is not imported.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,9 @@ from captioning.storage.folder import read_folder
 from captioning.storage.hub import looks_like_hub_id, resolve_folder
 
 
-def read_model_file(path: PathLike, revision: str | None = None, local_files_only: bool | None = None,
-                    cache_dir: str | None = None) -> ModelFile:
+def read_model_file(
+    path: PathLike, revision: str | None = None, local_files_only: bool | None = None, cache_dir: str | None = None
+) -> ModelFile:
     """The :class:`ModelFile` of a checkpoint file, a model folder or a Hub id ``owner/name`` (fetched
     into, or found in, huggingface_hub's cache; the other arguments are for it: see
     :func:`~captioning.storage.hub.resolve_folder`)."""
@@ -65,8 +67,13 @@ def model_of(file: ModelFile) -> ShowAttendTell:
     return model.eval()
 
 
-def load_model(path: PathLike, device: str | torch.device | None = None, revision: str | None = None,
-               local_files_only: bool | None = None, cache_dir: str | None = None) -> ShowAttendTell:
+def load_model(
+    path: PathLike,
+    device: str | torch.device | None = None,
+    revision: str | None = None,
+    local_files_only: bool | None = None,
+    cache_dir: str | None = None,
+) -> ShowAttendTell:
     """The captioner of a checkpoint file (``captioning fit``'s), a model folder (``captioning export``'s)
     or a Hugging Face Hub model ``owner/name``, in eval mode on ``device`` (default: the CPU).
 

@@ -16,6 +16,7 @@ Nothing is changed where the user set glibc's malloc tunables (``GLIBC_TUNABLES`
 ``glibc.malloc`` setting, or the ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``
 variables), off Linux, or with another C library.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -36,8 +37,9 @@ TRIM_THRESHOLD = 2**31 - 1
 
 def user_tunes_malloc(environ=os.environ) -> bool:
     """Whether the environment sets glibc's malloc tunables itself."""
-    return ("glibc.malloc" in environ.get("GLIBC_TUNABLES", "")
-            or any(name in environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")))
+    return "glibc.malloc" in environ.get("GLIBC_TUNABLES", "") or any(
+        name in environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    )
 
 
 @functools.cache

@@ -8,6 +8,7 @@ and no third-party adverts or deprecation chatter.
 * :func:`quiet_third_party` filters the warnings and messages of other packages that say nothing
   about the user's run (tips advertising other products, deprecations inside libraries).
 """
+
 from __future__ import annotations
 
 import logging
@@ -93,8 +94,11 @@ class LineProgress(ProgressBar):
         self._last = (step, now)
         loss = trainer.callback_metrics.get("train/loss")
         loss_text = f"loss {float(loss):.3f}  " if loss is not None else ""
-        print(f"epoch {trainer.current_epoch}  step {step}  {loss_text}{rate:.2f} steps/s  "
-              f"{(now - self._start) / 60:.1f} min", flush=True)
+        print(
+            f"epoch {trainer.current_epoch}  step {step}  {loss_text}{rate:.2f} steps/s  "
+            f"{(now - self._start) / 60:.1f} min",
+            flush=True,
+        )
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if not (self._enabled and trainer.is_global_zero) or trainer.sanity_checking:
@@ -123,8 +127,13 @@ class ValidationExamples(Callback):
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         writer = getattr(trainer.logger, "experiment", None)
         dm = trainer.datamodule
-        if trainer.sanity_checking or not trainer.is_global_zero or not hasattr(writer, "add_image") \
-                or dm is None or dm.features is not None:
+        if (
+            trainer.sanity_checking
+            or not trainer.is_global_zero
+            or not hasattr(writer, "add_image")
+            or dm is None
+            or dm.features is not None
+        ):
             return
         import numpy as np
         import torch
@@ -143,19 +152,29 @@ class ValidationExamples(Callback):
         if not pictures:
             if problems and not self._warned:
                 self._warned = True
-                log.warning("validation examples: none of the first %d validation images could be read (%s)",
-                            len(problems), problems[0])
+                log.warning(
+                    "validation examples: none of the first %d validation images could be read (%s)",
+                    len(problems),
+                    problems[0],
+                )
             return
         model = pl_module.model
-        batch = torch.stack([to_tensor(p, pl_module.image_size, model.spec.interpolation) for p in pictures]).to(pl_module.device)
+        batch = torch.stack([to_tensor(p, pl_module.image_size, model.spec.interpolation) for p in pictures]).to(
+            pl_module.device
+        )
         out = model.generate(images=batch, config=pl_module.val_generation)
         for i, picture in enumerate(pictures):
             words = model.vocab.decode(out.sequences[i].tolist())
             alphas = out.alphas[i, : len(words)].cpu().numpy()
             grid = grid_shape(alphas.shape[-1])
-            cells = out.locations[i, : len(words)].tolist() if model.attention_kind == "hard" and out.locations.dim() == 2 else None
-            panels = render_grid(picture, words, alphas.reshape(len(words), *grid), hard_cells=cells,
-                                 panel_size=self.panel_size)
+            cells = (
+                out.locations[i, : len(words)].tolist()
+                if model.attention_kind == "hard" and out.locations.dim() == 2
+                else None
+            )
+            panels = render_grid(
+                picture, words, alphas.reshape(len(words), *grid), hard_cells=cells, panel_size=self.panel_size
+            )
             writer.add_image(f"val_examples/{i}", np.asarray(panels), trainer.global_step, dataformats="HWC")
 
 
@@ -205,7 +224,9 @@ class LastCheckpoint(Callback):
         self._saved_at = time.monotonic()
         self._group = cpu_group(trainer)
         launcher = trainer.strategy.launcher  # a second signal takes the other DDP processes along
-        self.signals.on_second = None if launcher is None else lambda: launcher.kill(getattr(signal, "SIGKILL", signal.SIGTERM))
+        self.signals.on_second = (
+            None if launcher is None else lambda: launcher.kill(getattr(signal, "SIGKILL", signal.SIGTERM))
+        )
         self.signals.install()
 
     def on_fit_end(self, trainer, pl_module) -> None:
@@ -237,8 +258,10 @@ class LastCheckpoint(Callback):
         else:
             self._validation_undone = trainer.validating
             path = self._save(trainer)
-            message = (f"\n{name}: stopped after step {trainer.global_step}; wrote {path}\n"
-                       f"resume with the same command and --ckpt_path {path}")
+            message = (
+                f"\n{name}: stopped after step {trainer.global_step}; wrote {path}\n"
+                f"resume with the same command and --ckpt_path {path}"
+            )
         if trainer.is_global_zero:
             print(message, flush=True)
         raise SystemExit(128 + signum)
@@ -246,7 +269,8 @@ class LastCheckpoint(Callback):
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         if self._validation_undone:  # stopped during a validation: a run that has yet to do it
             checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"] = validation_not_begun(
-                checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"])
+                checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]
+            )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.signals.keep_in_front()

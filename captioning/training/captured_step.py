@@ -1,5 +1,6 @@
 """The training step captured as a CUDA graph per input shape (``model.cuda_graphs``): forward,
 losses, backward and gradient clipping recorded once and replayed (captioning/cuda_graphs.py)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,8 +25,15 @@ class GraphedTrainingStep:
         optimizer.step()
     """
 
-    def __init__(self, model, objective, params: list, clip: float | None = None, capture: bool = True,
-                 encode: Callable | None = None):
+    def __init__(
+        self,
+        model,
+        objective,
+        params: list,
+        clip: float | None = None,
+        capture: bool = True,
+        encode: Callable | None = None,
+    ):
         self.model, self.objective, self.params, self.clip = model, objective, list(params), clip
         self.encode = encode  # inputs (features or images) -> annotation vectors; default: the inputs
         self.buffers = [b for m in (model, objective) for b in m.buffers()]

@@ -11,6 +11,7 @@ Reading goes through the project's loader (files.py: ``safe_torch_load``: weight
 pickles refused, one line naming the file), never Lightning's, which unpickles a URL's file with
 ``weights_only=False``; a URL is refused (download the file, check it, give its path).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,9 @@ def refuse_url(path) -> None:
     """A one-line :class:`CheckpointError` for a checkpoint given as a URL (``http://``, ``s3://``...):
     runs resume from local files only, read by ``safe_torch_load``."""
     if "://" in str(path):
-        raise CheckpointError(f"{path}: refused: a checkpoint to resume from is a local file (download it, "
-                              "and give its path)")
+        raise CheckpointError(
+            f"{path}: refused: a checkpoint to resume from is a local file (download it, and give its path)"
+        )
 
 
 def fsync_folder(folder: str) -> None:

@@ -9,6 +9,7 @@ SIGTERM); a ModelCheckpoint in ``trainer.callbacks`` replaces that default, and
 ``--trainer.enable_checkpointing false`` writes none. Every checkpoint is written durably
 (training/checkpoint_io.py).
 """
+
 from __future__ import annotations
 
 import sys
@@ -40,8 +41,9 @@ def _encoder_interpolation(encoder) -> str:
 def default_checkpoint() -> ModelCheckpoint:
     """The best checkpoint by validation CIDEr, and the last one for resuming (written at each
     validation; LastCheckpoint writes the same file between them and when the run is stopped)."""
-    return ModelCheckpoint(monitor="val/CIDEr", mode="max", save_last=True, filename="best-{epoch}-{step}",
-                           enable_version_counter=False)
+    return ModelCheckpoint(
+        monitor="val/CIDEr", mode="max", save_last=True, filename="best-{epoch}-{step}", enable_version_counter=False
+    )
 
 
 def one_line_parser_error(message: str) -> str:
@@ -55,15 +57,15 @@ def one_line_parser_error(message: str) -> str:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     if len(lines) < 2 or not lines[0].startswith('Parser key "'):
         return message
-    keys, problem = [lines[0][len('Parser key "'):].rstrip(':').rstrip('"')], None
+    keys, problem = [lines[0][len('Parser key "') :].rstrip(":").rstrip('"')], None
     rest = lines[1:]
     block = next((i for i, line in enumerate(rest) if line.startswith("- Problem with given class_path")), None)
     if block is not None:  # the failing class's block: the lines up to the next subtype's "- ..."
-        rest = rest[block + 1:]
-        rest = rest[:next((i for i, line in enumerate(rest) if line.startswith("- ")), len(rest))]
+        rest = rest[block + 1 :]
+        rest = rest[: next((i for i, line in enumerate(rest) if line.startswith("- ")), len(rest))]
     for line in rest:
         if line.startswith('Parser key "') and line.endswith('":'):
-            keys.append(line[len('Parser key "'):-2])
+            keys.append(line[len('Parser key "') : -2])
         elif problem is None:
             problem = line
     if problem is None or (block is None and len(lines) != 2):
@@ -141,7 +143,11 @@ class CaptioningCLI(LightningCLI):
             callbacks += [default_checkpoint(), LastCheckpoint()]
         callbacks += [RunPaths(), ValidationExamples()]
         plain_output = not sys.stdout.isatty()  # a log file or CI: lines, not a repainting bar
-        if plain_output and trainer.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+        if (
+            plain_output
+            and trainer.get("enable_progress_bar") is not False
+            and not any(isinstance(c, ProgressBar) for c in callbacks)
+        ):
             callbacks.append(LineProgress(every=trainer.get("log_every_n_steps") or 50))
         kwargs["callbacks"] = callbacks
         plugins = trainer.get("plugins") or []

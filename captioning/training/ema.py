@@ -15,6 +15,7 @@ run stopped by a signal there), while the module holds the average and the copy 
 and one written at the end of a training batch by a callback whose hook runs before this one's
 (LastCheckpoint: a signal, the periodic save), before the average's update for that step.
 """
+
 from __future__ import annotations
 
 from lightning.pytorch.callbacks import EMAWeightAveraging
@@ -76,8 +77,10 @@ class WeightEMA(EMAWeightAveraging):
             checkpoint["callbacks"][self.state_key] = self.state_dict()
         super().on_save_checkpoint(trainer, pl_module, checkpoint)
         if self._swapped:  # inside a validation the module holds the average and the copy the training weights
-            checkpoint["state_dict"], checkpoint["current_model_state"] = (checkpoint["current_model_state"],
-                                                                            checkpoint["state_dict"])
+            checkpoint["state_dict"], checkpoint["current_model_state"] = (
+                checkpoint["current_model_state"],
+                checkpoint["state_dict"],
+            )
         if self._average_model is not None and not self.started():  # no average yet: the training weights are the model
             checkpoint["state_dict"] = checkpoint["current_model_state"]
 

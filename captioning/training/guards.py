@@ -4,6 +4,7 @@ the non-finite-loss guards (on the host, or counted on the device for the captur
 The callbacks are the LightningModule's own (``CaptioningModule.configure_callbacks``): every
 trainer gets them, the CLI's or one built in a test.
 """
+
 from __future__ import annotations
 
 import logging
@@ -66,8 +67,10 @@ class NonFiniteLoss:
         out = step()
         if torch.isfinite(out.loss):
             return out
-        message = (f"non-finite loss ({out.loss.item()}) at global step {module.global_step} "
-                   f"(epoch {module.current_epoch}, batch {batch_idx})")
+        message = (
+            f"non-finite loss ({out.loss.item()}) at global step {module.global_step} "
+            f"(epoch {module.current_epoch}, batch {batch_idx})"
+        )
         if saved is None:
             raise CaptioningError(message + "; set --model.nonfinite_loss skip to skip such steps")
         with torch.no_grad():
@@ -95,10 +98,12 @@ class NonFiniteCount(Callback):
     def check(self, trainer) -> None:
         """Read the count (one host read); a one-line CaptioningError if any step was non-finite."""
         if self.count is not None and int(self.count) > 0:
-            raise CaptioningError(f"non-finite loss in {int(self.count)} step(s) at or before global step "
-                                  f"{trainer.global_step} (epoch {trainer.current_epoch}); the weights after them are not "
-                                  "usable: resume from the last checkpoint with a lower learning rate, or train without "
-                                  "model.cuda_graphs and with --model.nonfinite_loss skip")
+            raise CaptioningError(
+                f"non-finite loss in {int(self.count)} step(s) at or before global step "
+                f"{trainer.global_step} (epoch {trainer.current_epoch}); the weights after them are not "
+                "usable: resume from the last checkpoint with a lower learning rate, or train without "
+                "model.cuda_graphs and with --model.nonfinite_loss skip"
+            )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step % self.every == 0:

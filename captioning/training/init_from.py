@@ -1,5 +1,6 @@
 """``model.init_from``: the trained model a run starts from (e.g. cross-entropy weights before SCST),
 checked against the run's config and data in one line each."""
+
 from __future__ import annotations
 
 import os
@@ -25,17 +26,21 @@ def initial_model(path: str, spec: ModelSpec) -> ShowAttendTell:
         raise CheckpointError(f"model.init_from={path}: not a captioning checkpoint ({err})") from None
     differences = spec.architecture_differences(model.spec)
     if differences:
-        raise CheckpointError(f"model.init_from={path}: another architecture ({'; '.join(differences)}); "
-                              "start from a checkpoint of this config's model, or make the config match it")
+        raise CheckpointError(
+            f"model.init_from={path}: another architecture ({'; '.join(differences)}); "
+            "start from a checkpoint of this config's model, or make the config match it"
+        )
     return model
 
 
 def check_vocabulary(path: str, theirs: Vocabulary, data: Vocabulary) -> None:
     """A one-line ConfigError unless the vocabulary of the model at ``path`` is the data's."""
     if theirs != data:
-        raise ConfigError(f"model.init_from={path}: its vocabulary ({len(theirs)} words) is not the "
-                          f"data's ({len(data)} words); train on the data it was trained on, with the same "
-                          "data.min_word_freq / data.vocabulary")
+        raise ConfigError(
+            f"model.init_from={path}: its vocabulary ({len(theirs)} words) is not the "
+            f"data's ({len(data)} words); train on the data it was trained on, with the same "
+            "data.min_word_freq / data.vocabulary"
+        )
 
 
 def start_from(module, path: str, datamodule, stage: str) -> None:

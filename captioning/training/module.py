@@ -9,6 +9,7 @@ non-finite-loss guards and TF32 (guards.py), the optimizer (optim.py), the start
 checkpoint describes itself: these settings as plain values and the vocabulary are inside, so
 storage/ rebuilds the model without running code.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,12 @@ def split_evaluators(clip_score: ClipScoreConfig | None = None) -> dict[str, Eva
     """The scoring of each split: validation picks the best checkpoint, with no Java (metrics/ptb.py's
     tokens); test scores with Java's. CLIPScore in test, and in validation when ``clip_score`` says so."""
     clip = ClipScoring.of(clip_score)
-    return {"val": Evaluator(("BLEU", "CIDEr"), tokenizer="python", clip=clip if clip_score and clip_score.validation else None),
-            "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"), clip=clip)}
+    return {
+        "val": Evaluator(
+            ("BLEU", "CIDEr"), tokenizer="python", clip=clip if clip_score and clip_score.validation else None
+        ),
+        "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"), clip=clip),
+    }
 
 
 class CaptioningModule(L.LightningModule):
@@ -99,14 +104,23 @@ class CaptioningModule(L.LightningModule):
         self.objective = objective_for(decoder.attention_kind, objective)
         self.step_strategy = step_strategy(self.objective, nonfinite_loss, static_shapes, cuda_graphs, length_buckets)
         self.automatic_optimization = self.step_strategy.automatic_optimization
-        self.save_hyperparameters({  # plain values only: checkpoints load with weights_only=True
-            "encoder": dataclasses.asdict(encoder), "decoder": dataclasses.asdict(decoder),
-            "objective": self.objective.spec(), "optimizer": dataclasses.asdict(optimizer),
-            "val_generation": dataclasses.asdict(val_generation), "test_generation": dataclasses.asdict(test_generation),
-            "nonfinite_loss": nonfinite_loss, "image_size": image_size,
-            "static_shapes": static_shapes, "length_buckets": list(length_buckets), "cuda_graphs": cuda_graphs, "tf32": tf32,
-            **({"init_from": str(init_from)} if init_from is not None else {}),
-        })
+        self.save_hyperparameters(
+            {  # plain values only: checkpoints load with weights_only=True
+                "encoder": dataclasses.asdict(encoder),
+                "decoder": dataclasses.asdict(decoder),
+                "objective": self.objective.spec(),
+                "optimizer": dataclasses.asdict(optimizer),
+                "val_generation": dataclasses.asdict(val_generation),
+                "test_generation": dataclasses.asdict(test_generation),
+                "nonfinite_loss": nonfinite_loss,
+                "image_size": image_size,
+                "static_shapes": static_shapes,
+                "length_buckets": list(length_buckets),
+                "cuda_graphs": cuda_graphs,
+                "tf32": tf32,
+                **({"init_from": str(init_from)} if init_from is not None else {}),
+            }
+        )
         self.model: ShowAttendTell | None = None  # built once the vocabulary is known (set_vocab)
         self.evaluators = split_evaluators(clip_score)
 
@@ -119,7 +133,9 @@ class CaptioningModule(L.LightningModule):
         if self.model is None:
             self.model = build_model(self.spec, vocab)
         elif vocab != self.model.vocab:
-            raise ConfigError(f"the data's vocabulary ({len(vocab)} words) differs from the model's ({len(self.vocab)} words)")
+            raise ConfigError(
+                f"the data's vocabulary ({len(vocab)} words) differs from the model's ({len(self.vocab)} words)"
+            )
 
     def setup(self, stage: str) -> None:
         # The vocabulary is the model's if it has one (a checkpoint's), else the training data's.
@@ -153,7 +169,12 @@ class CaptioningModule(L.LightningModule):
         return configure_optimizers(self, self.optimizer_config)
 
     def configure_callbacks(self) -> list:
-        return [StepSeeding(), *([TF32()] if self.tf32 else []), *self.step_strategy.callbacks(), *recipe_callbacks(self)]
+        return [
+            StepSeeding(),
+            *([TF32()] if self.tf32 else []),
+            *self.step_strategy.callbacks(),
+            *recipe_callbacks(self),
+        ]
 
     # ------------------------------------------------------------------ training, validation and test
     def training_step(self, batch: dict, batch_idx: int) -> Tensor | None:
@@ -176,8 +197,12 @@ class CaptioningModule(L.LightningModule):
     def _score(self, split: str) -> dict[str, float]:
         evaluator, dm = self.evaluators[split], self.trainer.datamodule
         predictions = evaluator.predictions(self.vocab, self.all_gather if self.trainer.world_size > 1 else None)
-        scores, _ = evaluator.score(predictions, dm.references(split), lambda p, a: dm.dataset_scores(split, p, a),
-                                    images=split_images(dm, split))
+        scores, _ = evaluator.score(
+            predictions,
+            dm.references(split),
+            lambda p, a: dm.dataset_scores(split, p, a),
+            images=split_images(dm, split),
+        )
         return {k: v for k, v in scores.items() if isinstance(v, float)}
 
     def on_validation_epoch_end(self) -> None:

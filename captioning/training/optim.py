@@ -1,6 +1,7 @@
 """The optimizer: Adam over the decoder (and a from-scratch encoder), a pretrained encoder's
 fine-tuned blocks at their own learning rate; its learning-rate schedule (schedules.py) and the
 moving average of the weights (ema.py) are settings of the same config."""
+
 from __future__ import annotations
 
 import math
@@ -43,7 +44,9 @@ class OptimizerConfig:
         if not (_number(self.weight_decay) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise ConfigError(f"model.optimizer.weight_decay: expected a finite number >= 0, got {self.weight_decay!r}")
         if self.ema_decay is not None and not (_number(self.ema_decay) and 0 < self.ema_decay < 1):
-            raise ConfigError(f"model.optimizer.ema_decay: expected a number in (0, 1), e.g. 0.999, got {self.ema_decay!r}")
+            raise ConfigError(
+                f"model.optimizer.ema_decay: expected a number in (0, 1), e.g. 0.999, got {self.ema_decay!r}"
+            )
         if isinstance(self.ema_start_step, bool) or not isinstance(self.ema_start_step, int) or self.ema_start_step < 0:
             raise ConfigError(f"model.optimizer.ema_start_step: expected an integer >= 0, got {self.ema_start_step!r}")
 

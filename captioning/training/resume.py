@@ -7,6 +7,7 @@ records them (``checkpoint["continuation"]``); :func:`check_checkpoint` refuses 
 changes one with one line naming the setting and both values, and a checkpoint whose weights do
 not fit the model with one line naming the tensor, before Lightning loads anything.
 """
+
 from __future__ import annotations
 
 import glob
@@ -61,9 +62,12 @@ def checkpoint_extras(module) -> dict[str, Any]:
     into the model's description by storage/checkpoint.py) and the objective's own state where it
     keeps one (``Objective.checkpoint_state``, e.g. SCST's CIDEr-D document frequencies)."""
     trainer = module.trainer
-    extras = {"vocabulary": module.vocab.to_dict(), "continuation": continuation(trainer, module),
-              "training_data": str(getattr(trainer.datamodule, "annotations", "")) or None,
-              "preprocessing": {"interpolation": module.model.spec.interpolation}}
+    extras = {
+        "vocabulary": module.vocab.to_dict(),
+        "continuation": continuation(trainer, module),
+        "training_data": str(getattr(trainer.datamodule, "annotations", "")) or None,
+        "preprocessing": {"interpolation": module.model.spec.interpolation},
+    }
     objective_state = module.objective.checkpoint_state()
     return {**extras, **({"objective_state": objective_state} if objective_state else {})}
 
@@ -103,8 +107,10 @@ def check_checkpoint(module, checkpoint: dict) -> None:
     if "continuation" in checkpoint and trainer is not None and trainer.state.fn == "fit":
         difference = continuation_difference(checkpoint["continuation"], continuation(trainer, module))
         if difference:
-            raise ConfigError(f"{path}: cannot resume exactly: {difference}; resume with the checkpoint's settings, "
-                              "or start a new run from its weights with model.init_from")
+            raise ConfigError(
+                f"{path}: cannot resume exactly: {difference}; resume with the checkpoint's settings, "
+                "or start a new run from its weights with model.init_from"
+            )
     weights = checkpoint.get("state_dict")
     if isinstance(weights, dict):
         optional = {f"objective.{k}" for k in module.objective.optional_state}
@@ -166,5 +172,7 @@ def last_checkpoint(trainer) -> str:
         if os.path.isfile(path):
             return path
     where = ", ".join(folders[:2]) + (", ..." if len(folders) > 2 else "") if folders else "no version folder yet"
-    raise ConfigError(f"--ckpt_path last: no last.ckpt under {os.path.abspath(trainer.default_root_dir)} "
-                      f"(trainer.default_root_dir; looked in {where}); give the checkpoint's path")
+    raise ConfigError(
+        f"--ckpt_path last: no last.ckpt under {os.path.abspath(trainer.default_root_dir)} "
+        f"(trainer.default_root_dir; looked in {where}); give the checkpoint's path"
+    )

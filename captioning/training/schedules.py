@@ -14,6 +14,7 @@ state in checkpoints, so a resumed run continues the same sequence. The kinds:
   ``warmup_steps`` optimizer steps, then a cosine (or linear) decay to base * final_lr_ratio at
   ``total_steps`` (default: the run's ``trainer.max_steps``, else its estimated steps).
 """
+
 from __future__ import annotations
 
 import logging
@@ -73,8 +74,9 @@ class ScheduleConfig:
         if not (_number(self.final_lr_ratio) and 0 <= self.final_lr_ratio <= 1):
             raise ConfigError(f"{where}final_lr_ratio: expected a number in [0, 1], got {self.final_lr_ratio!r}")
         if self.total_steps is not None and self.warmup_steps >= self.total_steps:
-            raise ConfigError(f"{where}warmup_steps: expected fewer than total_steps ({self.total_steps}), "
-                              f"got {self.warmup_steps}")
+            raise ConfigError(
+                f"{where}warmup_steps: expected fewer than total_steps ({self.total_steps}), got {self.warmup_steps}"
+            )
 
 
 def _number(value) -> bool:
@@ -115,35 +117,52 @@ def total_steps(config: ScheduleConfig, trainer) -> int:
         return trainer.max_steps
     estimate = trainer.estimated_stepping_batches if trainer is not None else math.inf
     if not math.isfinite(estimate):
-        raise ConfigError(f"model.optimizer.schedule.total_steps: {config.kind} needs the run's length; "
-                          "give total_steps, trainer.max_steps or trainer.max_epochs")
+        raise ConfigError(
+            f"model.optimizer.schedule.total_steps: {config.kind} needs the run's length; "
+            "give total_steps, trainer.max_steps or trainer.max_epochs"
+        )
     return int(estimate)
 
 
-def with_schedule(optimizer: torch.optim.Optimizer, config: ScheduleConfig, trainer=None,
-                  automatic: bool = True) -> torch.optim.Optimizer | dict:
+def with_schedule(
+    optimizer: torch.optim.Optimizer, config: ScheduleConfig, trainer=None, automatic: bool = True
+) -> torch.optim.Optimizer | dict:
     """What ``configure_optimizers`` returns: the optimizer, with its scheduler and the interval
     Lightning steps it at unless ``config.kind`` is none. ``automatic``: the module's automatic
     optimisation (Lightning steps schedulers only then)."""
     if config.kind == "none":
         return optimizer
     if not automatic:
-        raise ConfigError(f"model.optimizer.schedule: {config.kind} is stepped by Lightning's automatic optimisation, "
-                          "which model.cuda_graphs replaces; train without one of them")
+        raise ConfigError(
+            f"model.optimizer.schedule: {config.kind} is stepped by Lightning's automatic optimisation, "
+            "which model.cuda_graphs replaces; train without one of them"
+        )
     if config.kind == "plateau":
-        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=config.rate,
-                                                               patience=config.patience - 1)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="max", factor=config.rate, patience=config.patience - 1
+        )
         # strict false: epochs without a validation (check_val_every_n_epoch > 1) do not step it
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/CIDEr",
-                                                         "interval": "epoch", "strict": False}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/CIDEr", "interval": "epoch", "strict": False},
+        }
     if config.kind == "step":
         factor, interval = StepDecay(config.start, config.every, config.rate), config.interval
     else:
         total = total_steps(config, trainer)
         if config.warmup_steps >= total:  # (a total_steps of the config's own was checked with it)
-            log.warning("model.optimizer.schedule: the run's %d steps end inside the %d-step warm-up "
-                        "(a short trial run: the learning rate never reaches its base)", total, config.warmup_steps)
-        factor, interval = WarmupDecay(config.warmup_steps, total, config.final_lr_ratio, config.kind.split("_")[1]), "step"
+            log.warning(
+                "model.optimizer.schedule: the run's %d step%s end%s inside the %d-step warm-up "
+                "(a short trial run: the learning rate never reaches its base)",
+                total,
+                "" if total == 1 else "s",
+                "s" if total == 1 else "",
+                config.warmup_steps,
+            )
+        factor, interval = (
+            WarmupDecay(config.warmup_steps, total, config.final_lr_ratio, config.kind.split("_")[1]),
+            "step",
+        )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
 
@@ -164,5 +183,8 @@ def recipe_callbacks(module) -> list:
     from captioning.training.ema import WeightEMA
 
     config = module.optimizer_config
-    return [FinalValidation(), EpochClock(),
-            *([WeightEMA(config.ema_decay, config.ema_start_step)] if config.ema_decay is not None else [])]
+    return [
+        FinalValidation(),
+        EpochClock(),
+        *([WeightEMA(config.ema_decay, config.ema_start_step)] if config.ema_decay is not None else []),
+    ]

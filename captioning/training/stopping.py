@@ -7,6 +7,7 @@
   and whether a periodic checkpoint is due, which rank 0's clock decides), so that all of them enter
   a checkpoint's save, and its barrier, together. One small all-reduce on the CPU per batch.
 """
+
 from __future__ import annotations
 
 import os
@@ -93,6 +94,9 @@ def validation_not_begun(progress: dict) -> dict:
     would skip). The weights, optimizer and training position are those at the validation's start."""
     total, current = progress["total"], progress["current"]
     before = total["completed"] - current["completed"]  # batches of earlier validations
-    return {**progress, "is_last_batch": False,
-            "total": {"ready": before + 1, "started": before + 1, "processed": before, "completed": before},
-            "current": {"ready": 1, "started": 1, "processed": 0, "completed": 0}}
+    return {
+        **progress,
+        "is_last_batch": False,
+        "total": {"ready": before + 1, "started": before + 1, "processed": before, "completed": before},
+        "current": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
+    }

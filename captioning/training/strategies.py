@@ -13,6 +13,7 @@
 Each takes the LightningModule and a batch and returns the objective's output (None: no step), with
 the loss checked by a non-finite guard (guards.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,7 +46,9 @@ class EagerStep:
 
     def __call__(self, module, batch: dict, batch_idx: int) -> ObjectiveOutput | None:
         model = module.model
-        return self.guard(module, batch_idx, lambda: self.objective(model, model.features(batch), batch, static=self.static))
+        return self.guard(
+            module, batch_idx, lambda: self.objective(model, model.features(batch), batch, static=self.static)
+        )
 
 
 class StaticStep(EagerStep):
@@ -92,8 +95,10 @@ class CapturedStep(StaticStep):
         from captioning.training.captured_step import GraphedTrainingStep
 
         if str(module.trainer.precision) in ("16-mixed", "16"):
-            raise ConfigError("model.cuda_graphs: float16 mixed precision needs its loss scaler outside the "
-                              "captured step; use --trainer.precision bf16-mixed or 32-true")
+            raise ConfigError(
+                "model.cuda_graphs: float16 mixed precision needs its loss scaler outside the "
+                "captured step; use --trainer.precision bf16-mixed or 32-true"
+            )
         capture = graphs_available(module.device) and module.trainer.world_size == 1
         if not capture:
             reason = "not a CUDA device" if not graphs_available(module.device) else "several processes (DDP)"
@@ -108,25 +113,30 @@ class CapturedStep(StaticStep):
             self.graphs = self._build(module)
         captions = self.bucketed(batch["captions"])
         inputs = batch["features"] if "features" in batch else batch["images"]
-        loss, logs, state, finite = self.graphs(inputs, captions, batch["lengths"],
-                                                *([batch["image_index"]] if "image_index" in batch else []))
+        loss, logs, state, finite = self.graphs(
+            inputs, captions, batch["lengths"], *([batch["image_index"]] if "image_index" in batch else [])
+        )
         module.optimizers().step()
         self.nonfinite.add(finite)
         # the graph's outputs are overwritten by its next replay: what is logged is copied
         return ObjectiveOutput(loss.clone(), captions.size(0), {k: v.clone() for k, v in logs.items()}, state)
 
 
-def step_strategy(objective: Objective, nonfinite_loss: str, static_shapes: bool, cuda_graphs: bool,
-                  length_buckets: tuple[int, ...]) -> EagerStep:
+def step_strategy(
+    objective: Objective, nonfinite_loss: str, static_shapes: bool, cuda_graphs: bool, length_buckets: tuple[int, ...]
+) -> EagerStep:
     """The step of a config's options (``cuda_graphs`` implies ``static_shapes``); a one-line
     ConfigError for a bad option, or if the objective's step cannot be captured."""
     if nonfinite_loss not in ("error", "skip"):
         raise ConfigError(f"model.nonfinite_loss: expected 'error' or 'skip', got {nonfinite_loss!r}")
     if any(not isinstance(n, int) or n < 2 for n in length_buckets):
-        raise ConfigError(f"model.length_buckets: expected caption lengths (integers >= 2), got {list(length_buckets)!r}")
+        raise ConfigError(
+            f"model.length_buckets: expected caption lengths (integers >= 2), got {list(length_buckets)!r}"
+        )
     if cuda_graphs:
-        problem = objective.static_step_problem() or \
-            ("nonfinite_loss skip needs the loss on the host at every step" if nonfinite_loss == "skip" else None)
+        problem = objective.static_step_problem() or (
+            "nonfinite_loss skip needs the loss on the host at every step" if nonfinite_loss == "skip" else None
+        )
         if problem:
             raise ConfigError(f"model.cuda_graphs: the step cannot be captured: {problem}; train without cuda_graphs")
         return CapturedStep(objective, length_buckets)

@@ -3,7 +3,9 @@ captioned exactly once and the scores equal a single-process test of the same ch
 
 Each DDP run happens in its own subprocess (Lightning's ddp launcher re-runs the script per rank).
 """
+
 import json
+import math
 import os
 import subprocess
 import sys
@@ -66,8 +68,14 @@ def run_script(tmp: Path, name: str, source: str, *args) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     for var in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    proc = subprocess.run([sys.executable, str(script), str(tmp), *map(str, args)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp), *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -89,7 +97,9 @@ def test_ddp_two_processes_caption_each_test_image_once(tmp_path):
     pairs = sum(len(r.captions) for r in records if r.split == "train")
 
     ddp = run(tmp_path / "ddp", annotations, 2, "train")
-    assert ddp["world_size"] == 2 and ddp["global_step"] == -(-(-(-pairs // 2)) // 8)  # each rank trains on half
+    assert ddp["world_size"] == 2 and ddp["global_step"] == math.ceil(
+        math.ceil(pairs / 2) / 8
+    )  # each rank trains on half
     # 7 images over 2 ranks: the distributed sampler pads to 8, repeating one image; each appears once in the result
     assert len(ddp["raw_ids"]) == 8 and sorted(set(ddp["raw_ids"])) == test_ids
     assert len(ddp["local_ids"]) == 4  # rank 0 decoded only its half

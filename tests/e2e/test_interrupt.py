@@ -1,6 +1,7 @@
 """Stopping a run: SIGTERM (as a cluster's scheduler sends) or Ctrl-C mid-epoch writes last.ckpt at
 the end of the step under way and exits; resuming from it ends exactly where an uninterrupted run ends,
 also when the signal comes inside a validation with the weights' moving average swapped in."""
+
 import os
 import signal
 import subprocess
@@ -21,15 +22,36 @@ STEPS_PER_EPOCH, EPOCHS = 4, 2
 
 
 def args(annotations, root, extra=()):
-    return fit_args(annotations, root, config="shapes_hard.yaml", steps=STEPS_PER_EPOCH, extra=[
-        "--trainer.max_epochs", str(EPOCHS), "--trainer.deterministic", "true", "--model.decoder.dropout", "0.1",
-        "--trainer.enable_progress_bar", "true", "--trainer.log_every_n_steps", "1", *extra])
+    return fit_args(
+        annotations,
+        root,
+        config="shapes_hard.yaml",
+        steps=STEPS_PER_EPOCH,
+        extra=[
+            "--trainer.max_epochs",
+            str(EPOCHS),
+            "--trainer.deterministic",
+            "true",
+            "--model.decoder.dropout",
+            "0.1",
+            "--trainer.enable_progress_bar",
+            "true",
+            "--trainer.log_every_n_steps",
+            "1",
+            *extra,
+        ],
+    )
 
 
 def popen(argv):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.Popen([sys.executable, "-m", "captioning.cli", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "captioning.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -83,8 +105,15 @@ def test_a_run_stopped_inside_validation_with_the_average_on_resumes_exactly(tin
     ends with the uninterrupted run's average, training weights and optimizer state."""
     ema = ["--model.optimizer.ema_decay", "0.5", "--model.optimizer.ema_start_step", "1"]
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    every_step = ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
-                  "--trainer.callbacks.save_top_k", "-1", "--trainer.callbacks.filename", "{step}"]
+    every_step = [
+        "--trainer.callbacks+=ModelCheckpoint",
+        "--trainer.callbacks.every_n_train_steps",
+        "1",
+        "--trainer.callbacks.save_top_k",
+        "-1",
+        "--trainer.callbacks.filename",
+        "{step}",
+    ]
     a = popen(args(tiny_shapes, whole, [*ema, *every_step]))
     b = popen(args(tiny_shapes, stopped, [*ema, f"--trainer.callbacks+={__name__}.AnnounceValidation"]))
     deadline = time.time() + 240

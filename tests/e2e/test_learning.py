@@ -1,12 +1,13 @@
 """Small learning tests: on shapes data the model learns (loss falls, held-out captions improve)."""
+
 import pytest
 import torch
 
-from captioning.training.cli import run_lightning_cli
-from captioning.data.shapes import generate
 from captioning.cli.evaluate import evaluate
+from captioning.data.shapes import generate
 from captioning.decoding.search import GenerationConfig
 from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.training.cli import run_lightning_cli
 from tests.helpers import ROOT
 
 
@@ -20,23 +21,47 @@ SETTINGS = {
     # the authors' exact hard-attention settings (one expected-context draw per minibatch at 0.5 from
     # the first step, entropy bonus 0.002); the hard config's default starts on the expected context
     # and has no entropy bonus (see shapes_hard.yaml)
-    "hard_authors": ("hard", ["--model.objective.init_args.semi_sampling_p", "0.5",
-                              "--model.objective.init_args.semi_sampling_p_final", "null",
-                              "--model.objective.init_args.semi_sampling_per", "batch",
-                              "--model.objective.init_args.lambda_e", "0.002"]),
+    "hard_authors": (
+        "hard",
+        [
+            "--model.objective.init_args.semi_sampling_p",
+            "0.5",
+            "--model.objective.init_args.semi_sampling_p_final",
+            "null",
+            "--model.objective.init_args.semi_sampling_per",
+            "batch",
+            "--model.objective.init_args.lambda_e",
+            "0.002",
+        ],
+    ),
 }
 
 
 def untrained_and_trained(annotations, root, attention):
     attention, extra = SETTINGS.get(attention, (attention, []))
     args = [
-        "--config", str(ROOT / "configs" / f"shapes_{attention}.yaml"), *extra,
-        "--data.annotations", str(annotations), "--data.num_workers", "0",
+        "--config",
+        str(ROOT / "configs" / f"shapes_{attention}.yaml"),
+        *extra,
+        "--data.annotations",
+        str(annotations),
+        "--data.num_workers",
+        "0",
         # images decoded once, kept in memory (the same tensors as from the files; test_datamodule.py)
-        "--data.cache_images", "true",
-        "--trainer.default_root_dir", str(root), "--trainer.max_epochs", "8", "--trainer.max_time", "null",
-        "--trainer.check_val_every_n_epoch", "8", "--trainer.enable_progress_bar", "false",
-        "--trainer.accelerator", "cpu",
+        "--data.cache_images",
+        "true",
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.max_epochs",
+        "8",
+        "--trainer.max_time",
+        "null",
+        "--trainer.check_val_every_n_epoch",
+        "8",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.accelerator",
+        "cpu",
     ]
     cli = run_lightning_cli(args, run=False)
     cli.datamodule.setup("fit")

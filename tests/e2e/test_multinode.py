@@ -2,6 +2,7 @@
 127.0.0.1 (gloo, static rendezvous on a free port, --node-rank 0 and 1), trains from WebDataset shards
 for two epochs and tests: every training pair is seen exactly once per epoch across the two nodes,
 and the test split is decoded half per node and scored once (one metrics file, every test image)."""
+
 import json
 import os
 import socket
@@ -87,10 +88,39 @@ def free_port() -> int:
 @pytest.mark.slow
 def test_two_nodes_train_from_shards_and_score_the_test_split_once(tiny_shapes, tmp_path):
     shards = tmp_path / "shards"
-    assert main(["prepare", "--annotations", str(tiny_shapes), "--min-word-freq", "1", "--to-webdataset", str(shards),
-                 "--shard-size", "8", "--no-image-check"]) == 1  # the writer reads every image: refused
-    assert main(["prepare", "--annotations", str(tiny_shapes), "--min-word-freq", "1", "--to-webdataset", str(shards),
-                 "--shard-size", "8"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "--annotations",
+                str(tiny_shapes),
+                "--min-word-freq",
+                "1",
+                "--to-webdataset",
+                str(shards),
+                "--shard-size",
+                "8",
+                "--no-image-check",
+            ]
+        )
+        == 1
+    )  # the writer reads every image: refused
+    assert (
+        main(
+            [
+                "prepare",
+                "--annotations",
+                str(tiny_shapes),
+                "--min-word-freq",
+                "1",
+                "--to-webdataset",
+                str(shards),
+                "--shard-size",
+                "8",
+            ]
+        )
+        == 0
+    )
     script = tmp_path / "node.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
@@ -99,11 +129,33 @@ def test_two_nodes_train_from_shards_and_score_the_test_split_once(tiny_shapes, 
     port = free_port()
     logs = [tmp_path / f"node-{node}.log" for node in (0, 1)]  # files, not pipes: a full pipe would stall a node
     with logs[0].open("w") as out0, logs[1].open("w") as out1:
-        nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                                   "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
-                                   str(script), str(tmp_path), str(shards)],
-                                  cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-                 for node, out in ((0, out0), (1, out1))]
+        nodes = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nnodes",
+                    "2",
+                    "--nproc-per-node",
+                    "1",
+                    "--node-rank",
+                    str(node),
+                    "--master-addr",
+                    "127.0.0.1",
+                    "--master-port",
+                    str(port),
+                    str(script),
+                    str(tmp_path),
+                    str(shards),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            for node, out in ((0, out0), (1, out1))
+        ]
         try:
             for node in nodes:
                 node.wait(timeout=300)

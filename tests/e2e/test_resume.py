@@ -8,6 +8,7 @@ training loader is such a loader (captioning/data/sampling.py: the epoch's order
 seed and the epoch, and it skips the batches already served), and the module reseeds its random
 draws from the run's seed, the global step and the rank, so the resumed run ends with the same weights.
 """
+
 import os
 import signal
 import subprocess
@@ -29,22 +30,53 @@ TOTAL = STEPS_PER_EPOCH * EPOCHS
 
 def args(annotations, root, extra=()):
     """Hard attention (a REINFORCE baseline to keep), no dropout, last.ckpt after every step."""
-    return fit_args(annotations, root, config="shapes_hard.yaml", steps=STEPS_PER_EPOCH, extra=[
-        "--trainer.max_epochs", str(EPOCHS), "--trainer.deterministic", "true",
-        "--trainer.check_val_every_n_epoch", "1",
-        "--model.decoder.dropout", "0.0", "--model.val_generation.max_new_tokens", "6", "--model.test_generation.max_new_tokens", "6",
-        # two ModelCheckpoints replace the default one: the best by CIDEr, and last.ckpt after every step
-        "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor", "val/CIDEr", "--trainer.callbacks.mode", "max",
-        "--trainer.callbacks.filename", "best-{epoch}-{step}",
-        "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
-        "--trainer.callbacks.save_last", "true", "--trainer.callbacks.save_top_k", "0", *extra,
-    ])
+    return fit_args(
+        annotations,
+        root,
+        config="shapes_hard.yaml",
+        steps=STEPS_PER_EPOCH,
+        extra=[
+            "--trainer.max_epochs",
+            str(EPOCHS),
+            "--trainer.deterministic",
+            "true",
+            "--trainer.check_val_every_n_epoch",
+            "1",
+            "--model.decoder.dropout",
+            "0.0",
+            "--model.val_generation.max_new_tokens",
+            "6",
+            "--model.test_generation.max_new_tokens",
+            "6",
+            # two ModelCheckpoints replace the default one: the best by CIDEr, and last.ckpt after every step
+            "--trainer.callbacks+=ModelCheckpoint",
+            "--trainer.callbacks.monitor",
+            "val/CIDEr",
+            "--trainer.callbacks.mode",
+            "max",
+            "--trainer.callbacks.filename",
+            "best-{epoch}-{step}",
+            "--trainer.callbacks+=ModelCheckpoint",
+            "--trainer.callbacks.every_n_train_steps",
+            "1",
+            "--trainer.callbacks.save_last",
+            "true",
+            "--trainer.callbacks.save_top_k",
+            "0",
+            *extra,
+        ],
+    )
 
 
 def popen(argv):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.Popen([sys.executable, "-m", "captioning.cli", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "captioning.cli", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def read_step(path: Path):
@@ -105,8 +137,9 @@ def test_baseline_and_optimizer_survive_the_kill(runs, tiny_shapes, tmp_path):
     path = tmp_path / "at_kill.ckpt"
     torch.save(at_kill, path)
     assert at_kill["state_dict"]["objective.baseline"].item() != 0.0  # REINFORCE has moved it
-    cli = run_lightning_cli(args(tiny_shapes, tmp_path, ["--trainer.max_steps", str(at_kill["global_step"]),
-                                                     "--ckpt_path", str(path)]))
+    cli = run_lightning_cli(
+        args(tiny_shapes, tmp_path, ["--trainer.max_steps", str(at_kill["global_step"]), "--ckpt_path", str(path)])
+    )
     state = cli.model.state_dict()
     for k, v in at_kill["state_dict"].items():
         assert torch.equal(state[k], v), k

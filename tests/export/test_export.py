@@ -1,5 +1,6 @@
 """Model folders (safetensors + config.json + vocab.json), the Hub cache, ONNX export and the
 numpy + onnxruntime captioner, with PyTorch made unimportable; and every bad folder's one-line error."""
+
 import json
 import os
 import pickle
@@ -13,11 +14,10 @@ import pytest
 import torch
 
 from captioning.api import Captioner
-from captioning.storage.load import load_model
 from captioning.cli import main
 from captioning.errors import CheckpointError
+from captioning.storage.load import load_model
 from tests.helpers import ROOT, fit_args
-
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,15 @@ def hard_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
 
     # a tempered test decoding (GenerationConfig.attention_temperature), so that the ONNX test covers
     # the expected-context step graph built at the checkpoint's tau
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path_factory.mktemp("fit_hard"), config="shapes_hard.yaml", steps=3,
-                                     extra=["--model.test_generation.attention_temperature", "0.5"]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            tmp_path_factory.mktemp("fit_hard"),
+            config="shapes_hard.yaml",
+            steps=3,
+            extra=["--model.test_generation.attention_temperature", "0.5"],
+        )
+    )
     return Path(cli.trainer.checkpoint_callback.last_model_path)
 
 
@@ -66,18 +73,27 @@ def same_results(a: list, b: list, tol: float = 1e-4) -> float:
 def test_export_writes_weights_only_and_a_self_describing_folder(tiny_checkpoint, soft_folder):
     from safetensors import safe_open
 
-    assert sorted(p.name for p in soft_folder.iterdir()) == ["README.md", "config.json", "model.safetensors", "vocab.json"]
+    assert sorted(p.name for p in soft_folder.iterdir()) == [
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "vocab.json",
+    ]
     config = json.loads((soft_folder / "config.json").read_text())
     ckpt = torch.load(tiny_checkpoint, weights_only=True)
     assert config["format_version"] == 1 and config["model"]["decoder"] == ckpt["hyper_parameters"]["decoder"]
     assert config["model"]["encoder"]["name"] == "small_cnn" and config["model"]["grid"] == [8, 8]
     assert config["preprocessing"]["image_size"] == 64 and config["preprocessing"]["mean"] == [0.5, 0.5, 0.5]
-    assert config["generation"]["max_new_tokens"] == 12 and config["model"]["vocab_size"] == len(ckpt["vocabulary"]["itos"])
+    assert config["generation"]["max_new_tokens"] == 12 and config["model"]["vocab_size"] == len(
+        ckpt["vocabulary"]["itos"]
+    )
     assert json.loads((soft_folder / "vocab.json").read_text())["itos"] == ckpt["vocabulary"]["itos"]
     with safe_open(str(soft_folder / "model.safetensors"), "pt") as f:  # the model's weights, nothing else
         keys = set(f.keys())
     assert keys == {k.removeprefix("model.") for k in ckpt["state_dict"]}
-    assert os.path.getsize(soft_folder / "model.safetensors") < 0.5 * os.path.getsize(tiny_checkpoint)  # no Adam moments
+    assert os.path.getsize(soft_folder / "model.safetensors") < 0.5 * os.path.getsize(
+        tiny_checkpoint
+    )  # no Adam moments
     card = (soft_folder / "README.md").read_text()
     assert "soft attention" in card and str(ckpt["training_data"]) in card
 
@@ -85,7 +101,9 @@ def test_export_writes_weights_only_and_a_self_describing_folder(tiny_checkpoint
 def test_from_pretrained_captions_and_scores_as_the_checkpoint(tiny_checkpoint, soft_folder, images, tmp_path):
     a, b = Captioner.from_checkpoint(tiny_checkpoint, "cpu"), Captioner.from_pretrained(soft_folder, "cpu")
     a.save_pretrained(tmp_path / "saved")  # the API writes the folder the command writes
-    assert json.loads((tmp_path / "saved" / "config.json").read_text()) == json.loads((soft_folder / "config.json").read_text())
+    assert json.loads((tmp_path / "saved" / "config.json").read_text()) == json.loads(
+        (soft_folder / "config.json").read_text()
+    )
     from safetensors.torch import load_file  # (the header's key order may differ from file to file: compare tensors)
 
     saved, exported = load_file(tmp_path / "saved" / "model.safetensors"), load_file(soft_folder / "model.safetensors")
@@ -108,14 +126,31 @@ def test_every_checkpoint_command_takes_a_folder(tiny_checkpoint, soft_folder, t
     assert outs[0] == outs[1]
     scores = []
     for i, model in enumerate((tiny_checkpoint, soft_folder)):
-        assert main(["evaluate", "--checkpoint", str(model), "--annotations", str(tiny_shapes), "--num-beams", "1",
-                     "--out", str(tmp_path / f"m{i}.json")]) == 0
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "--checkpoint",
+                    str(model),
+                    "--annotations",
+                    str(tiny_shapes),
+                    "--num-beams",
+                    "1",
+                    "--out",
+                    str(tmp_path / f"m{i}.json"),
+                ]
+            )
+            == 0
+        )
         capsys.readouterr()
         scores.append(json.loads((tmp_path / f"m{i}.json").read_text())["scores"])
     assert scores[0] == scores[1] and "CIDEr" in scores[0]
     # the metrics report goes into the model card and config.json
     out = tmp_path / "with_scores"
-    assert main(["export", "--checkpoint", str(soft_folder), "--out", str(out), "--metrics", str(tmp_path / "m0.json")]) == 0
+    assert (
+        main(["export", "--checkpoint", str(soft_folder), "--out", str(out), "--metrics", str(tmp_path / "m0.json")])
+        == 0
+    )
     assert f"| CIDEr | {scores[0]['CIDEr']:.4f} |" in (out / "README.md").read_text()
     assert Captioner.from_pretrained(out).describe()["test_scores"]["CIDEr"] == scores[0]["CIDEr"]
 
@@ -137,7 +172,9 @@ def test_hub_ids_resolve_through_the_cache_and_an_offline_miss_is_one_line(soft_
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    captioner = Captioner.from_pretrained("someone/tiny-captioner", cache_dir=str(tmp_path / "hub"), local_files_only=True)
+    captioner = Captioner.from_pretrained(
+        "someone/tiny-captioner", cache_dir=str(tmp_path / "hub"), local_files_only=True
+    )
     assert captioner(images[:4]) == Captioner.from_pretrained(soft_folder)(images[:4])
     with pytest.raises(CheckpointError) as err:
         Captioner.from_pretrained("someone/absent", cache_dir=str(tmp_path / "hub"), local_files_only=True)
@@ -208,15 +245,34 @@ def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images
     tau = a.generation.attention_temperature
     assert tau != 1.0 and b.generation.attention_temperature == tau
     assert json.loads((out / "config.json").read_text())["onnx"]["attention_temperature"] == tau
-    with pytest.raises(Exception, match=f"attention_temperature 1.0: this ONNX step graph reads .* at attention_temperature {tau:g}"):
+    with pytest.raises(
+        Exception, match=f"attention_temperature 1.0: this ONNX step graph reads .* at attention_temperature {tau:g}"
+    ):
         b(images[:1], attention_temperature=1.0)
     assert a(images, attention_temperature=1.0) != a(images)  # the PyTorch model decodes it, differently
     # a metrics report of a tempered decoding: the model card's score table says so
-    report = {"scores": {"CIDEr": 0.5}, "annotations": "a.json", "split": "test", "num_images": 2,
-              "generation": dict(a.generation.__dict__)}
+    report = {
+        "scores": {"CIDEr": 0.5},
+        "annotations": "a.json",
+        "split": "test",
+        "num_images": 2,
+        "generation": dict(a.generation.__dict__),
+    }
     (tmp_path / "report.json").write_text(json.dumps(report))
-    assert main(["export", "--checkpoint", str(hard_checkpoint), "--out", str(tmp_path / "carded"),
-                 "--metrics", str(tmp_path / "report.json")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(hard_checkpoint),
+                "--out",
+                str(tmp_path / "carded"),
+                "--metrics",
+                str(tmp_path / "report.json"),
+            ]
+        )
+        == 0
+    )
     assert f"beams, attention_temperature {tau:g})" in (tmp_path / "carded" / "README.md").read_text()
     # its safetensors folder (without REINFORCE's running baseline, training state) loads as well
     assert main(["export", "--checkpoint", str(hard_checkpoint), "--out", str(tmp_path / "hard")]) == 0
@@ -225,14 +281,14 @@ def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images
         assert folder(images, num_beams=3, attention_mode=mode) == a(images, num_beams=3, attention_mode=mode)
 
 
-BLOCK_TORCH = '''
+BLOCK_TORCH = """
 import importlib.abc, sys
 class BlockTorch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "torch" or name.startswith(("torch.", "torchvision", "lightning")):
             raise ImportError(f"{name} is blocked: this process has no PyTorch")
 sys.meta_path.insert(0, BlockTorch())
-'''
+"""
 
 
 def test_onnx_route_runs_where_torch_cannot_be_imported(tiny_checkpoint, soft_onnx, images, tmp_path):
@@ -245,16 +301,23 @@ def test_onnx_route_runs_where_torch_cannot_be_imported(tiny_checkpoint, soft_on
     assert check.returncode != 0 and "blocked" in check.stderr
 
     expected = Captioner.from_checkpoint(tiny_checkpoint, "cpu")(images[:6], num_beams=3)
-    proc = subprocess.run([sys.executable, "-m", "captioning.cli", "caption", "--onnx", str(soft_onnx), *images[:6], "--json"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "captioning.cli", "caption", "--onnx", str(soft_onnx), *images[:6], "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["generated_text"] for r in rows] == [r["generated_text"] for r in expected]
 
-    script = ("import json, sys; from captioning.export.onnx_captioner import OnnxCaptioner; import captioning; "
-              f"out = OnnxCaptioner({str(soft_onnx)!r})({images[:6]!r}, num_beams=1, return_attention=True); "
-              "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'lightning')]; "
-              "print(json.dumps([[o['generated_text'], o['score'], o['attention'].shape[1:]] for o in out]))")
+    script = (
+        "import json, sys; from captioning.export.onnx_captioner import OnnxCaptioner; import captioning; "
+        f"out = OnnxCaptioner({str(soft_onnx)!r})({images[:6]!r}, num_beams=1, return_attention=True); "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'lightning')]; "
+        "print(json.dumps([[o['generated_text'], o['score'], o['attention'].shape[1:]] for o in out]))"
+    )
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     greedy = Captioner.from_checkpoint(tiny_checkpoint, "cpu")(images[:6], num_beams=1)
@@ -291,12 +354,16 @@ SAFETENSORS_PROBLEMS = {
     "truncated config.json": ("config.json", lambda d: _truncate(d / "config.json")),
     "missing model.safetensors": ("model.safetensors", lambda d: (d / "model.safetensors").unlink()),
     "truncated model.safetensors": ("model.safetensors", lambda d: _truncate(d / "model.safetensors")),
-    "weights that do not fit config.json": ("model.safetensors",
-                                            lambda d: _edit_config(d, lambda c: c["model"]["decoder"].update(hidden_dim=64))),
+    "weights that do not fit config.json": (
+        "model.safetensors",
+        lambda d: _edit_config(d, lambda c: c["model"]["decoder"].update(hidden_dim=64)),
+    ),
     "vocabulary of another size": ("vocab.json", _vocab_of_another_size),
     "missing vocab.json": ("vocab.json", lambda d: (d / "vocab.json").unlink()),
-    "a pickle instead of safetensors": ("model.safetensors",
-                                        lambda d: (d / "model.safetensors").write_bytes(pickle.dumps(RunsCode()))),
+    "a pickle instead of safetensors": (
+        "model.safetensors",
+        lambda d: (d / "model.safetensors").write_bytes(pickle.dumps(RunsCode())),
+    ),
 }
 
 
@@ -323,8 +390,10 @@ ONNX_PROBLEMS = {
     "truncated decoder_step.onnx": ("decoder_step.onnx", lambda d: _truncate(d / "decoder_step.onnx")),
     "missing decoder_step.onnx": ("decoder_step.onnx", lambda d: (d / "decoder_step.onnx").unlink()),
     "vocabulary of another size": ("vocab.json", _vocab_of_another_size),
-    "graphs that do not fit config.json": ("encoder.onnx",
-                                           lambda d: _edit_config(d, lambda c: c["model"].update(feature_dim=128))),
+    "graphs that do not fit config.json": (
+        "encoder.onnx",
+        lambda d: _edit_config(d, lambda c: c["model"].update(feature_dim=128)),
+    ),
     "a safetensors folder": ("config.json", lambda d: _edit_config(d, lambda c: c.pop("onnx"))),
 }
 
@@ -356,8 +425,11 @@ def test_attention_variant_exports_as_a_folder_and_onnx_says_it_cannot(tiny_shap
     the paper's attention only, so ONNX export of a variant is a one-line error, not a wrong graph."""
     from captioning.training.cli import run_lightning_cli
 
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path / "fit", config="shapes_luong.yaml", steps=2,
-                                     extra=["--model.decoder.heads", "2"]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes, tmp_path / "fit", config="shapes_luong.yaml", steps=2, extra=["--model.decoder.heads", "2"]
+        )
+    )
     ckpt = cli.trainer.checkpoint_callback.last_model_path
     assert main(["export", "--checkpoint", ckpt, "--out", str(tmp_path / "folder")]) == 0
     a = Captioner.from_checkpoint(ckpt, device="cpu")(images, num_beams=3, max_new_tokens=8)
@@ -369,7 +441,9 @@ def test_attention_variant_exports_as_a_folder_and_onnx_says_it_cannot(tiny_shap
     assert len(err.splitlines()) == 1 and "placement='luong'" in err and "heads=2" in err
 
 
-@pytest.mark.parametrize("kind, mode, tau", [("soft", "expected", 1.0), ("hard", "argmax", 1.0), ("hard", "expected", 0.5)])
+@pytest.mark.parametrize(
+    "kind, mode, tau", [("soft", "expected", 1.0), ("hard", "argmax", 1.0), ("hard", "expected", 0.5)]
+)
 def test_step_graph_is_the_decoders_step_at_every_batch_and_beam_count(kind, mode, tau, tmp_path):
     """The step graph traces decoder.step (the cell's step): traced at B = 2, K = 3, it gives the
     PyTorch step's numbers at other batch sizes and beam counts (K is read from the shapes)."""
@@ -382,24 +456,52 @@ def test_step_graph_is_the_decoders_step_at_every_batch_and_beam_count(kind, mod
     dec = ShowAttendTellDecoder(V, D, DecoderConfig(8, 12, 10, attention_kind=kind)).eval()
     with torch.no_grad():
         state = dec.initial_state(torch.randn(2, L, D)).expand_beams(3)
-        axes = {"tokens": {0: "rows"}, "h": {0: "rows"}, "c": {0: "rows"}, "features": {0: "images"},
-                "projected": {0: "images"}, **{name: {0: "rows"} for name in STEP_OUTPUTS}}
-        _export(StepGraph(dec, mode, tau).eval(), (torch.ones(6, dtype=torch.long), state.h, state.c, state.features,
-                state.projected), tmp_path / "step.onnx", STEP_INPUTS, STEP_OUTPUTS, axes, 17)
+        axes = {
+            "tokens": {0: "rows"},
+            "h": {0: "rows"},
+            "c": {0: "rows"},
+            "features": {0: "images"},
+            "projected": {0: "images"},
+            **{name: {0: "rows"} for name in STEP_OUTPUTS},
+        }
+        _export(
+            StepGraph(dec, mode, tau).eval(),
+            (torch.ones(6, dtype=torch.long), state.h, state.c, state.features, state.projected),
+            tmp_path / "step.onnx",
+            STEP_INPUTS,
+            STEP_OUTPUTS,
+            axes,
+            17,
+        )
         session = ort.InferenceSession(str(tmp_path / "step.onnx"))
         for B, K in ((5, 4), (1, 1), (3, 2)):
             state = dec.initial_state(torch.randn(B, L, D)).expand_beams(K)
             state = state.with_recurrent(state.h + 0.1 * torch.randn_like(state.h), state.c)
             tokens = torch.randint(0, V, (B * K,))
             log_probs, new, g = dec.step(tokens, state, mode, tau)
-            ours = session.run(None, {"tokens": tokens.numpy(), "h": state.h.numpy(), "c": state.c.numpy(),
-                                      "features": state.features.numpy(), "projected": state.projected.numpy()})
+            ours = session.run(
+                None,
+                {
+                    "tokens": tokens.numpy(),
+                    "h": state.h.numpy(),
+                    "c": state.c.numpy(),
+                    "features": state.features.numpy(),
+                    "projected": state.projected.numpy(),
+                },
+            )
             for a, b in zip(ours, (log_probs, new.h, new.c, g.alpha)):
                 np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("field, name", [("encoder", "/etc/passwd.onnx"), ("encoder", "../elsewhere.onnx"),
-                                         ("steps", "sub/decoder_step.onnx"), ("steps", "decoder_step.bin")])
+@pytest.mark.parametrize(
+    "field, name",
+    [
+        ("encoder", "/etc/passwd.onnx"),
+        ("encoder", "../elsewhere.onnx"),
+        ("steps", "sub/decoder_step.onnx"),
+        ("steps", "decoder_step.bin"),
+    ],
+)
 def test_onnx_graph_names_must_be_files_of_the_folder(soft_onnx, tmp_path, field, name):
     from captioning.export.onnx_captioner import OnnxCaptioner
 

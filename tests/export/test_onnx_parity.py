@@ -2,6 +2,7 @@
 GenerationConfig field is either honoured (the same captions and scores at a value other than its
 default) or refused in one line (export/onnx_captioner.py: ONNX_OPTIONS). A new field fails here
 until it is decided."""
+
 import dataclasses
 
 import pytest
@@ -36,8 +37,15 @@ NON_DEFAULT = {
 
 #: the honoured options whose setting above changes the tiny model's captions (the others are ignored
 #: by a soft-attention model's greedy search, PyTorch's as the ONNX captioner's, or do not bite on it)
-CHANGES_CAPTIONS = {"num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "repetition_penalty",
-                    "min_new_tokens", "suppress_tokens"}
+CHANGES_CAPTIONS = {
+    "num_beams",
+    "max_new_tokens",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "repetition_penalty",
+    "min_new_tokens",
+    "suppress_tokens",
+}
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +77,9 @@ def assert_same(ra: list, rb: list, what) -> None:
     for x, y, s in zip(ra, rb, same):
         if s:
             assert abs(x["score"] - y["score"]) < 1e-4, what
-            assert [b["generated_text"] for b in x.get("beams", [])] == [b["generated_text"] for b in y.get("beams", [])]
+            assert [b["generated_text"] for b in x.get("beams", [])] == [
+                b["generated_text"] for b in y.get("beams", [])
+            ]
 
 
 def test_every_field_has_a_setting_and_a_decision():
@@ -115,20 +125,34 @@ def test_an_undecided_field_is_refused(captioners, images, monkeypatch):
     assert captioners[1](images[:1]) == captioners[1](images[:1], repetition_penalty=1.0)
 
 
-@pytest.mark.parametrize("options", [
-    dict(no_repeat_ngram_size=2), dict(no_repeat_ngram_size=1), dict(repetition_penalty=1.5), dict(min_new_tokens=4),
-    dict(suppress_tokens=("<unk>", "a")),
-    dict(no_repeat_ngram_size=3, repetition_penalty=1.2, min_new_tokens=2, forbid_bad_endings=True)], ids=str)
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(no_repeat_ngram_size=2),
+        dict(no_repeat_ngram_size=1),
+        dict(repetition_penalty=1.5),
+        dict(min_new_tokens=4),
+        dict(suppress_tokens=("<unk>", "a")),
+        dict(no_repeat_ngram_size=3, repetition_penalty=1.2, min_new_tokens=2, forbid_bad_endings=True),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("beams", [1, 3])
 def test_onnx_captions_as_pytorch_with_options_together(captioners, images, options, beams):
     torch_captioner, onnx_captioner = captioners
-    assert_same(torch_captioner(images, num_beams=beams, **options), onnx_captioner(images, num_beams=beams, **options),
-                (options, beams))
+    assert_same(
+        torch_captioner(images, num_beams=beams, **options),
+        onnx_captioner(images, num_beams=beams, **options),
+        (options, beams),
+    )
 
 
 def test_onnx_refuses_diverse_beams_and_sampling_in_one_line(captioners, images):
-    for options, message in ((dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0), "no diverse beam search"),
-                             (dict(do_sample=True, top_p=0.9), "sampling"), (dict(attention_mode="sample"), "sampling")):
+    for options, message in (
+        (dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0), "no diverse beam search"),
+        (dict(do_sample=True, top_p=0.9), "sampling"),
+        (dict(attention_mode="sample"), "sampling"),
+    ):
         with pytest.raises(ConfigError) as err:
             captioners[1](images[:1], **options)
         assert message in str(err.value) and "\n" not in str(err.value)

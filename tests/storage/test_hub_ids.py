@@ -1,6 +1,7 @@
 """Which names are Hugging Face Hub ids: an explicit hf:// prefix, or owner/name that cannot be a path
 here; a mistyped local folder is never a download, a pinned revision is honoured, and only a model
 folder's files are fetched."""
+
 import huggingface_hub
 import pytest
 
@@ -22,13 +23,21 @@ def calls(monkeypatch, tmp_path):
     return made
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("someone/captioner", HubId("someone/captioner", None)),
-    ("someone/captioner@v1.0", HubId("someone/captioner", "v1.0")),
-    ("hf://someone/captioner", HubId("someone/captioner", None)),
-    ("hf://someone/captioner@0123abcd", HubId("someone/captioner", "0123abcd")),
-    ("someone/best.ckpt", None), ("./someone", None), ("../a", None), ("a/b/c", None), ("~/x", None), ("/abs/path", None),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("someone/captioner", HubId("someone/captioner", None)),
+        ("someone/captioner@v1.0", HubId("someone/captioner", "v1.0")),
+        ("hf://someone/captioner", HubId("someone/captioner", None)),
+        ("hf://someone/captioner@0123abcd", HubId("someone/captioner", "0123abcd")),
+        ("someone/best.ckpt", None),
+        ("./someone", None),
+        ("../a", None),
+        ("a/b/c", None),
+        ("~/x", None),
+        ("/abs/path", None),
+    ],
+)
 def test_what_is_a_hub_id(name, expected, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert parse_hub_id(name) == expected

@@ -1,4 +1,5 @@
 """One model description (ModelSpec), one loader (load_model), and no training code on the way to a caption."""
+
 import json
 import subprocess
 import sys
@@ -30,8 +31,9 @@ print(json.dumps({{"captions": texts, "training_modules": loaded}}))
 
 def test_captioning_imports_no_lightning_and_no_training_code():
     """A checkpoint and a model folder caption in a process that never imports Lightning or captioning.training."""
-    proc = subprocess.run([sys.executable, "-c", CAPTION_WITHOUT_TRAINING_CODE], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", CAPTION_WITHOUT_TRAINING_CODE], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert all(isinstance(t, str) and t for t in out["captions"])
@@ -39,12 +41,20 @@ def test_captioning_imports_no_lightning_and_no_training_code():
 
 
 def small_spec(**decoder) -> ModelSpec:
-    return ModelSpec(EncoderConfig(channels=(4, 8), dim=8, pretrained=False), DecoderConfig(8, 16, 8, dropout=0.0, **decoder),
-                     image_size=32, generation=GenerationConfig(num_beams=2, max_new_tokens=7, attention_temperature=0.5))
+    return ModelSpec(
+        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
+        DecoderConfig(8, 16, 8, dropout=0.0, **decoder),
+        image_size=32,
+        generation=GenerationConfig(num_beams=2, max_new_tokens=7, attention_temperature=0.5),
+    )
 
 
 def test_spec_round_trips_through_plain_json():
-    for spec in (ModelSpec(), small_spec(), small_spec(attention_kind="hard", heads=2, placement="luong", window="local")):
+    for spec in (
+        ModelSpec(),
+        small_spec(),
+        small_spec(attention_kind="hard", heads=2, placement="luong", window="local"),
+    ):
         plain = json.loads(json.dumps(spec.to_dict()))  # JSON values only
         assert ModelSpec.from_dict(plain) == spec
         assert isinstance(ModelSpec.from_dict(plain).encoder.channels, tuple)
@@ -55,20 +65,23 @@ def test_spec_round_trips_through_plain_json():
     assert ModelSpec.from_dict(plain).generation == ModelSpec().generation
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda d: d.update(encoder="x"), "model.encoder: expected a mapping of settings, got str 'x'"),
-    (lambda d: d.update(decoder=[1, 2]), "model.decoder: expected a mapping of settings, got list"),
-    (lambda d: d["decoder"].update(quantum_attention=True), "model.decoder: unknown setting(s) quantum_attention"),
-    (lambda d: d.update(colour="red"), "model: unknown setting(s) colour"),
-    (lambda d: d["decoder"].update(hidden_dim="16"), "model.decoder.hidden_dim: expected an integer, got '16'"),
-    (lambda d: d["decoder"].update(prev2out=1), "model.decoder.prev2out: expected true or false, got 1"),
-    (lambda d: d["decoder"].update(attention_kind="telepathic"), "model.decoder.attention_kind"),
-    (lambda d: d["encoder"].update(channels=[4, "wide"]), "model.encoder.channels[1]: expected an integer"),
-    (lambda d: d["encoder"].update(name="alexnet"), "model.encoder.name"),
-    (lambda d: d.update(image_size=-3), "image_size: expected an integer >= 1"),
-    (lambda d: d.update(image_size=None), "model.image_size: expected an integer, got None"),
-    (lambda d: d["generation"].update(num_beams=0), "model.generation.num_beams: expected an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda d: d.update(encoder="x"), "model.encoder: expected a mapping of settings, got str 'x'"),
+        (lambda d: d.update(decoder=[1, 2]), "model.decoder: expected a mapping of settings, got list"),
+        (lambda d: d["decoder"].update(quantum_attention=True), "model.decoder: unknown setting(s) quantum_attention"),
+        (lambda d: d.update(colour="red"), "model: unknown setting(s) colour"),
+        (lambda d: d["decoder"].update(hidden_dim="16"), "model.decoder.hidden_dim: expected an integer, got '16'"),
+        (lambda d: d["decoder"].update(prev2out=1), "model.decoder.prev2out: expected true or false, got 1"),
+        (lambda d: d["decoder"].update(attention_kind="telepathic"), "model.decoder.attention_kind"),
+        (lambda d: d["encoder"].update(channels=[4, "wide"]), "model.encoder.channels[1]: expected an integer"),
+        (lambda d: d["encoder"].update(name="alexnet"), "model.encoder.name"),
+        (lambda d: d.update(image_size=-3), "image_size: expected an integer >= 1"),
+        (lambda d: d.update(image_size=None), "model.image_size: expected an integer, got None"),
+        (lambda d: d["generation"].update(num_beams=0), "model.generation.num_beams: expected an integer >= 1"),
+    ],
+)
 def test_a_bad_spec_is_one_line_naming_the_field(change, words):
     plain = small_spec().to_dict()
     change(plain)
@@ -104,8 +117,9 @@ def test_build_model_sets_the_bad_ending_ids():
     images = torch.rand(16, 3, 32, 32)
     config = GenerationConfig(max_new_tokens=6, do_sample=True)
     plain = model.generate(images=images, config=config, generator=torch.Generator().manual_seed(0)).sequences
-    forbidden = model.generate(images=images, config=config.replace(forbid_bad_endings=True),
-                               generator=torch.Generator().manual_seed(0)).sequences
+    forbidden = model.generate(
+        images=images, config=config.replace(forbid_bad_endings=True), generator=torch.Generator().manual_seed(0)
+    ).sequences
     ends = lambda rows: [model.vocab.decode(r)[-1:] for r in rows.tolist() if vocab.eos_id in r]  # noqa: E731
     assert any(e == ["a"] for e in ends(plain))
     assert ends(forbidden) and all(e != ["a"] for e in ends(forbidden))

@@ -4,6 +4,7 @@ tests/fixtures/v0_1_8e72f85/ was written by commit 8e72f85 (make_fixtures.py the
 a Luong-placement checkpoint with the local window and two heads, and a hard-attention model
 folder, with the captions, scores and attention maps that commit gave for three images.
 """
+
 import json
 from pathlib import Path
 

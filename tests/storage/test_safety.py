@@ -1,5 +1,6 @@
 """Nobody let in, nothing lost: checkpoints that would run code, checkpoints that do not fit,
 interrupted writes, non-finite losses and unknown settings."""
+
 import errno
 import os
 import subprocess
@@ -18,8 +19,9 @@ from captioning.vocab import Vocabulary
 
 
 def run_cli(*args):
-    proc = subprocess.run([sys.executable, "-m", "captioning.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "captioning.cli", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -151,8 +153,10 @@ def test_disk_full_leaves_previous_files_intact(tmp_path, monkeypatch, where):
                 return self.f.__exit__(*exc)
 
         monkeypatch.setattr(os, "fdopen", lambda fd, mode="r", *a, **k: FullDisk(real_fdopen(fd, mode, *a, **k)))
-    for write in (lambda: atomic_write_json(meta, {"v": 2}),
-                  lambda: Vocabulary.build([["a", "cat"]], min_freq=1).save(vocab_path)):
+    for write in (
+        lambda: atomic_write_json(meta, {"v": 2}),
+        lambda: Vocabulary.build([["a", "cat"]], min_freq=1).save(vocab_path),
+    ):
         with pytest.raises(OSError) as info:
             write()
         assert info.value.errno == errno.ENOSPC
@@ -166,8 +170,12 @@ def test_disk_full_leaves_previous_files_intact(tmp_path, monkeypatch, where):
 def small_module(nonfinite_loss):
     torch.manual_seed(0)
     vocab = Vocabulary.build([["a", "red", "circle"]], min_freq=1)
-    module = CaptioningModule(EncoderConfig(channels=(4, 8, 8), dim=8), DecoderConfig(8, 8, 8, dropout=0.0),
-                              image_size=16, nonfinite_loss=nonfinite_loss)
+    module = CaptioningModule(
+        EncoderConfig(channels=(4, 8, 8), dim=8),
+        DecoderConfig(8, 8, 8, dropout=0.0),
+        image_size=16,
+        nonfinite_loss=nonfinite_loss,
+    )
     module.set_vocab(vocab)
     return module
 
@@ -192,8 +200,16 @@ def tiny_trainer(**kw):
     import lightning as L
 
     # the module's own ModelCheckpoint writes under default_root_dir: keep it out of the working tree
-    return L.Trainer(accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, default_root_dir=tempfile.mkdtemp(), **kw)
+    return L.Trainer(
+        accelerator="cpu",
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tempfile.mkdtemp(),
+        **kw,
+    )
 
 
 def test_nan_loss_stops_training_naming_the_step():
@@ -221,11 +237,29 @@ def test_nan_loss_skip_leaves_the_weights_unchanged(caplog):
 
 # ---------------------------------------------------------------------- settings
 def test_unknown_config_key_is_a_clear_error(tiny_shapes, tmp_path):
-    code, _, err = run_cli("fit", "--config", "configs/shapes_soft.yaml", "--data.annotations", tiny_shapes,
-                           "--trainer.default_root_dir", tmp_path, "--model.nonexistent", "1")
+    code, _, err = run_cli(
+        "fit",
+        "--config",
+        "configs/shapes_soft.yaml",
+        "--data.annotations",
+        tiny_shapes,
+        "--trainer.default_root_dir",
+        tmp_path,
+        "--model.nonexistent",
+        "1",
+    )
     assert code != 0 and "nonexistent" in err and "Traceback" not in err
-    code, _, err = run_cli("fit", "--config", "configs/shapes_soft.yaml", "--data.annotations", tiny_shapes,
-                           "--trainer.default_root_dir", tmp_path, "--model.decoder.attention_kind", "telepathic")
+    code, _, err = run_cli(
+        "fit",
+        "--config",
+        "configs/shapes_soft.yaml",
+        "--data.annotations",
+        tiny_shapes,
+        "--trainer.default_root_dir",
+        tmp_path,
+        "--model.decoder.attention_kind",
+        "telepathic",
+    )
     assert code != 0 and "attention_kind" in err and "Traceback" not in err
 
 

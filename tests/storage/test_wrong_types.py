@@ -2,6 +2,7 @@
 line naming the file and the field (a CheckpointError), never a traceback. Checkpoints
 (storage/checkpoint.py), model folders (storage/folder.py, storage/layout.py) and ONNX folders
 (export/onnx_captioner.py)."""
+
 import json
 import shutil
 
@@ -15,17 +16,39 @@ from captioning.storage.load import load_model
 WRONG = ["x", ["x"], {"a": 1}, 2**70, -1, 1.5, True]
 
 CHECKPOINT_FIELDS = [
-    ("preprocessing",), ("preprocessing", "interpolation"), ("vocabulary",), ("vocabulary", "itos"), ("state_dict",),
-    ("hyper_parameters",), ("hyper_parameters", "encoder"), ("hyper_parameters", "encoder", "name"),
-    ("hyper_parameters", "decoder"), ("hyper_parameters", "decoder", "hidden_dim"),
-    ("hyper_parameters", "decoder", "attention_kind"), ("hyper_parameters", "image_size"),
-    ("hyper_parameters", "test_generation"), ("hyper_parameters", "test_generation", "num_beams"),
-    ("hyper_parameters", "objective"), ("hyper_parameters", "optimizer"), ("hyper_parameters", "val_generation"),
+    ("preprocessing",),
+    ("preprocessing", "interpolation"),
+    ("vocabulary",),
+    ("vocabulary", "itos"),
+    ("state_dict",),
+    ("hyper_parameters",),
+    ("hyper_parameters", "encoder"),
+    ("hyper_parameters", "encoder", "name"),
+    ("hyper_parameters", "decoder"),
+    ("hyper_parameters", "decoder", "hidden_dim"),
+    ("hyper_parameters", "decoder", "attention_kind"),
+    ("hyper_parameters", "image_size"),
+    ("hyper_parameters", "test_generation"),
+    ("hyper_parameters", "test_generation", "num_beams"),
+    ("hyper_parameters", "objective"),
+    ("hyper_parameters", "optimizer"),
+    ("hyper_parameters", "val_generation"),
 ]
 FOLDER_FIELDS = [
-    ("model",), ("model", "encoder"), ("model", "decoder"), ("model", "decoder", "hidden_dim"), ("model", "vocab_size"),
-    ("model", "num_locations"), ("model", "feature_dim"), ("preprocessing",), ("preprocessing", "image_size"),
-    ("preprocessing", "interpolation"), ("generation",), ("generation", "num_beams"), ("card",), ("training",),
+    ("model",),
+    ("model", "encoder"),
+    ("model", "decoder"),
+    ("model", "decoder", "hidden_dim"),
+    ("model", "vocab_size"),
+    ("model", "num_locations"),
+    ("model", "feature_dim"),
+    ("preprocessing",),
+    ("preprocessing", "image_size"),
+    ("preprocessing", "interpolation"),
+    ("generation",),
+    ("generation", "num_beams"),
+    ("card",),
+    ("training",),
 ]
 
 
@@ -100,15 +123,18 @@ def test_a_model_folder_field_of_a_wrong_type_is_one_line_naming_config_json(kin
 
 
 @pytest.mark.parametrize("kind", ["st", "onnx"])
-@pytest.mark.parametrize("keys, value, words", [
-    (("model", "vocab_size"), "x", "model.vocab_size must be a positive integer, got 'x'"),
-    (("model", "vocab_size"), True, "model.vocab_size must be a positive integer, got True"),
-    (("model", "num_locations"), None, "model.num_locations must be a positive integer, got None"),
-    (("preprocessing", "image_size"), "224", "preprocessing.image_size must be a positive integer, got '224'"),
-    (("preprocessing", "interpolation"), ["x"], "preprocessing.interpolation must be a string, got list ['x']"),
-    (("model", "decoder"), ["x"], "model.decoder must be an object, got list ['x']"),
-    (("card",), "x", "card must be an object, got str 'x'"),
-])
+@pytest.mark.parametrize(
+    "keys, value, words",
+    [
+        (("model", "vocab_size"), "x", "model.vocab_size must be a positive integer, got 'x'"),
+        (("model", "vocab_size"), True, "model.vocab_size must be a positive integer, got True"),
+        (("model", "num_locations"), None, "model.num_locations must be a positive integer, got None"),
+        (("preprocessing", "image_size"), "224", "preprocessing.image_size must be a positive integer, got '224'"),
+        (("preprocessing", "interpolation"), ["x"], "preprocessing.interpolation must be a string, got list ['x']"),
+        (("model", "decoder"), ["x"], "model.decoder must be an object, got list ['x']"),
+        (("card",), "x", "card must be an object, got str 'x'"),
+    ],
+)
 def test_the_message_names_the_file_and_the_field(kind, keys, value, words, folders, tmp_path):
     load = load_onnx if kind == "onnx" else load_model
     folder = tmp_path / "wrong"
@@ -125,4 +151,6 @@ def test_a_checkpoint_s_interpolation_of_a_wrong_type_names_the_file_and_the_fie
     torch.save(replaced(small_checkpoint, ("preprocessing", "interpolation"), ["x"]), path)
     with pytest.raises(CheckpointError) as err:
         load_model(path)
-    assert str(err.value) == f"{path}: preprocessing.interpolation must be a string (a PIL filter's name), got list ['x']"
+    assert (
+        str(err.value) == f"{path}: preprocessing.interpolation must be a string (a PIL filter's name), got list ['x']"
+    )

@@ -1,5 +1,6 @@
 """The training process keeps the memory a step frees for the next step (training/allocator.py):
 a training step's tensors are not faulted in afresh at every step."""
+
 import json
 import os
 import subprocess
@@ -47,8 +48,9 @@ print(json.dumps({"set": done, "faults": faults() - start}))
 
 def child(mode: str, **env) -> dict:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("GLIBC_TUNABLES", "MALLOC_"))}
-    out = subprocess.run([sys.executable, "-c", CHILD, mode], env={**environ, **env}, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode], env={**environ, **env}, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -72,9 +74,11 @@ def test_a_users_own_malloc_settings_are_left_alone():
 def test_training_sets_it(tiny_shapes, tmp_path):
     """`captioning fit` (and the demo, which trains through it) keeps the freed memory: run in a
     fresh process, where nothing has set it before."""
-    code = ("import sys; from captioning.training.allocator import keep_freed_memory as keep; "
-            "from captioning.training.cli import run_lightning_cli; assert keep.cache_info().currsize == 0; "
-            "run_lightning_cli(sys.argv[1:], run=False); assert keep.cache_info().currsize == 1; print(keep())")
+    code = (
+        "import sys; from captioning.training.allocator import keep_freed_memory as keep; "
+        "from captioning.training.cli import run_lightning_cli; assert keep.cache_info().currsize == 0; "
+        "run_lightning_cli(sys.argv[1:], run=False); assert keep.cache_info().currsize == 1; print(keep())"
+    )
     args = fit_args(tiny_shapes, tmp_path)[1:]  # the arguments without the subcommand (run=False)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("GLIBC_TUNABLES", "MALLOC_"))}
     out = subprocess.run([sys.executable, "-c", code, *args], env=environ, capture_output=True, text=True)

@@ -1,5 +1,6 @@
 """The components the LightningModule wires: configs, objectives, the seed of a step, the
 parameter groups, grouped captions, and the package's import graph."""
+
 import subprocess
 import sys
 
@@ -23,7 +24,11 @@ VOCAB = Vocabulary.build([["a", "small", "red", "circle", "left", "of", "square"
 
 def tiny_model(kind="soft", encoder=None):
     torch.manual_seed(0)
-    return ShowAttendTell(encoder or EncoderConfig(channels=(4, 8, 8), dim=8), DecoderConfig(8, 8, 8, dropout=0.0, attention_kind=kind), VOCAB)
+    return ShowAttendTell(
+        encoder or EncoderConfig(channels=(4, 8, 8), dim=8),
+        DecoderConfig(8, 8, 8, dropout=0.0, attention_kind=kind),
+        VOCAB,
+    )
 
 
 def caption_batch(B=6, T=5, seed=0):
@@ -35,12 +40,21 @@ def caption_batch(B=6, T=5, seed=0):
 
 def test_generation_config_checks_its_values():
     assert GenerationConfig().num_beams == 1  # Hugging Face's default: greedy
-    for bad in (dict(num_beams=0), dict(max_new_tokens=-1), dict(temperature=0.0), dict(top_k=-2),
-                dict(attention_mode="peek"), dict(do_sample=True, num_beams=3), dict(num_beams=2, num_return_sequences=3)):
+    for bad in (
+        dict(num_beams=0),
+        dict(max_new_tokens=-1),
+        dict(temperature=0.0),
+        dict(top_k=-2),
+        dict(attention_mode="peek"),
+        dict(do_sample=True, num_beams=3),
+        dict(num_beams=2, num_return_sequences=3),
+    ):
         with pytest.raises(ConfigError):
             GenerationConfig(**bad)
     base = GenerationConfig(num_beams=3, max_new_tokens=9)
-    assert base.replace(num_beams=None, length_penalty=0.5) == GenerationConfig(num_beams=3, max_new_tokens=9, length_penalty=0.5)
+    assert base.replace(num_beams=None, length_penalty=0.5) == GenerationConfig(
+        num_beams=3, max_new_tokens=9, length_penalty=0.5
+    )
 
 
 def test_beam_search_returns_the_best_beams_in_order():
@@ -104,7 +118,9 @@ def test_semi_sampling_draws_per_batch_or_per_image(per, monkeypatch):
     torch.manual_seed(1)
     mixed = 0
     for _ in range(6):
-        call, _ = forwarded_batches(HardAttentionReinforce(semi_sampling_p=0.5, semi_sampling_per=per), model, batch, monkeypatch)
+        call, _ = forwarded_batches(
+            HardAttentionReinforce(semi_sampling_p=0.5, semi_sampling_per=per), model, batch, monkeypatch
+        )
         use = call["use_expected"]
         assert call["mode"] == "sample" and use.shape == (64,)
         mixed += int(use.any() and not use.all())
@@ -123,8 +139,11 @@ def test_several_location_samples_per_caption(monkeypatch):
 
 
 def test_pretrained_encoder_blocks_train_at_their_own_learning_rate():
-    module = CaptioningModule(encoder=EncoderConfig("resnet50", pretrained=False, grid_size=2, fine_tune_blocks=1),
-                              decoder=DecoderConfig(8, 8, 8), optimizer=OptimizerConfig(lr=1e-3, encoder_lr=1e-5))
+    module = CaptioningModule(
+        encoder=EncoderConfig("resnet50", pretrained=False, grid_size=2, fine_tune_blocks=1),
+        decoder=DecoderConfig(8, 8, 8),
+        optimizer=OptimizerConfig(lr=1e-3, encoder_lr=1e-5),
+    )
     module.set_vocab(VOCAB)
     module.trainer = type("T", (), {"precision": "32-true"})()  # what configure_optimizers reads
     groups = module.configure_optimizers().param_groups
@@ -137,9 +156,14 @@ def test_pretrained_encoder_blocks_train_at_their_own_learning_rate():
 
 def test_checkpoint_settings_are_plain_values():
     module = CaptioningModule(decoder=DecoderConfig(attention_kind="hard"))
+
     def plain(x):
-        return isinstance(x, (str, int, float, bool, type(None))) or (
-            isinstance(x, (list, tuple)) and all(map(plain, x))) or (isinstance(x, dict) and all(map(plain, x.values())))
+        return (
+            isinstance(x, (str, int, float, bool, type(None)))
+            or (isinstance(x, (list, tuple)) and all(map(plain, x)))
+            or (isinstance(x, dict) and all(map(plain, x.values())))
+        )
+
     assert plain(dict(module.hparams))
     assert module.hparams["objective"]["class_path"].endswith("HardAttentionReinforce")
 
@@ -187,27 +211,38 @@ def write_package(root, files):
 
 
 def test_import_cycle_checker_finds_a_cycle(check_imports, tmp_path):
-    write_package(tmp_path, {
-        "pkg/__init__.py": "", "pkg/sub/__init__.py": "",
-        "pkg/a.py": "from pkg.sub import b\n",
-        "pkg/sub/b.py": "def f():\n    from pkg import a  # a lazy import counts too\n",
-        "pkg/c.py": "import pkg.a\n",
-    })
+    write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/sub/__init__.py": "",
+            "pkg/a.py": "from pkg.sub import b\n",
+            "pkg/sub/b.py": "def f():\n    from pkg import a  # a lazy import counts too\n",
+            "pkg/c.py": "import pkg.a\n",
+        },
+    )
     graph = check_imports.import_graph("pkg", tmp_path)
     assert check_imports.cycles(graph) == [["pkg.a", "pkg.sub.b"]]
 
 
 def test_layer_checker_reports_imports_of_higher_layers_lazy_ones_too(check_imports, tmp_path):
-    write_package(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/low.py": "import os\n\n\ndef f():\n    from pkg.high import g  # lazy\n    return g\n",
-        "pkg/mid/__init__.py": "",
-        "pkg/mid/part.py": "from pkg import low\nfrom ..high import g\n",
-        "pkg/high.py": "from pkg.low import f\nfrom pkg.mid import part\n\n\ndef g():\n    return f\n",
-        "pkg/stray.py": "",
-    })
-    rules = check_imports.Rules(layers=[("ground", ["pkg.__init__", "pkg.low"]), ("middle", ["pkg.mid"]),
-                                        ("top", ["pkg.high"])], inference=[], lightning=[], training_side={})
+    write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/low.py": "import os\n\n\ndef f():\n    from pkg.high import g  # lazy\n    return g\n",
+            "pkg/mid/__init__.py": "",
+            "pkg/mid/part.py": "from pkg import low\nfrom ..high import g\n",
+            "pkg/high.py": "from pkg.low import f\nfrom pkg.mid import part\n\n\ndef g():\n    return f\n",
+            "pkg/stray.py": "",
+        },
+    )
+    rules = check_imports.Rules(
+        layers=[("ground", ["pkg.__init__", "pkg.low"]), ("middle", ["pkg.mid"]), ("top", ["pkg.high"])],
+        inference=[],
+        lightning=[],
+        training_side={},
+    )
     problems = check_imports.layer_violations(check_imports.Package("pkg", tmp_path), rules)
     assert problems == [
         "pkg/low.py:5: pkg.low -> pkg.high (layer ground imports the higher layer top)",
@@ -217,21 +252,27 @@ def test_layer_checker_reports_imports_of_higher_layers_lazy_ones_too(check_impo
 
 
 def test_lightning_checker_follows_imports_off_the_inference_side(check_imports, tmp_path):
-    write_package(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/infer/__init__.py": "",
-        "pkg/infer/plain.py": "import torch\nfrom pkg.infer import dm\n",  # dm is training-side: brings Lightning
-        "pkg/infer/dm.py": "import lightning as L\n",  # allowed: listed as training-side
-        "pkg/infer/lazy.py": "def f():\n    import lightning.pytorch as pl\n    return pl\n",
-        "pkg/infer/tools.py": "from pkg import helpers\nfrom pkg.train import loop\n",
-        "pkg/helpers.py": "import os\n",  # off the inference side, but Lightning-free: fine
-        "pkg/cmd.py": "from pkg.train import loop\n",
-        "pkg/train/__init__.py": "",
-        "pkg/train/loop.py": "import pytorch_lightning\n",
-    })
-    rules = check_imports.Rules(layers=[], inference=["pkg.__init__", "pkg.infer"],
-                                lightning=["lightning", "pytorch_lightning", "pkg.train"],
-                                training_side={"pkg.infer.dm": "a LightningDataModule"})
+    write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/infer/__init__.py": "",
+            "pkg/infer/plain.py": "import torch\nfrom pkg.infer import dm\n",  # dm is training-side: brings Lightning
+            "pkg/infer/dm.py": "import lightning as L\n",  # allowed: listed as training-side
+            "pkg/infer/lazy.py": "def f():\n    import lightning.pytorch as pl\n    return pl\n",
+            "pkg/infer/tools.py": "from pkg import helpers\nfrom pkg.train import loop\n",
+            "pkg/helpers.py": "import os\n",  # off the inference side, but Lightning-free: fine
+            "pkg/cmd.py": "from pkg.train import loop\n",
+            "pkg/train/__init__.py": "",
+            "pkg/train/loop.py": "import pytorch_lightning\n",
+        },
+    )
+    rules = check_imports.Rules(
+        layers=[],
+        inference=["pkg.__init__", "pkg.infer"],
+        lightning=["lightning", "pytorch_lightning", "pkg.train"],
+        training_side={"pkg.infer.dm": "a LightningDataModule"},
+    )
     problems = check_imports.lightning_imports(check_imports.Package("pkg", tmp_path), rules)
     assert problems == [
         "pkg/infer/lazy.py:2: pkg.infer.lazy -> lightning (the inference side imports lightning)",

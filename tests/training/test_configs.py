@@ -1,4 +1,5 @@
 """Every config in configs/ runs a fast fit step on CPU, and what it writes is a usable checkpoint."""
+
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,16 @@ def test_config_fits_one_step_and_checkpoints(config, tiny_shapes, tmp_path):
 
 def test_print_config(capsys, tiny_shapes):
     with pytest.raises(SystemExit) as exit_info:
-        run_lightning_cli(["fit", "--config", str(ROOT / "configs" / "shapes_soft.yaml"), "--data.annotations",
-                       str(tiny_shapes), "--print_config"])
+        run_lightning_cli(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "configs" / "shapes_soft.yaml"),
+                "--data.annotations",
+                str(tiny_shapes),
+                "--print_config",
+            ]
+        )
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "image_size: 64" in out

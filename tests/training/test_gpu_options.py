@@ -1,5 +1,6 @@
 """The GPU-oriented options (bf16 autocast, channels-last encoder, compiled decoder step) on the CPU:
 they train, they save a usable checkpoint, and they compute what the plain path computes."""
+
 import math
 from pathlib import Path
 

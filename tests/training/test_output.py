@@ -1,5 +1,6 @@
 """What a training run shows a person: plain progress lines in a log file, where its files go,
 TensorBoard curves and validation examples, the demo's curves picture."""
+
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +20,29 @@ def logged_run(tiny_shapes, tmp_path_factory):
     root = tmp_path_factory.mktemp("logged")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):  # not a terminal, as when the output goes to a file
-        cli = run_lightning_cli([
-            "fit", "--config", str(ROOT / "configs" / "shapes_soft.yaml"), "--data.annotations", str(tiny_shapes),
-            "--data.batch_size", "8", "--data.num_workers", "0", "--trainer.default_root_dir", str(root),
-            "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "5", "--trainer.accelerator", "cpu",
-            "--model.val_generation.max_new_tokens", "8"])
+        cli = run_lightning_cli(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "configs" / "shapes_soft.yaml"),
+                "--data.annotations",
+                str(tiny_shapes),
+                "--data.batch_size",
+                "8",
+                "--data.num_workers",
+                "0",
+                "--trainer.default_root_dir",
+                str(root),
+                "--trainer.max_epochs",
+                "2",
+                "--trainer.log_every_n_steps",
+                "5",
+                "--trainer.accelerator",
+                "cpu",
+                "--model.val_generation.max_new_tokens",
+                "8",
+            ]
+        )
     return cli, out.getvalue()
 
 
@@ -92,7 +111,9 @@ def test_ckpt_path_last_finds_the_previous_version_folder(tiny_shapes, tmp_path,
     cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=2, extra=logged))
     first = Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt"
     assert first.is_file() and "version_0" in str(first)
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=2, extra=[*logged, "--ckpt_path", "last", "--trainer.max_epochs", "2"]))
+    cli = run_lightning_cli(
+        fit_args(tiny_shapes, tmp_path, steps=2, extra=[*logged, "--ckpt_path", "last", "--trainer.max_epochs", "2"])
+    )
     assert f"resuming from {first}" in capsys.readouterr().out
     assert cli.trainer.global_step == 4  # two steps restored, two more trained
     assert main(fit_args(tiny_shapes, tmp_path / "empty", steps=2, extra=["--ckpt_path", "last"])) != 0
@@ -110,8 +131,22 @@ def test_validation_examples_of_a_shard_dataset_are_read_from_its_shards(tiny_sh
     from tests.helpers import fit_args
 
     shards = tmp_path / "shards"
-    assert main(["prepare", "--annotations", str(tiny_shapes), "--min-word-freq", "1",
-                 "--to-webdataset", str(shards), "--shard-size", "16"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "--annotations",
+                str(tiny_shapes),
+                "--min-word-freq",
+                "1",
+                "--to-webdataset",
+                str(shards),
+                "--shard-size",
+                "16",
+            ]
+        )
+        == 0
+    )
     cli = run_lightning_cli(fit_args(shards, tmp_path / "run", steps=2, extra=["--trainer.logger", "true"]))
     events = EventAccumulator(cli.trainer.log_dir, size_guidance={"images": 0})
     events.Reload()
@@ -131,7 +166,13 @@ def test_validation_examples_that_cannot_be_read_are_one_warning(tiny_shapes, tm
     for record in copy.records("val")[:4]:  # the pictures' images; the other validation images score
         (Path(copy.images_root) / record.path).write_bytes(b"not an image")
     with caplog.at_level("WARNING", logger="captioning.training.callbacks"):
-        run_lightning_cli(fit_args(data / tiny_shapes.name, tmp_path / "run", steps=2, extra=[
-            "--trainer.logger", "true", "--trainer.max_epochs", "2", "--data.on_bad_image", "skip"]))
+        run_lightning_cli(
+            fit_args(
+                data / tiny_shapes.name,
+                tmp_path / "run",
+                steps=2,
+                extra=["--trainer.logger", "true", "--trainer.max_epochs", "2", "--data.on_bad_image", "skip"],
+            )
+        )
     warnings = [r for r in caplog.records if r.name == "captioning.training.callbacks"]
     assert len(warnings) == 1 and "none of the first 4 validation images could be read" in warnings[0].getMessage()

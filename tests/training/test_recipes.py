@@ -1,6 +1,7 @@
 """The training recipes: learning-rate schedules (resumed exactly), scheduled sampling, label
 smoothing, the moving average of the weights, the validation of the final weights, and the
 options' wrong values (docs/RECIPES.md)."""
+
 import glob
 import math
 import os
@@ -42,8 +43,14 @@ def fit(annotations, root, steps_per_epoch, extra=()):
     """A tiny `captioning fit`; returns (its Record, the checkpoint folder)."""
     from captioning.training.cli import run_lightning_cli
 
-    cli = run_lightning_cli(fit_args(annotations, root, steps=steps_per_epoch, extra=[
-        "--model.decoder.dropout", "0.0", f"--trainer.callbacks+={__name__}.Record", *extra]))
+    cli = run_lightning_cli(
+        fit_args(
+            annotations,
+            root,
+            steps=steps_per_epoch,
+            extra=["--model.decoder.dropout", "0.0", f"--trainer.callbacks+={__name__}.Record", *extra],
+        )
+    )
     (record,) = [c for c in cli.trainer.callbacks if isinstance(c, Record)]
     return record, os.path.join(root, "checkpoints")
 
@@ -57,8 +64,9 @@ def test_step_decay_is_ruotianluos():
 
 def test_warmup_then_cosine_or_linear():
     cosine, linear = WarmupDecay(2, 6, 0.0, "cosine"), WarmupDecay(2, 6, 0.1, "linear")
-    assert [cosine(t) for t in range(7)] == pytest.approx([0.5, 1, 1, 0.5 * (1 + math.cos(math.pi / 4)), 0.5,
-                                                           0.5 * (1 + math.cos(3 * math.pi / 4)), 0])
+    assert [cosine(t) for t in range(7)] == pytest.approx(
+        [0.5, 1, 1, 0.5 * (1 + math.cos(math.pi / 4)), 0.5, 0.5 * (1 + math.cos(3 * math.pi / 4)), 0]
+    )
     assert [linear(t) for t in range(7)] == pytest.approx([0.5, 1, 1, 0.775, 0.55, 0.325, 0.1])
 
 
@@ -73,17 +81,55 @@ def test_plateau_watches_validation_cider():
     assert with_schedule(optimizer, ScheduleConfig()) is optimizer  # none: the optimizer alone
 
 
-@pytest.mark.parametrize("schedule", [
-    ["--model.optimizer.schedule.kind", "step", "--model.optimizer.schedule.interval", "step",
-     "--model.optimizer.schedule.start", "1", "--model.optimizer.schedule.every", "2", "--model.optimizer.schedule.rate", "0.5"],
-    ["--model.optimizer.schedule.kind", "warmup_cosine", "--model.optimizer.schedule.warmup_steps", "2",
-     "--model.optimizer.schedule.total_steps", "7"],
-    ["--model.optimizer.schedule.kind", "step", "--model.optimizer.schedule.every", "1", "--model.optimizer.schedule.rate", "0.5"],
-], ids=["step-per-step", "warmup_cosine", "step-per-epoch"])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        [
+            "--model.optimizer.schedule.kind",
+            "step",
+            "--model.optimizer.schedule.interval",
+            "step",
+            "--model.optimizer.schedule.start",
+            "1",
+            "--model.optimizer.schedule.every",
+            "2",
+            "--model.optimizer.schedule.rate",
+            "0.5",
+        ],
+        [
+            "--model.optimizer.schedule.kind",
+            "warmup_cosine",
+            "--model.optimizer.schedule.warmup_steps",
+            "2",
+            "--model.optimizer.schedule.total_steps",
+            "7",
+        ],
+        [
+            "--model.optimizer.schedule.kind",
+            "step",
+            "--model.optimizer.schedule.every",
+            "1",
+            "--model.optimizer.schedule.rate",
+            "0.5",
+        ],
+    ],
+    ids=["step-per-step", "warmup_cosine", "step-per-epoch"],
+)
 def test_a_resumed_run_has_the_uninterrupted_runs_learning_rates(tiny_shapes, tmp_path, schedule):
-    common = ["--trainer.max_epochs", "3", "--trainer.max_steps", "7", *schedule,  # a checkpoint after every step
-              "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
-              "--trainer.callbacks.save_top_k", "-1", "--trainer.callbacks.filename", "{step}"]
+    common = [
+        "--trainer.max_epochs",
+        "3",
+        "--trainer.max_steps",
+        "7",
+        *schedule,  # a checkpoint after every step
+        "--trainer.callbacks+=ModelCheckpoint",
+        "--trainer.callbacks.every_n_train_steps",
+        "1",
+        "--trainer.callbacks.save_top_k",
+        "-1",
+        "--trainer.callbacks.filename",
+        "{step}",
+    ]
     whole, folder = fit(tiny_shapes, tmp_path / "whole", 3, common)
     rest, _ = fit(tiny_shapes, tmp_path / "resumed", 3, [*common, "--ckpt_path", os.path.join(folder, "step=4.ckpt")])
     assert sorted(whole.lrs) == list(range(7)) and len(set(whole.lrs.values())) > 1
@@ -102,8 +148,12 @@ LENGTHS = torch.tensor([5, 3, 6])
 
 
 def test_scheduled_sampling_probability_is_ruotianluos():
-    objective = CrossEntropy(scheduled_sampling_start=0, scheduled_sampling_increase_every=5,
-                             scheduled_sampling_increase_prob=0.05, scheduled_sampling_max_prob=0.25)
+    objective = CrossEntropy(
+        scheduled_sampling_start=0,
+        scheduled_sampling_increase_every=5,
+        scheduled_sampling_increase_prob=0.05,
+        scheduled_sampling_max_prob=0.25,
+    )
     assert [objective.sampling_prob(e) for e in (0, 4, 5, 10, 25, 100)] == pytest.approx([0, 0, 0.05, 0.1, 0.25, 0.25])
     assert CrossEntropy().sampling_prob(50) == 0.0
 
@@ -155,17 +205,26 @@ def test_label_smoothing_against_a_hand_computation():
     targets = torch.tensor([[1, 3, 2], [4, 2, 0]])
     mask = torch.tensor([[True, True, True], [True, True, False]])
     captions = torch.cat([torch.ones(B, 1, dtype=torch.long), targets], 1)
-    out = DecoderOutput(logits=logits[mask], mask=mask, alphas=torch.zeros(B, T, 4), betas=torch.zeros(B, T),
-                        locations=torch.zeros(B, T, dtype=torch.long))
+    out = DecoderOutput(
+        logits=logits[mask],
+        mask=mask,
+        alphas=torch.zeros(B, T, 4),
+        betas=torch.zeros(B, T),
+        locations=torch.zeros(B, T, dtype=torch.long),
+    )
     hand = []
     for b in range(B):
         total = 0.0
         for t in range(T):
             if mask[b, t]:
-                log_p = [logits[b, t, v].item() - math.log(sum(math.exp(x) for x in logits[b, t].tolist())) for v in range(V)]
+                log_p = [
+                    logits[b, t, v].item() - math.log(sum(math.exp(x) for x in logits[b, t].tolist())) for v in range(V)
+                ]
                 total += -(1 - eps) * log_p[targets[b, t]] - eps * sum(log_p) / V
         hand.append(total)
-    loss, log_likelihood, logs = CrossEntropy(doubly_stochastic=0.0, label_smoothing=eps).likelihood_terms(out, captions)
+    loss, log_likelihood, logs = CrossEntropy(doubly_stochastic=0.0, label_smoothing=eps).likelihood_terms(
+        out, captions
+    )
     assert loss.item() == pytest.approx(sum(hand) / B, rel=1e-6)
     plain, plain_ll, _ = CrossEntropy(doubly_stochastic=0.0).likelihood_terms(out, captions)
     assert torch.equal(log_likelihood, plain_ll)  # log p(y | a) and the logged NLL stay the plain ones
@@ -178,8 +237,9 @@ def test_label_smoothing_against_a_hand_computation():
 # ---------------------------------------------------------------------- the moving average of the weights
 def test_the_weight_average_equals_a_hand_computed_average(tiny_shapes, tmp_path):
     decay = 0.5
-    record, folder = fit(tiny_shapes, tmp_path, 3, ["--model.optimizer.ema_decay", str(decay),
-                                                    "--model.optimizer.ema_start_step", "1"])
+    record, folder = fit(
+        tiny_shapes, tmp_path, 3, ["--model.optimizer.ema_decay", str(decay), "--model.optimizer.ema_start_step", "1"]
+    )
     w = record.weights
     assert sorted(w) == [1, 2, 3]
     # updates after the optimizer steps of 0-based index >= 1 (global steps 2 and 3); the first copies
@@ -190,19 +250,33 @@ def test_the_weight_average_equals_a_hand_computed_average(tiny_shapes, tmp_path
     assert ckpt["global_step"] == 3
     for k, v in hand.items():
         torch.testing.assert_close(ckpt["state_dict"][f"model.{k}"], v)  # the average is the model saved
-        torch.testing.assert_close(ckpt["current_model_state"][f"model.{k}"], w[3][k])  # the training weights, to resume
+        torch.testing.assert_close(
+            ckpt["current_model_state"][f"model.{k}"], w[3][k]
+        )  # the training weights, to resume
     assert not torch.equal(hand["decoder.out_logits.weight"], w[3]["decoder.out_logits.weight"])
 
 
 def test_before_the_average_starts_the_training_weights_are_the_model(tiny_shapes, tmp_path):
     """ema_start_step after the first validation: that validation scores the training weights (as a
     run without the average does), and the checkpoints until then save them as the model."""
-    every_step = ["--trainer.max_epochs", "2", "--trainer.callbacks+=ModelCheckpoint",
-                  "--trainer.callbacks.every_n_train_steps", "1", "--trainer.callbacks.save_top_k", "-1",
-                  "--trainer.callbacks.filename", "{step}"]
+    every_step = [
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.callbacks+=ModelCheckpoint",
+        "--trainer.callbacks.every_n_train_steps",
+        "1",
+        "--trainer.callbacks.save_top_k",
+        "-1",
+        "--trainer.callbacks.filename",
+        "{step}",
+    ]
     decay = 0.5
-    record, folder = fit(tiny_shapes, tmp_path / "ema", 3, [*every_step, "--model.optimizer.ema_decay", str(decay),
-                                                             "--model.optimizer.ema_start_step", "4"])
+    record, folder = fit(
+        tiny_shapes,
+        tmp_path / "ema",
+        3,
+        [*every_step, "--model.optimizer.ema_decay", str(decay), "--model.optimizer.ema_start_step", "4"],
+    )
     plain, _ = fit(tiny_shapes, tmp_path / "plain", 3, every_step)
     w = record.weights
     assert record.validated[0] == plain.validated[0]  # step 3: the same weights scored
@@ -227,37 +301,49 @@ def test_a_run_stopped_by_max_steps_validates_its_final_weights(tiny_shapes, tmp
 
 
 # ---------------------------------------------------------------------- wrong values: one line naming the field
-@pytest.mark.parametrize("make, field", [
-    (lambda: ScheduleConfig(kind="exponential"), "optimizer.schedule.kind"),
-    (lambda: ScheduleConfig(interval="batch"), "optimizer.schedule.interval"),
-    (lambda: ScheduleConfig(every=0), "optimizer.schedule.every"),
-    (lambda: ScheduleConfig(start=-1), "optimizer.schedule.start"),
-    (lambda: ScheduleConfig(rate=0.0), "optimizer.schedule.rate"),
-    (lambda: ScheduleConfig(rate=float("nan")), "optimizer.schedule.rate"),
-    (lambda: ScheduleConfig(rate=1.5), "optimizer.schedule.rate"),
-    (lambda: ScheduleConfig(patience=0), "optimizer.schedule.patience"),
-    (lambda: ScheduleConfig(warmup_steps=-1), "optimizer.schedule.warmup_steps"),
-    (lambda: ScheduleConfig(total_steps=0), "optimizer.schedule.total_steps"),
-    (lambda: ScheduleConfig(warmup_steps=10, total_steps=10), "optimizer.schedule.warmup_steps"),
-    (lambda: ScheduleConfig(final_lr_ratio=float("inf")), "optimizer.schedule.final_lr_ratio"),
-    (lambda: OptimizerConfig(lr=0.0), "optimizer.lr"),
-    (lambda: OptimizerConfig(lr=float("inf")), "optimizer.lr"),
-    (lambda: OptimizerConfig(encoder_lr=-1e-4), "optimizer.encoder_lr"),
-    (lambda: OptimizerConfig(weight_decay=float("nan")), "optimizer.weight_decay"),
-    (lambda: OptimizerConfig(ema_decay=1.0), "optimizer.ema_decay"),
-    (lambda: OptimizerConfig(ema_decay=0.0), "optimizer.ema_decay"),
-    (lambda: OptimizerConfig(ema_decay=float("nan")), "optimizer.ema_decay"),
-    (lambda: OptimizerConfig(ema_start_step=-1), "optimizer.ema_start_step"),
-    (lambda: CrossEntropy(label_smoothing=1.0), "objective.label_smoothing"),
-    (lambda: CrossEntropy(label_smoothing=-0.1), "objective.label_smoothing"),
-    (lambda: CrossEntropy(label_smoothing=float("nan")), "objective.label_smoothing"),
-    (lambda: CrossEntropy(scheduled_sampling_start=-1), "objective.scheduled_sampling_start"),
-    (lambda: CrossEntropy(scheduled_sampling_increase_every=0), "objective.scheduled_sampling_increase_every"),
-    (lambda: CrossEntropy(scheduled_sampling_increase_prob=float("inf")), "objective.scheduled_sampling_increase_prob"),
-    (lambda: CrossEntropy(scheduled_sampling_max_prob=1.5), "objective.scheduled_sampling_max_prob"),
-    (lambda: with_schedule(torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))]), ScheduleConfig(kind="warmup_linear"),
-                           automatic=False), "optimizer.schedule"),
-])
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: ScheduleConfig(kind="exponential"), "optimizer.schedule.kind"),
+        (lambda: ScheduleConfig(interval="batch"), "optimizer.schedule.interval"),
+        (lambda: ScheduleConfig(every=0), "optimizer.schedule.every"),
+        (lambda: ScheduleConfig(start=-1), "optimizer.schedule.start"),
+        (lambda: ScheduleConfig(rate=0.0), "optimizer.schedule.rate"),
+        (lambda: ScheduleConfig(rate=float("nan")), "optimizer.schedule.rate"),
+        (lambda: ScheduleConfig(rate=1.5), "optimizer.schedule.rate"),
+        (lambda: ScheduleConfig(patience=0), "optimizer.schedule.patience"),
+        (lambda: ScheduleConfig(warmup_steps=-1), "optimizer.schedule.warmup_steps"),
+        (lambda: ScheduleConfig(total_steps=0), "optimizer.schedule.total_steps"),
+        (lambda: ScheduleConfig(warmup_steps=10, total_steps=10), "optimizer.schedule.warmup_steps"),
+        (lambda: ScheduleConfig(final_lr_ratio=float("inf")), "optimizer.schedule.final_lr_ratio"),
+        (lambda: OptimizerConfig(lr=0.0), "optimizer.lr"),
+        (lambda: OptimizerConfig(lr=float("inf")), "optimizer.lr"),
+        (lambda: OptimizerConfig(encoder_lr=-1e-4), "optimizer.encoder_lr"),
+        (lambda: OptimizerConfig(weight_decay=float("nan")), "optimizer.weight_decay"),
+        (lambda: OptimizerConfig(ema_decay=1.0), "optimizer.ema_decay"),
+        (lambda: OptimizerConfig(ema_decay=0.0), "optimizer.ema_decay"),
+        (lambda: OptimizerConfig(ema_decay=float("nan")), "optimizer.ema_decay"),
+        (lambda: OptimizerConfig(ema_start_step=-1), "optimizer.ema_start_step"),
+        (lambda: CrossEntropy(label_smoothing=1.0), "objective.label_smoothing"),
+        (lambda: CrossEntropy(label_smoothing=-0.1), "objective.label_smoothing"),
+        (lambda: CrossEntropy(label_smoothing=float("nan")), "objective.label_smoothing"),
+        (lambda: CrossEntropy(scheduled_sampling_start=-1), "objective.scheduled_sampling_start"),
+        (lambda: CrossEntropy(scheduled_sampling_increase_every=0), "objective.scheduled_sampling_increase_every"),
+        (
+            lambda: CrossEntropy(scheduled_sampling_increase_prob=float("inf")),
+            "objective.scheduled_sampling_increase_prob",
+        ),
+        (lambda: CrossEntropy(scheduled_sampling_max_prob=1.5), "objective.scheduled_sampling_max_prob"),
+        (
+            lambda: with_schedule(
+                torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))]),
+                ScheduleConfig(kind="warmup_linear"),
+                automatic=False,
+            ),
+            "optimizer.schedule",
+        ),
+    ],
+)
 def test_wrong_values_are_one_line_naming_the_field(make, field):
     with pytest.raises(ConfigError) as err:
         make()
@@ -297,11 +383,25 @@ def test_validation_tokenizes_in_python_and_test_with_java_where_present():
 
 
 def test_a_resumed_run_has_the_uninterrupted_runs_average(tiny_shapes, tmp_path):
-    every_step = ["--model.optimizer.ema_decay", "0.5", "--trainer.max_epochs", "2", "--trainer.max_steps", "5",
-                  "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
-                  "--trainer.callbacks.save_top_k", "-1", "--trainer.callbacks.filename", "{step}"]
+    every_step = [
+        "--model.optimizer.ema_decay",
+        "0.5",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.max_steps",
+        "5",
+        "--trainer.callbacks+=ModelCheckpoint",
+        "--trainer.callbacks.every_n_train_steps",
+        "1",
+        "--trainer.callbacks.save_top_k",
+        "-1",
+        "--trainer.callbacks.filename",
+        "{step}",
+    ]
     _, whole = fit(tiny_shapes, tmp_path / "whole", 3, every_step)
-    _, resumed = fit(tiny_shapes, tmp_path / "resumed", 3, [*every_step, "--ckpt_path", os.path.join(whole, "step=2.ckpt")])
+    _, resumed = fit(
+        tiny_shapes, tmp_path / "resumed", 3, [*every_step, "--ckpt_path", os.path.join(whole, "step=2.ckpt")]
+    )
     a, b = (safe_torch_load(os.path.join(folder, "step=5.ckpt")) for folder in (whole, resumed))
     for key in ("state_dict", "current_model_state"):  # the average, and the training weights
         for name, value in a[key].items():
@@ -337,19 +437,45 @@ def test_a_run_signalled_with_the_average_on_resumes_to_the_uninterrupted_run(wh
     uninterrupted one (the average, the training weights, Adam's moments)."""
     from captioning.training.cli import run_lightning_cli
 
-    ema = ["--model.optimizer.ema_decay", "0.5", "--model.optimizer.ema_start_step", "1", "--trainer.max_epochs", "2",
-           "--model.decoder.dropout", "0.0"]
+    ema = [
+        "--model.optimizer.ema_decay",
+        "0.5",
+        "--model.optimizer.ema_start_step",
+        "1",
+        "--trainer.max_epochs",
+        "2",
+        "--model.decoder.dropout",
+        "0.0",
+    ]
 
     def run(root, extra=()):
         return run_lightning_cli(fit_args(tiny_shapes, root, steps=3, extra=[*ema, *extra]))
 
-    run(tmp_path / "whole", ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.every_n_train_steps", "1",
-                             "--trainer.callbacks.save_top_k", "-1", "--trainer.callbacks.filename", "{step}"])
+    run(
+        tmp_path / "whole",
+        [
+            "--trainer.callbacks+=ModelCheckpoint",
+            "--trainer.callbacks.every_n_train_steps",
+            "1",
+            "--trainer.callbacks.save_top_k",
+            "-1",
+            "--trainer.callbacks.filename",
+            "{step}",
+        ],
+    )
     stopped = tmp_path / "stopped"
     step = 3 if where == "validation" else 2  # the validation at the end of epoch 0; a batch inside it
     with pytest.raises(SystemExit) as stop:
-        run(stopped, [f"--trainer.callbacks+={__name__}.SignalAt", "--trainer.callbacks.step", str(step),
-                      "--trainer.callbacks.where", where])
+        run(
+            stopped,
+            [
+                f"--trainer.callbacks+={__name__}.SignalAt",
+                "--trainer.callbacks.step",
+                str(step),
+                "--trainer.callbacks.where",
+                where,
+            ],
+        )
     assert stop.value.code == 128 + signal.SIGTERM
     last = stopped / "checkpoints" / "last.ckpt"
     at_stop = safe_torch_load(last)

@@ -2,6 +2,7 @@
 line, ``--ckpt_path last`` stays in the run's own folders, checkpoints are written durably, SIGTERM
 is acted on within seconds (during validation too) and a second one exits at once, and under DDP
 the ranks agree on when to save and when to stop."""
+
 import os
 import signal
 import subprocess
@@ -27,16 +28,27 @@ def one_line_error(capsys, argv) -> str:
 
 
 # ---------------------------------------------------------------------- resume checks
-@pytest.mark.parametrize("extra, expected", [
-    (["--data.batch_size", "4"], "data.batch_size is 8 in the checkpoint, 4 here"),
-    (["--seed_everything", "7"], "seed_everything is 0 in the checkpoint, 7 here (give --seed_everything 0)"),
-    (["--data.image_size", "32"], "data.image_size is 64 in the checkpoint, 32 here"),
-    (["--data.bucket_by_length", "true"], "data.bucket_by_length is False in the checkpoint, True here"),
-])
-def test_a_resume_that_changes_what_continuation_depends_on_is_refused(extra, expected, tiny_shapes, tiny_checkpoint,
-                                                                        tmp_path, capsys):
-    err = one_line_error(capsys, fit_args(tiny_shapes, tmp_path, steps=2, extra=[
-        "--trainer.max_epochs", "2", "--ckpt_path", str(tiny_checkpoint), *extra]))
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--data.batch_size", "4"], "data.batch_size is 8 in the checkpoint, 4 here"),
+        (["--seed_everything", "7"], "seed_everything is 0 in the checkpoint, 7 here (give --seed_everything 0)"),
+        (["--data.image_size", "32"], "data.image_size is 64 in the checkpoint, 32 here"),
+        (["--data.bucket_by_length", "true"], "data.bucket_by_length is False in the checkpoint, True here"),
+    ],
+)
+def test_a_resume_that_changes_what_continuation_depends_on_is_refused(
+    extra, expected, tiny_shapes, tiny_checkpoint, tmp_path, capsys
+):
+    err = one_line_error(
+        capsys,
+        fit_args(
+            tiny_shapes,
+            tmp_path,
+            steps=2,
+            extra=["--trainer.max_epochs", "2", "--ckpt_path", str(tiny_checkpoint), *extra],
+        ),
+    )
     assert f"{tiny_checkpoint}: cannot resume exactly: {expected}" in err
     assert not list(tmp_path.rglob("*.ckpt"))  # refused before anything was trained or written
 
@@ -52,9 +64,11 @@ def fit_from(tiny_shapes, root, checkpoint, extra=()):
 def test_another_architecture_is_refused_in_one_line(tiny_shapes, tiny_checkpoint, tmp_path):
     with pytest.raises(ConfigError) as refused:
         fit_from(tiny_shapes, tmp_path, tiny_checkpoint, ["--model.decoder.hidden_dim", "64"])
-    assert str(refused.value) == (f"{tiny_checkpoint}: cannot resume exactly: model: decoder.hidden_dim is 256 in the "
-                                  "checkpoint, 64 here; resume with the checkpoint's settings, or start a new run from "
-                                  "its weights with model.init_from")
+    assert str(refused.value) == (
+        f"{tiny_checkpoint}: cannot resume exactly: model: decoder.hidden_dim is 256 in the "
+        "checkpoint, 64 here; resume with the checkpoint's settings, or start a new run from "
+        "its weights with model.init_from"
+    )
 
 
 def test_a_checkpoint_whose_weights_do_not_fit_is_one_line_naming_the_tensor(tiny_shapes, tiny_checkpoint, tmp_path):
@@ -68,24 +82,37 @@ def test_a_checkpoint_whose_weights_do_not_fit_is_one_line_naming_the_tensor(tin
     with pytest.raises(CheckpointError) as refused:
         fit_from(tiny_shapes, tmp_path, path, ["--model.decoder.hidden_dim", "64"])
     err = str(refused.value)
-    assert len(err.splitlines()) == 1 and err.startswith(f"{path}: its weights do not fit this config's model (model.decoder.")
+    assert len(err.splitlines()) == 1 and err.startswith(
+        f"{path}: its weights do not fit this config's model (model.decoder."
+    )
     assert "is [" in err and "in the file, the model needs [" in err
 
 
-def test_the_same_settings_resume_and_testing_a_checkpoint_with_another_batch_size_is_fine(tiny_shapes, tiny_checkpoint, tmp_path):
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=3, extra=["--trainer.max_epochs", "2",
-                                                                          "--ckpt_path", str(tiny_checkpoint)]))
+def test_the_same_settings_resume_and_testing_a_checkpoint_with_another_batch_size_is_fine(
+    tiny_shapes, tiny_checkpoint, tmp_path
+):
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes, tmp_path, steps=3, extra=["--trainer.max_epochs", "2", "--ckpt_path", str(tiny_checkpoint)]
+        )
+    )
     assert cli.trainer.global_step == 6
-    args = fit_args(tiny_shapes, tmp_path / "test", extra=["--data.batch_size", "4", "--ckpt_path", str(tiny_checkpoint)])
+    args = fit_args(
+        tiny_shapes, tmp_path / "test", extra=["--data.batch_size", "4", "--ckpt_path", str(tiny_checkpoint)]
+    )
     assert main(["test", *args[1:]]) == 0
 
 
 def test_continuation_names_the_number_of_processes():
     from captioning.training.resume import continuation_difference
 
-    assert continuation_difference({"world_size": 2, "seed": 0}, {"world_size": 1, "seed": 0}) == \
-        "the number of processes (trainer.devices x trainer.num_nodes) is 2 in the checkpoint, 1 here"
-    assert continuation_difference({"batch_size": 8}, {"batch_size": 8, "world_size": 4}) is None  # not recorded: not compared
+    assert (
+        continuation_difference({"world_size": 2, "seed": 0}, {"world_size": 1, "seed": 0})
+        == "the number of processes (trainer.devices x trainer.num_nodes) is 2 in the checkpoint, 1 here"
+    )
+    assert (
+        continuation_difference({"batch_size": 8}, {"batch_size": 8, "world_size": 4}) is None
+    )  # not recorded: not compared
 
 
 def loader(batch_size=4, seed=0, size=20):
@@ -130,8 +157,9 @@ def test_ckpt_path_last_stays_in_the_run_s_version_folders(tiny_shapes, tmp_path
     decoy.parent.mkdir(parents=True)
     decoy.write_bytes(b"not this one")
     capsys.readouterr()
-    cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=2, extra=[*logged, "--ckpt_path", "last",
-                                                                            "--trainer.max_epochs", "2"]))
+    cli = run_lightning_cli(
+        fit_args(tiny_shapes, tmp_path, steps=2, extra=[*logged, "--ckpt_path", "last", "--trainer.max_epochs", "2"])
+    )
     assert f"resuming from {mine}" in capsys.readouterr().out
     assert cli.trainer.global_step == 4
 
@@ -186,17 +214,39 @@ class SlowValidation(Callback):
 
 def sigterm_args(annotations, root, seconds=None, extra=()):
     slow = ["--trainer.callbacks+=slow_validation.SlowValidation", "--trainer.callbacks.seconds", str(seconds)]
-    return fit_args(annotations, root, steps=2, extra=[
-        "--trainer.max_epochs", "2", "--trainer.limit_val_batches", "8", "--data.eval_batch_size", "1",
-        "--trainer.num_sanity_val_steps", "0", "--trainer.deterministic", "true", "--trainer.enable_progress_bar", "true",
-        *(slow if seconds is not None else []), *extra])
+    return fit_args(
+        annotations,
+        root,
+        steps=2,
+        extra=[
+            "--trainer.max_epochs",
+            "2",
+            "--trainer.limit_val_batches",
+            "8",
+            "--data.eval_batch_size",
+            "1",
+            "--trainer.num_sanity_val_steps",
+            "0",
+            "--trainer.deterministic",
+            "true",
+            "--trainer.enable_progress_bar",
+            "true",
+            *(slow if seconds is not None else []),
+            *extra,
+        ],
+    )
 
 
 def start(tmp_path, argv):
     (tmp_path / "slow_validation.py").write_text(SLOW_VALIDATION)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
-    return subprocess.Popen([sys.executable, "-m", "captioning.cli", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "captioning.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def wait_for(proc, text: str, timeout: float = 120) -> None:
@@ -210,7 +260,8 @@ def wait_for(proc, text: str, timeout: float = 120) -> None:
 
 @pytest.mark.slow
 def test_sigterm_during_validation_stops_within_seconds_and_the_resumed_run_redoes_that_validation(
-        tiny_shapes, tmp_path, capsys):
+    tiny_shapes, tmp_path, capsys
+):
     run = start(tmp_path, sigterm_args(tiny_shapes, tmp_path / "stopped", seconds=1.0))
     wait_for(run, "validating step 2 batch 1")  # the first epoch's validation, 8 batches of a second each
     sent = time.time()
@@ -297,8 +348,15 @@ def run_ddp(tmp: Path, annotations, case: str, timeout: float = 150) -> subproce
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     for var in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp), str(annotations), case], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp), str(annotations), case],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -312,8 +370,9 @@ def run_ddp(tmp: Path, annotations, case: str, timeout: float = 150) -> subproce
 def ddp_data(tmp_path_factory):
     from captioning.data.shapes import generate
 
-    return generate(tmp_path_factory.mktemp("ddp_data"), n_train=8, n_val=2, n_test=2, seed=5, image_size=64,
-                    progress=False)
+    return generate(
+        tmp_path_factory.mktemp("ddp_data"), n_train=8, n_val=2, n_test=2, seed=5, image_size=64, progress=False
+    )
 
 
 @pytest.mark.slow
@@ -346,14 +405,17 @@ class RunsCode:
 
 
 @pytest.mark.parametrize("command", ["fit", "validate"])
-def test_a_code_running_ckpt_path_is_refused_in_one_line_with_nothing_run(command, tiny_shapes, tiny_checkpoint,
-                                                                          tmp_path, capsys):
+def test_a_code_running_ckpt_path_is_refused_in_one_line_with_nothing_run(
+    command, tiny_shapes, tiny_checkpoint, tmp_path, capsys
+):
     marker = tmp_path / "pwned"
     ckpt = safe_torch_load(tiny_checkpoint)
     ckpt["hyper_parameters"]["payload"] = RunsCode(marker)
     evil = tmp_path / "evil.ckpt"
     torch.save(ckpt, evil)
-    argv = fit_args(tiny_shapes, tmp_path / "run", steps=2, extra=["--trainer.max_epochs", "2", "--ckpt_path", str(evil)])
+    argv = fit_args(
+        tiny_shapes, tmp_path / "run", steps=2, extra=["--trainer.max_epochs", "2", "--ckpt_path", str(evil)]
+    )
     err = one_line_error(capsys, [command, *argv[1:]])
     assert "evil.ckpt: refused to load: not a plain-weights checkpoint" in err
     assert not marker.exists()
@@ -361,20 +423,37 @@ def test_a_code_running_ckpt_path_is_refused_in_one_line_with_nothing_run(comman
     assert marker.exists()
 
 
-def test_a_code_running_ckpt_path_is_refused_whatever_the_checkpoint_plugin(tiny_shapes, tiny_checkpoint, tmp_path, capsys):
+def test_a_code_running_ckpt_path_is_refused_whatever_the_checkpoint_plugin(
+    tiny_shapes, tiny_checkpoint, tmp_path, capsys
+):
     """A config's own CheckpointIO would read the file its way: the project's loader reads it first."""
     marker = tmp_path / "pwned"
     ckpt = safe_torch_load(tiny_checkpoint)
     ckpt["hyper_parameters"]["payload"] = RunsCode(marker)
     evil = tmp_path / "evil.ckpt"
     torch.save(ckpt, evil)
-    err = one_line_error(capsys, fit_args(tiny_shapes, tmp_path / "run", steps=2, extra=[
-        "--trainer.max_epochs", "2", "--trainer.plugins", "lightning.fabric.plugins.TorchCheckpointIO",
-        "--ckpt_path", str(evil)]))
+    err = one_line_error(
+        capsys,
+        fit_args(
+            tiny_shapes,
+            tmp_path / "run",
+            steps=2,
+            extra=[
+                "--trainer.max_epochs",
+                "2",
+                "--trainer.plugins",
+                "lightning.fabric.plugins.TorchCheckpointIO",
+                "--ckpt_path",
+                str(evil),
+            ],
+        ),
+    )
     assert "evil.ckpt: refused to load" in err and not marker.exists()
 
 
-@pytest.mark.parametrize("url", ["https://example.com/last.ckpt", "http://127.0.0.1:9/last.ckpt", "s3://bucket/last.ckpt"])
+@pytest.mark.parametrize(
+    "url", ["https://example.com/last.ckpt", "http://127.0.0.1:9/last.ckpt", "s3://bucket/last.ckpt"]
+)
 def test_a_ckpt_path_url_is_refused_in_one_line(url, tiny_shapes, tmp_path, capsys):
     err = one_line_error(capsys, fit_args(tiny_shapes, tmp_path, steps=2, extra=["--ckpt_path", url]))
     assert f"{url}: refused: a checkpoint to resume from is a local file" in err

@@ -2,6 +2,7 @@
 masked in the losses, with nothing read back to the host, gives the same loss and gradients as the
 shrinking-batch pass (float64), for soft and hard attention and the attention variants; and the
 training module runs it (option static_shapes) with the same losses as today's pass."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -67,8 +68,11 @@ def test_static_pass_equals_the_shrinking_batch_pass(case, pad_to):
     if decoder.attention_kind == "hard":  # the same locations in both passes: given, and some rows expected
         g = torch.Generator().manual_seed(1)
         shape = (5, captions.size(1) - 1) + ((decoder.heads,) if decoder.heads > 1 else ())
-        kwargs = dict(mode="sample", use_expected=torch.tensor([False, True, False, False, True]),
-                      locations=torch.randint(0, L, shape, generator=g))
+        kwargs = dict(
+            mode="sample",
+            use_expected=torch.tensor([False, True, False, False, True]),
+            locations=torch.randint(0, L, shape, generator=g),
+        )
     ref_loss, ref_fgrad, ref_grads, ref = loss_and_grads(decoder, features, captions, lengths, False, **kwargs)
     if pad_to:  # the static pass reads captions padded to a longer bucket (and locations to match)
         captions = F.pad(captions, (0, pad_to - captions.size(1)))
@@ -157,11 +161,28 @@ def fit_weights(tiny_shapes, root, config, extra):
     from captioning.training.cli import run_lightning_cli
     from tests.helpers import fit_args
 
-    cli = run_lightning_cli(fit_args(tiny_shapes, root, config=config, steps=3,
-                                     extra=["--model.decoder.dropout", "0.0", "--trainer.enable_checkpointing", "false",
-                                            "--trainer.gradient_clip_val", "0.05",
-                                            # a constant rate (a schedule and model.cuda_graphs are refused together)
-                                            "--model.optimizer.lr", "0.001", "--model.optimizer.schedule.kind", "none", *extra]))
+    cli = run_lightning_cli(
+        fit_args(
+            tiny_shapes,
+            root,
+            config=config,
+            steps=3,
+            extra=[
+                "--model.decoder.dropout",
+                "0.0",
+                "--trainer.enable_checkpointing",
+                "false",
+                "--trainer.gradient_clip_val",
+                "0.05",
+                # a constant rate (a schedule and model.cuda_graphs are refused together)
+                "--model.optimizer.lr",
+                "0.001",
+                "--model.optimizer.schedule.kind",
+                "none",
+                *extra,
+            ],
+        )
+    )
     return cli, {k: v.detach().clone() for k, v in cli.model.state_dict().items()}
 
 
@@ -197,8 +218,11 @@ def test_cuda_graphs_refuses_steps_it_cannot_capture():
     with pytest.raises(ConfigError, match="cuda_graphs.*decodes"):
         CaptioningModule(objective=SCST(), cuda_graphs=True)
     with pytest.raises(ConfigError, match="cuda_graphs.*schedule"):
-        CaptioningModule(decoder=DecoderConfig(attention_kind="hard"), cuda_graphs=True,
-                         objective=HardAttentionReinforce(lambda_e_final=0.0, entropy_anneal_steps=10))
+        CaptioningModule(
+            decoder=DecoderConfig(attention_kind="hard"),
+            cuda_graphs=True,
+            objective=HardAttentionReinforce(lambda_e_final=0.0, entropy_anneal_steps=10),
+        )
     # the semi-sampling schedule is computed on the device from the step count: it can be captured
     objective = HardAttentionReinforce(semi_sampling_p=1.0, semi_sampling_p_final=0.5, semi_sampling_anneal_steps=10)
     assert objective.static_step_problem() is None
@@ -224,4 +248,6 @@ def test_nonfinite_loss_in_a_captured_step_stops_the_run(tiny_shapes, tmp_path):
     from captioning.errors import CaptioningError
 
     with pytest.raises(CaptioningError, match=r"non-finite loss in \d step\(s\) at or before global step"):
-        fit_weights(tiny_shapes, tmp_path, "shapes_soft.yaml", ["--model.cuda_graphs", "true", "--model.optimizer.lr", "1e30"])
+        fit_weights(
+            tiny_shapes, tmp_path, "shapes_soft.yaml", ["--model.cuda_graphs", "true", "--model.optimizer.lr", "1e30"]
+        )

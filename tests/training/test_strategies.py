@@ -1,5 +1,6 @@
 """The training package's pieces: the step strategy chosen once from the options, the callbacks the
 module brings, the guards, and the Gumbel objective's earlier spelling in configs and checkpoints."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -21,12 +22,15 @@ from captioning.training.strategies import CapturedStep, EagerStep, StaticStep
 from captioning.vocab import Vocabulary
 
 
-@pytest.mark.parametrize("options, kind, automatic", [
-    ({}, EagerStep, True),
-    ({"static_shapes": True}, StaticStep, True),
-    ({"cuda_graphs": True}, CapturedStep, False),
-    ({"cuda_graphs": True, "static_shapes": True}, CapturedStep, False),
-])
+@pytest.mark.parametrize(
+    "options, kind, automatic",
+    [
+        ({}, EagerStep, True),
+        ({"static_shapes": True}, StaticStep, True),
+        ({"cuda_graphs": True}, CapturedStep, False),
+        ({"cuda_graphs": True, "static_shapes": True}, CapturedStep, False),
+    ],
+)
 def test_the_step_is_chosen_once_from_the_options(options, kind, automatic):
     module = CaptioningModule(**options)
     assert type(module.step_strategy) is kind and module.automatic_optimization is automatic
@@ -36,7 +40,9 @@ def test_the_step_is_chosen_once_from_the_options(options, kind, automatic):
     assert not any(isinstance(c, TF32) for c in CaptioningModule(tf32=False, **options).configure_callbacks())
     # the saved settings are the options as given
     assert {k: module.hparams[k] for k in ("static_shapes", "cuda_graphs")} == {
-        "static_shapes": options.get("static_shapes", False), "cuda_graphs": options.get("cuda_graphs", False)}
+        "static_shapes": options.get("static_shapes", False),
+        "cuda_graphs": options.get("cuda_graphs", False),
+    }
 
 
 def test_bad_step_options_are_one_line_config_errors():
@@ -53,8 +59,13 @@ def test_eager_and_static_steps_give_the_same_loss():
     batch = {"images": torch.rand(2, 3, 16, 16), "captions": captions, "lengths": torch.tensor([5, 7])}
     losses = []
     for static in (False, True):
-        module = CaptioningModule(EncoderConfig(channels=(4, 8, 8), dim=8), DecoderConfig(8, 8, 8, dropout=0.0),
-                                  image_size=16, static_shapes=static, length_buckets=(12,))
+        module = CaptioningModule(
+            EncoderConfig(channels=(4, 8, 8), dim=8),
+            DecoderConfig(8, 8, 8, dropout=0.0),
+            image_size=16,
+            static_shapes=static,
+            length_buckets=(12,),
+        )
         torch.manual_seed(1)
         module.set_vocab(vocab)
         module.model.double()
@@ -87,27 +98,49 @@ def test_the_captured_steps_nonfinite_count_is_read_every_n_steps():
 
 
 # ---------------------------------------------------------------------- the Gumbel objective's spellings
-OLD_GUMBEL = {"class_path": "captioning.objectives.reinforce.HardAttentionReinforce",
-              "init_args": {"doubly_stochastic": 0.5, "lambda_r": 0.3, "lambda_e": 0.01, "baseline": "learned",
-                            "baseline_lr": 0.2, "normalize_reward": True, "semi_sampling_per": "image",
-                            "estimator": "gumbel", "gumbel_temperature": 2.0, "gumbel_temperature_final": 0.5,
-                            "gumbel_anneal_steps": 10}}
+OLD_GUMBEL = {
+    "class_path": "captioning.objectives.reinforce.HardAttentionReinforce",
+    "init_args": {
+        "doubly_stochastic": 0.5,
+        "lambda_r": 0.3,
+        "lambda_e": 0.01,
+        "baseline": "learned",
+        "baseline_lr": 0.2,
+        "normalize_reward": True,
+        "semi_sampling_per": "image",
+        "estimator": "gumbel",
+        "gumbel_temperature": 2.0,
+        "gumbel_temperature_final": 0.5,
+        "gumbel_anneal_steps": 10,
+    },
+}
 
 
 def test_estimator_gumbel_is_read_as_the_gumbel_objective():
     objective = objective_from_spec(OLD_GUMBEL)
     assert type(objective) is HardAttentionGumbel
-    assert objective.settings == {**HardAttentionGumbel().settings, "doubly_stochastic": 0.5, "lambda_e": 0.01,
-                                  "semi_sampling_per": "image", "gumbel_temperature": 2.0,
-                                  "gumbel_temperature_final": 0.5, "gumbel_anneal_steps": 10}
+    assert objective.settings == {
+        **HardAttentionGumbel().settings,
+        "doubly_stochastic": 0.5,
+        "lambda_e": 0.01,
+        "semi_sampling_per": "image",
+        "gumbel_temperature": 2.0,
+        "gumbel_temperature_final": 0.5,
+        "gumbel_anneal_steps": 10,
+    }
     # its spec names the class, and is read back as it is
     assert objective.spec()["class_path"] == "captioning.objectives.gumbel.HardAttentionGumbel"
     assert objective_from_spec(objective.spec()).settings == objective.settings
-    assert current_spelling("HardAttentionReinforce", {"estimator": "reinforce"}) == ("HardAttentionReinforce", {"estimator": "reinforce"})
+    assert current_spelling("HardAttentionReinforce", {"estimator": "reinforce"}) == (
+        "HardAttentionReinforce",
+        {"estimator": "reinforce"},
+    )
     # REINFORCE by its earlier settings (estimator reinforce and unused gumbel ones): REINFORCE as before
     old = {**OLD_GUMBEL["init_args"], "estimator": "reinforce"}
     reinforce = objective_from_spec({**OLD_GUMBEL, "init_args": old})
-    assert type(reinforce) is HardAttentionReinforce and reinforce.lambda_r == 0.3 and reinforce.baseline_kind == "learned"
+    assert (
+        type(reinforce) is HardAttentionReinforce and reinforce.lambda_r == 0.3 and reinforce.baseline_kind == "learned"
+    )
     # both spellings name registered objectives (the earlier one by its class's name)
     assert OBJECTIVES.get("gumbel") is HardAttentionGumbel and OBJECTIVES.get("reinforce") is HardAttentionReinforce
 
@@ -129,7 +162,13 @@ def test_the_gumbel_objective_trains_hard_attention_only_and_is_captured_without
     with pytest.raises(ConfigError, match="does not train soft attention"):
         CaptioningModule(objective=HardAttentionGumbel())
     hard = DecoderConfig(attention_kind="hard")
-    assert type(CaptioningModule(decoder=hard, objective=HardAttentionGumbel(), cuda_graphs=True).step_strategy) is CapturedStep
+    assert (
+        type(CaptioningModule(decoder=hard, objective=HardAttentionGumbel(), cuda_graphs=True).step_strategy)
+        is CapturedStep
+    )
     with pytest.raises(ConfigError, match="cuda_graphs.*Gumbel temperature schedule"):
-        CaptioningModule(decoder=hard, cuda_graphs=True,
-                         objective=HardAttentionGumbel(gumbel_temperature_final=0.5, gumbel_anneal_steps=10))
+        CaptioningModule(
+            decoder=hard,
+            cuda_graphs=True,
+            objective=HardAttentionGumbel(gumbel_temperature_final=0.5, gumbel_anneal_steps=10),
+        )
