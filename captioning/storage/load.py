@@ -20,7 +20,7 @@ import os
 import torch
 
 from captioning.common import PathLike
-from captioning.errors import CheckpointError
+from captioning.errors import CaptioningError, CheckpointError
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import build_model
 from captioning.storage.checkpoint import ModelFile, ModelSource, read_checkpoint_file, state_mismatch
@@ -51,13 +51,16 @@ def model_of(file: ModelFile) -> ShowAttendTell:
     try:  # the shapes first, on the meta device (no memory): sizes the file's tensors do not match are never allocated
         with torch.device("meta"):
             shapes = build_model(spec, file.vocab).state_dict()
+    except CaptioningError:  # a library's backbone that cannot be built on the meta device (OpenCLIP): checked below
+        shapes = None
     except (TypeError, ValueError, OverflowError, RuntimeError) as err:  # e.g. a size past what torch can hold
         detail = " ".join(str(err).split("\n")[0].split())[:150]
         raise CheckpointError(f"{file.files['config']}: its settings do not make a model ({detail})") from None
-    mismatch = state_mismatch(shapes, file.weights)
+    model = build_model(spec, file.vocab) if shapes is None else None
+    mismatch = state_mismatch(shapes if shapes is not None else model.state_dict(), file.weights)
     if mismatch:
         raise CheckpointError(f"{file.files['weights']}: weights do not fit {what} ({mismatch})")
-    model = build_model(spec, file.vocab)
+    model = model if model is not None else build_model(spec, file.vocab)
     try:
         model.load_state_dict(file.weights)
     except RuntimeError as err:

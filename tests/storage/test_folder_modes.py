@@ -1,5 +1,6 @@
 """A model folder's files are written with the umask's mode, the weights like the rest (a private temporary
 file's 0600 used to stay on model.safetensors)."""
+
 import os
 import stat
 
