@@ -157,9 +157,9 @@ class DecoderConfig:
                 raise ConfigError(
                     f"model.decoder.{field}: expected one of {', '.join(choices)}, got {getattr(self, field)!r}"
                 )
-        if not self.local_sigma > 0:
+        if not (self.local_sigma > 0 and math.isfinite(self.local_sigma)):
             raise ConfigError(
-                f"model.decoder.local_sigma: expected a number > 0 (grid cells), got {self.local_sigma!r}"
+                f"model.decoder.local_sigma: expected a finite number > 0 (grid cells), got {self.local_sigma!r}"
             )
         if self.refiner_layers < 0:
             raise ConfigError(f"model.decoder.refiner_layers: expected an integer >= 0, got {self.refiner_layers!r}")
