@@ -14,6 +14,7 @@ Everything lands in one folder (default outputs/demo):
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import time
 from pathlib import Path
 
@@ -129,7 +130,8 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: int | None = 
     from captioning.web.server import serve_command
 
     print(f"\nbest checkpoint: {best}")
-    print(f"try it in a browser: {serve_command(best)}  (needs the web extra: pip install -e '.[web]')")
+    needs = "" if importlib.util.find_spec("uvicorn") else "  (needs the web extra first: pip install -e '.[web]')"
+    print(f"try it in a browser: {serve_command(best)}{needs}")
     print(f"metrics:         {out_dir / 'metrics.json'}")
     print(f"curves:          {out_dir / 'curves.png'}  (and tensorboard --logdir {cli.trainer.log_dir})")
     print(f"captions:        {out_dir / 'captions.json'}")

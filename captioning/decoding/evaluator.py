@@ -80,7 +80,9 @@ class Evaluator:
     Besides the coco-caption metrics, :meth:`score` gives the diversity figures of
     :func:`~captioning.metrics.diversity.diversity_scores` and the attention figures of
     :class:`~captioning.metrics.attention_health.AttentionHealth` (from the maps of every decoded
-    caption); their warnings are logged and kept in the notes ("diversity_warning", "attention_warning").
+    caption); their warnings are kept in the notes ("diversity_warning", "attention_warning") of every
+    :meth:`score`, and logged once per kind for the Evaluator's life (a training run validates many
+    times; a repeat goes to the debug log).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class Evaluator:
         self.health = AttentionHealth(uniform_ratio, movement_floor)
         self.vocab_size: int | None = None
         self._scorer: CocoScorer | None = None
+        self._warned: set[str] = set()  # the kinds of warning already logged (once per Evaluator)
         self.reset()
 
     def set_training_captions(self, captions: Iterable[str] | None = None, known: Set[str] | None = None) -> None:
@@ -211,7 +214,9 @@ class Evaluator:
         scores.update(attention)
         for key, warnings in (("diversity_warning", diversity_warnings), ("attention_warning", attention_warnings)):
             for line in warnings:
-                log.warning(line)
+                kind = " ".join(line.split()[:3])  # "one caption covers", "attention barely moves", ...
+                (log.debug if kind in self._warned else log.warning)(line)
+                self._warned.add(kind)
             if warnings:
                 notes[key] = "; ".join(warnings)
         if self.clip is not None:

@@ -76,6 +76,11 @@ def diversity_scores(
     if scores["top_caption_share"] > dominant_share:
         warnings.append(
             f"one caption covers {scores['top_caption_share']:.0%} of the images (more than "
-            f"{dominant_share:.0%}): {top!r}"
+            f"{dominant_share:.0%}): {_shortened(top)!r}"
         )
     return scores, warnings
+
+
+def _shortened(text: str, limit: int = 60) -> str:
+    """``text``, or its first ``limit`` characters and "..." (a degenerate caption can be 30 words long)."""
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."

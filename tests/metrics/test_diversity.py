@@ -205,3 +205,21 @@ def test_validation_logs_novel_captions_and_says_why_clip_scores_are_missing(tin
     assert 0 <= float(logged["val/novel_captions"]) <= 1
     assert "val/CLIPScore" not in logged
     assert any("CLIPScore unavailable" in r.getMessage() for r in caplog.records)
+
+
+def test_the_evaluator_warns_once_per_kind_and_keeps_every_note(caplog):
+    """A training run validates many times: each kind of warning is logged once, every score's notes keep it."""
+    evaluator = Evaluator(dominant_share=0.2)
+    evaluator._scorer = lambda refs, preds: {"CIDEr": 0.5}
+    long_caption = " ".join(["a red circle to the right of"] * 5)
+    captions = {i: long_caption for i in range(4)}
+    logged = []
+    for _ in range(3):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            _, notes = evaluator.score(captions, {i: ["x"] for i in captions})
+        assert "one caption covers" in notes["diversity_warning"]
+        logged.append(caplog.text.count("one caption covers"))
+    assert logged == [1, 0, 0]
+    assert long_caption not in notes["diversity_warning"]  # a long degenerate caption is shortened
+    assert "..." in notes["diversity_warning"]
