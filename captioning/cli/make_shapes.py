@@ -26,6 +26,15 @@ class MakeShapes(Command):
             help="demo: 1-4 objects on a gradient, PNG (the demo's data); hard: 2-4 objects of 3 sizes, "
             "8 colours, 6 shapes on textured backgrounds, JPEG",
         )
+        p.add_argument(
+            "--holdout",
+            default="",
+            help="colour:shape pairs kept out of train/val/test images and captions, comma-separated "
+            "(e.g. red:circle,blue:square); their images form a test_novel split (docs/EVALUATION.md)",
+        )
+        p.add_argument(
+            "--test-novel", type=at_least(1), default=None, help="test_novel images with --holdout (default: --test)"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from captioning.data.shapes import generate
@@ -38,6 +47,8 @@ class MakeShapes(Command):
             seed=args.seed,
             image_size=args.image_size,
             preset=args.preset,
+            holdout=args.holdout,
+            n_test_novel=args.test_novel,
         )
         print(f"wrote {path}")
         return 0

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from captioning.errors import ConfigError
 
-SPLITS = ("train", "val", "test", "restval")
+SPLITS = ("train", "val", "test", "restval", "test_novel")  # test_novel: data/holdout.py
 
 
 @dataclass

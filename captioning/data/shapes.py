@@ -29,6 +29,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
+from captioning.data.holdout import NOVEL_SPLIT, holds_novel, parse_holdout
 from captioning.errors import ConfigError
 
 SIZES = ("small", "large")  # the demo's words; the hard preset adds HARD_* to them
@@ -288,12 +289,17 @@ def generate(
     image_size: int = 64,
     progress: bool = True,
     preset: str | ShapesStyle = "demo",
+    holdout: str | Sequence = (),
+    n_test_novel: int | None = None,
 ) -> Path:
     """Write the shapes dataset under `out_dir`; return the annotation file's path.
 
     Images go to ``out_dir/images/{split}/{imgid:06d}.png`` (``.jpg`` for a JPEG style),
     annotations to ``out_dir/dataset_shapes.json`` (Karpathy format plus width, height and
     objects). ``preset``: a name of :data:`PRESETS` ("demo", "hard") or a :class:`ShapesStyle`.
+    ``holdout``: colour-shape pairs ("red:circle,blue:square") kept out of the train, val and test
+    images; ``n_test_novel`` images (default ``n_test``) holding at least one of them form the
+    ``test_novel`` split (data/holdout.py). Without a holdout the images are the same as before.
     """
     if isinstance(preset, str):
         if preset not in PRESETS:
@@ -308,6 +314,12 @@ def generate(
     if style.image_format not in ("png", "jpeg"):
         raise ConfigError(f"shapes dataset: image_format must be 'png' or 'jpeg', got {style.image_format!r}")
     counts = {"train": n_train, "val": n_val, "test": n_test}
+    pairs = parse_holdout(holdout, style.colours, style.shapes) if holdout else ()
+    if pairs:
+        counts[NOVEL_SPLIT] = n_test if n_test_novel is None else n_test_novel
+        for split, n in counts.items():
+            if n == 0:
+                raise ConfigError(f"--holdout: the {split} split would be empty (give it at least one image)")
     for split, n in counts.items():
         if int(n) != n or n < 0:
             raise ConfigError(f"shapes dataset: n_{split} must be a non-negative integer, got {n!r}")
@@ -317,15 +329,18 @@ def generate(
     total = sum(counts.values())
     # one independent seed per image: an image does not depend on how many others are made
     image_seeds = np.random.default_rng(seed).integers(0, 2**63 - 1, size=total)
-    splits = [s for s in _SPLITS for _ in range(counts[s])]
-    for split in _SPLITS:
+    splits = [s for s in counts for _ in range(counts[s])]
+    for split in counts:
         (out_dir / "images" / split).mkdir(parents=True, exist_ok=True)
 
     images = []
     for imgid in tqdm(range(total), desc="shapes", unit="img", disable=None if progress else True):
         rng = np.random.default_rng(image_seeds[imgid])
-        img, objects = _make_image(rng, image_size, style)
         split = splits[imgid]
+        img, objects = _make_image(rng, image_size, style)
+        # with a holdout, redraw (from the image's own stream) until the image is on its split's side
+        while pairs and holds_novel(objects, pairs) != (split == NOVEL_SPLIT):
+            img, objects = _make_image(rng, image_size, style)
         if style.image_format == "jpeg":
             filename = f"{imgid:06d}.jpg"
             img.save(out_dir / "images" / split / filename, format="JPEG", quality=style.jpeg_quality)
@@ -353,7 +368,10 @@ def generate(
 
     path = out_dir / "dataset_shapes.json"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"dataset": "shapes", "images": images}), encoding="utf-8")
+    data = {"dataset": "shapes", "images": images}
+    if pairs:
+        data["holdout"] = [f"{c}:{s}" for c, s in pairs]
+    tmp.write_text(json.dumps(data), encoding="utf-8")
     os.replace(tmp, path)
     return path
 
