@@ -13,16 +13,30 @@ A tokenizer is one class registered in :data:`TOKENIZERS`::
 The data names one (``data.tokenizer``); the vocabulary built from its tokens records its name
 (:class:`~captioning.vocab.Vocabulary`), so that every route that turns ids back into text (the
 API, evaluation, the web page, the ONNX captioner) joins tokens the way they were split.
+
+Built in (docs/LANGUAGES.md):
+
+* ``words``: lower-cased words and numbers, punctuation dropped (spaced scripts; the default);
+* ``chars``: one token per CJK character (Han, kana), words of spaced scripts and digit runs whole;
+* ``jieba``: Chinese word segmentation by the ``jieba`` package (``pip install -e '.[zh]'``), as AI
+  Challenger's evaluation segments;
+* ``bpe`` / ``unigram``: a subword vocabulary of ``data.vocab_size`` tokens trained on the training
+  captions by Hugging Face ``tokenizers`` (``pip install -e '.[subword]'``); the trained model is kept
+  in the vocabulary (:meth:`Tokenizer.state`).
+
+Text in CJK scripts is joined without spaces (:func:`join_words`); :func:`pick_tokenizer` chooses
+``jieba`` (else ``chars``) for training captions that are mostly CJK.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from nltk.tokenize import RegexpTokenizer
 
+from captioning.errors import ConfigError
 from captioning.registry import Registry
 
 TOKENIZERS: Registry[type[Tokenizer]] = Registry("tokenizer", field="data.tokenizer")
@@ -33,11 +47,82 @@ DEFAULT_TOKENIZER = "words"  # what vocabularies that name none were built with
 _WORD = RegexpTokenizer(r"\w+(?:['\-]\w+)*")
 _PUNCTUATION_GAP = re.compile(r" ([,.;:!?])(?= |$)")  # a space before a punctuation token
 
+# Scripts written without spaces between words: CJK ideographs (and their extensions and
+# compatibility forms), Hiragana, Katakana (full and half width), and CJK punctuation.
+_CJK_RANGES = (
+    (0x3000, 0x303F),  # CJK symbols and punctuation
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x31F0, 0x31FF),  # Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF01, 0xFF0F),  # full-width punctuation
+    (0xFF1A, 0xFF20),
+    (0xFF5B, 0xFF65),
+    (0xFF66, 0xFF9F),  # half-width Katakana
+    (0x20000, 0x3134F),  # CJK extensions B-G
+)
+_CJK_CHAR = "".join(f"{chr(a)}-{chr(b)}" for a, b in _CJK_RANGES)
+_CJK_SPLIT = re.compile(f"([{_CJK_CHAR}])")  # a word -> its CJK characters and the runs between them
+
+
+def is_cjk(char: str) -> bool:
+    """Whether ``char`` belongs to a script written without spaces between words (Han, kana)."""
+    code = ord(char)
+    return any(a <= code <= b for a, b in _CJK_RANGES)
+
+
+def cjk_share(texts: Iterable[str]) -> float:
+    """The share of CJK characters among the letters and digits of ``texts`` (0 with none)."""
+    cjk = total = 0
+    for text in texts:
+        for char in text:
+            if char.isalnum():
+                total += 1
+                cjk += is_cjk(char)
+    return cjk / total if total else 0.0
+
+
+def join_words(tokens: Sequence[str]) -> str:
+    """Tokens as text: a space between two tokens only where both sides are spaced-script
+    characters (``["a", "dog"]`` -> "a dog", ``["左", "上", "角"]`` -> "左上角", ``["3", "个"]`` ->
+    "3个"); a punctuation token attaches to the token before it."""
+    out: list[str] = []
+    for token in tokens:
+        if not token:
+            continue
+        if out and not (is_cjk(out[-1][-1]) or is_cjk(token[0]) or _is_punctuation(token)):
+            out.append(" ")
+        out.append(token)
+    return "".join(out)
+
+
+def _is_punctuation(token: str) -> bool:
+    return all(unicodedata.category(c).startswith("P") for c in token)
+
+
+def _normalise(text: str) -> str:
+    """NFC ("e" + accent -> "é"), lower case, the typographic apostrophe as "'"."""
+    return unicodedata.normalize("NFC", text).lower().replace("\u2019", "'")
+
 
 class Tokenizer:
-    """Text <-> tokens. Subclasses set ``name`` (their registered name) and implement both ways."""
+    """Text <-> tokens. Subclasses set ``name`` (their registered name) and implement both ways.
+
+    A tokenizer learned from the training captions (``trainable``) implements :meth:`train`,
+    :meth:`state` / :meth:`load_state` (what the vocabulary stores of it) and :meth:`tokens` (its
+    whole token list, which becomes the vocabulary's).
+    """
 
     name: str
+    trainable: bool = False  # learned from the training captions (bpe, unigram)
+
+    def __init__(self, vocab_size: int | None = None, size_field: str = "data.vocab_size"):
+        if vocab_size is not None:
+            raise ConfigError(
+                f"{size_field}: only a trained tokenizer (bpe, unigram) takes a vocabulary size, not {self.name!r} "
+                "(data.max_vocab_size caps the others)"
+            )
 
     def tokenize(self, text: str) -> list[str]:
         """The tokens of a caption (empty for a caption with nothing to learn from)."""
@@ -45,6 +130,29 @@ class Tokenizer:
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         """The text of a generated caption's tokens (special tokens already removed)."""
+        raise NotImplementedError
+
+    def scoring_tokens(self, text: str) -> list[str] | None:
+        """The tokens BLEU, ROUGE-L and CIDEr count for a caption in this tokenizer's language, or None
+        where the PTB tokenizer (English) applies (metrics/coco.py)."""
+        return None
+
+    @property
+    def trained(self) -> bool:
+        return not self.trainable
+
+    def train(self, texts: Iterable[str]) -> None:
+        raise NotImplementedError
+
+    def tokens(self) -> list[str] | None:
+        """Every token a trained tokenizer can emit (the vocabulary's list), None for the others."""
+        return None
+
+    def state(self) -> dict | None:
+        """What a trained tokenizer needs to be rebuilt (plain JSON values), None for the others."""
+        return None
+
+    def load_state(self, state: dict) -> None:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -73,10 +181,223 @@ class WordTokenizer(Tokenizer):
         return _PUNCTUATION_GAP.sub(r"\1", " ".join(tokens))
 
 
-def build_tokenizer(name: str = DEFAULT_TOKENIZER, field: str | None = None) -> Tokenizer:
+def _split_cjk(word: str) -> list[str]:
+    """A word -> its CJK characters one by one, the runs of other characters between them whole."""
+    return [piece for piece in _CJK_SPLIT.split(word) if piece and not piece.isspace()]
+
+
+@TOKENIZERS.register("chars")
+class CharTokenizer(Tokenizer):
+    """One token per CJK character ("左上角" -> 左, 上, 角); words of spaced scripts, digit runs and
+    Latin runs inside CJK text kept whole ("3个T恤" -> 3, 个, t, 恤); punctuation dropped as ``words``
+    drops it. Text: :func:`join_words`."""
+
+    name = "chars"
+
+    def tokenize(self, text: str) -> list[str]:
+        return [piece for word in _WORD.tokenize(_normalise(text)) for piece in _split_cjk(word)]
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        return join_words(tokens)
+
+    def scoring_tokens(self, text: str) -> list[str]:
+        return self.tokenize(text)
+
+
+def _jieba():
+    """The jieba module, quiet (its dictionary loads on first use); one line if not installed."""
+    try:
+        import jieba
+    except ImportError:
+        raise ConfigError(
+            "data.tokenizer: 'jieba' needs the jieba package: pip install -e '.[zh]' (or use data.tokenizer: chars)"
+        ) from None
+    import logging
+
+    jieba.setLogLevel(logging.WARNING)
+    return jieba
+
+
+@TOKENIZERS.register("jieba")
+class JiebaTokenizer(Tokenizer):
+    """Chinese words as the ``jieba`` package segments them ("左上角有一个红色的星形" -> 左上角, 有,
+    一个, 红色, 的, 星形), its default dictionary and HMM, as AI Challenger's evaluation segments;
+    spaced-script words whole, punctuation dropped. Text: :func:`join_words` (jieba is needed to
+    split text, not to print a model's tokens: an inference machine needs no jieba)."""
+
+    name = "jieba"
+
+    def tokenize(self, text: str) -> list[str]:
+        jieba, tokens = _jieba(), []
+        for word in _WORD.tokenize(_normalise(text)):
+            if any(is_cjk(c) for c in word):
+                tokens.extend(t for t in jieba.lcut(word) if t.strip())
+            else:
+                tokens.append(word)
+        return tokens
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        return join_words(tokens)
+
+    def scoring_tokens(self, text: str) -> list[str]:
+        return self.tokenize(text)
+
+
+_META = "\u2581"  # "▁": the word-start mark of the subword tokenizers (SentencePiece's)
+
+
+class SubwordTokenizer(Tokenizer):
+    """A subword vocabulary trained on the training captions by Hugging Face ``tokenizers``: NFC and
+    lower case, words marked by "▁" at their start (SentencePiece's Metaspace), so that text comes
+    back by joining the pieces and turning each "▁" into a space; CJK text, without spaces, is one
+    "word" split into pieces. The specials are the vocabulary's own (``<unk>`` for an unseen character)."""
+
+    trainable = True
+
+    def __init__(self, vocab_size: int | None = None, size_field: str = "data.vocab_size"):
+        if vocab_size is None:
+            raise ConfigError(
+                f"{size_field}: the {self.name!r} tokenizer learns a vocabulary of a given size; "
+                f"set {size_field} (e.g. 1000 for small data, 8000 for COCO)"
+            )
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
+            raise ConfigError(f"{size_field}: expected an integer >= 8, got {vocab_size!r}")
+        self.vocab_size = vocab_size
+        self._model = None  # the trained tokenizers.Tokenizer
+
+    @staticmethod
+    def _library():
+        try:
+            import tokenizers
+        except ImportError:
+            raise ConfigError(
+                "data.tokenizer: 'bpe' and 'unigram' need Hugging Face tokenizers: pip install -e '.[subword]'"
+            ) from None
+        return tokenizers
+
+    def _new_model(self, lib):
+        raise NotImplementedError
+
+    def _trainer(self, lib, specials: list[str]):
+        raise NotImplementedError
+
+    @property
+    def trained(self) -> bool:
+        return self._model is not None
+
+    def train(self, texts: Iterable[str]) -> None:
+        from captioning.vocab import Vocabulary
+
+        lib = self._library()
+        model = lib.Tokenizer(self._new_model(lib))
+        model.normalizer = lib.normalizers.Sequence([lib.normalizers.NFC(), lib.normalizers.Lowercase()])
+        model.pre_tokenizer = lib.pre_tokenizers.Metaspace(replacement=_META, prepend_scheme="always")
+        model.decoder = lib.decoders.Metaspace(replacement=_META, prepend_scheme="always")
+        model.train_from_iterator(
+            (t.replace("\u2019", "'") for t in texts), self._trainer(lib, list(Vocabulary.SPECIALS))
+        )
+        self._model = model
+
+    def _require_trained(self):
+        if self._model is None:
+            raise ConfigError(f"tokenizer {self.name!r}: not trained (its vocabulary holds no 'tokenizer_model')")
+        return self._model
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._require_trained().encode(text.replace("\u2019", "'"), add_special_tokens=False).tokens
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        text = "".join(tokens).replace(_META, " ").strip()
+        return re.sub(r" +", " ", text)
+
+    def tokens(self) -> list[str]:
+        vocab = self._require_trained().get_vocab()
+        return sorted(vocab, key=vocab.get)
+
+    def state(self) -> dict:
+        import json
+
+        return {"vocab_size": self.vocab_size, "model": json.loads(self._require_trained().to_str())}
+
+    def load_state(self, state: dict) -> None:
+        import json
+
+        lib = self._library()
+        if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+            raise ConfigError(f"vocabulary.tokenizer_model: expected the trained {self.name!r} model as a dictionary")
+        try:
+            self._model = lib.Tokenizer.from_str(json.dumps(state["model"]))
+        except Exception as err:  # the library's own parse error (a Rust exception)
+            raise ConfigError(f"vocabulary.tokenizer_model: not a {self.name!r} model ({err})") from None
+        self.vocab_size = state.get("vocab_size", self.vocab_size)
+
+    @classmethod
+    def from_state(cls, state: dict) -> SubwordTokenizer:
+        tok = cls(int(state.get("vocab_size", 8)) if isinstance(state, dict) else 8)
+        tok.load_state(state)
+        return tok
+
+
+@TOKENIZERS.register("bpe")
+class BPETokenizer(SubwordTokenizer):
+    """Byte-pair encoding (Sennrich et al. 2016): merges of the most frequent pairs, ``data.vocab_size`` tokens."""
+
+    name = "bpe"
+
+    def _new_model(self, lib):
+        return lib.models.BPE(unk_token="<unk>")
+
+    def _trainer(self, lib, specials):
+        return lib.trainers.BpeTrainer(vocab_size=self.vocab_size, special_tokens=specials, show_progress=False)
+
+
+@TOKENIZERS.register("unigram")
+class UnigramTokenizer(SubwordTokenizer):
+    """A unigram language model over subwords (Kudo 2018, SentencePiece's default), ``data.vocab_size`` tokens."""
+
+    name = "unigram"
+
+    def _new_model(self, lib):
+        return lib.models.Unigram()
+
+    def _trainer(self, lib, specials):
+        return lib.trainers.UnigramTrainer(
+            vocab_size=self.vocab_size, special_tokens=specials, unk_token="<unk>", show_progress=False
+        )
+
+
+def build_tokenizer(
+    name: str = DEFAULT_TOKENIZER,
+    field: str | None = None,
+    vocab_size: int | None = None,
+    state: dict | None = None,
+    size_field: str = "data.vocab_size",
+) -> Tokenizer:
     """The tokenizer registered as ``name``; a one-line :class:`ConfigError` naming ``field`` and
-    every registered name otherwise."""
-    return TOKENIZERS.get(name, field)()
+    every registered name otherwise. ``vocab_size``: a trained tokenizer's size (the option named
+    ``size_field``); ``state``: a trained tokenizer's stored model (:meth:`Tokenizer.state`)."""
+    cls = TOKENIZERS.get(name, field)
+    if state is not None and cls.trainable:
+        return cls.from_state(state)
+    if vocab_size is None and not cls.trainable:
+        return cls()  # a user's tokenizer may take no arguments
+    return cls(vocab_size, size_field)
+
+
+#: the share of CJK characters above which training captions get a CJK tokenizer by default
+CJK_SHARE = 0.5
+
+
+def pick_tokenizer(texts: Iterable[str]) -> str | None:
+    """``jieba`` (``chars`` where jieba is not installed) for captions mostly in CJK characters,
+    None otherwise (the caller keeps ``words``)."""
+    if cjk_share(texts) <= CJK_SHARE:
+        return None
+    try:
+        import jieba  # noqa: F401
+    except ImportError:
+        return "chars"
+    return "jieba"
 
 
 def list_tokenizers() -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from captioning.errors import ConfigError
 from captioning.files import atomic_write_json
-from captioning.tokenizers import DEFAULT_TOKENIZER, Tokenizer, build_tokenizer
+from captioning.tokenizers import DEFAULT_TOKENIZER, TOKENIZERS, Tokenizer, build_tokenizer
 
 
 class Vocabulary:
@@ -54,11 +54,18 @@ class Vocabulary:
         tokenizer: str | Tokenizer = DEFAULT_TOKENIZER,
     ) -> Vocabulary:
         """Vocabulary of the tokens seen at least ``min_freq`` times (at most ``max_size`` besides the
-        specials); ``token_lists`` are the training captions as ``tokenizer`` splits them."""
+        specials); ``token_lists`` are the training captions as ``tokenizer`` splits them. A trained
+        tokenizer (bpe, unigram) brings its whole token list instead, in its own order."""
         if min_freq < 1:
             raise ConfigError(f"min_freq must be at least 1, got {min_freq}")
         if max_size is not None and max_size < 0:
             raise ConfigError(f"max_size must be non-negative, got {max_size}")
+        if not isinstance(tokenizer, Tokenizer):
+            tokenizer = build_tokenizer(tokenizer, "vocabulary.tokenizer")
+        fixed = tokenizer.tokens()  # a trained tokenizer's own list: every token it can emit, in its order
+        if fixed is not None:
+            words = [w for w in fixed if w not in cls.SPECIALS]
+            return cls(list(cls.SPECIALS) + words, min_freq=1, tokenizer=tokenizer)
         counts = Counter(w for tokens in token_lists for w in tokens)
         words = sorted(
             (w for w, n in counts.items() if n >= min_freq and w not in cls.SPECIALS), key=lambda w: (-counts[w], w)
@@ -104,17 +111,30 @@ class Vocabulary:
     def to_dict(self) -> dict:
         """JSON-able form, stored in checkpoints, model folders and vocabulary files:
         ``{"itos": [...], "min_freq": n}``, plus ``"tokenizer": name`` for a tokenizer other than
-        ``words`` (so that a ``words`` vocabulary is stored as before, and read back the same)."""
+        ``words`` (so that a ``words`` vocabulary is stored as before, and read back the same), and
+        ``"tokenizer_model"``: a trained tokenizer's model (bpe, unigram: plain JSON values)."""
         d = {"itos": list(self.itos), "min_freq": self.min_freq}
         if self.tokenizer.name != DEFAULT_TOKENIZER:
             d["tokenizer"] = self.tokenizer.name
+        state = self.tokenizer.state()
+        if state is not None:
+            d["tokenizer_model"] = state
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Vocabulary:
         if not isinstance(d, dict) or not isinstance(d.get("itos"), list):
             raise ConfigError("vocabulary: expected a dictionary with a list 'itos'")
-        return cls(d["itos"], min_freq=d.get("min_freq"), tokenizer=d.get("tokenizer", DEFAULT_TOKENIZER))
+        name = d.get("tokenizer", DEFAULT_TOKENIZER)
+        if not isinstance(name, str):
+            raise ConfigError(f"vocabulary: 'tokenizer' must be a tokenizer's name, got {name!r}")
+        state = d.get("tokenizer_model")
+        tokenizer = build_tokenizer(name, "vocabulary.tokenizer", state=state) if state is not None else name
+        if state is None and name in TOKENIZERS and TOKENIZERS.get(name).trainable:
+            raise ConfigError(
+                f"vocabulary: the {name!r} tokenizer is trained, but its model ('tokenizer_model') is missing"
+            )
+        return cls(d["itos"], min_freq=d.get("min_freq"), tokenizer=tokenizer)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         atomic_write_json(path, self.to_dict())

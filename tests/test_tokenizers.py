@@ -1,6 +1,7 @@
 """The tokenizer registry: ``words`` (today's tokens and text), one-line errors listing the names,
 and a new tokenizer (defined here, one class) carried by the vocabulary and by CaptionData."""
 
+import importlib.util
 import json
 
 import pytest
@@ -25,7 +26,8 @@ class CharTokenizer(Tokenizer):
 def test_every_registered_tokenizer_carries_its_name():
     assert list_tokenizers()[0] == "words"
     for name in list_tokenizers():
-        assert build_tokenizer(name).name == name
+        tokenizer = build_tokenizer(name, vocab_size=32 if TOKENIZERS.get(name).trainable else None)
+        assert tokenizer.name == name
 
 
 def test_words_is_tokenize_and_the_join_rule():
@@ -39,12 +41,13 @@ def test_words_is_tokenize_and_the_join_rule():
 
 def test_an_unknown_tokenizer_is_one_line_naming_the_field_and_the_names():
     with pytest.raises(ConfigError) as info:
-        build_tokenizer("bpe", "data.tokenizer")
+        build_tokenizer("bpe2", "data.tokenizer")
     message = str(info.value)
-    assert "\n" not in message and message.startswith("data.tokenizer: unknown tokenizer 'bpe'; expected one of words")
+    assert "\n" not in message
+    assert message.startswith("data.tokenizer: unknown tokenizer 'bpe2'; expected one of words, chars, jieba, bpe")
     assert "test-chars" in message
-    with pytest.raises(ConfigError, match="^vocabulary.tokenizer: unknown tokenizer 'bpe'"):
-        Vocabulary.from_dict({"itos": list(Vocabulary.SPECIALS), "tokenizer": "bpe"})
+    with pytest.raises(ConfigError, match="^vocabulary.tokenizer: unknown tokenizer 'bpe2'"):
+        Vocabulary.from_dict({"itos": list(Vocabulary.SPECIALS), "tokenizer": "bpe2"})
 
 
 def test_a_words_vocabulary_is_stored_as_before(tmp_path):
@@ -106,3 +109,158 @@ def test_caption_data_takes_the_tokenizer_of_a_vocabulary_given(tmp_path):
     from_file = CaptionData(str(path), vocabulary=str(tmp_path / "vocab.json"))
     from_file.setup()
     assert from_file.vocab == chars_vocab and from_file.records("train")[0].tokens == [["a", "c", "a", "b"]]
+
+
+# ---------------------------------------------------------------------- the built-in tokenizers
+TEXTS = {
+    "en": "A man riding a horse on the beach.",
+    "zh": "左上角有一个红色的星形。",
+    "ja": "猫がテーブルの上に座っている",
+    "mixed": "一个穿着T恤的男人在看3本books",
+}
+SUBWORD_TRAINING = [
+    "a man riding a horse on the beach",
+    "a dog on the beach",
+    "左上角有一个红色的星形",
+    "一个男人在看书",
+    "猫がテーブルの上に座っている",
+    "穿着t恤的男人 3 books",
+    *TEXTS.values(),  # every character seen (an unseen one is <unk>)
+] * 5
+
+
+def trained(name: str, vocab_size: int = 120):
+    tokenizer = build_tokenizer(name, vocab_size=vocab_size)
+    tokenizer.train(SUBWORD_TRAINING)
+    return tokenizer
+
+
+def test_chars_and_jieba_split_cjk_and_keep_spaced_words_whole():
+    chars = build_tokenizer("chars")
+    assert chars.tokenize(TEXTS["zh"]) == list("左上角有一个红色的星形")  # the full stop dropped, as words does
+    assert chars.tokenize(TEXTS["mixed"]) == [*"一个穿着", "t", *"恤的男人在看", "3", *"本", "books"]
+    assert chars.tokenize(TEXTS["en"]) == tokenize(TEXTS["en"])
+    pytest.importorskip("jieba")
+    jieba = build_tokenizer("jieba")
+    assert jieba.tokenize(TEXTS["zh"]) == ["左上角", "有", "一个", "红色", "的", "星形"]
+    assert jieba.tokenize(TEXTS["en"]) == tokenize(TEXTS["en"])
+    assert jieba.detokenize(["a", "dog", "在", "草地", "上", "3", "个"]) == "a dog在草地上3个"
+
+
+@pytest.mark.parametrize("name", ["words", "chars", "jieba", "bpe", "unigram"])
+@pytest.mark.parametrize("language", list(TEXTS))
+def test_each_tokenizer_round_trips_text(name, language):
+    """encode -> decode gives the text back (lower-cased, punctuation as the tokenizer keeps it), and
+    splitting that text again gives the same tokens."""
+    if name == "jieba":
+        pytest.importorskip("jieba")
+    if name in ("bpe", "unigram"):
+        pytest.importorskip("tokenizers")
+        tokenizer = trained(name)
+    else:
+        tokenizer = build_tokenizer(name)
+    if name == "words" and language != "en":
+        pytest.skip("words keeps a CJK run as one token (the automatic pick avoids it)")
+    text = TEXTS[language]
+    tokens = tokenizer.tokenize(text)
+    vocab = Vocabulary.build([tokens], min_freq=1, tokenizer=tokenizer)
+    back = vocab.decode_text(vocab.encode(tokens))
+    if name in ("bpe", "unigram"):
+        assert back == text.lower()  # subwords keep punctuation and spaces: the text itself
+    else:
+        assert back == text.lower().rstrip("。.")  # the final full stop is dropped by these three
+    assert tokenizer.tokenize(back) == tokens
+    if language in ("zh", "ja"):
+        assert " " not in back
+
+
+def test_subword_vocabulary_is_the_trained_tokenizers_and_is_stored_with_it(tmp_path):
+    pytest.importorskip("tokenizers")
+    bpe = trained("bpe", 80)
+    v = Vocabulary.build([bpe.tokenize(t) for t in SUBWORD_TRAINING], min_freq=5, tokenizer=bpe)
+    assert v.itos[:4] == list(Vocabulary.SPECIALS) and set(v.itos[4:]) == set(bpe.tokens()) - set(Vocabulary.SPECIALS)
+    assert len(v) == 80 and v.min_freq == 1  # every token the tokenizer can emit, however rare
+    v.save(tmp_path / "vocab.json")
+    stored = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
+    assert stored["tokenizer"] == "bpe" and stored["tokenizer_model"]["vocab_size"] == 80
+    back = Vocabulary.load(tmp_path / "vocab.json")
+    assert back == v and back.tokenizer.tokenize("a horse on a 星形") == bpe.tokenize("a horse on a 星形")
+    del stored["tokenizer_model"]
+    (tmp_path / "bad.json").write_text(json.dumps(stored))
+    with pytest.raises(ConfigError, match=r"bad.json: the 'bpe' tokenizer is trained, but its model .* is missing$"):
+        Vocabulary.load(tmp_path / "bad.json")
+
+
+def test_bad_tokenizer_options_are_one_line_naming_the_option(tmp_path):
+    path = karpathy_file(tmp_path)
+    with pytest.raises(ConfigError, match=r"^data.vocab_size: the 'bpe' tokenizer learns a vocabulary of a given size"):
+        CaptionData(str(path), tokenizer="bpe")
+    with pytest.raises(ConfigError, match=r"^data.vocab_size: only a trained tokenizer .* not 'chars'"):
+        CaptionData(str(path), tokenizer="chars", vocab_size=100)
+    with pytest.raises(ConfigError, match=r"^data.vocab_size: expected an integer >= 8, got 2$"):
+        CaptionData(str(path), tokenizer="unigram", vocab_size=2)
+    with pytest.raises(ConfigError, match="^data.tokenizer: unknown tokenizer 'bp'; expected one of"):
+        CaptionData(str(path), tokenizer="bp")
+
+
+def chinese_karpathy_file(tmp_path, captions=("左上角有一个红色的星形", "一个蓝色的圆形在中间")):
+    images = [
+        {"filename": f"{i}.jpg", "imgid": i, "split": split, "sentences": [{"raw": c} for c in captions]}
+        for i, split in enumerate(["train", "train", "val", "test"])
+    ]
+    path = tmp_path / "zh.json"
+    path.write_text(json.dumps({"images": images}, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def test_mostly_cjk_captions_get_a_cjk_tokenizer_said_in_one_line(tmp_path, capsys):
+    path = chinese_karpathy_file(tmp_path)
+    data = CaptionData(str(path), min_word_freq=1)
+    data.setup()
+    expected = "jieba" if importlib.util.find_spec("jieba") else "chars"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"mostly CJK; splitting them with the {expected!r} tokenizer" in err[0]
+    assert data.vocab.tokenizer.name == expected and "星" in "".join(data.vocab.itos)
+    named = CaptionData(str(path), min_word_freq=1, tokenizer="words")  # a name given: no pick, no line
+    named.setup()
+    assert named.vocab.itos[4:] == ["一个蓝色的圆形在中间", "左上角有一个红色的星形"] and capsys.readouterr().err == ""
+    english = CaptionData(str(karpathy_file(tmp_path)), min_word_freq=1)
+    english.setup()
+    assert english.vocab.tokenizer.name == "words" and capsys.readouterr().err == ""
+
+
+def test_caption_data_trains_a_subword_tokenizer_on_the_training_captions(tmp_path):
+    pytest.importorskip("tokenizers")
+    path = chinese_karpathy_file(tmp_path)
+    data = CaptionData(str(path), tokenizer="bpe", vocab_size=30)
+    data.setup()
+    assert data.vocab.tokenizer.name == "bpe" and data.vocab.tokenizer.trained and len(data.vocab) <= 30
+    ids = data.vocab.encode(data.records("val")[0].tokens[0])
+    assert data.vocab.decode_text(ids) == "左上角有一个红色的星形"
+    data.vocab.save(tmp_path / "vocab.json")
+    again = CaptionData(str(path), vocabulary=str(tmp_path / "vocab.json"))  # the stored model, not a new one
+    again.setup()
+    assert again.vocab == data.vocab and again.records("train")[0].tokens == data.records("train")[0].tokens
+    with pytest.raises(ConfigError, match=r"data.tokenizer: 'chars', but .*vocab.json was built with the 'bpe'"):
+        CaptionData(str(path), tokenizer="chars", vocabulary=str(tmp_path / "vocab.json")).setup()
+
+
+def test_words_is_bit_identical_on_the_shapes_data(tiny_shapes, tmp_path):
+    """Unnamed (the default) and named, `words` gives the vocabulary and tokens of the file's own
+    tokens, as before tokenizers existed, and stores the same bytes."""
+    raw = json.loads(tiny_shapes.read_text())
+    file_tokens = {im["imgid"]: [s["tokens"] for s in im["sentences"]] for im in raw["images"]}
+    train = [t for im in raw["images"] if im["split"] == "train" for t in file_tokens[im["imgid"]]]
+    before = Vocabulary(
+        list(Vocabulary.SPECIALS)
+        + sorted({w for t in train for w in t}, key=lambda w: (-sum(x.count(w) for x in train), w)),
+        min_freq=1,
+    )
+    for tokenizer in (None, "words"):
+        data = CaptionData(str(tiny_shapes), min_word_freq=1, tokenizer=tokenizer)
+        data.setup()
+        assert data.vocab.itos == before.itos and data.vocab.to_dict() == {"itos": before.itos, "min_freq": 1}
+        assert all(r.tokens == file_tokens[r.imgid] for r in data.all_records())
+        data.vocab.save(tmp_path / "a.json")
+        before.save(tmp_path / "b.json")
+        assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()

@@ -99,14 +99,23 @@ def prepare(
     progress: bool = True,
     to_webdataset: str | None = None,
     shard_size: int = 1000,
+    tokenizer: str | None = None,
+    vocab_size: int | None = None,
 ) -> int:
     """Run the checks and print the report; returns the exit status (0 fine, 1 problems).
-    ``to_webdataset``: a folder to write the dataset's shards to (``shard_size`` images each)."""
+    ``to_webdataset``: a folder to write the dataset's shards to (``shard_size`` images each).
+    ``tokenizer`` / ``vocab_size``: as ``data.tokenizer`` / ``data.vocab_size`` (captioning/tokenizers.py);
+    none named picks one for mostly-CJK captions, as training does (data/tokens.py)."""
     from captioning.data.formats import default_images_root, detect_format, load_records
+    from captioning.data.tokens import fit_tokenizer
     from captioning.data.webdataset import is_shards, read_index
+    from captioning.tokenizers import DEFAULT_TOKENIZER, build_tokenizer
     from captioning.vocab import Vocabulary
 
     first = annotations if isinstance(annotations, str) else annotations[0]
+    splitter = build_tokenizer(
+        tokenizer or DEFAULT_TOKENIZER, "--tokenizer", vocab_size=vocab_size, size_field="--vocab-size"
+    )
     images_root = images_root or default_images_root(annotations)
     problems = []  # every problem of the file, each once (images or rows with one are left out)
     shards = None
@@ -117,6 +126,8 @@ def prepare(
         records = load_records(annotations, split_file, problems=problems)
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
+    if records:
+        splitter = fit_tokenizer(splitter, records, tokenizer is not None, first)
     print(f"{first}: {detect_format(first)} format, {counted(len(records), 'image')}, images under {images_root}")
     per_split = Counter(r.split for r in records)
     caps = Counter()
@@ -149,12 +160,12 @@ def prepare(
             print(f"all {counted(len(records), 'image')} readable" if len(records) > 1 else "the image is readable")
     train = [t for r in records if r.split == "train" for t in r.tokens]
     if train:
-        vocab = Vocabulary.build(train, min_word_freq, max_vocab_size)
+        vocab = Vocabulary.build(train, min_word_freq, max_vocab_size, tokenizer=splitter)
         words = Counter(w for t in train for w in t)
         unk = sum(c for w, c in words.items() if w not in vocab)
         total = sum(words.values())
         print(
-            f"vocabulary: {len(vocab)} tokens (min_word_freq {min_word_freq}) of "
+            f"vocabulary: {len(vocab)} tokens ({splitter.name} tokenizer, min_word_freq {vocab.min_freq}) of "
             f"{counted(len(words), 'distinct training word')}; "
             f"{unk / max(total, 1):.2%} of training words become <unk>"
         )
@@ -210,6 +221,15 @@ class Prepare(Command):
         p.add_argument(
             "--out", default=None, help="write the vocabulary JSON here (train with it: --data.vocabulary FILE)"
         )
+        p.add_argument(
+            "--tokenizer",
+            default=None,
+            help="how captions are split into tokens, as --data.tokenizer: words, chars, jieba, bpe, unigram "
+            "(default: words, or jieba / chars for mostly-CJK captions; docs/LANGUAGES.md)",
+        )
+        p.add_argument(
+            "--vocab-size", type=at_least(8), default=None, help="tokens of a trained tokenizer (bpe, unigram)"
+        )
         p.add_argument("--no-image-check", action="store_true", help="skip reading every image")
         p.add_argument(
             "--to-webdataset",
@@ -231,4 +251,6 @@ class Prepare(Command):
             check=not args.no_image_check,
             to_webdataset=args.to_webdataset,
             shard_size=args.shard_size,
+            tokenizer=args.tokenizer,
+            vocab_size=args.vocab_size,
         )

@@ -43,6 +43,7 @@ from captioning.data.formats import default_images_root, read_annotations
 from captioning.data.images import check_interpolation
 from captioning.data.records import ImageRecord, split_records
 from captioning.data.sampling import ResumableLoader
+from captioning.data.tokens import fit_tokenizer
 from captioning.errors import AnnotationError, ConfigError, ImageError
 from captioning.tokenizers import DEFAULT_TOKENIZER, build_tokenizer
 from captioning.vocab import Vocabulary
@@ -87,7 +88,9 @@ class CaptionData:
         tokenizer: how captions are split into tokens (a name registered in captioning/tokenizers.py;
             the vocabulary built records it). Default: the tokenizer of the vocabulary given
             (``vocabulary``, a checkpoint's), else ``words``; one named here must be that of a
-            vocabulary given.
+            vocabulary given. Where none is named (nor given) and the training captions are mostly
+            CJK, ``jieba`` (``chars`` without it) is picked, in one line (data/tokens.py).
+        vocab_size: the size of a trained tokenizer's vocabulary (``bpe``, ``unigram``: required).
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class CaptionData:
         cache_images: bool = False,
         interpolation: str = "bilinear",
         tokenizer: str | None = None,
+        vocab_size: int | None = None,
     ):
         super().__init__()
         for name, value, least in (
@@ -153,7 +157,7 @@ class CaptionData:
         self.group_captions, self.bucket_by_length = group_captions, bucket_by_length
         self.cache_images = cache_images
         self.shuffle_buffer = shuffle_buffer
-        self.tokenizer = build_tokenizer(tokenizer or DEFAULT_TOKENIZER, "data.tokenizer")
+        self.tokenizer = build_tokenizer(tokenizer or DEFAULT_TOKENIZER, "data.tokenizer", vocab_size=vocab_size)
         self._tokenizer_named = tokenizer is not None  # else a vocabulary given brings its own
         self.vocab: Vocabulary | None = None
         self.skipped_samples = 0  # samples dropped for unreadable images (on_bad_image="skip")
@@ -170,6 +174,9 @@ class CaptionData:
     def _use_tokenizer_of(self, vocab: Vocabulary, source: str) -> None:
         """Split the captions as ``vocab``'s tokens were split (one line if data.tokenizer says otherwise)."""
         if vocab.tokenizer.name == self.tokenizer.name:
+            if vocab.tokenizer.state() is not None and vocab.tokenizer is not self.tokenizer:
+                self.tokenizer = vocab.tokenizer  # a trained tokenizer: the vocabulary's own model
+                self._annotations = None
             return
         if self._tokenizer_named:
             raise ConfigError(
@@ -181,11 +188,11 @@ class CaptionData:
 
     def setup(self, stage: str | None = None) -> None:
         """Read the annotation file (once) and build the vocabulary from train tokens unless one was set."""
-        self.all_records()
         if self.vocab is None and self.vocabulary is not None:
             vocab = Vocabulary.load(self.vocabulary)
             self._use_tokenizer_of(vocab, self.vocabulary)
             self.vocab = vocab
+        self.all_records()
         if self.vocab is None:
             train = self.records("train")
             self.vocab = Vocabulary.build(
@@ -197,9 +204,8 @@ class CaptionData:
         captions into words; another tokenizer splits the raw captions again."""
         if self._annotations is None:
             annotations = read_annotations(self.annotations, self.split_file, merge_restval=self.merge_restval)
-            if self.tokenizer.name != DEFAULT_TOKENIZER:
-                for r in annotations.records:
-                    r.tokens = [self.tokenizer.tokenize(c) for c in r.captions]
+            named = self._tokenizer_named or self.vocabulary is not None or self.vocab is not None
+            self.tokenizer = fit_tokenizer(self.tokenizer, annotations.records, named, str(self.annotations))
             self._annotations = annotations
         return self._annotations
 

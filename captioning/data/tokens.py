@@ -1,0 +1,37 @@
+"""The tokenizer a dataset's captions get: picked for CJK captions, trained for subwords, applied.
+
+:class:`~captioning.data.captions.CaptionData` calls :func:`fit_tokenizer` once it has read the
+records: where no tokenizer was named and the training captions are mostly CJK it picks ``jieba``
+(``chars`` without jieba) and says so in one line; a trained tokenizer (bpe, unigram) not yet
+trained learns from the training captions; then every caption is split again by the tokenizer
+(the readers' own tokens are ``words``').
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from captioning.data.records import ImageRecord, split_records
+from captioning.tokenizers import DEFAULT_TOKENIZER, Tokenizer, build_tokenizer, pick_tokenizer
+
+
+def fit_tokenizer(tokenizer: Tokenizer, records: Sequence[ImageRecord], named: bool, source: str = "") -> Tokenizer:
+    """The tokenizer for ``records``' captions; their ``tokens`` are set by it (``words`` keeps the
+    readers' tokens as they are). ``named``: the user chose ``tokenizer`` (no automatic pick)."""
+    train = split_records(list(records), "train") or list(records)
+    if not named and tokenizer.name == DEFAULT_TOKENIZER:
+        picked = pick_tokenizer(c for r in train for c in r.captions)
+        if picked is not None:
+            print(
+                f"{source or 'data'}: the training captions are mostly CJK; splitting them with the {picked!r} "
+                "tokenizer (set data.tokenizer to choose another)",
+                file=sys.stderr,
+            )
+            tokenizer = build_tokenizer(picked, "data.tokenizer")
+    if not tokenizer.trained:
+        tokenizer.train(c for r in train for c in r.captions)
+    if tokenizer.name != DEFAULT_TOKENIZER:
+        for r in records:
+            r.tokens = [tokenizer.tokenize(c) for c in r.captions]
+    return tokenizer
