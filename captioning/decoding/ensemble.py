@@ -9,8 +9,9 @@ own kind, the config's ``attention_mode`` / ``attention_temperature`` / ``locati
 the hard members.
 
 The loops (loops.py) see an :class:`EnsembleDecoder` as a decoder: ``initial_state`` over the
-members' features (one tensor per member) gives an :class:`EnsembleState`, whose ``h`` and ``c`` are
-the members' side by side, and ``step`` gives the averaged log-probabilities, the new state and a
+members' features (one tensor per member) gives an :class:`EnsembleState`, whose carried tensors
+are the members' one after the other (an LSTM's h, c; a transformer's position and key/value cache:
+members of both kinds mix), and ``step`` gives the averaged log-probabilities, the new state and a
 glimpse whose ``alpha`` is the members' weighted mean map (on the first member's grid; the others'
 maps are resampled to it), whose ``head_alpha`` holds each member's map on that grid (N, members, L)
 (the search returns them as ``head_alphas``; the API as "member_attention") and whose ``location``
@@ -33,11 +34,11 @@ from torch import Tensor, nn
 
 from captioning.common import grid_shape
 from captioning.decoding.generation import GenerationConfig
+from captioning.decoding.loops import state_layout
 from captioning.decoding.parts import GenerationOutput
 from captioning.decoding.search import generate
 from captioning.errors import ConfigError
 from captioning.models.attention import Glimpse
-from captioning.models.cells import DecoderState
 
 
 def ensemble_weights(weights: Sequence[float] | None, members: int) -> tuple[float, ...]:
@@ -55,17 +56,9 @@ def ensemble_weights(weights: Sequence[float] | None, members: int) -> tuple[flo
 
 @dataclass
 class EnsembleState:
-    """The members' :class:`DecoderState` s of N rows (images, or images x beams)."""
+    """The members' states (an LSTM's :class:`DecoderState`, a transformer's) of N rows (images, or images x beams)."""
 
-    members: tuple[DecoderState, ...]
-
-    @property
-    def h(self) -> Tensor:  # (N, sum of the members' H)
-        return torch.cat([m.h for m in self.members], 1)
-
-    @property
-    def c(self) -> Tensor:  # (N, sum of the members' H)
-        return torch.cat([m.c for m in self.members], 1)
+    members: tuple
 
     @property
     def beams(self) -> int:
@@ -75,13 +68,6 @@ class EnsembleState:
         """Rows ``index`` of every member's state (one row per image only)."""
         return EnsembleState(tuple(m.select(index) for m in self.members))
 
-    def with_recurrent(self, h: Tensor, c: Tensor) -> EnsembleState:
-        """The same images with a new recurrent state: h, c (N, sum H) split among the members."""
-        sizes = [m.h.size(1) for m in self.members]
-        return EnsembleState(
-            tuple(m.with_recurrent(hm, cm) for m, hm, cm in zip(self.members, h.split(sizes, 1), c.split(sizes, 1)))
-        )
-
     def expand_beams(self, beams: int) -> EnsembleState:
         """Each image's state copied to ``beams`` rows, in every member."""
         return EnsembleState(tuple(m.expand_beams(beams) for m in self.members))
@@ -90,40 +76,54 @@ class EnsembleState:
 class EnsembleDecoder:
     """The members' decoders as one decoder for the search loops: the averaged log-probabilities.
 
-    ``state_layout`` is itself: how loops.py takes an :class:`EnsembleState` apart (the carried
-    h, c and the members' features and projected vectors) and puts it back together."""
+    ``state_layout`` is itself: how loops.py takes an :class:`EnsembleState` apart (each member's
+    carried tensors and constants, member after member, by the member's own layout) and puts it
+    back together."""
 
     def __init__(self, decoders: Sequence[nn.Module], weights: Sequence[float]):
         self.decoders, self.weights = list(decoders), tuple(weights)
         first = self.decoders[0]
         self.vocab_size = first.vocab_size
         self.bad_ending_ids = getattr(first, "bad_ending_ids", None)
-        self.hidden_sizes = [d.hidden_dim for d in self.decoders]
+        self.layouts = [state_layout(d) for d in self.decoders]
+        self.n_carried = sum(layout.n_carried for layout in self.layouts)
+        self.n_constants = sum(layout.n_constants for layout in self.layouts)
         # "hard" where any member is: the search's hard-attention options (best_of_k) then apply to those members
         self.attention_kind = "hard" if any(d.attention_kind == "hard" for d in self.decoders) else "soft"
         self.state_layout = self
 
-    def initial_state(self, features: Sequence[Tensor]) -> EnsembleState:
+    def initial_state(self, features: Sequence[Tensor], max_steps: int | None = None) -> EnsembleState:
         """features: one (B, L_m, D_m) tensor per member."""
         if len(features) != len(self.decoders):
             raise ValueError(
                 f"an ensemble of {len(self.decoders)} models needs as many feature tensors, got {len(features)}"
             )
-        return EnsembleState(tuple(d.initial_state(f) for d, f in zip(self.decoders, features)))
+        return EnsembleState(tuple(d.initial_state(f, max_steps) for d, f in zip(self.decoders, features)))
 
     # loops.py's state layout
-    @staticmethod
-    def constants(state: EnsembleState) -> list[Tensor]:
-        """The members' features and projected vectors, member after member."""
-        return [t for m in state.members for t in (m.features, m.projected)]
+    def carried(self, state: EnsembleState) -> list[Tensor]:
+        """The members' carried tensors, member after member."""
+        return [t for layout, m in zip(self.layouts, state.members) for t in layout.carried(m)]
 
-    def state(self, h: Tensor, c: Tensor, constants: list[Tensor], beams: int = 1) -> EnsembleState:
-        return EnsembleState(
-            tuple(
-                DecoderState(hm, cm, constants[2 * k], constants[2 * k + 1], beams)
-                for k, (hm, cm) in enumerate(zip(h.split(self.hidden_sizes, 1), c.split(self.hidden_sizes, 1)))
+    def constants(self, state: EnsembleState) -> list[Tensor]:
+        """The members' per-image tensors, member after member."""
+        return [t for layout, m in zip(self.layouts, state.members) for t in layout.constants(m)]
+
+    def state(self, carried: list[Tensor], constants: list[Tensor], beams: int = 1) -> EnsembleState:
+        members, i, j = [], 0, 0
+        for layout in self.layouts:
+            members.append(
+                layout.state(carried[i : i + layout.n_carried], constants[j : j + layout.n_constants], beams)
             )
-        )
+            i, j = i + layout.n_carried, j + layout.n_constants
+        return EnsembleState(tuple(members))
+
+    def reorder(self, carried: list[Tensor], rows: Tensor) -> list[Tensor]:
+        out, i = [], 0
+        for layout in self.layouts:
+            out += layout.reorder(carried[i : i + layout.n_carried], rows)
+            i += layout.n_carried
+        return out
 
     def step(
         self, tokens: Tensor, state: EnsembleState, mode: str | None = None, attention_temperature: float = 1.0

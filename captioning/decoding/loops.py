@@ -37,22 +37,42 @@ BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
 
 
 class PlainStates:
-    """How the loops take a :class:`DecoderState` apart and put it back together: the carried
-    recurrent state (h, c) and the per-image tensors every step reads (features, projected). A
-    decoder with another state (decoding/ensemble.py's) names its own as ``decoder.state_layout``."""
+    """How the loops take a decoder's state apart and put it back together: the tensors carried
+    from step to step, one row per caption (the LSTM's h, c), reordered with the beams, and the
+    per-image tensors every step reads (features, projected). A decoder kind with another state
+    names its own layout as ``decoder.state_layout`` (models/transformer.py's: the position and the
+    key/value cache; decoding/ensemble.py's: the members' side by side), with the same members."""
+
+    #: how many tensors :meth:`carried` and :meth:`constants` give
+    n_carried, n_constants = 2, 2
+
+    @staticmethod
+    def carried(state: DecoderState) -> list[Tensor]:
+        return [state.h, state.c]
 
     @staticmethod
     def constants(state: DecoderState) -> list[Tensor]:
         return [state.features, state.projected]
 
     @staticmethod
-    def state(h: Tensor, c: Tensor, constants: list[Tensor], beams: int = 1) -> DecoderState:
-        return DecoderState(h, c, *constants, beams)
+    def state(carried: list[Tensor], constants: list[Tensor], beams: int = 1) -> DecoderState:
+        return DecoderState(*carried, *constants, beams)
+
+    @staticmethod
+    def reorder(carried: list[Tensor], rows: Tensor) -> list[Tensor]:
+        """The carried tensors of the beams' parents: rows (N,) indices."""
+        return [x[rows] for x in carried]
 
 
 def state_layout(decoder):
     """The decoder's :class:`PlainStates` (or its own ``state_layout``)."""
     return getattr(decoder, "state_layout", PlainStates)
+
+
+def initial_state(decoder, features, config: GenerationConfig):
+    """The decoder's initial state for a search of ``config.max_new_tokens`` steps (a decoder with
+    a cache of fixed length sizes it so)."""
+    return decoder.initial_state(features, max_steps=config.max_new_tokens)
 
 
 def capturable(config: GenerationConfig) -> bool:
@@ -83,7 +103,8 @@ class _AllFinished:
 def _run(
     step, carry: list[Tensor], constants: list[Tensor], config: GenerationConfig, check_every: int
 ) -> list[tuple[Tensor, ...]]:
-    """Run ``step(*carry, *constants)`` (carry: tokens, h, c, finished, scores, lengths[, prefix])
+    """Run ``step(*carry, *constants)`` (carry: tokens, finished, scores, lengths[, prefix], the
+    decoder's carried state)
     up to max_new_tokens times, then cut where the plain search stops (the first multiple of
     ``check_every`` steps at which every row had finished). Returns, per kept step, (finished,
     scores, lengths, *the step's other outputs), cloned where a replay would overwrite them."""
@@ -98,8 +119,8 @@ def _run(
         if graphs.last is not None:  # replayed: the outputs are the graph's, overwritten by the next replay
             out = [x.clone() for x in out]
         carry = list(out[:n_carry])
-        history.append(tuple(out[3:6]) + tuple(out[n_carry:]))
-        finished = carry[3]
+        history.append(tuple(out[1:4]) + tuple(out[n_carry:]))
+        finished = carry[1]
         if (t + 1) % check_every == 0:
             finished_at = torch.where(
                 (finished_at == limit) & finished.all(), torch.full_like(finished_at, t + 1), finished_at
@@ -126,12 +147,12 @@ def greedy_step(
 ):
     """One greedy step as a function of tensors (what is captured)."""
     layout, n_prefix = state_layout(decoder), int(process.needs_prefix)
+    n_state = n_prefix + layout.n_carried
 
-    def step(tokens, h, c, finished, scores, lengths, *rest):
+    def step(tokens, finished, scores, lengths, *rest):
         prefix = rest[0] if n_prefix else None
-        logp, state, g = decoder.step(
-            tokens, layout.state(h, c, list(rest[n_prefix:])), config.attention_mode, config.attention_temperature
-        )
+        state = layout.state(list(rest[n_prefix:n_state]), list(rest[n_state:]))
+        logp, state, g = decoder.step(tokens, state, config.attention_mode, config.attention_temperature)
         logp = process(logp, tokens, lengths, prefix)
         if config.do_sample:
             nxt = _sample_token(logp, config.temperature, config.top_k, generator, config.top_p)
@@ -145,8 +166,9 @@ def greedy_step(
         finished = finished | (nxt == EOS)
         extra = (g.head_alpha * running.view(-1, 1, 1),) if g.head_alpha is not None else ()
         return (
-            (nxt, state.h, state.c, finished, scores, lengths)
+            (nxt, finished, scores, lengths)
             + carried
+            + tuple(layout.carried(state))
             + (nxt, g.alpha * running.unsqueeze(1), g.location)
             + extra
         )
@@ -164,18 +186,21 @@ def greedy(
 ) -> GenerationOutput:
     """:func:`captioning.decoding.search.greedy_search`. features: what ``decoder.initial_state``
     reads ((B, L, D); an ensemble's, one tensor per member)."""
-    state = decoder.initial_state(features)
-    constants = state_layout(decoder).constants(state)
+    layout = state_layout(decoder)
+    state = initial_state(decoder, features, config)
+    constants = layout.constants(state)
     B, device, dtype = constants[0].size(0), constants[0].device, constants[0].dtype
     process = LogitsProcessor(decoder, config, device)
-    carry = [
-        torch.full((B,), BOS, dtype=torch.long, device=device),
-        state.h,
-        state.c,
-        torch.zeros(B, dtype=torch.bool, device=device),
-        constants[0].new_zeros(B, dtype=_score_dtype(dtype)),
-        torch.zeros(B, dtype=torch.long, device=device),
-    ] + _prefix(process, B, config, device)
+    carry = (
+        [
+            torch.full((B,), BOS, dtype=torch.long, device=device),
+            torch.zeros(B, dtype=torch.bool, device=device),
+            constants[0].new_zeros(B, dtype=_score_dtype(dtype)),
+            torch.zeros(B, dtype=torch.long, device=device),
+        ]
+        + _prefix(process, B, config, device)
+        + layout.carried(state)
+    )
     step = greedy_step(decoder, config, process, generator)
     history = _run(step, carry, constants, config, check_every)
     _, scores, lengths = history[-1][:3]
@@ -204,10 +229,11 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process:
     G = config.num_beam_groups
     Kg, penalty = K // G, float(config.diversity_penalty)
     layout, n_prefix = state_layout(decoder), int(process.needs_prefix)
+    n_state = n_prefix + layout.n_carried
 
-    def step(tokens, h, c, finished, beam_scores, lengths, *rest):
+    def step(tokens, finished, beam_scores, lengths, *rest):
         prefix = rest[0] if n_prefix else None
-        state = layout.state(h, c, list(rest[n_prefix:]), K)
+        state = layout.state(list(rest[n_prefix:n_state]), list(rest[n_state:]), K)
         logp, state, g = decoder.step(tokens, state, config.attention_mode, config.attention_temperature)  # (B*K, V)
         logp = process(logp, tokens, lengths, prefix)
         V = logp.size(-1)
@@ -237,8 +263,9 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process:
         finished = was_finished | (tokens == EOS)
         extra = () if g.head_alpha is None else (g.head_alpha[parent] * (~was_finished).view(-1, 1, 1),)
         return (
-            (tokens, state.h[parent], state.c[parent], finished, beam_scores, lengths)
+            (tokens, finished, beam_scores, lengths)
             + carried
+            + tuple(layout.reorder(layout.carried(state), parent))
             + (parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent])
             + extra
         )
@@ -252,20 +279,23 @@ def beam(
 ) -> GenerationOutput:
     """:func:`captioning.decoding.search.beam_search`. features: as for :func:`greedy`."""
     K, G = config.num_beams, config.num_beam_groups
-    state = decoder.initial_state(features).expand_beams(K)
-    constants = state_layout(decoder).constants(state)
+    layout = state_layout(decoder)
+    state = initial_state(decoder, features, config).expand_beams(K)
+    constants = layout.constants(state)
     B, device = constants[0].size(0), constants[0].device
     beam_scores = constants[0].new_zeros(B, G, K // G, dtype=_score_dtype(constants[0].dtype))
     beam_scores[:, :, 1:] = float("-inf")  # at the start one beam of each group is alive
     process = LogitsProcessor(decoder, config, device)
-    carry = [
-        torch.full((B * K,), BOS, dtype=torch.long, device=device),
-        state.h,
-        state.c,
-        torch.zeros(B * K, dtype=torch.bool, device=device),
-        beam_scores.view(B, K),
-        torch.zeros(B * K, dtype=torch.long, device=device),
-    ] + _prefix(process, B * K, config, device)
+    carry = (
+        [
+            torch.full((B * K,), BOS, dtype=torch.long, device=device),
+            torch.zeros(B * K, dtype=torch.bool, device=device),
+            beam_scores.view(B, K),
+            torch.zeros(B * K, dtype=torch.long, device=device),
+        ]
+        + _prefix(process, B * K, config, device)
+        + layout.carried(state)
+    )
     step = beam_step(decoder, config, process, B, K)
     history = _run(step, carry, constants, config, check_every)
     _, beam_scores, lengths = history[-1][:3]

@@ -96,6 +96,9 @@ def list_decoders() -> list[str]:
 #: (an alternative to REINFORCE, not the paper's estimator; see objectives/reinforce.py)
 TRAINING_MODES = ("gumbel",)
 
+#: the DecoderConfig fields of the transformer alone (None: not given; models/transformer.py)
+TRANSFORMER_ONLY = ("layers", "ff_dim", "positions", "tie_embeddings", "max_positions", "attention_layer")
+
 
 @dataclass
 class DecoderConfig:
@@ -122,7 +125,19 @@ class DecoderConfig:
         refiner_layers: Transformer encoder layers over the annotation vectors before decoding (0: none).
         refiner_heads: attention heads of those layers.
         kind: the decoder, a name registered in :data:`DECODERS` (``list_decoders()``): "lstm" is
-            the paper's, :class:`ShowAttendTellDecoder` (model files that record no kind hold one).
+            the paper's, :class:`ShowAttendTellDecoder` (model files that record no kind hold one);
+            "transformer" the Transformer decoder (models/transformer.py), of width ``hidden_dim``
+            and ``heads`` heads, whose embeddings are ``hidden_dim`` wide too.
+        aoa: Attention on Attention (Huang et al. 2019) on the attended vector: the LSTM's context
+            (either placement) and the transformer's cross-attention.
+        layers: transformer only (None: 3): decoder layers.
+        ff_dim: transformer only (None: 4 x hidden_dim): the feed-forward layers' width.
+        positions: transformer only (None: "sinusoidal"): "sinusoidal" or "learned" word positions.
+        tie_embeddings: transformer only (None: false): the output layer's weights are the embedding's.
+        max_positions: transformer only (None: 64): the learned positions' count, the longest caption
+            a model with learned positions reads or writes (and the default cache length).
+        attention_layer: transformer only (None: the last): the layer whose cross-attention maps
+            decoding returns (the pictures, grounding, the API's maps).
     """
 
     embed_dim: int = 512
@@ -141,6 +156,13 @@ class DecoderConfig:
     refiner_layers: int = 0
     refiner_heads: int = 4
     kind: str = "lstm"
+    aoa: bool = False
+    layers: int | None = None
+    ff_dim: int | None = None
+    positions: Literal["sinusoidal", "learned"] | None = None
+    tie_embeddings: bool | None = None
+    max_positions: int | None = None
+    attention_layer: int | None = None
 
     def __post_init__(self):
         if self.attention_kind not in ("soft", "hard"):
@@ -163,10 +185,27 @@ class DecoderConfig:
             )
         if self.refiner_layers < 0:
             raise ConfigError(f"model.decoder.refiner_layers: expected an integer >= 0, got {self.refiner_layers!r}")
+        check = getattr(DECODERS.get(self.kind), "check_config", None)  # a kind's own checks
+        if check is not None:
+            check(self)
+        elif self.kind == "lstm":
+            for name in TRANSFORMER_ONLY:
+                if getattr(self, name) is not None:
+                    raise ConfigError(
+                        f"model.decoder.{name}: a transformer option; this decoder is kind 'lstm' "
+                        f"(set kind: transformer, or remove {name})"
+                    )
 
     @property
     def variant(self) -> str:
         """A short name of the variant ("additive" for the paper's model; another decoder kind leads the name)."""
+        if self.kind == "transformer":
+            return "+".join(
+                [f"transformer{self.layers or 3}"]
+                + ([f"{self.heads}heads"] if self.heads > 1 else [])
+                + (["aoa"] if self.aoa else [])
+                + ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
+            )
         parts = (
             ([self.kind] if self.kind != "lstm" else [])
             + [self.score]
@@ -174,6 +213,7 @@ class DecoderConfig:
             + (["luong"] if self.placement == "luong" else [])
             + (["local"] if self.window == "local" else [])
             + ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
+            + (["aoa"] if self.aoa else [])
         )
         return "+".join(parts)
 
@@ -241,8 +281,9 @@ class ShowAttendTellDecoder(nn.Module):
         self.cell_step = torch.compile(self.cell.step, dynamic=True) if config.compile_step else self.cell.step
 
     # ------------------------------------------------------------------ building blocks
-    def initial_state(self, features: Tensor) -> DecoderState:
-        """h_0, c_0 from the mean annotation vector; W_a a once (and the refiner). features: (B, L, D)."""
+    def initial_state(self, features: Tensor, max_steps: int | None = None) -> DecoderState:
+        """h_0, c_0 from the mean annotation vector; W_a a once (and the refiner). features: (B, L, D).
+        ``max_steps`` (the search's length) sizes a decoder's cache; the LSTM has none."""
         if self.refiner is not None:
             features = self.refiner(features)
         h0, c0 = torch.tanh(self.init_state(self.dropout(features.mean(1)))).chunk(2, dim=-1)  # (B, D) -> 2 x (B, H)

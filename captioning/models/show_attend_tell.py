@@ -17,6 +17,7 @@ from captioning.decoding.generation import bad_ending_ids
 from captioning.decoding.search import GenerationConfig, GenerationOutput, generate
 from captioning.models.decoder import DecoderConfig, DecoderOutput, build_decoder
 from captioning.models.encoders import EncoderConfig, build_encoder
+from captioning.models.transformer import TransformerDecoder  # noqa: F401 (registers decoder kind "transformer")
 from captioning.vocab import Vocabulary
 
 

@@ -33,6 +33,7 @@ from captioning.errors import ConfigError
 from captioning.files import plain_json
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
+from captioning.models.transformer import TransformerDecoder  # noqa: F401 (registers decoder kind "transformer")
 
 #: settings that change how a model trains or runs, not what its weights mean (see ModelSpec.architecture)
 NOT_ARCHITECTURE = {

@@ -1,0 +1,376 @@
+"""The Transformer decoder over the annotation grid (Vaswani et al. 2017): ``decoder.kind: transformer``.
+
+The LSTM's place taken by N pre-LayerNorm decoder layers (width d = ``hidden_dim``), each
+
+    x = x + Dropout(SelfAttention(LN(x)))            masked multi-head self-attention over the words so far
+    x = x + Dropout(CrossAttention(LN(x), m))        multi-head attention from the words to the grid
+    x = x + Dropout(FF(LN(x)))                       FF(x) = W_2 Dropout(ReLU(W_1 x))
+
+over x_0 = Dropout(sqrt(d) E y + pos(t)) (sinusoidal or learned positions), and
+log p(y_{t+1}) = log_softmax(W_o LN(x_N)) with W_o optionally E itself (tied embeddings). The grid
+is the annotation vectors a (B, L, D) projected to the model width with 2-D sinusoidal positions,
+m = LN(W_m a + pos(row, col)) (after the optional grid refiner); each layer's cross-attention keys
+and values of m are computed once per image.
+
+With ``aoa`` (Attention on Attention, Huang et al. 2019) the cross-attention's output projection
+is AoA's: from the attended vector v^ (the heads joined) and the query q, i = W_i [v^; q] + b_i and
+g = sigmoid(W_g [v^; q] + b_g), output g * i.
+
+Teacher forcing runs every position at once under the causal mask (:meth:`TransformerDecoder.forward`).
+Decoding (:meth:`TransformerDecoder.step`) keeps each layer's self-attention keys and values of the
+words decoded so far in a cache of fixed length (the search's ``max_new_tokens``), written at the
+step's position, so that the search loops (decoding/loops.py) carry fixed shapes (capturable as
+CUDA graphs) and reorder the cache with the beams like any carried tensor
+(:class:`TransformerStates`). The attention maps the search and the pictures read are the
+cross-attention weights of one layer (``attention_layer``, default the last), their mean over
+heads as ``alpha`` and per head as ``head_alpha``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from captioning.common import grid_shape
+from captioning.errors import ConfigError
+from captioning.models.attention import Glimpse
+from captioning.models.decoder import DECODERS, DecoderConfig, GridRefiner, grid_position_embedding
+from captioning.models.unroll import DecoderOutput
+from captioning.vocab import Vocabulary
+
+#: what a transformer decoder takes when its config leaves an option at None
+DEFAULTS = {"layers": 3, "positions": "sinusoidal", "tie_embeddings": False, "max_positions": 64}
+
+#: the DecoderConfig fields of the LSTM alone, with the values a transformer accepts for them
+LSTM_ONLY = {
+    "attention_kind": "soft",
+    "placement": "bahdanau",
+    "window": "global",
+    "score": "additive",
+    "prev2out": True,
+    "ctx2out": True,
+    "compile_step": False,
+    "local_sigma": 1.5,
+}
+
+
+def check_config(config: DecoderConfig) -> None:
+    """A transformer's config: one-line ConfigErrors for the LSTM's options, or a width the heads
+    do not divide (DecoderConfig's own checks refuse the transformer's options on an LSTM)."""
+    for name, accepted in LSTM_ONLY.items():
+        if getattr(config, name) != accepted:
+            raise ConfigError(
+                f"model.decoder.{name}: an LSTM option ({getattr(config, name)!r}); the transformer "
+                f"decoder takes only {accepted!r} (it attends by scaled dot products, softly)"
+            )
+    if config.hidden_dim % config.heads:
+        raise ConfigError(
+            f"model.decoder.heads: the transformer's width hidden_dim ({config.hidden_dim}) must be a "
+            f"multiple of heads ({config.heads})"
+        )
+    if config.embed_dim != config.hidden_dim:
+        raise ConfigError(
+            f"model.decoder.embed_dim: the transformer embeds words at its width hidden_dim "
+            f"({config.hidden_dim}); got {config.embed_dim}"
+        )
+    for name in ("layers", "ff_dim", "max_positions"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"model.decoder.{name}: expected an integer >= 1, got {value!r}")
+    if config.positions not in (None, "sinusoidal", "learned"):
+        raise ConfigError(f"model.decoder.positions: expected 'sinusoidal' or 'learned', got {config.positions!r}")
+    layers = config.layers or DEFAULTS["layers"]
+    if config.attention_layer is not None and not 0 <= config.attention_layer < layers:
+        raise ConfigError(
+            f"model.decoder.attention_layer: expected a layer in 0..{layers - 1} (the model has {layers}), "
+            f"got {config.attention_layer}"
+        )
+
+
+def sinusoids(positions: Tensor, dim: int, dtype=torch.float32) -> Tensor:
+    """Vaswani et al.'s position encoding of integer positions (...,) -> (..., dim): sin and cos
+    pairs at wavelengths from 2 pi to 10000 x 2 pi."""
+    freqs = torch.exp(
+        torch.arange(0, dim, 2, device=positions.device, dtype=dtype) * (-math.log(10000.0) / dim)
+    )  # (dim / 2,)
+    x = positions.to(dtype).unsqueeze(-1) * freqs
+    return torch.stack([x.sin(), x.cos()], dim=-1).flatten(-2)[..., :dim]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (Vaswani et al. Eq. 1): queries (N, Tq, d) over
+    keys and values (N, S, d) (from :meth:`keys_values`, computed once where they repeat), heads of
+    width d / heads. With ``aoa`` the output projection is Attention on Attention's gated one."""
+
+    def __init__(self, dim: int, heads: int, aoa: bool = False):
+        super().__init__()
+        self.heads, self.head_dim, self.aoa = heads, dim // heads, aoa
+        self.query = nn.Linear(dim, dim)
+        self.key_value = nn.Linear(dim, 2 * dim)  # [W_k | W_v]
+        # W_o, or AoA's [W_i; W_g] over [v^; q] (information and gate side by side)
+        self.output = nn.Linear(2 * dim, 2 * dim) if aoa else nn.Linear(dim, dim)
+
+    def keys_values(self, x: Tensor) -> Tensor:
+        """(N, S, d) -> (N, 2, S, d): the keys and values of x."""
+        N, S, d = x.shape
+        return self.key_value(x).view(N, S, 2, d).transpose(1, 2)
+
+    def forward(self, x: Tensor, kv: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x (N, Tq, d), kv (N, 2, S, d), mask broadcastable to (N, heads, Tq, S), True where a query
+        may look -> the output (N, Tq, d) and the weights (N, heads, Tq, S)."""
+        N, Tq, d = x.shape
+        S = kv.size(2)
+        q = self.query(x).view(N, Tq, self.heads, self.head_dim).transpose(1, 2)  # (N, h, Tq, dh)
+        k, v = kv.view(N, 2, S, self.heads, self.head_dim).transpose(2, 3).unbind(1)  # (N, h, S, dh) each
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (N, h, Tq, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1)
+        attended = (weights @ v).transpose(1, 2).reshape(N, Tq, d)  # the heads joined: v^
+        if self.aoa:
+            return F.glu(self.output(torch.cat([attended, x], -1)), -1), weights  # i * sigmoid(g)
+        return self.output(attended), weights
+
+
+class DecoderLayer(nn.Module):
+    """One pre-LN decoder layer: masked self-attention, cross-attention to the grid, feed-forward."""
+
+    def __init__(self, dim: int, heads: int, ff_dim: int, dropout: float, aoa: bool):
+        super().__init__()
+        self.norm_self, self.self_attention = nn.LayerNorm(dim), MultiHeadAttention(dim, heads)
+        self.norm_cross, self.cross_attention = nn.LayerNorm(dim), MultiHeadAttention(dim, heads, aoa)
+        self.norm_ff = nn.LayerNorm(dim)
+        self.feed_forward = nn.Sequential(
+            nn.Linear(dim, ff_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff_dim, dim)
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self, x: Tensor, self_kv: Tensor, self_mask: Tensor | None, memory_kv: Tensor, beams: int = 1
+    ) -> tuple[Tensor, Tensor]:
+        """x (N, Tq, d) after its self-attention's keys and values ``self_kv`` (N, 2, S, d) under
+        ``self_mask``; the grid's ``memory_kv`` (N / beams, 2, L, d): with beams, the queries of an
+        image's ``beams`` rows (Tq = 1) attend as one image's queries. -> x, the cross weights (N, h, Tq, L)."""
+        a, _ = self.self_attention(self.norm_self(x), self_kv, self_mask)
+        x = x + self.dropout(a)
+        N, Tq, d = x.shape
+        y = self.norm_cross(x).reshape(N // beams, beams * Tq, d)  # an image's rows as its queries
+        a, weights = self.cross_attention(y, memory_kv)  # (B, beams * Tq, d), (B, h, beams * Tq, L)
+        x = x + self.dropout(a.reshape(N, Tq, d))
+        weights = weights.reshape(N // beams, -1, beams, Tq, weights.size(-1)).transpose(1, 2)
+        x = x + self.dropout(self.feed_forward(self.norm_ff(x)))
+        return x, weights.reshape(N, -1, Tq, weights.size(-1))
+
+
+@dataclass
+class TransformerState:
+    """A batch of N rows (images, or images x beams) during decoding."""
+
+    position: Tensor  # (N,) long: the position of the word the next step reads
+    cache: Tensor  # (N, layers, 2, T, d): each layer's self-attention keys and values of positions < position
+    memory: Tensor  # (N / beams, layers, 2, L, d): each layer's cross-attention keys and values of the grid
+    beams: int = 1
+
+    def select(self, index: Tensor) -> TransformerState:
+        """Rows ``index`` (a slice, or (N',) indices); one row per image only."""
+        if self.beams != 1:
+            raise ValueError("select() needs one row per image; beams share their image's memory")
+        return TransformerState(self.position[index], self.cache[index], self.memory[index])
+
+    def expand_beams(self, beams: int) -> TransformerState:
+        """Each image's rows copied to ``beams`` rows; the memory stays one copy per image."""
+        if self.beams != 1:
+            raise ValueError("expand_beams() of a state that already has beams")
+        return TransformerState(
+            self.position.repeat_interleave(beams, 0), self.cache.repeat_interleave(beams, 0), self.memory, beams
+        )
+
+
+class TransformerStates:
+    """How the search loops (decoding/loops.py) take a :class:`TransformerState` apart: carried
+    (position, cache), reordered with the beams row by row; constant per image (memory)."""
+
+    n_carried, n_constants = 2, 1
+
+    @staticmethod
+    def carried(state: TransformerState) -> list[Tensor]:
+        return [state.position, state.cache]
+
+    @staticmethod
+    def constants(state: TransformerState) -> list[Tensor]:
+        return [state.memory]
+
+    @staticmethod
+    def state(carried: list[Tensor], constants: list[Tensor], beams: int = 1) -> TransformerState:
+        return TransformerState(*carried, *constants, beams)
+
+    @staticmethod
+    def reorder(carried: list[Tensor], rows: Tensor) -> list[Tensor]:
+        return [x[rows] for x in carried]
+
+
+@DECODERS.register("transformer")
+class TransformerDecoder(nn.Module):
+    """N pre-LN Transformer decoder layers over the projected annotation grid (module docstring).
+    Built as ``cls(vocab_size, feature_dim, config)``; the model width is ``config.hidden_dim``."""
+
+    #: the loops' view of the state (decoding/loops.py)
+    state_layout = TransformerStates
+    check_config = staticmethod(check_config)
+
+    def __init__(self, vocab_size: int, feature_dim: int, config: DecoderConfig | None = None):
+        super().__init__()
+        config = config if config is not None else DecoderConfig(kind="transformer")
+        check_config(config)
+        self.config = config
+        d = config.hidden_dim
+        self.vocab_size, self.hidden_dim, self.heads = vocab_size, d, config.heads
+        self.attention_kind = "soft"
+        self.num_layers = config.layers or DEFAULTS["layers"]
+        self.positions = config.positions or DEFAULTS["positions"]
+        self.max_positions = config.max_positions or DEFAULTS["max_positions"]
+        #: the layer whose cross-attention maps decoding returns (the last by default)
+        self.attention_layer = self.num_layers - 1 if config.attention_layer is None else config.attention_layer
+        #: the token ids after which EOS may be forbidden: set by ShowAttendTell (as the LSTM's)
+        self.bad_ending_ids: tuple[int, ...] | None = None
+        self.embedding = nn.Embedding(vocab_size, d, padding_idx=Vocabulary.pad_id)  # E
+        self.position_embedding = nn.Embedding(self.max_positions, d) if self.positions == "learned" else None
+        self.refiner = (
+            GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout)
+            if config.refiner_layers
+            else None
+        )
+        self.memory_proj = nn.Linear(feature_dim, d)  # W_m
+        self.memory_norm = nn.LayerNorm(d)
+        ff_dim = config.ff_dim or 4 * d
+        self.layers = nn.ModuleList(
+            DecoderLayer(d, config.heads, ff_dim, config.dropout, config.aoa) for _ in range(self.num_layers)
+        )
+        self.final_norm = nn.LayerNorm(d)
+        self.out_logits = nn.Linear(d, vocab_size)
+        if config.tie_embeddings:
+            self.out_logits.weight = self.embedding.weight
+        self.dropout = nn.Dropout(config.dropout)
+
+    # ------------------------------------------------------------------ building blocks
+    def memory(self, features: Tensor) -> Tensor:
+        """Each layer's cross-attention keys and values of the grid: (B, L, D) -> (B, layers, 2, L, d)."""
+        if self.refiner is not None:
+            features = self.refiner(features)
+        gh, gw = grid_shape(features.size(1))
+        pos = grid_position_embedding(gh, gw, self.hidden_dim, features.device, features.dtype)
+        m = self.memory_norm(self.memory_proj(features) + pos)  # (B, L, d)
+        return torch.stack([layer.cross_attention.keys_values(m) for layer in self.layers], 1)
+
+    def embed(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """x_0 = Dropout(sqrt(d) E y + pos(t)): tokens and positions (...,) -> (..., d)."""
+        x = self.embedding(tokens) * math.sqrt(self.hidden_dim)
+        if self.position_embedding is not None:
+            if int(positions.max()) >= self.max_positions:
+                raise ConfigError(
+                    f"model.decoder.max_positions: this model's learned positions end at {self.max_positions}; "
+                    f"a caption of {int(positions.max()) + 1} tokens is longer (lower max_new_tokens or max_length)"
+                )
+            x = x + self.position_embedding(positions)
+        else:
+            x = x + sinusoids(positions, self.hidden_dim, x.dtype)
+        return self.dropout(x)
+
+    def logits(self, x: Tensor) -> Tensor:
+        return self.out_logits(self.final_norm(x))
+
+    def initial_state(self, features: Tensor, max_steps: int | None = None) -> TransformerState:
+        """The grid's keys and values once, an empty cache of ``max_steps`` positions (default
+        max_positions) at position 0. features: (B, L, D)."""
+        T = max_steps or self.max_positions
+        memory = self.memory(features)
+        B = features.size(0)
+        cache = memory.new_zeros(B, self.num_layers, 2, T, self.hidden_dim)
+        return TransformerState(torch.zeros(B, dtype=torch.long, device=features.device), cache, memory)
+
+    # ------------------------------------------------------------------ teacher forcing
+    def run(self, features: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """Every position at once under the causal mask: tokens (B, T) -> logits (B, T, V) and
+        every layer's cross-attention weights (B, layers, heads, T, L)."""
+        B, T = tokens.shape
+        memory = self.memory(features)
+        x = self.embed(tokens, torch.arange(T, device=tokens.device))
+        causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()  # (T, T): position t sees <= t
+        maps = []
+        for i, layer in enumerate(self.layers):
+            x, w = layer(x, layer.self_attention.keys_values(layer.norm_self(x)), causal, memory[:, i])
+            maps.append(w)
+        return self.logits(x), torch.stack(maps, 1)
+
+    def forward(
+        self,
+        features: Tensor,
+        captions: Tensor,
+        lengths: Tensor,
+        mode: str | None = None,
+        use_expected: Tensor | None = None,
+        locations: Tensor | None = None,
+        temperature: float = 1.0,
+        static: bool = False,
+        sample_prob: float = 0.0,
+    ) -> DecoderOutput:
+        """A teacher-forced pass (as the LSTM's ``forward``): features (B, L, D), captions (B, T + 1),
+        lengths (B,) with BOS and EOS. Position t reads captions[:, t] and predicts captions[:, t + 1].
+        Logits (N, V) of the real steps in mask.nonzero() order, or (B, T, V) with ``static``."""
+        if sample_prob > 0:
+            raise ConfigError(
+                "model.objective.scheduled_sampling_start: scheduled sampling trains the LSTM decoder only"
+            )
+        if mode not in (None, "expected") or use_expected is not None or locations is not None:
+            raise ConfigError(
+                "model.decoder.kind: the transformer decoder attends softly; hard attention is the LSTM's"
+            )
+        T = captions.size(1) - 1
+        steps = (lengths - 1).clamp(min=0, max=T)
+        mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+        logits, maps = self.run(features, captions[:, :-1])
+        heads = maps[:, self.attention_layer].transpose(1, 2) * mask[:, :, None, None]  # (B, T, h, L)
+        alphas = heads.mean(2)
+        return DecoderOutput(
+            logits=logits if static else logits[mask],
+            mask=mask,
+            alphas=alphas,
+            betas=mask.to(alphas.dtype),
+            locations=alphas.argmax(-1) * mask,
+            head_alphas=heads if self.heads > 1 else None,
+        )
+
+    # ------------------------------------------------------------------ generation
+    def step(
+        self, tokens: Tensor, state: TransformerState, mode: str | None = None, attention_temperature: float = 1.0
+    ) -> tuple[Tensor, TransformerState, Glimpse]:
+        """One decoding step: previous tokens (N,) -> log p (N, V), the state with this position's
+        keys and values in the cache, the glimpse (``alpha`` (N, L) the heads' mean of
+        ``attention_layer``, ``head_alpha`` (N, heads, L)). ``mode`` and ``attention_temperature``
+        are hard attention's (ignored)."""
+        N = tokens.size(0)
+        T = state.cache.size(3)
+        x = self.embed(tokens, state.position).unsqueeze(1)  # (N, 1, d)
+        here = torch.arange(T, device=tokens.device) == state.position.unsqueeze(1)  # (N, T)
+        seen = (torch.arange(T, device=tokens.device) <= state.position.unsqueeze(1)).view(N, 1, 1, T)
+        caches, maps = [], []
+        for i, layer in enumerate(self.layers):
+            new = layer.self_attention.keys_values(layer.norm_self(x))  # (N, 2, 1, d)
+            kv = torch.where(here.view(N, 1, T, 1), new, state.cache[:, i])  # written at the position
+            x, w = layer(x, kv, seen, state.memory[:, i], state.beams)
+            caches.append(kv)
+            maps.append(w[:, :, 0])  # (N, h, L)
+        logits = self.logits(x[:, 0])
+        log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        heads = maps[self.attention_layer]
+        alpha = heads.mean(1)
+        new_state = TransformerState(state.position + 1, torch.stack(caches, 1), state.memory, state.beams)
+        return (
+            log_probs,
+            new_state,
+            Glimpse(None, alpha, alpha.argmax(-1), head_alpha=heads if self.heads > 1 else None),
+        )

@@ -1,0 +1,272 @@
+"""The Transformer decoder (models/transformer.py): the cached step against the teacher-forced pass,
+the causal mask, beam search with the cache against recomputing, the options' one-line errors,
+state-dict and model-folder round trips, ensembles mixing it with the LSTM."""
+
+import pytest
+import torch
+
+from captioning.decoding.ensemble import Ensemble
+from captioning.decoding.generation import GenerationConfig
+from captioning.decoding.search import generate
+from captioning.errors import ConfigError
+from captioning.models.attention import Glimpse
+from captioning.models.decoder import DecoderConfig
+from captioning.models.encoders import EncoderConfig
+from captioning.models.spec import ModelSpec, build_model
+from captioning.models.transformer import TransformerDecoder, TransformerStates
+from captioning.vocab import Vocabulary
+
+BOS, EOS = Vocabulary.bos_id, Vocabulary.eos_id
+V, D, L = 23, 12, 16
+
+
+def config(**changes) -> DecoderConfig:
+    base = dict(kind="transformer", embed_dim=16, hidden_dim=16, heads=4, layers=2, dropout=0.0)
+    return DecoderConfig(**{**base, **changes})
+
+
+def decoder(seed: int = 0, **changes) -> TransformerDecoder:
+    torch.manual_seed(seed)
+    dec = TransformerDecoder(V, D, config(**changes)).double().eval()
+    with torch.no_grad():  # sharper than at initialisation, the image weighing more: captions that vary
+        dec.out_logits.bias[EOS] += 1.0
+        for p in dec.parameters():
+            p.mul_(2.0)
+        dec.embedding.weight.mul_(0.5)
+        dec.out_logits.bias[EOS] += 1.0
+        for layer in dec.layers:
+            layer.cross_attention.output.weight.mul_(4.0)
+    return dec
+
+
+def captions(B: int = 3, T: int = 9, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    caps = torch.randint(4, V, (B, T + 1), generator=g)
+    caps[:, 0] = BOS
+    return caps, torch.tensor([T + 1, T - 2, 4])[:B]
+
+
+def features(B: int = 3, seed: int = 2) -> torch.Tensor:
+    return torch.randn(B, L, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "changes", [{}, {"aoa": True}, {"positions": "learned", "tie_embeddings": True}, {"refiner_layers": 1}]
+)
+def test_the_cached_step_equals_the_teacher_forced_pass_at_every_position(changes):
+    dec = decoder(**changes)
+    f, (caps, lengths) = features(), captions()
+    out = dec(f, caps, lengths, static=True)  # logits (B, T, V), every position
+    state = dec.initial_state(f, max_steps=caps.size(1))
+    for t in range(caps.size(1) - 1):
+        logp, state, g = dec.step(caps[:, t], state)
+        torch.testing.assert_close(logp, out.logits[:, t].log_softmax(-1), rtol=0, atol=1e-12)
+        real = out.mask[:, t]
+        torch.testing.assert_close(g.alpha[real], out.alphas[real, t], rtol=0, atol=1e-12)
+        torch.testing.assert_close(g.head_alpha[real], out.head_alphas[real, t], rtol=0, atol=1e-12)
+    # the packed logits are the static ones at the real steps
+    torch.testing.assert_close(dec(f, caps, lengths).logits, out.logits[out.mask])
+
+
+def test_the_cache_reordered_with_beams_reads_each_row_its_own_history():
+    dec = decoder()
+    f, (caps, _) = features(2), captions(2)
+    K = 3
+    state = dec.initial_state(f, max_steps=8).expand_beams(K)
+    rows = caps.repeat_interleave(K, 0)
+    for t in range(3):
+        _, state, _ = dec.step(rows[:, t], state)
+    parent = torch.tensor([2, 2, 0, 4, 3, 3])  # each beam takes another beam of its image as parent
+    state = TransformerStates.state(
+        TransformerStates.reorder(TransformerStates.carried(state), parent), [state.memory], K
+    )
+    rows = rows[parent]
+    logp, _, _ = dec.step(rows[:, 3], state)
+    ref = dec(f.repeat_interleave(K, 0), rows[:, :5], torch.full((2 * K,), 5), static=True).logits[:, 3]
+    torch.testing.assert_close(logp, ref.log_softmax(-1), rtol=0, atol=1e-12)
+
+
+def test_a_future_word_changes_no_earlier_logit():
+    dec = decoder(aoa=True)
+    f, (caps, lengths) = features(), captions()
+    before = dec(f, caps, lengths, static=True).logits
+    for t in (3, 6):
+        changed = caps.clone()
+        changed[:, t] = (changed[:, t] + 1 - 4) % (V - 4) + 4
+        after = dec(f, changed, lengths, static=True).logits
+        assert torch.equal(after[:, :t], before[:, :t])
+        assert not torch.allclose(after[:, t], before[:, t])
+
+
+class WordsState(tuple):
+    """(position (N,), the words so far (N, T), features (B, L, D), beams)."""
+
+    def expand_beams(self, K):
+        position, words, feats, _ = self
+        return WordsState((position.repeat_interleave(K, 0), words.repeat_interleave(K, 0), feats, K))
+
+
+class Recomputing:
+    """The transformer decoding without a cache: each step runs the teacher-forced pass over every
+    word so far (its state: the words, carried and reordered by the loops like the cache)."""
+
+    attention_kind, bad_ending_ids = "soft", None
+
+    def __init__(self, dec: TransformerDecoder):
+        self.dec, self.vocab_size = dec, dec.vocab_size
+        self.state_layout = self
+
+    n_carried, n_constants = 2, 1
+
+    def initial_state(self, features, max_steps=None):
+        B = features.size(0)
+        return WordsState((torch.zeros(B, dtype=torch.long), torch.zeros(B, max_steps, dtype=torch.long), features, 1))
+
+    def carried(self, state):
+        return list(state[:2])
+
+    def constants(self, state):
+        return [state[2]]
+
+    def state(self, carried, constants, beams=1):
+        return (*carried, *constants, beams)
+
+    def reorder(self, carried, rows):
+        return [x[rows] for x in carried]
+
+    def step(self, tokens, state, mode=None, attention_temperature=1.0):
+        position, words, feats, beams = state
+        here = torch.arange(words.size(1)) == position.unsqueeze(1)
+        words = torch.where(here, tokens.unsqueeze(1), words)
+        logits, maps = self.dec.run(feats.repeat_interleave(beams, 0), words)
+        rows = torch.arange(tokens.size(0))
+        heads = maps[rows, -1, :, position]  # (N, h, L)
+        logp = logits[rows, position].log_softmax(-1)
+        alpha = heads.mean(1)
+        new = (position + 1, words, feats, beams)
+        return logp, new, Glimpse(None, alpha, alpha.argmax(-1), head_alpha=heads)
+
+
+@pytest.mark.parametrize(
+    "gen",
+    [
+        GenerationConfig(num_beams=3, max_new_tokens=8),
+        GenerationConfig(num_beams=4, num_beam_groups=2, diversity_penalty=0.7, max_new_tokens=8),
+        GenerationConfig(num_beams=3, max_new_tokens=8, no_repeat_ngram_size=2, length_penalty=0.5),
+        GenerationConfig(num_beams=1, max_new_tokens=8, repetition_penalty=1.3),
+    ],
+)
+def test_search_with_the_cache_equals_search_recomputing_every_word(gen):
+    dec = decoder(aoa=True)
+    f = features(4)
+    cached = generate(dec, f, gen)
+    recomputed = generate(Recomputing(dec), f, gen)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(cached.scores, recomputed.scores, rtol=0, atol=1e-10)
+    torch.testing.assert_close(cached.alphas, recomputed.alphas, rtol=0, atol=1e-10)
+    assert len(set(cached.lengths.tolist())) > 1 and (cached.sequences != cached.sequences[:1]).any()  # varied
+
+
+def test_sampling_runs_through_the_same_loop():
+    dec = decoder()
+    gen = GenerationConfig(do_sample=True, top_p=0.9, temperature=0.8, max_new_tokens=8)
+    a = generate(dec, features(), gen, torch.Generator().manual_seed(0))
+    b = generate(dec, features(), gen, torch.Generator().manual_seed(0))
+    assert torch.equal(a.sequences, b.sequences) and a.sequences.size(1) <= 8
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        (dict(kind="lstm", layers=2), "model.decoder.layers: a transformer option; this decoder is kind 'lstm'"),
+        (dict(kind="lstm", tie_embeddings=True), "model.decoder.tie_embeddings: a transformer option"),
+        (dict(placement="luong"), "model.decoder.placement: an LSTM option ('luong')"),
+        (dict(attention_kind="hard"), "model.decoder.attention_kind: an LSTM option ('hard')"),
+        (dict(score="dot"), "model.decoder.score: an LSTM option ('dot')"),
+        (dict(heads=3), "model.decoder.heads: the transformer's width hidden_dim (16) must be a multiple of heads (3)"),
+        (dict(embed_dim=8), "model.decoder.embed_dim: the transformer embeds words at its width hidden_dim (16)"),
+        (dict(attention_layer=2), "model.decoder.attention_layer: expected a layer in 0..1 (the model has 2)"),
+        (dict(positions="relative"), "model.decoder.positions: expected 'sinusoidal' or 'learned'"),
+    ],
+)
+def test_an_option_of_the_other_kind_is_one_line(changes, words):
+    base = {} if changes.get("kind") == "lstm" else None
+    with pytest.raises(ConfigError) as err:
+        if base is not None:
+            DecoderConfig(**changes)
+        else:
+            config(**changes)
+    assert str(err.value).startswith(words) and "\n" not in str(err.value)
+
+
+def test_learned_positions_beyond_their_count_are_one_line():
+    dec = decoder(positions="learned", max_positions=6)
+    with pytest.raises(ConfigError, match="model.decoder.max_positions: this model's learned positions end at 6"):
+        generate(dec, features(), GenerationConfig(max_new_tokens=9, min_new_tokens=8))
+
+
+def spec(**changes) -> ModelSpec:
+    return ModelSpec(
+        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
+        DecoderConfig(
+            **{**dict(kind="transformer", embed_dim=16, hidden_dim=16, heads=2, layers=2, dropout=0.0), **changes}
+        ),
+        image_size=32,
+        generation=GenerationConfig(num_beams=3, max_new_tokens=10),
+    )
+
+
+WORDS = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
+
+
+def built(seed: int, **changes):
+    torch.manual_seed(seed)
+    model = build_model(spec(**changes), Vocabulary.build([WORDS], min_freq=1)).eval()
+    with torch.no_grad():
+        model.decoder.out_logits.bias[EOS] += 0.5
+        for p in model.decoder.parameters():
+            p.mul_(3.0)
+    return model
+
+
+def test_state_dict_and_model_folder_round_trips(tmp_path):
+    from captioning.storage.folder import save_folder
+    from captioning.storage.load import load_model
+
+    model = built(0, tie_embeddings=True, positions="learned", aoa=True)
+    assert model.decoder.out_logits.weight is model.decoder.embedding.weight
+    twin = built(1, tie_embeddings=True, positions="learned", aoa=True)
+    twin.load_state_dict(model.state_dict())
+    images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    expected = model.generate(images, config=model.spec.generation)
+    assert torch.equal(twin.generate(images, config=model.spec.generation).sequences, expected.sequences)
+
+    loaded = load_model(save_folder(tmp_path / "folder", model))
+    assert loaded.spec == model.spec and loaded.spec.decoder.kind == "transformer"
+    assert loaded.decoder.out_logits.weight is loaded.decoder.embedding.weight
+    out = loaded.generate(images, config=model.spec.generation)
+    assert torch.equal(out.sequences, expected.sequences)
+    torch.testing.assert_close(out.scores, expected.scores)
+
+
+def test_an_ensemble_mixes_transformer_and_lstm_members():
+    transformer = built(0)
+    torch.manual_seed(1)
+    lstm = build_model(
+        ModelSpec(
+            EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
+            DecoderConfig(8, 16, 8, dropout=0.0),
+            image_size=32,
+            generation=GenerationConfig(num_beams=3, max_new_tokens=10),
+        ),
+        transformer.vocab,
+    ).eval()
+    images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    for gen in (GenerationConfig(num_beams=3, max_new_tokens=10), GenerationConfig(max_new_tokens=10)):
+        alone = transformer.generate(images, config=gen)
+        for members, weights in (([transformer, lstm], [1.0, 0.0]), ([lstm, transformer], [0.0, 1.0])):
+            mixed = Ensemble(members, weights=weights).generate(images, config=gen)
+            assert torch.equal(mixed.sequences, alone.sequences)
+            torch.testing.assert_close(mixed.scores, alone.scores)
+        both = Ensemble([transformer, lstm]).generate(images, config=gen)
+        assert both.sequences.size(0) == 4 and both.head_alphas.shape[2] == 2
