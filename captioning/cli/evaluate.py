@@ -54,6 +54,8 @@ def evaluate(
     clip_weights: str | None = None,
     metrics: Sequence[str] = METRICS,
     tokenizer: str = "auto",
+    instances: str | dict | None = None,
+    per_image_path: str | None = None,
 ) -> dict:
     """Decode ``split`` with a trained model and score it. Returns the report written to ``metrics_path``,
     with the captions themselves added ("predictions": {image_id: caption}).
@@ -68,11 +70,14 @@ def evaluate(
     local file): CLIPScore and RefCLIPScore (metrics/clip_score.py), or a note saying why not.
     ``metrics`` and ``tokenizer``: the coco-caption scores to compute and the PTB tokenizer ("auto":
     Java where present; "python": metrics/ptb.py's, the same tokens without a JVM), as the Evaluator takes them.
+    ``instances``: a COCO instances file for CHAIR (metrics/chair.py); ``per_image_path``: every image's
+    scores, caption and references as JSON lines (:func:`write_per_image`). The scoring is
+    :func:`~captioning.decoding.evaluator.score_split`'s, which ``captioning score`` calls too.
     """
     from tqdm.auto import tqdm
 
     from captioning.data.captions import CaptionData
-    from captioning.decoding.evaluator import Evaluator, split_images, training_captions
+    from captioning.decoding.evaluator import Evaluator, score_split, split_images, training_captions
     from captioning.metrics.clip_score import ClipScoring
 
     model = getattr(model, "model", model)  # a CaptioningModule holds its ShowAttendTell as .model
@@ -112,14 +117,12 @@ def evaluate(
         atomic_write_json(results_path, [{"image_id": i, "caption": c} for i, c in predictions.items()])
 
     try:
-        scores, notes = evaluator.score(
-            predictions,
-            data.references(split),
-            lambda p, a: data.dataset_scores(split, p, a),
-            images=split_images(data, split),
-        )
+        scored = score_split(evaluator, data, split, predictions, instances, images=split_images(data, split))
     finally:
         evaluator.close()
+    scores, notes = scored.scores, scored.notes
+    if per_image_path:
+        write_per_image(per_image_path, scored.rows(predictions, data.references(split)))
     if predictions and not spice:
         notes.setdefault("SPICE", "not computed (pass --spice; it needs Java and a Stanford CoreNLP download)")
     report = {
@@ -138,6 +141,13 @@ def evaluate(
         atomic_write_json(metrics_path, report)
     report["predictions"] = predictions  # (not in the metrics file: the results file holds them)
     return report
+
+
+def write_per_image(path: str, rows: list[dict]) -> None:
+    """One JSON object per line and image (SplitScores.rows), written whole or not at all."""
+    from captioning.files import atomic_write_text
+
+    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def clip_scores(
@@ -206,6 +216,22 @@ def write_server_results(
     return path
 
 
+def score_args(p: argparse.ArgumentParser) -> None:
+    """The flags ``evaluate`` and ``score`` share: CHAIR's instances file and the per-image scores."""
+    p.add_argument(
+        "--instances",
+        default=None,
+        metavar="FILE",
+        help="COCO instances file (instances_val2014.json): CHAIR-i, CHAIR-s and object recall (docs/EVALUATION.md)",
+    )
+    p.add_argument(
+        "--per-image",
+        default=None,
+        metavar="FILE.jsonl",
+        help="write every image's scores, caption and references here, one JSON object a line",
+    )
+
+
 @COMMANDS.register("evaluate")
 class Evaluate(Command):
     help = "coco-caption scores of a checkpoint on a split"
@@ -239,6 +265,7 @@ class Evaluate(Command):
             "--out", default=None, help="write the metrics JSON here (every digit; printed scores have 4 decimals)"
         )
         p.add_argument("--results", default=None, help="write the COCO results JSON here")
+        score_args(p)
         p.add_argument(
             "--server-results",
             choices=("coco", "nocaps"),
@@ -258,6 +285,11 @@ class Evaluate(Command):
 
         apply_image_limit(args)
         paths, weights = checkpoints_and_weights(args)
+        instances = None
+        if args.instances:  # checked now, not after decoding the whole split
+            from captioning.metrics.chair import read_instances
+
+            instances = read_instances(args.instances)
         if args.server_results:  # its settings checked now, not after decoding the whole split
             server_file(args.server_results, args.server_subset, args.server_name, args.server_dir)
         if len(paths) == 1 and weights is None:
@@ -282,6 +314,8 @@ class Evaluate(Command):
             checkpoint=" + ".join(paths),
             clip_model=args.clip_model,
             clip_weights=args.clip_weights,
+            instances=instances,
+            per_image_path=args.per_image,
         )
         print(json.dumps(shown_scores(report["scores"]), indent=2))
         if args.server_results:

@@ -24,6 +24,8 @@ from captioning.cli import caption  # noqa: F401
 from captioning.cli import attend  # noqa: F401
 from captioning.cli import compare_attention  # noqa: F401
 from captioning.cli import evaluate  # noqa: F401
+from captioning.cli import score  # noqa: F401
+from captioning.cli import compare  # noqa: F401
 from captioning.cli import prepare  # noqa: F401
 from captioning.cli import export  # noqa: F401
 from captioning.cli import serve  # noqa: F401

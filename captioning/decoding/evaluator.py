@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence, Set
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -198,13 +200,24 @@ class Evaluator:
         ``images(ids)`` gives (:func:`split_images`). Notes: why a metric could not be computed
         (e.g. SPICE offline, CLIPScore without a CLIP model), and the diversity and attention warnings.
         """
+        return self.score_images(predictions, references, dataset_scores, images)[:2]
+
+    def score_images(
+        self,
+        predictions: dict[int, str],
+        references: dict[int, list[str]],
+        dataset_scores: Callable | None = None,
+        images: Callable | None = None,
+    ) -> tuple[dict, dict, dict]:
+        """:meth:`score`'s (scores, notes) and the coco-caption scores per image (CocoScorer.score_images)."""
         if not predictions:
-            return {}, {}
+            return {}, {}, {}
         if self._scorer is None:
             self._scorer = CocoScorer(metrics=self.metrics, spice=self.spice, tokenizer=self.tokenizer)
-        raw = self._scorer({i: references[i] for i in predictions}, predictions)
+        raw, per_image = self._scorer.score_images({i: references[i] for i in predictions}, predictions)
         scores = {k: v for k, v in raw.items() if isinstance(v, float)}
         notes = {k: v for k, v in raw.items() if not isinstance(v, float)}
+        notes["tokens"] = self._scorer.scored_tokens  # "ptb", or the language's tokenizer (metrics/languages.py)
         diversity, diversity_warnings = diversity_scores(
             predictions, self.vocab_size, dominant_share=self.dominant_share, known=self._known
         )
@@ -239,10 +252,175 @@ class Evaluator:
                     ).get("grounding")
                     for k in range(heads)
                 ]
-        return scores, notes
+        return scores, notes, per_image
 
     def close(self) -> None:
         """Stop the scorers' Java processes (a later :meth:`score` starts new ones)."""
         if self._scorer is not None:
             self._scorer.close()
         self._scorer = None
+
+
+# --------------------------------------------------------------------------- scoring a split's captions
+def read_results(path: str) -> dict[int, str]:
+    """A COCO results file [{"image_id": int, "caption": str}, ...] -> {image_id: caption}. One line of
+    :class:`AnnotationError` for anything else (not a list, a duplicate id, a caption that is not a
+    string), so that nothing is scored from half a file."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            items = json.load(f)
+    except FileNotFoundError:
+        raise AnnotationError(f"{path}: no such results file") from None
+    except (OSError, ValueError) as err:
+        raise AnnotationError(f"{path}: not a readable JSON file ({err})") from None
+    if not isinstance(items, list):
+        raise AnnotationError(f'{path}: expected a COCO results list [{{"image_id": int, "caption": str}}, ...]')
+    captions: dict[int, str] = {}
+    for k, item in enumerate(items):
+        if not isinstance(item, dict) or "image_id" not in item or "caption" not in item:
+            raise AnnotationError(f'{path}: item {k}: expected an object with "image_id" and "caption"')
+        i, caption = item["image_id"], item["caption"]
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise AnnotationError(f"{path}: item {k}: image_id must be an integer, got {i!r}")
+        if not isinstance(caption, str):
+            raise AnnotationError(f"{path}: item {k} (image {i}): the caption must be a string, got {caption!r}")
+        if i in captions:
+            raise AnnotationError(
+                f"{path}: image_id {i} has more than one caption (items of a results file are one per image)"
+            )
+        captions[i] = caption
+    if not captions:
+        raise AnnotationError(f"{path}: no captions")
+    return captions
+
+
+def _shown(ids: list, n: int = 5) -> str:
+    return ", ".join(map(str, ids[:n])) + (", ..." if len(ids) > n else "")
+
+
+def cover_split(predictions: dict[int, str], references: dict, source: str, split: str) -> tuple[dict, list[str]]:
+    """(the captions of images the split has, one line per problem): captions for images the split
+    does not have are set aside, and images without a caption named; an :class:`AnnotationError` when
+    no caption is for an image of the split (ids of another dataset)."""
+    extra = [i for i in predictions if i not in references]
+    missing = [i for i in references if i not in predictions]
+    kept = {i: c for i, c in predictions.items() if i in references}
+    if not kept:
+        raise AnnotationError(
+            f"{source}: none of its {len(predictions)} image ids is an image of the {split!r} split "
+            f"(ids of another dataset or split?): {_shown(sorted(extra))}"
+        )
+    lines = []
+    if extra:
+        lines.append(
+            f"{source}: {len(extra)} caption(s) for images the {split!r} split does not have, not scored: {_shown(sorted(extra))}"
+        )
+    if missing:
+        lines.append(
+            f"{source}: {len(missing)} image(s) of the {split!r} split without a caption, not scored: {_shown(sorted(missing))}"
+        )
+    return kept, lines
+
+
+@dataclass
+class SplitScores:
+    """What :func:`score_split` gives: the report's ``scores`` and ``notes``, the coco-caption
+    scores per image (CocoScorer.score_images), and per image the object counts (shapes data:
+    (matched, mentioned, held)) and CHAIR's entries (metrics/chair.py)."""
+
+    scores: dict
+    notes: dict
+    per_image: dict
+    objects: dict | None = None
+    chair: dict | None = None
+
+    def rows(self, predictions: dict[int, str], references: dict) -> list[dict]:
+        """One JSON-able row per scored image: its caption, references and scores."""
+        from captioning.metrics.chair import chair_from_counts
+
+        index = {i: k for k, i in enumerate(self.per_image.get("ids", []))}
+        rows = []
+        for i, k in index.items():
+            row = {"image_id": i, "caption": predictions[i], "references": list(references[i])}
+            for name in ("BLEU-4", "METEOR", "ROUGE_L", "CIDEr"):
+                if name in self.per_image:
+                    row[name] = self.per_image[name][k]
+            if self.objects and i in self.objects:
+                tp, said, held = self.objects[i]
+                row["object_f1"] = 2 * tp / (said + held) if said + held else 0.0
+                row["objects_matched"], row["objects_mentioned"], row["objects_held"] = tp, said, held
+            if self.chair and i in self.chair:
+                entry = self.chair[i]
+                row["CHAIR_s"] = int(bool(entry["hallucinated"]))
+                row["CHAIR_i"] = float(chair_from_counts(entry["counts"])["CHAIR_i"])
+                row["hallucinated"] = entry["hallucinated"]
+                row["mentioned"] = entry["mentioned"]
+                if "errors" in entry:
+                    row["hallucination_errors"] = entry["errors"]
+            rows.append(row)
+        return rows
+
+    def statistics(self) -> dict:
+        """metric name -> :class:`~captioning.metrics.bootstrap.Statistic` over the scored images, in
+        ``per_image["ids"]`` order (what ``captioning compare`` resamples)."""
+        from captioning.metrics import bootstrap as bs
+
+        ids = self.per_image.get("ids", [])
+        stats = {}
+        if "BLEU-1" in self.per_image:
+            gts, res = self.per_image["tokens"]
+            bleu = bs.bleu_statistics(gts, res, ids)
+            stats.update({f"BLEU-{n}": bs.Statistic(bleu, bs.bleu_score(n)) for n in range(1, 5)})
+        for name in ("METEOR", "ROUGE_L", "CIDEr"):
+            if name in self.per_image:
+                stats[name] = bs.Statistic(bs.per_image_mean(self.per_image[name]), bs.mean_score)
+        if self.objects and all(i in self.objects for i in ids):
+            counts = np.asarray([self.objects[i] for i in ids], dtype=np.float64)
+            for which in ("f1", "precision", "recall"):
+                stats[f"object_{which}"] = bs.Statistic(counts, bs.object_score(which))
+        if self.chair and all(i in self.chair for i in ids):
+            counts = np.asarray([self.chair[i]["counts"] for i in ids], dtype=np.float64)
+            for name in self.scores:
+                if name.startswith("CHAIR"):
+                    stats[name] = bs.Statistic(counts, bs.chair_score(name))
+        return stats
+
+
+def score_split(
+    evaluator: Evaluator,
+    data,
+    split: str,
+    predictions: dict[int, str],
+    instances: str | dict | None = None,
+    images: Callable | None = None,
+) -> SplitScores:
+    """Score a split's captions: the one scoring path of ``captioning evaluate`` (a model's captions)
+    and ``captioning score`` / ``compare`` (a results file's). ``data``: the split's CaptionData;
+    ``predictions``: captions of images of the split (:func:`cover_split`); ``instances``: a COCO
+    instances file for CHAIR, or what metrics/chair.py's read_instances read from one (the shapes data gets its CHAIR from its objects field).
+
+    The scores are the Evaluator's (coco-caption, diversity, attention health of what it decoded,
+    CLIP, the dataset's own) and CHAIR's."""
+    from captioning.data.shapes import parse_objects, record_objects
+    from captioning.metrics.chair import chair_images, chair_scores, read_instances, shapes_chair_images
+    from captioning.metrics.objects import object_counts
+
+    references = data.references(split)
+    scores, notes, per_image = evaluator.score_images(
+        predictions, references, lambda p, a: data.dataset_scores(split, p, a), images=images
+    )
+    result = SplitScores(scores, notes, per_image)
+    records = [r for r in data.records(split) if r.image_id in predictions]
+    truth = {r.image_id: record_objects(r) for r in records if r.objects}
+    if truth:
+        mentions = {i: parse_objects(predictions[i]) for i in truth}
+        result.objects = object_counts(mentions, truth)
+        result.chair = shapes_chair_images(mentions, truth)
+    if instances is not None:
+        objects = instances if isinstance(instances, dict) else read_instances(instances)
+        result.chair = chair_images(predictions, references, objects)
+    if result.chair:
+        scores.update(chair_scores(result.chair))
+    return result

@@ -78,6 +78,15 @@ class CocoScorer:
 
     # ------------------------------------------------------------------ scoring
     def __call__(self, references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Hashable, str]) -> dict:
+        return self.score_images(references, predictions)[0]
+
+    def score_images(
+        self, references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Hashable, str]
+    ) -> tuple[dict, dict]:
+        """(the scores of ``__call__``, per image): per image, {"ids": the ids in order, each metric's
+        list of per-image scores in that order ("BLEU-1".."BLEU-4", "METEOR", "ROUGE_L", "CIDEr"; CIDEr-D
+        with the document frequencies of all these references), "tokens": (the PTB-tokenised
+        references {id: [str]}, predictions {id: [str]})} (metrics/bootstrap.py resamples them)."""
         if not references:
             raise ValueError("no references to score against")
         _check_ids(references, predictions)
@@ -86,20 +95,23 @@ class CocoScorer:
                 raise ValueError(f"references[{i!r}] must be a non-empty list of captions")
         meteor_reason = meteor_unavailable_reason() if "METEOR" in self.metrics else None
         gts, res = self._tokenize(references, predictions)
+        images: dict = {"ids": list(gts), "tokens": (gts, res)}
         with self._lock:
             scores: dict = {}
             for name in self.metrics:
                 if name == "METEOR" and meteor_reason is not None:
                     scores.update({"METEOR": None, "METEOR_error": meteor_reason})
                     continue
-                score, _ = self._scorer(name).compute_score(gts, res, **({"verbose": 0} if name == "BLEU" else {}))
+                score, each = self._scorer(name).compute_score(gts, res, **({"verbose": 0} if name == "BLEU" else {}))
                 if name == "BLEU":
                     scores.update({f"BLEU-{n + 1}": float(s) for n, s in enumerate(score)})
+                    images.update({f"BLEU-{n + 1}": [float(x) for x in e] for n, e in enumerate(each)})
                 else:
                     scores[name] = float(score)
+                    images[name] = [float(x) for x in each]
             if self.spice:
                 scores.update(self._spice(gts, res))
-        return scores
+        return scores, images
 
     def _tokenize(self, references: Mapping, predictions: Mapping) -> tuple[dict, dict]:
         """PTB-tokenise both sides in one call (of Java, or of :mod:`.ptb`: the same tokens).

@@ -19,17 +19,7 @@ def object_f1(
 
     Returns {"precision", "recall", "f1", "true_positives", "predicted", "actual"}.
     """
-    missing = [i for i in objects if i not in mentions]
-    if missing:
-        shown = ", ".join(map(repr, missing[:10])) + (", ..." if len(missing) > 10 else "")
-        raise ValueError(f"object_f1: no prediction for {len(missing)} id(s): {shown}")
-    tp = predicted = actual = 0
-    for i, truth in objects.items():
-        said = Counter(tuple(str(w).lower() for w in t) for t in mentions[i])
-        true = Counter(tuple(str(w).lower() for w in t) for t in truth)
-        tp += sum((said & true).values())
-        predicted += sum(said.values())
-        actual += sum(true.values())
+    tp, predicted, actual = (sum(c) for c in zip((0, 0, 0), *object_counts(mentions, objects).values()))
     precision = tp / predicted if predicted else 0.0
     recall = tp / actual if actual else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -41,3 +31,20 @@ def object_f1(
         "predicted": predicted,
         "actual": actual,
     }
+
+
+def object_counts(
+    mentions: Mapping[Hashable, Iterable[Sequence[str]]], objects: Mapping[Hashable, Iterable[Sequence[str]]]
+) -> dict[Hashable, tuple[int, int, int]]:
+    """Per image id of ``objects``: (matched, mentioned, held) objects as :func:`object_f1` counts them
+    (its micro average sums them; metrics/bootstrap.py resamples them)."""
+    missing = [i for i in objects if i not in mentions]
+    if missing:
+        shown = ", ".join(map(repr, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        raise ValueError(f"object_f1: no prediction for {len(missing)} id(s): {shown}")
+    counts = {}
+    for i, truth in objects.items():
+        said = Counter(tuple(str(w).lower() for w in t) for t in mentions[i])
+        true = Counter(tuple(str(w).lower() for w in t) for t in truth)
+        counts[i] = (sum((said & true).values()), sum(said.values()), sum(true.values()))
+    return counts
