@@ -19,6 +19,9 @@ import textwrap
 import threading
 from collections.abc import Hashable, Mapping, Sequence
 
+from captioning.metrics import languages
+from captioning.metrics.languages import scoring_tokenizer
+
 METRICS = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
 TOKENIZERS = ("auto", "java", "python")
 
@@ -74,6 +77,7 @@ class CocoScorer:
         self.spice = spice or "SPICE" in metrics
         self.tokenizer = tokenizer
         self._scorers: dict = {}  # name -> pycocoevalcap scorer, made on first use
+        self.scored_tokens: str | None = None  # the last call's tokens: "ptb", or a tokenizer's name (languages.py)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ scoring
@@ -93,8 +97,11 @@ class CocoScorer:
         for i, refs in references.items():
             if isinstance(refs, str) or not refs:
                 raise ValueError(f"references[{i!r}] must be a non-empty list of captions")
+        language = scoring_tokenizer(c for refs in references.values() for c in refs)  # None: PTB (English)
         meteor_reason = meteor_unavailable_reason() if "METEOR" in self.metrics else None
-        gts, res = self._tokenize(references, predictions)
+        if language is not None and meteor_reason is None and "METEOR" in self.metrics:
+            meteor_reason = languages.meteor_reason(language)
+        gts, res = self._tokenize(references, predictions, language)
         images: dict = {"ids": list(gts), "tokens": (gts, res)}
         with self._lock:
             scores: dict = {}
@@ -111,11 +118,20 @@ class CocoScorer:
                     images[name] = [float(x) for x in each]
             if self.spice:
                 scores.update(self._spice(gts, res))
+            self.scored_tokens = language.name if language is not None else languages.PTB  # what was counted
+            if language is not None:  # (English scores keep their keys)
+                scores["tokens"] = language.name
         return scores, images
 
-    def _tokenize(self, references: Mapping, predictions: Mapping) -> tuple[dict, dict]:
-        """PTB-tokenise both sides in one call (of Java, or of :mod:`.ptb`: the same tokens).
+    def _tokenize(self, references: Mapping, predictions: Mapping, language=None) -> tuple[dict, dict]:
+        """PTB-tokenise both sides in one call (of Java, or of :mod:`.ptb`: the same tokens), or split
+        them with ``language`` (a Tokenizer, for CJK references: metrics/languages.py).
         Returns ({id: [ref, ...]}, {id: [pred]})."""
+        if language is not None:
+            ids = list(references)
+            return languages.tokenize_corpus(language, {i: list(references[i]) for i in ids}), {
+                i: languages.tokenize_corpus(language, {0: [predictions[i]]})[0] for i in ids
+            }
         java = shutil.which("java") is not None
         if self.tokenizer == "java" and not java:
             raise RuntimeError("tokenizer='java' needs Java (no 'java' on PATH); use tokenizer='auto' or 'python'")

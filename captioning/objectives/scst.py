@@ -40,10 +40,13 @@ from torch import Tensor
 
 from captioning.decoding.search import BAD_ENDINGS, GenerationConfig
 from captioning.errors import ConfigError
+from captioning.metrics import languages
 from captioning.metrics.cider import CiderD
+from captioning.metrics.languages import scoring_tokenizer
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
 from captioning.objectives.base import OBJECTIVES, Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import caption_log_likelihood
+from captioning.tokenizers import Tokenizer
 from captioning.vocab import Vocabulary
 
 _PLAIN_WORD = re.compile(r"[^\W_]+(?:['\-][^\W_]+)*")  # the form of vocab.tokenize's words
@@ -117,6 +120,7 @@ class SCST(Objective):
         self._cider: CiderD | None = None
         self._cider_state: dict | None = None
         self._word_tokens: dict = {}  # vocabulary word -> its PTB tokens (None: tokenise its captions whole)
+        self._language: Tokenizer | None = None  # the references' tokenizer when not PTB (CJK captions)
 
     # ------------------------------------------------------------------ references and CIDEr-D
     def setup(self, datamodule) -> None:
@@ -124,8 +128,15 @@ class SCST(Objective):
         self.set_references(datamodule.references("train"))
 
     def set_references(self, references: Mapping[int, Sequence[str]]) -> None:
-        """image_id -> raw reference captions of the training images (tokenised here, as the evaluation does)."""
-        self._references = {int(k): tuple(v) for k, v in tokenize_corpus(dict(references)).items()}
+        """image_id -> raw reference captions of the training images (tokenised here, as the evaluation does:
+        PTB tokens, or the language's for mostly-CJK captions, metrics/languages.py)."""
+        references = dict(references)
+        self._language = scoring_tokenizer(c for refs in references.values() for c in refs)
+        if self._language is not None:
+            tokens = languages.tokenize_corpus(self._language, references)
+        else:
+            tokens = tokenize_corpus(references)
+        self._references = {int(k): tuple(v) for k, v in tokens.items()}
 
     @property
     def cider(self) -> CiderD:
@@ -174,6 +185,9 @@ class SCST(Objective):
         """CIDEr-D of each row of ``sequences`` (N, T) against ``references[i]``; also the rows' words."""
         rows = sequences.tolist()
         words = [vocab.decode(row) for row in rows]
+        if self._language is not None:  # the references' language: the caption's text split as they were
+            texts = [" ".join(self._language.tokenize(vocab.decode_text(row))) for row in rows]
+            return self.cider.scores(texts, references), words
         texts = [self._ptb_tokens(w) for w in words]
         for i, text in enumerate(texts):
             if (
