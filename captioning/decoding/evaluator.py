@@ -218,7 +218,6 @@ class Evaluator:
         scores = {k: v for k, v in raw.items() if isinstance(v, float)}
         notes = {k: v for k, v in raw.items() if not isinstance(v, float)}
         notes["tokens"] = self._scorer.scored_tokens  # "ptb", or the language's tokenizer (metrics/languages.py)
-        notes["tokens"] = self._scorer.scored_tokens  # "ptb", or the language's tokenizer (metrics/languages.py)
         diversity, diversity_warnings = diversity_scores(
             predictions, self.vocab_size, dominant_share=self.dominant_share, known=self._known
         )
