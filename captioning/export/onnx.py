@@ -145,6 +145,7 @@ PAPER_ATTENTION = {
     "placement": "bahdanau",
     "window": "global",
     "refiner_layers": 0,
+    "aoa": False,
 }
 
 

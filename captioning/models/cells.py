@@ -39,23 +39,32 @@ class DecoderState:
     features: Tensor  # (N / beams, L, D)
     projected: Tensor  # (N / beams, L, A): W_a a, computed once
     beams: int = 1  # rows per image: rows k * beams ... (k + 1) * beams - 1 share image k's features
+    #: (N / beams, L) added to every step's attention scores before the softmax, per image: a prior
+    #: over the locations (decoding/steering.py's focus); None: none
+    bias: Tensor | None = None
 
     def select(self, index: Tensor) -> DecoderState:
         """Rows ``index`` (a slice, or (N',) indices) of every tensor; one row per image only."""
         if self.beams != 1:
             raise ValueError("select() needs one row per image; beams share their image's features")
-        return DecoderState(self.h[index], self.c[index], self.features[index], self.projected[index])
+        bias = None if self.bias is None else self.bias[index]
+        return DecoderState(self.h[index], self.c[index], self.features[index], self.projected[index], bias=bias)
 
     def with_recurrent(self, h: Tensor, c: Tensor) -> DecoderState:
         """The same images (features) with a new recurrent state."""
-        return DecoderState(h, c, self.features, self.projected, self.beams)
+        return DecoderState(h, c, self.features, self.projected, self.beams, self.bias)
 
     def expand_beams(self, beams: int) -> DecoderState:
         """Each image's state copied to ``beams`` rows; the features stay one copy per image."""
         if self.beams != 1:
             raise ValueError("expand_beams() of a state that already has beams")
         return DecoderState(
-            self.h.repeat_interleave(beams, 0), self.c.repeat_interleave(beams, 0), self.features, self.projected, beams
+            self.h.repeat_interleave(beams, 0),
+            self.c.repeat_interleave(beams, 0),
+            self.features,
+            self.projected,
+            beams,
+            self.bias,
         )
 
 
@@ -109,14 +118,25 @@ def lstm_update(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
 class Attend:
     """alpha_t, its glimpse and the gated context z_t from a hidden state h (Eq. 4-5, 13; Section
     4.2.1): every score function, several heads (their contexts joined and projected to D by W_o),
-    the local window (a predicted centre and a Gaussian window over the grid).
+    the local window (a predicted centre and a Gaussian window over the grid), and Attention on
+    Attention (Huang et al. 2019; ``aoa``): the context v^ replaced by i * g, the information
+    i = W_i [v^; h] + b_i and the gate g = sigmoid(W_g [v^; h] + b_g), before beta_t's gate, where h
+    is the state the cell attends from (h_{t-1} for Bahdanau, h_t for Luong).
 
     The cell computes what attention needs from h in its fused product, ``from_h`` (N, width) =
     [query (W_h h; none where the query is h itself) | f_beta(h) (1) | W_p h (the local centre's; none
     when global)], of widths :attr:`widths`."""
 
-    def __init__(self, f_att: Score, local_centre: LocalCentre | None, head_proj: nn.Linear | None, local_sigma: float):
+    def __init__(
+        self,
+        f_att: Score,
+        local_centre: LocalCentre | None,
+        head_proj: nn.Linear | None,
+        local_sigma: float,
+        aoa: nn.Linear | None = None,
+    ):
         self.f_att, self.local_centre, self.head_proj, self.local_sigma = f_att, local_centre, head_proj, local_sigma
+        self.aoa = aoa
         self.widths = [f_att.query_dim, 1, 0 if local_centre is None else local_centre.v_p.in_features]
         self.width = sum(self.widths)
 
@@ -140,6 +160,9 @@ class Attend:
         if self.local_centre is not None:
             gh, gw = grid_shape(state.features.size(1))
             bias = window_log(self.local_centre(from_h[:, Q + 1 :], gh, gw), gh, gw, self.local_sigma)  # (N, L)
+        if state.bias is not None:  # a prior over the locations, per image: (B, L) -> (N, L)
+            prior = state.bias if beams == 1 else state.bias.repeat_interleave(beams, 0)
+            bias = prior if bias is None else bias + prior
         alpha = self.f_att(state.projected, from_h[:, :Q] if Q else h, beams, bias=bias)  # (N, L) or (N, heads, L)
         g = glimpse(
             alpha,
@@ -152,6 +175,8 @@ class Attend:
             graph_safe=graph_safe,
         )
         context = g.context if self.head_proj is None else self.head_proj(g.context)  # (N, D)
+        if self.aoa is not None:  # Attention on Attention: i * sigmoid(g), both from [context; h] (N, D + H)
+            context = F.glu(self.aoa(torch.cat([context, h], -1)), -1)
         beta = torch.sigmoid(from_h[:, Q])  # (N,): the gating scalar
         return g, beta, beta.unsqueeze(1) * context
 

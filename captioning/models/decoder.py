@@ -269,7 +269,9 @@ class ShowAttendTellDecoder(nn.Module):
             if config.refiner_layers
             else None
         )
-        attend = Attend(self.f_att, self.local_centre, self.head_proj, config.local_sigma)
+        # Attention on Attention: [W_i; W_g] over [context; h] (made last: the other layers draw as before)
+        self.aoa = nn.Linear(feature_dim + hidden_dim, 2 * feature_dim) if config.aoa else None
+        attend = Attend(self.f_att, self.local_centre, self.head_proj, config.local_sigma, self.aoa)
         #: the time step (cells.py), holding the layers above
         self.cell = (
             LuongCell(self.lstm, self.from_output, self.combine, attend)

@@ -13,6 +13,8 @@ state in checkpoints, so a resumed run continues the same sequence. The kinds:
 - ``warmup_cosine`` / ``warmup_linear``: linear warm-up from base / warmup_steps to base over
   ``warmup_steps`` optimizer steps, then a cosine (or linear) decay to base * final_lr_ratio at
   ``total_steps`` (default: the run's ``trainer.max_steps``, else its estimated steps).
+- ``warmup_rsqrt``: the Transformer's schedule (Vaswani et al. 2017, "noam"): the same linear
+  warm-up to base, then base * sqrt(warmup_steps / t), an inverse square root of the step.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from captioning.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-KINDS = ("none", "step", "plateau", "warmup_cosine", "warmup_linear")
+KINDS = ("none", "step", "plateau", "warmup_cosine", "warmup_linear", "warmup_rsqrt")
 
 
 @dataclass
@@ -37,7 +39,7 @@ class ScheduleConfig:
     """The learning rate over training (see the module's docstring for each kind).
 
     Args:
-        kind: none, step, plateau, warmup_cosine or warmup_linear.
+        kind: none, step, plateau, warmup_cosine, warmup_linear or warmup_rsqrt.
         interval: ``step`` decay's clock: "epoch" or "step" (optimizer steps).
         start: ``step``: the epoch (or step) the decay starts at.
         every: ``step``: epochs (or steps) between two decays.
@@ -49,7 +51,7 @@ class ScheduleConfig:
         final_lr_ratio: ``warmup_*``: the learning rate at total_steps, as a fraction of the base.
     """
 
-    kind: Literal["none", "step", "plateau", "warmup_cosine", "warmup_linear"] = "none"
+    kind: Literal["none", "step", "plateau", "warmup_cosine", "warmup_linear", "warmup_rsqrt"] = "none"
     interval: Literal["epoch", "step"] = "epoch"
     start: int = 0
     every: int = 3
@@ -109,6 +111,18 @@ class WarmupDecay:
         return self.final + (1.0 - self.final) * fall
 
 
+class WarmupRsqrt:
+    """(t + 1) / warmup for the first ``warmup`` steps, then sqrt(warmup / (t + 1)) (t: the optimizer
+    step, 0-based; a LambdaLR factor): Vaswani et al.'s d^-0.5 min(t^-0.5, t warmup^-1.5) scaled so
+    that its peak is the base rate."""
+
+    def __init__(self, warmup: int):
+        self.warmup = max(warmup, 1)
+
+    def __call__(self, t: int) -> float:
+        return (t + 1) / self.warmup if t < self.warmup else math.sqrt(self.warmup / (t + 1))
+
+
 def total_steps(config: ScheduleConfig, trainer) -> int:
     """The step a warm-up schedule's decay ends at: the config's, trainer.max_steps, or the trainer's estimate."""
     if config.total_steps is not None:
@@ -148,6 +162,8 @@ def with_schedule(
         }
     if config.kind == "step":
         factor, interval = StepDecay(config.start, config.every, config.rate), config.interval
+    elif config.kind == "warmup_rsqrt":
+        factor, interval = WarmupRsqrt(config.warmup_steps), "step"
     else:
         total = total_steps(config, trainer)
         if config.warmup_steps >= total:  # (a total_steps of the config's own was checked with it)

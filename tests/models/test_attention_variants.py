@@ -38,6 +38,8 @@ VARIANTS = {
     "local": dict(window="local", local_sigma=0.8),
     "refiner": dict(refiner_layers=1, refiner_heads=2),
     "luong_local_heads": dict(placement="luong", window="local", heads=2, score="scaled_dot"),
+    "aoa": dict(aoa=True),
+    "luong_aoa_heads": dict(placement="luong", aoa=True, heads=2),
 }
 
 
@@ -96,6 +98,9 @@ def ref_attend(dec, a, h, from_h):
     z = contexts.reshape(-1)
     if dec.head_proj is not None:
         z = dec.head_proj.weight @ z  # W_o [z^1; ...; z^K]
+    if dec.aoa is not None:  # Attention on Attention: i * sigmoid(g), [i; g] = W [z; h] + b
+        info, gate = (dec.aoa.weight @ torch.cat([z, h]) + dec.aoa.bias).chunk(2)
+        z = info * torch.sigmoid(gate)
     return alpha, torch.sigmoid(beta_pre) * z
 
 
