@@ -27,6 +27,12 @@ class MakeShapes(Command):
             "8 colours, 6 shapes on textured backgrounds, JPEG",
         )
         p.add_argument(
+            "--language",
+            choices=("en", "zh"),
+            default="en",
+            help="the captions' language: en, or zh (Chinese: the same images; docs/LANGUAGES.md)",
+        )
+        p.add_argument(
             "--holdout",
             default="",
             help="colour:shape pairs kept out of train/val/test images and captions, comma-separated "
@@ -49,6 +55,7 @@ class MakeShapes(Command):
             preset=args.preset,
             holdout=args.holdout,
             n_test_novel=args.test_novel,
+            language=args.language,
         )
         print(f"wrote {path}")
         return 0

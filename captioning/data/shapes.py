@@ -30,7 +30,9 @@ from PIL import Image, ImageDraw
 from tqdm import tqdm
 
 from captioning.data.holdout import NOVEL_SPLIT, holds_novel, parse_holdout
+from captioning.data.shapes_zh import captions_zh, locate_objects_zh
 from captioning.errors import ConfigError
+from captioning.tokenizers import cjk_share
 
 SIZES = ("small", "large")  # the demo's words; the hard preset adds HARD_* to them
 COLOURS = ("red", "green", "blue", "yellow", "purple")
@@ -279,6 +281,10 @@ def _captions(rng: np.random.Generator, objects: list[dict], size: int) -> list[
     return [canonical] + [others[i] for i in sorted(picked)]
 
 
+#: the captions' languages of ``captioning make-shapes --language``
+LANGUAGES = {"en": _captions, "zh": captions_zh}
+
+
 # --------------------------------------------------------------------------- dataset
 def generate(
     out_dir: str | Path,
@@ -291,6 +297,7 @@ def generate(
     preset: str | ShapesStyle = "demo",
     holdout: str | Sequence = (),
     n_test_novel: int | None = None,
+    language: str = "en",
 ) -> Path:
     """Write the shapes dataset under `out_dir`; return the annotation file's path.
 
@@ -300,7 +307,10 @@ def generate(
     ``holdout``: colour-shape pairs ("red:circle,blue:square") kept out of the train, val and test
     images; ``n_test_novel`` images (default ``n_test``) holding at least one of them form the
     ``test_novel`` split (data/holdout.py). Without a holdout the images are the same as before.
+    ``language``: "en" or "zh" (data/shapes_zh.py: the same images, Chinese captions).
     """
+    if language not in LANGUAGES:
+        raise ConfigError(f"--language: expected one of {', '.join(LANGUAGES)}, got {language!r}")
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ConfigError(f"shapes dataset: unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
@@ -347,7 +357,7 @@ def generate(
         else:
             filename = f"{imgid:06d}.png"
             img.save(out_dir / "images" / split / filename, format="PNG")
-        raws = _captions(rng, objects, image_size)
+        raws = LANGUAGES[language](rng, objects, image_size)
         sentids = [5 * imgid + k for k in range(len(raws))]
         images.append(
             {
@@ -357,6 +367,8 @@ def generate(
                 "split": split,
                 "sentences": [
                     {"tokens": raw.split(), "raw": raw, "imgid": imgid, "sentid": sid}
+                    if language == "en"
+                    else {"raw": raw, "imgid": imgid, "sentid": sid}  # split by the data's tokenizer
                     for raw, sid in zip(raws, sentids)
                 ],
                 "sentids": sentids,
@@ -383,6 +395,8 @@ def parse_objects(caption: str | Sequence[str]) -> list[Triple]:
     A mention is a size word directly followed by a colour word and a shape word; partial
     mentions ("a red circle") are not counted. Accepts a string or a list of tokens.
     """
+    if isinstance(caption, str) and cjk_share([caption]) > 0.5:
+        return [triple for _, triple in locate_objects_zh(caption)]
     tokens = re.findall(r"[a-z]+", caption.lower()) if isinstance(caption, str) else caption
     return [triple for _, triple in locate_objects(tokens)]
 
@@ -394,6 +408,8 @@ def locate_objects(tokens: Sequence[str]) -> list[tuple[int, Triple]]:
     shape word (case-insensitive); partial mentions do not count.
     """
     tokens = [str(t).lower() for t in tokens]
+    if cjk_share(tokens) > 0.5:  # Chinese captions (data/shapes_zh.py), in any tokenizer's tokens
+        return locate_objects_zh(tokens)
     found, i = [], 0
     while i + 2 < len(tokens):
         triple = tuple(tokens[i : i + 3])
