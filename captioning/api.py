@@ -15,7 +15,7 @@ with the names of Hugging Face's ``generate`` (num_beams, max_new_tokens, do_sam
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,9 +23,10 @@ import torch
 from PIL import Image
 
 from captioning.common import default_device, grid_shape
-from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, to_tensor
+from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, pixels_to_float, to_tensor
 from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.generation import GenerationConfig, generation_options
+from captioning.decoding.steering import focus_biases, focus_boxes, generate_focused
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
 
@@ -69,6 +70,7 @@ class Captioner:
         self.attention_kind = model.attention_kind
         self.generation = generation or GenerationConfig()
         self.description = dict(description or {})
+        self._locations: int | None = None  # L, read on first use (grid_locations)
 
     @classmethod
     def from_model(
@@ -222,9 +224,16 @@ class Captioner:
         return_attention: bool = False,
         batch_size: int = 16,
         generator: torch.Generator | None = None,
+        focus: Any = None,
+        focus_strength: float | None = None,
         **generation,
     ) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time.
+
+        ``focus``: a box (x0, y0, x1, y1) in the images' own pixels (or one box or None per image)
+        whose region the caption should describe: a prior added to every step's attention scores,
+        ``focus_strength`` (default 10; 0: none) taken from the cells outside it
+        (decoding/steering.py, docs/EVALUATION.md).
 
         ``generation``: any field of :class:`~captioning.decoding.generation.GenerationConfig`, over
         :attr:`generation` (a value out of bounds is a one-line ConfigError naming the field):
@@ -246,53 +255,134 @@ class Captioner:
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)  # suppress_tokens may name words
         single = not isinstance(images, (list, tuple))
         pils = [as_pil(im) for im in ([images] if single else images)]
+        boxes, strength = focus_boxes(focus, len(pils), focus_strength, isinstance(self.model, Ensemble))
         results = []
         for start in range(0, len(pils), batch_size):
             chunk = pils[start : start + batch_size]
-            out = self.model.generate(images=self._batch(chunk), config=config, generator=generator)
-            for i in range(len(chunk)):
-                n = int(out.lengths[i])
-                ids = out.sequences[i, :n].tolist()
-                item: dict[str, Any] = {
-                    "generated_text": self.vocab.decode_text(ids),
-                    "score": float(out.scores[i]),
-                    "tokens": [self.vocab.itos[t] for t in ids],
-                }
-                if out.beam_sequences is not None:
-                    item["beams"] = [
-                        {"generated_text": self.vocab.decode_text(seq), "score": float(score)}
-                        for seq, score in zip(out.beam_sequences[i].tolist(), out.beam_scores[i].tolist())
-                    ]
-                    if (
-                        config.num_beam_groups > 1 and out.beam_indices is not None
-                    ):  # diverse beam search: each beam's group
-                        per_group = config.num_beams // config.num_beam_groups
-                        for beam, row in zip(item["beams"], out.beam_indices[i].tolist()):
-                            beam["group"] = row // per_group + 1
-                if return_attention:
-                    grid = grid_shape(out.alphas.size(-1))
-                    item["attention"] = out.alphas[i, :n].reshape(n, *grid).cpu().numpy()
-                    if out.locations.dim() == 3:  # hard multi-head: a cell per head
-                        item["head_locations"] = [
-                            [divmod(int(cell), grid[1]) for cell in step] for step in out.locations[i, :n].tolist()
-                        ]
-                        item["locations"] = [
-                            divmod(int(cell), grid[1]) for cell in out.alphas[i, :n].argmax(-1).tolist()
-                        ]
-                    else:
-                        item["locations"] = [divmod(int(cell), grid[1]) for cell in out.locations[i, :n].tolist()]
-                    if (
-                        out.head_alphas is not None
-                    ):  # an ensemble's: each member's map; a multi-head model's: each head's
-                        parts = out.head_alphas.size(2)
-                        key = (
-                            "member_attention"
-                            if isinstance(self.model, Ensemble) and len(self.model.members) > 1
-                            else "head_attention"
-                        )
-                        item[key] = out.head_alphas[i, :n].reshape(n, parts, *grid).cpu().numpy()
-                results.append(item)
+            bias = None
+            if boxes is not None:
+                sizes = [p.size for p in chunk]
+                names = [getattr(p, "filename", None) or f"image {start + i}" for i, p in enumerate(chunk)]
+                bias = focus_biases(boxes[start : start + batch_size], sizes, self.grid_locations, strength, names)
+            results += self._decode(self._batch(chunk), len(chunk), config, generator, return_attention, bias)
         return results
+
+    @property
+    def grid_locations(self) -> int:
+        """L, the model's annotation vectors per image (from a blank image's encoding, once)."""
+        if self._locations is None:
+            blank = torch.zeros(1, 3, self.image_size, self.image_size, device=self.device)
+            self._locations = int(self.model.encoder(blank).size(1))
+        return self._locations
+
+    def _decode(
+        self, batch, count: int, config: GenerationConfig, generator, return_attention: bool, bias=None
+    ) -> list[dict]:
+        """The results of one batch of model inputs (:meth:`_batch`'s) of ``count`` images; ``bias``
+        (B, L): a focus prior on every step's attention (decoding/steering.py), None: none."""
+        results = []
+        out = generate_focused(self.model, batch, config, generator, bias)
+        for i in range(count):
+            n = int(out.lengths[i])
+            ids = out.sequences[i, :n].tolist()
+            item: dict[str, Any] = {
+                "generated_text": self.vocab.decode_text(ids),
+                "score": float(out.scores[i]),
+                "tokens": [self.vocab.itos[t] for t in ids],
+            }
+            if out.beam_sequences is not None:
+                item["beams"] = [
+                    {"generated_text": self.vocab.decode_text(seq), "score": float(score)}
+                    for seq, score in zip(out.beam_sequences[i].tolist(), out.beam_scores[i].tolist())
+                ]
+                if (
+                    config.num_beam_groups > 1 and out.beam_indices is not None
+                ):  # diverse beam search: each beam's group
+                    per_group = config.num_beams // config.num_beam_groups
+                    for beam, row in zip(item["beams"], out.beam_indices[i].tolist()):
+                        beam["group"] = row // per_group + 1
+            if return_attention:
+                grid = grid_shape(out.alphas.size(-1))
+                item["attention"] = out.alphas[i, :n].reshape(n, *grid).cpu().numpy()
+                if out.locations.dim() == 3:  # hard multi-head: a cell per head
+                    item["head_locations"] = [
+                        [divmod(int(cell), grid[1]) for cell in step] for step in out.locations[i, :n].tolist()
+                    ]
+                    item["locations"] = [divmod(int(cell), grid[1]) for cell in out.alphas[i, :n].argmax(-1).tolist()]
+                else:
+                    item["locations"] = [divmod(int(cell), grid[1]) for cell in out.locations[i, :n].tolist()]
+                if out.head_alphas is not None:  # an ensemble's: each member's map; a multi-head model's: each head's
+                    parts = out.head_alphas.size(2)
+                    key = (
+                        "member_attention"
+                        if isinstance(self.model, Ensemble) and len(self.model.members) > 1
+                        else "head_attention"
+                    )
+                    item[key] = out.head_alphas[i, :n].reshape(n, parts, *grid).cpu().numpy()
+            results.append(item)
+        return results
+
+    @property
+    def input_sizes(self) -> list[tuple[int, str]]:
+        """(image size, interpolation) of each input the model takes: one, or one per ensemble member."""
+        if isinstance(self.model, Ensemble):
+            filters = [m.spec.interpolation or DEFAULT_INTERPOLATION for m in self.model.members]
+            return list(zip(self.model.image_sizes, filters))
+        return [(self.image_size, self.interpolation)]
+
+    @torch.no_grad()
+    def caption_pixels(
+        self,
+        pixels: Sequence[Sequence[np.ndarray]],
+        return_attention: bool = False,
+        generator: torch.Generator | None = None,
+        **generation,
+    ) -> list[dict[str, Any]]:
+        """Caption one batch of images already resized: per image, one uint8 (3, S, S) array per entry
+        of :attr:`input_sizes` (data/inputs.py: ``model_pixels``). The same results as :meth:`__call__`
+        on the images themselves."""
+        config = self.generation.replace(**generation).resolve_tokens(self.vocab)
+        if not pixels:
+            return []
+        inputs = [
+            torch.stack([torch.from_numpy(pixels_to_float(p[k])) for p in pixels]).to(self.device)
+            for k in range(len(self.input_sizes))
+        ]
+        batch = inputs if isinstance(self.model, Ensemble) else inputs[0]
+        return self._decode(batch, len(pixels), config, generator, return_attention)
+
+    def caption_files(
+        self,
+        paths: str | os.PathLike | Iterable[str | os.PathLike],
+        batch_size: int = 16,
+        num_workers: int = 0,
+        return_attention: bool = False,
+        generator: torch.Generator | None = None,
+        skip: Container[str] = (),
+        **generation,
+    ) -> Iterator[dict[str, Any]]:
+        """Caption image files as a stream, yielding one result per image in input order.
+
+        ``paths``: files, folders (with their subfolders), glob patterns, ``@list.txt`` files and
+        WebDataset shards (data/inputs.py); a generator of paths is read as it goes. Images are read
+        ``batch_size`` at a time by ``num_workers`` loader processes (0: this one), so memory is
+        bounded by the batch and the read-ahead, never by the number of images. ``skip``: names not
+        to caption (e.g. those of an earlier run). ``generation`` as for :meth:`__call__`.
+
+        Yields {"image": name, "generated_text", "score", "tokens", ...} (the keys of
+        :meth:`__call__`), or {"image": name, "error": one line} for an image that cannot be read and
+        for an argument that names none.
+        """
+        from captioning.data.inputs import iter_sources, load_batches, model_pixels_of
+
+        items = [paths] if isinstance(paths, (str, os.PathLike)) else paths
+        self.generation.replace(**generation)  # a bad setting: one line now, before any image is read
+        sources = (s for s in iter_sources(map(os.fspath, items), inline=True) if s.name not in skip)
+        for batch in load_batches(sources, model_pixels_of(self.input_sizes), batch_size, num_workers):
+            good = [b for b in batch if b.error is None]
+            results = iter(self.caption_pixels([b.image for b in good], return_attention, generator, **generation))
+            for b in batch:
+                yield {"image": b.name, "error": b.error} if b.error else {"image": b.name, **next(results)}
 
     def _batch(self, images: Sequence[Image.Image]):
         """The model's input (B, 3, S, S) on its device, resized with the model's interpolation; an

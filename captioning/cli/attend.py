@@ -1,5 +1,8 @@
 """``captioning attend``: where the model looked for each word, as a GIF (a frame per word) and/or a
-grid PNG (a panel per word) per image."""
+grid PNG (a panel per word) per image.
+
+The images stream as ``caption``'s do (data/inputs.py): their names are listed first (they decide
+the pictures' file names), then the images are read a batch at a time, captioned, drawn and dropped."""
 
 from __future__ import annotations
 
@@ -9,14 +12,16 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from captioning.cli.caption import gather_images, load_captioner
+from captioning.cli.caption import load_captioner
 from captioning.cli.commands import COMMANDS, Command
+from captioning.cli.focus import focus_args, focus_overrides
 from captioning.cli.options import (
-    IMAGES_HELP,
+    STREAM_HELP,
     at_least,
     fraction,
     generation_args,
     generation_overrides,
+    loader_args,
     refuse_urls,
     report_skipped,
 )
@@ -73,6 +78,22 @@ def attend_targets(paths: Sequence[str], out: Path, fmt: str | None) -> list[lis
     return targets
 
 
+def listed_sources(args) -> tuple[list, list]:
+    """The images of the arguments (data/inputs.py: files, folders, globs, @lists, shards), listed by
+    name and place only (their names decide the pictures' file names), and (argument, reason) for
+    the arguments that name none; none at all is a one-line error."""
+    from captioning.data.inputs import check_items, iter_sources
+
+    items = check_items(args.images)
+    problems: list = []
+    sources = list(iter_sources(items, problems))
+    if not sources:
+        raise CaptioningError(
+            problems[0][1] if len(problems) == 1 else f"no images found in {', '.join(i for i, _ in problems)}"
+        )
+    return sources, problems
+
+
 def writable_folder(folder: Path) -> None:
     """Create ``folder`` if needed; a one-line error if it cannot be made or written to."""
     import tempfile
@@ -93,7 +114,7 @@ class Attend(Command):
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("images", nargs="+", help=IMAGES_HELP)
+        p.add_argument("images", nargs="+", help=STREAM_HELP)
         generation_args(p)
         p.add_argument(
             "--out",
@@ -121,8 +142,14 @@ class Attend(Command):
             default="mean",
             help="several --checkpoint: the models' weighted mean map (titled so), or a picture per model, titled",
         )
+        focus_args(p)
+        loader_args(p, batch_size=8)
 
     def run(self, args: argparse.Namespace) -> int:
+        from tqdm import tqdm
+
+        from captioning.data.inputs import load_batches
+
         refuse_urls(args.images)
         out_kind(Path(args.out))  # a file suffix that is not .gif / .png: one line, before the model loads
         captioner = load_captioner(args)
@@ -130,24 +157,36 @@ class Attend(Command):
             print(
                 "note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr
             )
-        good, bad = gather_images(args.images)
-        targets = attend_targets([p for p, _ in good], Path(args.out), args.format) if good else []
+        sources, problems = listed_sources(args)
+        targets = attend_targets([s.name for s in sources], Path(args.out), args.format) if sources else []
         for folder in {t.parent for files in targets for t, _ in files}:
             writable_folder(folder)
-        results = captioner([im for _, im in good], return_attention=True, **generation_overrides(args)) if good else []
-        for (path, image), result, files in zip(good, results, targets):
-            for target, fmt in files:
-                captioner.render(
-                    image,
-                    result,
-                    target,
-                    format=fmt,
-                    duration_ms=args.duration_ms,
-                    alpha=args.alpha,
-                    style=args.style,
-                    heads=args.heads,
-                    members=args.members,
-                )
-                print(f"{path}\t{result['generated_text']}\t-> {target}")
+        overrides = {**generation_overrides(args), **focus_overrides(args)}
+        files_of = iter(targets)
+        with tqdm(total=len(sources), desc="attend", unit="img", disable=None, file=sys.stderr) as bar:
+            for batch in load_batches(sources, None, args.batch_size, args.num_workers):
+                good = [b for b in batch if b.error is None]
+                results = iter(captioner([b.image for b in good], return_attention=True, **overrides) if good else [])
+                for item in batch:
+                    files = next(files_of)
+                    if item.error is not None:
+                        problems.append((item.name, item.error))
+                        continue
+                    result = next(results)
+                    for target, fmt in files:
+                        captioner.render(
+                            item.image,
+                            result,
+                            target,
+                            format=fmt,
+                            duration_ms=args.duration_ms,
+                            alpha=args.alpha,
+                            style=args.style,
+                            heads=args.heads,
+                            members=args.members,
+                        )
+                        print(f"{item.name}\t{result['generated_text']}\t-> {target}", flush=True)
+                bar.update(len(batch))
+        bad = problems
         report_skipped(bad)
         return 1 if bad else 0

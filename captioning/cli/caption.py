@@ -1,5 +1,8 @@
-"""``captioning caption``: captions of image files, folders and glob patterns, with a checkpoint
-(several: an ensemble) or an ONNX folder (onnxruntime, without PyTorch)."""
+"""``captioning caption``: captions of image files, folders, glob patterns, @lists and WebDataset
+shards, with a checkpoint (several: an ensemble) or an ONNX folder (onnxruntime, without PyTorch).
+
+The images are a stream (data/inputs.py): read a batch at a time by the loader, captioned, written
+(stdout, or appended to ``--out``: data/captions_out.py), then dropped."""
 
 from __future__ import annotations
 
@@ -9,14 +12,17 @@ import sys
 from collections.abc import Sequence
 
 from captioning.cli.commands import COMMANDS, Command
+from captioning.cli.focus import focus_args, focus_overrides
 from captioning.cli.options import (
-    IMAGES_HELP,
+    STREAM_HELP,
     apply_image_limit,
     check_generation_flags,
     checkpoints_and_weights,
+    counted,
     generation_args,
     generation_overrides,
     image_paths,
+    loader_args,
     refuse_urls,
     report_skipped,
 )
@@ -26,7 +32,8 @@ from captioning.errors import CaptioningError
 def gather_images(items: Sequence[str]) -> tuple[list, list]:
     """(path, PIL image) of every readable image the arguments name (folders with their subfolders:
     :func:`~captioning.cli.options.image_paths`); (item, reason) for the others, an empty folder or a
-    pattern that matches nothing included. None at all is a one-line error."""
+    pattern that matches nothing included. None at all is a one-line error. Holds every image: the
+    commands stream instead (:func:`stream_images`); kept for callers of a few images."""
     from captioning.data.images import load_images
 
     paths, empty = [], []
@@ -41,6 +48,88 @@ def gather_images(items: Sequence[str]) -> tuple[list, list]:
         )
     good, bad = load_images(paths)
     return good, empty + bad
+
+
+class ImageStream:
+    """The images of a streaming command's arguments (data/inputs.py), read by its loader in batches,
+    with a progress bar (images/s and, where the images were counted first, an ETA) on stderr.
+
+    ``skip``: names not to read (a resumed --out's). Iterating gives lists of ``Loaded`` (name, image
+    made ready by ``prepare``, error); afterwards ``problems`` holds (argument or image, reason) of
+    everything that could not be read, ``listed`` the number of images the arguments named, and
+    ``skipped`` the number of them in ``skip``."""
+
+    def __init__(self, args, prepare=None, skip=(), desc: str = "captioning"):
+        from captioning.data.inputs import check_items
+
+        self.items = check_items(args.images)
+        self.args, self.prepare, self.skip, self.desc = args, prepare, skip, desc
+        self.problems: list = []
+        self.empty: list = []
+        self.listed = self.skipped = 0
+
+    def _sources(self):
+        from captioning.data.inputs import iter_sources
+
+        for source in iter_sources(self.items, inline=True):
+            if source.error is not None:  # an argument that names no image
+                self.empty.append((source.name, source.error))
+                continue
+            self.listed += 1
+            if source.name in self.skip:
+                self.skipped += 1
+                continue
+            yield source
+
+    def _total(self) -> int | None:
+        """The images to read, counted by a listing pass (only for a progress bar that shows)."""
+        from captioning.data.inputs import iter_sources
+
+        if not sys.stderr.isatty():
+            return None
+        return sum(1 for s in iter_sources(self.items, []) if s.name not in self.skip)
+
+    def __iter__(self):
+        from tqdm import tqdm
+
+        from captioning.data.inputs import load_batches
+
+        with tqdm(total=self._total(), desc=self.desc, unit="img", disable=None, file=sys.stderr) as bar:
+            for batch in load_batches(self._sources(), self.prepare, self.args.batch_size, self.args.num_workers):
+                self.problems += [(b.name, b.error) for b in batch if b.error is not None]
+                yield batch
+                bar.update(len(batch))
+        self.problems += self.empty
+
+    def check_found(self) -> None:
+        """None of the arguments named an image: the one-line error of today's commands."""
+        if self.listed == 0:
+            raise CaptioningError(
+                self.empty[0][1]
+                if len(self.empty) == 1
+                else f"no images found in {', '.join(i for i, _ in self.empty)}"
+            )
+
+
+def caption_batch(captioner, loaded: list, **overrides) -> list[dict]:
+    """The results of a batch's readable images: from the pixels the loader resized (a
+    :class:`~captioning.api.Captioner`), else from the PIL images (the ONNX captioner)."""
+    images = [b.image for b in loaded]
+    if not images:
+        return []
+    if hasattr(captioner, "caption_pixels") and "focus" not in overrides:  # a focus box needs the image's size
+        return captioner.caption_pixels(images, **overrides)
+    return captioner(images, **overrides)
+
+
+def loader_prepare(captioner):
+    """What the loader's workers make of each image for ``captioner``: its resized pixels (a
+    Captioner), or the RGB image itself (the ONNX captioner resizes its own)."""
+    if hasattr(captioner, "caption_pixels"):
+        from captioning.data.inputs import model_pixels_of
+
+        return model_pixels_of(captioner.input_sizes)
+    return None
 
 
 def load_captioner(args):
@@ -80,41 +169,99 @@ def load_captioner(args):
 
 @COMMANDS.register("caption")
 class Caption(Command):
-    help = "caption images"
+    help = "caption images (a stream: any number of them, appended to --out as they are made, resumable)"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("images", nargs="+", help=IMAGES_HELP)
+        p.add_argument("images", nargs="+", help=STREAM_HELP)
         generation_args(p, onnx=True)
+        focus_args(p)
         p.add_argument("--json", action="store_true", help='print [{"image", "generated_text", "score"}, ...]')
+        p.add_argument(
+            "--out",
+            metavar="FILE",
+            default=None,
+            help="append the captions to FILE as JSON lines (CSV if it ends in .csv), a batch at a time; "
+            "run again with the same FILE to caption only the images not in it yet",
+        )
+        loader_args(p)
 
     def run(self, args: argparse.Namespace) -> int:
+        from captioning.data.captions_out import CaptionsFile, NameSet
+
         refuse_urls(args.images)
+        if args.out and args.json:
+            raise CaptioningError("--json prints to stdout; with --out the captions go to the file (JSON lines or CSV)")
+        out = CaptionsFile(args.out) if args.out else None
+        done = out.check() if out else NameSet()  # this command's file or none: refused before the model loads
+        stream = ImageStream(args, skip=done)  # a missing @list: one line, before the model loads
+        if args.focus is not None and getattr(args, "onnx", None):
+            raise CaptioningError("--focus needs the PyTorch model (the ONNX step graph takes no attention prior)")
         captioner = load_captioner(args)
-        good, bad = gather_images(args.images)
-        overrides = generation_overrides(args)
+        stream.prepare = None if args.focus is not None else loader_prepare(captioner)  # --focus: the images' sizes
+        overrides = {**generation_overrides(args), **focus_overrides(args)}
         grouped = (args.num_beam_groups or 1) > 1  # diverse beam search: every beam, labelled by its group
         if grouped:
             overrides["num_return_sequences"] = overrides["num_beams"]
-        results = captioner([im for _, im in good], **overrides) if good else []
-        rows = [
-            {"image": p, "generated_text": r["generated_text"], "score": r["score"]} for (p, _), r in zip(good, results)
-        ]
-        if grouped:
-            for row, result in zip(rows, results):
-                row["beams"] = sorted(
-                    (
-                        {"group": b.get("group", 1), "generated_text": b["generated_text"], "score": b["score"]}
-                        for b in result.get("beams", [])
-                    ),
-                    key=lambda b: (b["group"], -b["score"]),
-                )
+        collected: list = []  # --json without --out: one array at the end, as before
+        try:
+            for batch in stream:
+                results = iter(caption_batch(captioner, [b for b in batch if b.error is None], **overrides))
+                rows = [
+                    {"image": b.name, "error": b.error} if b.error else result_row(b.name, next(results), grouped)
+                    for b in batch
+                ]
+                if out is not None:
+                    out.append(rows)
+                elif args.json:
+                    collected += [r for r in rows if "error" not in r]
+                else:
+                    print_rows([r for r in rows if "error" not in r])
+        finally:
+            if out is not None:
+                out.close()
+        stream.check_found()
+        if out is not None:
+            return report_out(args.out, stream)
+        bad = stream.problems
         if args.json:
-            rows += [{"image": p, "error": reason} for p, reason in bad]
-            print(json.dumps(rows, indent=2, ensure_ascii=False))
-        else:
-            for row in rows:
-                print(f"{row['image']}\t{row['generated_text']}")
-                for beam in row.get("beams", []):  # each group's beams, best first within the group
-                    print(f"  group {beam['group']}\t{beam['score']:.3f}\t{beam['generated_text']}")
+            collected += [{"image": p, "error": reason} for p, reason in bad]
+            print(json.dumps(collected, indent=2, ensure_ascii=False))
         report_skipped(bad)
         return 1 if bad else 0
+
+
+def result_row(image: str, result: dict, grouped: bool) -> dict:
+    """An image's line: {"image", "generated_text", "score"} (with diverse beam search, its "beams",
+    labelled by group, best first within each)."""
+    row = {"image": image, "generated_text": result["generated_text"], "score": result["score"]}
+    if grouped:
+        row["beams"] = sorted(
+            (
+                {"group": b.get("group", 1), "generated_text": b["generated_text"], "score": b["score"]}
+                for b in result.get("beams", [])
+            ),
+            key=lambda b: (b["group"], -b["score"]),
+        )
+    return row
+
+
+def print_rows(rows: list[dict]) -> None:
+    for row in rows:
+        print(f"{row['image']}\t{row['generated_text']}", flush=True)
+        for beam in row.get("beams", []):  # each group's beams, best first within the group
+            print(f"  group {beam['group']}\t{beam['score']:.3f}\t{beam['generated_text']}")
+
+
+def report_out(out: str, stream: ImageStream) -> int:
+    """The end of a run with --out: what was skipped as already there, and one line for the images
+    that could not be read (their lines in the file hold the reasons); 1 if there were any."""
+    if stream.skipped:
+        print(f"{counted(stream.skipped, 'image')} already in {out}: not captioned again", file=sys.stderr)
+    bad = stream.problems
+    if bad:
+        print(
+            f"{counted(len(bad), 'image')} could not be read ({bad[0][1]}{' ...' if len(bad) > 1 else ''}); "
+            f'the lines of {out} with an "error" say why',
+            file=sys.stderr,
+        )
+    return 1 if bad else 0

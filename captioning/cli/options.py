@@ -52,6 +52,25 @@ def fraction(text: str) -> float:
 
 #: the images' positional argument, in the help of the commands that read image files
 IMAGES_HELP = "image files, folders (searched with their subfolders) or glob patterns; local files, not URLs"
+#: the images' positional argument of the streaming commands (caption, attend: data/inputs.py)
+STREAM_HELP = (
+    "image files, folders (searched with their subfolders), glob patterns, @LIST.txt (a file of image paths, "
+    "one per line) or WebDataset shards (x.tar, x-{000..009}.tar); local files, not URLs"
+)
+
+
+def loader_args(p: argparse.ArgumentParser, batch_size: int = 16) -> None:
+    """--batch-size and --num-workers: how a streaming command reads its images (data/inputs.py)."""
+    p.add_argument(
+        "--batch-size", type=at_least(1), default=batch_size, metavar="N", help="images decoded and captioned at once"
+    )
+    p.add_argument(
+        "--num-workers",
+        type=at_least(0),
+        default=0,
+        metavar="N",
+        help="processes that read and resize the images while the model works (0: the main process)",
+    )
 
 
 def refuse_urls(items: Sequence[str]) -> None:

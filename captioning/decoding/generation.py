@@ -151,7 +151,7 @@ class GenerationOption:
     def problem(self, value: Any) -> str | None:
         """Why ``value`` is refused ("expected an integer >= 1, got 0"), or None when it is valid."""
         if self.type is tuple:
-            return _token_problem(value)
+            return _token_problem(value, self.name)
         if self.type is bool:
             ok = isinstance(value, bool)
         elif self.type is str:
@@ -167,6 +167,8 @@ class GenerationOption:
 
     def check(self, value: Any) -> Any:
         """``value`` (a list of tokens as a tuple) if valid, else a one-line ConfigError naming the field."""
+        if self.name == "prefix" and isinstance(value, str):  # a text: its words ("" none)
+            value = tuple(value.split())
         problem = self.problem(value)
         if problem:
             raise ConfigError(f"{self.name}: {problem}")
@@ -207,6 +209,7 @@ class GenerationOption:
             items = [t.strip() for t in text.split(",")]
             if not all(items):
                 raise ValueError(f"expected comma-separated token ids or words, got {_shown(text)}")
+            items = [word for item in items for word in item.split()]  # "a large" is two words
             return tuple(int(t) if t.lstrip("-").isdigit() else t for t in items)
         return text
 
@@ -219,8 +222,8 @@ class GenerationOption:
         return self.check(value)
 
 
-def _token_problem(tokens: Any) -> str | None:
-    """Why ``suppress_tokens`` is refused, or None."""
+def _token_problem(tokens: Any, name: str = "suppress_tokens") -> str | None:
+    """Why ``suppress_tokens`` (or ``prefix``: ``name``) is refused, or None."""
     if isinstance(tokens, (str, int)):
         tokens = (tokens,)
     if not isinstance(tokens, (list, tuple)):
@@ -228,7 +231,11 @@ def _token_problem(tokens: Any) -> str | None:
     for t in tokens:
         if isinstance(t, bool) or not isinstance(t, (int, str)) or (isinstance(t, int) and t < 0) or t == "":
             return f"expected token ids >= 0 or words, got {_shown(t)}"
-        if t in (Vocabulary.eos_id, Vocabulary.pad_id, Vocabulary.EOS, Vocabulary.PAD):
+        if name == "prefix" and t in (Vocabulary.eos_id, Vocabulary.pad_id, Vocabulary.bos_id):
+            return f"{t!r} cannot start a caption (EOS, PAD and BOS are not words)"
+        if name == "prefix" and t in (Vocabulary.EOS, Vocabulary.PAD, Vocabulary.BOS):
+            return f"{t!r} cannot start a caption (EOS, PAD and BOS are not words)"
+        if name != "prefix" and t in (Vocabulary.eos_id, Vocabulary.pad_id, Vocabulary.EOS, Vocabulary.PAD):
             return f"{t!r} cannot be suppressed (captions end with it); min_new_tokens sets a least length"
     return None
 
@@ -274,6 +281,10 @@ class GenerationConfig:
     - top_p: nucleus sampling: draw among the smallest set of likeliest words whose probability
       reaches top_p (at least one word).
     - suppress_tokens: words become ids with :meth:`resolve_tokens` (the searches take ids).
+    - prefix: every search continues these words (Hugging Face's forced start): at the first
+      steps each row's only candidate is the prefix's next word, at log-probability 0, so a
+      caption's score is its continuation's (its length, for length_penalty, counts the prefix).
+      Words become ids with :meth:`resolve_tokens`; on the command line, words apart ("a large").
 
     Every processed score (penalties, bans) is applied to the decoder's log-probabilities in the
     order of Hugging Face's processors: repetition penalty, n-gram blocking, min_new_tokens,
@@ -354,6 +365,12 @@ class GenerationConfig:
         (), "words or token ids never generated, e.g. '<unk>' (comma-separated on the command line)", metavar="TOKENS"
     )
 
+    prefix: tuple[int | str, ...] = option(
+        (),
+        "decoding continues these words, e.g. 'a large' (every search; the score is the continuation's)",
+        metavar="WORDS",
+    )
+
     def __post_init__(self):
         for opt in _options().values():  # each field alone: its type and bounds (GenerationOption.check)
             setattr(self, opt.name, opt.check(getattr(self, opt.name)))
@@ -376,7 +393,20 @@ class GenerationConfig:
         beyond = [t for t in ids if t >= len(vocab)]
         if beyond:
             raise ConfigError(f"suppress_tokens: id {beyond[0]} is beyond the vocabulary ({len(vocab)} tokens)")
-        return dataclasses.replace(self, suppress_tokens=tuple(ids)) if ids != self.suppress_tokens else self
+        prefix = []
+        for t in self.prefix:  # words as the vocabulary has them (its words are lowercased where it lowercases)
+            word = t if not isinstance(t, str) or t in vocab.stoi else t.lower()
+            if isinstance(word, str) and word not in vocab.stoi:
+                raise ConfigError(f"prefix: {t!r} is not a word of the model's vocabulary")
+            prefix.append(vocab.stoi[word] if isinstance(word, str) else word)
+        if any(t >= len(vocab) for t in prefix):
+            raise ConfigError(f"prefix: id {max(prefix)} is beyond the vocabulary ({len(vocab)} tokens)")
+        changes = {}
+        if ids != self.suppress_tokens:
+            changes["suppress_tokens"] = tuple(ids)
+        if tuple(prefix) != self.prefix:
+            changes["prefix"] = tuple(prefix)
+        return dataclasses.replace(self, **changes) if changes else self
 
     def one_beam(self) -> GenerationConfig:
         """This config with one beam, one returned sequence and no beam groups (a captioner's default)."""
@@ -441,6 +471,11 @@ def relation_problem(config: Any, say: typing.Callable[..., str] = field_words) 
         )
     if c.top_p < 1 and not c.do_sample:
         return f"{say('top_p')} ({c.top_p}) applies to sampling: {say('do_sample', True)} (with one beam)"
+    if len(c.prefix) >= c.max_new_tokens:
+        return (
+            f"{say('prefix')} ({len(c.prefix)} words) must be shorter than {say('max_new_tokens')} "
+            f"({c.max_new_tokens}): the caption needs room to continue and end"
+        )
     if c.min_new_tokens >= c.max_new_tokens:
         return (
             f"{say('min_new_tokens')} ({c.min_new_tokens}) must be below {say('max_new_tokens')} "

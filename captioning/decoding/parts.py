@@ -113,6 +113,16 @@ class LogitsProcessor:
                 raise ConfigError(f"suppress_tokens: id {beyond[0]} is beyond the vocabulary ({V} tokens)")
             self.suppress = torch.zeros(V, dtype=torch.bool, device=device)
             self.suppress[list(config.suppress_tokens)] = True
+        self.forced = None  # (P,) the ids every caption starts with (GenerationConfig.prefix)
+        if config.prefix:
+            words = [t for t in config.prefix if not isinstance(t, int)]
+            if words:
+                raise ConfigError(
+                    f"prefix: words ({words[0]!r}) need the model's vocabulary: pass config.resolve_tokens(vocab)"
+                )
+            if max(config.prefix) >= V:
+                raise ConfigError(f"prefix: id {max(config.prefix)} is beyond the vocabulary ({V} tokens)")
+            self.forced = torch.tensor(config.prefix, dtype=torch.long, device=device)
         self.needs_prefix = self.ngram > 0 or self.penalty != 1.0
         self.last_step = config.max_new_tokens - 1  # a row with this many tokens chooses its last word
 
@@ -129,7 +139,18 @@ class LogitsProcessor:
         if self.suppress is not None:
             logp = logp.masked_fill(self.suppress, float("-inf"))
         last = lengths == self.last_step if self.ban is not None else None
-        return _forbid_eos(logp, previous, self.ban, last)
+        logp = _forbid_eos(logp, previous, self.ban, last)
+        return logp if self.forced is None else force_start(logp, lengths, self.forced)
+
+
+def force_start(logp: Tensor, lengths: Tensor, forced: Tensor) -> Tensor:
+    """log p (N, V) where the rows with fewer than P = len(forced) tokens have one candidate, the
+    prefix's next word ``forced[lengths]``, at log p 0 (so the scores add the continuation only);
+    the other rows unchanged. Fixed shapes, no host reads (the step can be captured)."""
+    P = forced.numel()
+    word = forced[lengths.clamp(max=P - 1)]  # (N,)
+    only = torch.full_like(logp, float("-inf")).scatter_(1, word.unsqueeze(1), 0.0)
+    return torch.where((lengths < P).unsqueeze(1), only, logp)
 
 
 def extend_prefix(prefix: Tensor, lengths: Tensor, tokens: Tensor) -> Tensor:

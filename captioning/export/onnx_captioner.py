@@ -66,6 +66,7 @@ ONNX_OPTIONS: dict[str, str] = {
     "top_p": SAMPLING,
     "min_new_tokens": HONOURED,
     "suppress_tokens": HONOURED,
+    "prefix": "does not force a caption's start",
 }
 
 

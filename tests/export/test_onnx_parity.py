@@ -33,6 +33,7 @@ NON_DEFAULT = {
     "top_p": dict(do_sample=True, top_p=0.9),
     "min_new_tokens": dict(min_new_tokens=3, num_beams=3, length_penalty=0.2),
     "suppress_tokens": dict(suppress_tokens=("<unk>", "picture")),
+    "prefix": dict(prefix=("a",)),
 }
 
 #: the honoured options whose setting above changes the tiny model's captions (the others are ignored

@@ -1,0 +1,168 @@
+"""Steering a caption towards a region: a prior over the attention's locations at decode time.
+
+``focus = (x0, y0, x1, y1)`` in the original image's pixels (exclusive ends, as the shapes data's
+boxes) becomes, through the preprocessing (the image is resized to S x S, no crop, so a pixel
+maps to the same fraction of the grid), the share ``m_i`` in [0, 1] of each of the L grid cells
+that the box covers. The prior ``S (m_i - 1)`` (S = ``focus_strength``) is added to the attention
+scores e_ti of every step before the softmax (Eq. 5): cells inside the box keep their scores,
+cells outside lose S. For hard attention the same alpha_t is the distribution locations are
+sampled from (or the argmax's, or the expected context's), so all three modes follow it.
+
+What it can do: make the decoder read the region's annotation vectors, so that the words it
+writes are the ones those vectors support. What it cannot do: change what the language model
+wants to say next (a caption's structure, its count of objects), nor what the initial state
+reads (h_0 and c_0 come from the mean of all L vectors), nor reach a model without attention
+scores (the Transformer decoder refuses it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from captioning.errors import ConfigError
+
+Box = tuple[float, float, float, float]
+
+#: the prior's default strength: cells outside the box lose this much of their score
+DEFAULT_STRENGTH = 10.0
+
+
+def parse_box(text: str | Sequence[float], what: str = "--focus") -> Box:
+    """``"x0,y0,x1,y1"`` (or four numbers) -> a box of finite floats; one line naming ``what`` if not."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    try:
+        box = tuple(float(v) for v in items)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: expected four numbers x0,y0,x1,y1 in the image's pixels, got {text!r}") from None
+    if len(box) != 4 or not all(math.isfinite(v) for v in box):
+        raise ConfigError(f"{what}: expected four finite numbers x0,y0,x1,y1 in the image's pixels, got {text!r}")
+    return box  # type: ignore[return-value]
+
+
+def check_strength(strength: float, what: str = "--focus-strength") -> float:
+    """A finite number >= 0, else one line naming ``what``."""
+    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not math.isfinite(strength):
+        raise ConfigError(f"{what}: expected a finite number >= 0, got {strength!r}")
+    if strength < 0:
+        raise ConfigError(f"{what}: expected a finite number >= 0, got {strength!r}")
+    return float(strength)
+
+
+def check_box(box: Box, width: int, height: int, what: str = "--focus", image: str | None = None) -> Box:
+    """The box if it is inside the ``width`` x ``height`` image with a positive area; else one line."""
+    x0, y0, x1, y1 = box
+    where = f" of {image}" if image else ""
+    if x1 < x0 or y1 < y0:
+        raise ConfigError(f"{what}: the box {_shown(box)} is inverted (expected x0 < x1 and y0 < y1)")
+    if x1 == x0 or y1 == y0:
+        raise ConfigError(f"{what}: the box {_shown(box)} has zero area")
+    if x0 < 0 or y0 < 0 or x1 > width or y1 > height:
+        raise ConfigError(f"{what}: the box {_shown(box)} is outside the {width}x{height} image{where}")
+    return box
+
+
+def _shown(box: Box) -> str:
+    return "(" + ", ".join(f"{v:g}" for v in box) + ")"
+
+
+def cell_coverage(box: Box, width: int, height: int, gh: int, gw: int) -> Tensor:
+    """The share of each of the gh x gw grid cells that ``box`` covers: (gh * gw,) float64 in [0, 1].
+
+    The image is resized to a square, so pixel x lies at the fraction x / width of the grid's width."""
+    x0, y0, x1, y1 = box
+    u = torch.tensor([x0 / width, x1 / width], dtype=torch.float64) * gw  # the box in cell units
+    v = torch.tensor([y0 / height, y1 / height], dtype=torch.float64) * gh
+    cols, rows = torch.arange(gw, dtype=torch.float64), torch.arange(gh, dtype=torch.float64)
+    across = (torch.minimum(cols + 1, u[1]) - torch.maximum(cols, u[0])).clamp(min=0)  # (gw,)
+    down = (torch.minimum(rows + 1, v[1]) - torch.maximum(rows, v[0])).clamp(min=0)  # (gh,)
+    return (down[:, None] * across[None, :]).reshape(-1)
+
+
+def focus_prior(box: Box, width: int, height: int, gh: int, gw: int, strength: float) -> Tensor:
+    """The prior added to the attention scores: strength * (coverage - 1), (gh * gw,) float64."""
+    return strength * (cell_coverage(box, width, height, gh, gw) - 1.0)
+
+
+class Focused:
+    """A decoder whose every step adds ``bias`` (B, L) (one prior per image) to its attention
+    scores; everything else is the wrapped decoder's. Built per search, so the prior is an
+    argument chosen once, not a setting of the model."""
+
+    def __init__(self, decoder, bias: Tensor):
+        if not hasattr(decoder, "cell") or not hasattr(decoder.cell, "attend"):
+            raise ConfigError(f"focus: a {type(decoder).__name__} has no attention scores to steer")
+        self.decoder, self.bias = decoder, bias
+
+    def __getattr__(self, name):  # vocab_size, attention_kind, bad_ending_ids, ...: the decoder's
+        return getattr(self.decoder, name)
+
+    def _with_bias(self, state):
+        rows = state.features.size(0)
+        bias = self.bias.to(state.features.dtype)
+        if rows != bias.size(0):  # best_of_k repeats each image K times, image-major
+            bias = bias.repeat_interleave(rows // bias.size(0), 0)
+        return dataclasses.replace(state, bias=bias)
+
+    def initial_state(self, features, *args, **kwargs):
+        return self._with_bias(self.decoder.initial_state(features, *args, **kwargs))
+
+    def step(self, tokens, state, *args, **kwargs):
+        logp, new_state, g = self.decoder.step(tokens, self._with_bias(state), *args, **kwargs)
+        return logp, new_state, g
+
+
+def focus_boxes(
+    focus, count: int, strength: float | None, ensemble: bool = False
+) -> tuple[list[Box | None] | None, float]:
+    """``focus`` as one box (or None) per image, and the strength (None: :data:`DEFAULT_STRENGTH`).
+
+    ``focus``: None, one box ("x0,y0,x1,y1" or four numbers) for every image, or a list of boxes
+    (or None) one per image. (None, strength) when there is nothing to steer (no box, strength 0)."""
+    strength = check_strength(DEFAULT_STRENGTH if strength is None else strength, "focus_strength")
+    if focus is None or strength == 0:
+        return None, strength
+    if ensemble:
+        raise ConfigError("focus: an ensemble's members attend over their own grids; steer one model at a time")
+    single = isinstance(focus, str) or (len(focus) == 4 and all(isinstance(v, (int, float)) for v in focus))
+    if single:
+        return [parse_box(focus, "focus")] * count, strength
+    if len(focus) != count:
+        raise ConfigError(f"focus: expected one box or one per image ({count}), got {len(focus)}")
+    return [None if b is None else parse_box(b, "focus") for b in focus], strength
+
+
+def focus_biases(
+    boxes: Sequence[Box | None], sizes: Sequence[tuple[int, int]], L: int, strength: float, names=None
+) -> Tensor | None:
+    """(B, L) float64 priors for images of ``sizes`` (W, H), one box or None (no prior) each; None
+    when no image has a box or the strength is 0."""
+    from captioning.common import grid_shape
+
+    check_strength(strength)
+    if strength == 0 or all(b is None for b in boxes):
+        return None
+    gh, gw = grid_shape(L)
+    rows = []
+    for i, (box, (w, h)) in enumerate(zip(boxes, sizes)):
+        if box is None:
+            rows.append(torch.zeros(L, dtype=torch.float64))
+            continue
+        check_box(box, w, h, "focus", image=None if names is None else names[i])
+        rows.append(focus_prior(box, w, h, gh, gw, strength))
+    return torch.stack(rows)
+
+
+@torch.no_grad()
+def generate_focused(model, images: Tensor, config, generator, bias: Tensor | None):
+    """``model.generate`` with the prior ``bias`` (B, L) on every step's attention (None: none)."""
+    from captioning.decoding.search import generate
+
+    if bias is None:
+        return model.generate(images=images, config=config, generator=generator)
+    features = model.encoder(images)
+    return generate(Focused(model.decoder, bias.to(features.device)), features, config, generator)
