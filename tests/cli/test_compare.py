@@ -1,0 +1,100 @@
+"""`captioning compare`: paired bootstrap intervals and permutation p-values of two systems' captions."""
+
+import json
+
+import numpy as np
+import pytest
+
+from captioning.cli import main
+from captioning.cli.compare import compare_runs
+from captioning.metrics import bootstrap as bs
+
+FAST = dict(metrics=("BLEU", "ROUGE_L", "CIDEr"), tokenizer="python", progress=lambda line: None)
+
+
+@pytest.fixture(scope="module")
+def systems(tmp_path_factory):
+    """A shapes test split of 40 images; A: each image's first reference; B: A with half its captions
+    replaced by one fixed caption. Returns (annotations, A's results file, B's)."""
+    from captioning.data.shapes import generate
+
+    root = tmp_path_factory.mktemp("compare")
+    annotations = generate(root, n_train=4, n_val=2, n_test=40, seed=5, image_size=32, progress=False)
+    images = [i for i in json.loads(annotations.read_text())["images"] if i["split"] == "test"]
+    a = [{"image_id": i["imgid"], "caption": i["sentences"][0]["raw"]} for i in images]
+    b = [dict(x, caption="a small red circle") if k % 2 else x for k, x in enumerate(a)]
+    paths = []
+    for name, items in (("a", a), ("b", b)):
+        paths.append(root / f"{name}.json")
+        paths[-1].write_text(json.dumps(items))
+    return str(annotations), str(paths[0]), str(paths[1])
+
+
+def test_a_against_itself_is_zero_with_p_one(systems):
+    annotations, a, _ = systems
+    table = compare_runs([a], [a], annotations, resamples=200, **FAST)["scores"]
+    assert {"BLEU-4", "CIDEr", "ROUGE_L", "object_f1", "CHAIR_i", "CHAIR_s"} <= table.keys()
+    for name, row in table.items():
+        assert (row["difference"], row["ci_low"], row["ci_high"], row["p_value"]) == (0.0, 0.0, 0.0, 1.0), name
+
+
+def test_half_replaced_is_worse_and_the_interval_excludes_zero(systems):
+    annotations, a, b = systems
+    comparison = compare_runs([a], [b], annotations, resamples=500, **FAST)
+    for name in ("BLEU-4", "CIDEr", "ROUGE_L", "object_f1"):
+        row = comparison["scores"][name]
+        assert row["difference"] > 0 and row["ci_low"] > 0 and row["p_value"] < 0.01, (name, row)
+        assert row["ci_low"] <= row["difference"] <= row["ci_high"]
+    # the full sample's statistics give the corpus scores score_split computed
+    scored = comparison["runs"]["b"][0][2].scores
+    for name in ("BLEU-1", "BLEU-4", "CIDEr", "ROUGE_L", "object_f1", "CHAIR_i"):
+        assert comparison["scores"][name]["b"] == pytest.approx(scored[name], rel=1e-12, abs=1e-15), name
+
+
+def test_same_seed_same_interval_and_seeds_pool(systems):
+    annotations, a, b = systems
+    first = compare_runs([a], [b], annotations, resamples=300, seed=3, **FAST)["scores"]
+    again = compare_runs([a], [b], annotations, resamples=300, seed=3, **FAST)["scores"]
+    other = compare_runs([a], [b], annotations, resamples=300, seed=4, **FAST)["scores"]
+    assert first == again
+    assert first["CIDEr"]["ci_low"] != other["CIDEr"]["ci_low"]
+    seeds = compare_runs([a, b], [b, b], annotations, resamples=300, seed=3, **FAST)["scores"]["CIDEr"]
+    assert seeds["a"] == pytest.approx((first["CIDEr"]["a"] + first["CIDEr"]["b"]) / 2)
+    assert 0 < seeds["difference"] < first["CIDEr"]["difference"]
+
+
+def test_bootstrap_of_a_mean_matches_the_textbook_interval():
+    rng = np.random.default_rng(0)
+    x = rng.normal(1.0, 1.0, 400)
+    a = bs.Statistic(bs.per_image_mean(x), bs.mean_score)
+    b = bs.Statistic(bs.per_image_mean(np.zeros(400)), bs.mean_score)
+    row = bs.paired_bootstrap([a], [b], resamples=2000, seed=0)
+    half = 1.96 * x.std() / np.sqrt(400)
+    assert row["ci_low"] == pytest.approx(x.mean() - half, abs=0.02) and row["ci_high"] == pytest.approx(
+        x.mean() + half, abs=0.02
+    )
+
+
+def test_cli_writes_the_table_the_json_and_the_report(systems, tmp_path, capfd):
+    annotations, a, b = systems
+    out, report = tmp_path / "compare.json", tmp_path / "report"
+    code = main(
+        ["compare", a, b, "--annotations", annotations, "--resamples", "100", "--out", str(out)]
+        + ["--report", str(report), "--top", "3"]
+    )
+    printed = capfd.readouterr().out
+    assert code == 0
+    saved = json.loads(out.read_text())
+    assert saved["num_images"] == 40 and saved["resamples"] == 100
+    assert set(saved["scores"]["CIDEr"]) == {"a", "b", "difference", "ci_low", "ci_high", "p_value"}
+    assert "CIDEr" in printed and "95% interval" in printed
+    page = (report / "index.html").read_text()
+    assert page.count("<section>") == 3 and "a small red circle" in page
+    assert len(list((report / "images").glob("*.jpg"))) == 3 and (report / "report.md").is_file()
+
+
+def test_a_side_that_is_not_there_is_one_line(systems, tmp_path, capfd):
+    annotations, a, _ = systems
+    assert main(["compare", a, f"{a},{tmp_path / 'nope.json'}", "--annotations", annotations]) == 1
+    err = capfd.readouterr().err
+    assert "nope.json: no such results file" in err and len(err.strip().splitlines()) == 1
