@@ -374,3 +374,31 @@ class TransformerDecoder(nn.Module):
             new_state,
             Glimpse(None, alpha, alpha.argmax(-1), head_alpha=heads if self.heads > 1 else None),
         )
+
+
+def choose_attention_layer(model, layer: int | None, option: str = "--layer"):
+    """``model`` (a ShowAttendTell, or an Ensemble: each transformer member) returning the
+    cross-attention maps of ``layer`` from now on (None: as it is); chosen once, before decoding
+    (its spec says so as ``decoder.attention_layer``). One-line ConfigError naming ``option`` for a
+    layer the model does not have, or a model without transformer members."""
+    if layer is None:
+        return model
+    import dataclasses
+
+    members = list(getattr(model, "members", [model]))
+    transformers = [m for m in members if isinstance(m.decoder, TransformerDecoder)]
+    if not transformers:
+        raise ConfigError(
+            f"{option}: chooses a transformer decoder's layer; this model's decoder is kind "
+            f"{members[0].decoder.config.kind!r} (one attention map per word)"
+        )
+    for m in transformers:
+        n = m.decoder.num_layers
+        if not -n <= layer < n:
+            raise ConfigError(f"{option}: expected a layer in 0..{n - 1} (the model has {n} layers), got {layer}")
+        chosen = layer % n
+        m.decoder.config = dataclasses.replace(m.decoder.config, attention_layer=chosen)
+        m.decoder.attention_layer = chosen
+        if getattr(m, "spec", None) is not None:
+            m.spec = dataclasses.replace(m.spec, decoder=m.decoder.config)
+    return model

@@ -1,0 +1,97 @@
+"""`captioning attend --layer`: a transformer's cross-attention maps of a chosen layer; a layer
+the model does not have, or --layer on an LSTM, in one line."""
+
+import pytest
+import torch
+
+from captioning.api import Captioner
+from captioning.cli import main
+from captioning.decoding.generation import GenerationConfig
+from captioning.errors import ConfigError
+from captioning.models.decoder import DecoderConfig
+from captioning.models.encoders import EncoderConfig
+from captioning.models.spec import ModelSpec, build_model
+from captioning.models.transformer import choose_attention_layer
+from captioning.storage.folder import save_folder
+from captioning.vocab import Vocabulary
+
+WORDS = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
+
+
+def model(kind="transformer"):
+    torch.manual_seed(0)
+    decoder = (
+        DecoderConfig(kind="transformer", embed_dim=16, hidden_dim=16, heads=2, layers=2, dropout=0.0)
+        if kind == "transformer"
+        else DecoderConfig(8, 16, 8, dropout=0.0)
+    )
+    spec = ModelSpec(
+        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
+        decoder,
+        image_size=32,
+        generation=GenerationConfig(num_beams=1, max_new_tokens=5, min_new_tokens=4),
+    )
+    return build_model(spec, Vocabulary.build([WORDS], min_freq=1)).eval()
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("attend_layer")
+    return {kind: save_folder(root / kind, model(kind)) for kind in ("transformer", "lstm")}
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    from PIL import Image
+
+    path = tmp_path_factory.mktemp("attend_layer_in") / "img.png"
+    Image.fromarray((torch.rand(32, 32, 3) * 255).byte().numpy()).save(path)
+    return path
+
+
+def attend(folder, image, out, *extra):
+    return main(["attend", str(image), "--checkpoint", str(folder), "--device", "cpu", "--out", str(out), *extra])
+
+
+def test_each_layer_gives_its_own_maps():
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    maps = []
+    for layer in (0, 1, -1):
+        m = choose_attention_layer(model(), layer)
+        assert m.decoder.attention_layer == layer % 2 and m.spec.decoder.attention_layer == layer % 2
+        maps.append(m.generate(images, config=m.spec.generation).alphas)
+    assert not torch.allclose(maps[0], maps[1]) and torch.equal(maps[1], maps[2])
+    assert torch.allclose(maps[0].sum(-1), torch.ones_like(maps[0].sum(-1)))  # each word's map sums to 1
+
+
+def test_attend_draws_the_chosen_layer(folders, image, tmp_path, capsys):
+    assert attend(folders["transformer"], image, tmp_path / "a.gif", "--layer", "0") == 0
+    assert (tmp_path / "a.gif").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "kind, layer, words",
+    [
+        ("transformer", "2", "--layer: expected a layer in 0..1 (the model has 2 layers), got 2"),
+        ("transformer", "-3", "--layer: expected a layer in 0..1"),
+        ("lstm", "0", "--layer: chooses a transformer decoder's layer; this model's decoder is kind 'lstm'"),
+    ],
+)
+def test_a_layer_the_model_lacks_is_one_line(folders, image, tmp_path, capsys, kind, layer, words):
+    assert attend(folders[kind], image, tmp_path / "b.gif", "--layer", layer) != 0
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "b.gif").exists()
+
+
+def test_the_api_gives_the_chosen_layers_maps():
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(2))
+    first, last = (
+        Captioner(choose_attention_layer(model(), layer))([image], return_attention=True, max_new_tokens=5)[0]
+        for layer in (0, 1)
+    )
+    assert first["generated_text"] == last["generated_text"]  # the words do not depend on the drawn layer
+    assert first["attention"].shape == last["attention"].shape and first["head_attention"].shape[1] == 2
+    assert abs(first["attention"] - last["attention"]).max() > 1e-4
+    with pytest.raises(ConfigError):
+        choose_attention_layer(model("lstm"), 1)
