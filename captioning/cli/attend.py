@@ -137,6 +137,13 @@ class Attend(Command):
             help="multi-head models: the mean of the heads' maps, or a picture per head",
         )
         p.add_argument(
+            "--layer",
+            type=int,
+            default=None,
+            help="transformer models: the decoder layer whose cross-attention maps are drawn "
+            "(default: the model's decoder.attention_layer, else the last; negative counts from the end)",
+        )
+        p.add_argument(
             "--members",
             choices=("mean", "each"),
             default="mean",
@@ -153,6 +160,13 @@ class Attend(Command):
         refuse_urls(args.images)
         out_kind(Path(args.out))  # a file suffix that is not .gif / .png: one line, before the model loads
         captioner = load_captioner(args)
+        if args.layer is not None:
+            from captioning.errors import ConfigError
+            from captioning.models.transformer import choose_attention_layer
+
+            if getattr(captioner, "model", None) is None:
+                raise ConfigError("--layer: chooses a transformer's layer; an ONNX folder holds no transformer")
+            choose_attention_layer(captioner.model, args.layer)
         if args.members == "each" and len(args.checkpoint) < 2:
             print(
                 "note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr
