@@ -29,6 +29,7 @@ from typing import Any, Literal, Union
 
 from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation
 from captioning.decoding.generation import GenerationConfig
+from captioning.compat import UNRECORDED_INTERPOLATION
 from captioning.errors import ConfigError
 from captioning.files import plain_json
 from captioning.models.decoder import DecoderConfig
@@ -79,9 +80,10 @@ class ModelSpec:
     def from_dict(cls, data: Any, where: str = "model") -> ModelSpec:
         """The spec of :meth:`to_dict`'s dictionary, every field checked (``where``: the prefix of the
         errors' field names). Missing fields take their defaults, as settings a newer version added;
-        a missing interpolation is bilinear, the resize of every model written before it was recorded."""
+        a missing interpolation is the resize of every model written before it was recorded
+        (captioning/compat.py)."""
         if isinstance(data, dict) and "interpolation" not in data:
-            data = {**data, "interpolation": DEFAULT_INTERPOLATION}
+            data = {**data, "interpolation": UNRECORDED_INTERPOLATION}
         return _from_dict(cls, data, where)
 
     def without_pretrained(self) -> ModelSpec:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 
+from captioning.compat import objective_spelling
 from captioning.errors import ConfigError
 from captioning.objectives.base import OBJECTIVES, Objective, ObjectiveOutput
 from captioning.objectives.cross_entropy import CrossEntropy
@@ -58,22 +59,17 @@ def objective_for(attention_kind: str, objective: Objective | None = None) -> Ob
 
 
 def current_spelling(class_path: str, init_args: dict) -> tuple[str, dict]:
-    """(class_path, init_args) of an objective entry in this version's spelling.
-
-    ``HardAttentionReinforce`` with ``estimator: gumbel`` (how the Gumbel objective was named before
-    it was a class of its own) becomes ``HardAttentionGumbel`` with the settings the two share;
-    REINFORCE's own (lambda_r and the baseline's) were unused by that estimator and are dropped.
-    Every other entry is returned as it is. Checkpoints (:func:`objective_from_spec`) and configs
+    """(class_path, init_args) of an objective entry in this version's spelling: the Gumbel
+    objective's earlier spelling is read as :func:`captioning.compat.objective_spelling` says, with the
+    settings HardAttentionGumbel takes. Checkpoints (:func:`objective_from_spec`) and configs
     (training/cli.py) are read through it."""
-    if class_path.rsplit(".", 1)[-1] != "HardAttentionReinforce" or init_args.get("estimator") != "gumbel":
-        return class_path, init_args
     shared = {
         name
         for cls in (HardAttentionGumbel, HardAttentionObjective)
         for name, p in inspect.signature(cls.__init__).parameters.items()
         if p.kind is p.POSITIONAL_OR_KEYWORD
     }
-    return "captioning.objectives.HardAttentionGumbel", {k: v for k, v in init_args.items() if k in shared}
+    return objective_spelling(class_path, init_args, shared)
 
 
 def objective_from_spec(spec: dict) -> Objective:

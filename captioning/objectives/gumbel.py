@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from captioning.compat import GUMBEL_DROPPED_STATE
 from captioning.errors import ConfigError
 from captioning.objectives.base import OBJECTIVES, ObjectiveOutput
 from captioning.objectives.hard import HardAttentionObjective, anneal, caption_reward, check_steps, weighted_sum_mean
@@ -39,7 +40,7 @@ class HardAttentionGumbel(HardAttentionObjective):
 
     #: a checkpoint of ``HardAttentionReinforce(estimator="gumbel")`` also holds REINFORCE's running
     #: state, never updated by this estimator: dropped on loading
-    _OTHER_BUFFERS = ("advantage_var", "baseline_weight", "baseline_bias")
+    _OTHER_BUFFERS = GUMBEL_DROPPED_STATE
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from captioning.compat import NEWER_OBJECTIVE_STATE
 from captioning.errors import ConfigError
 from captioning.objectives.base import ObjectiveOutput
 from captioning.objectives.cross_entropy import CrossEntropy
@@ -89,7 +90,7 @@ class HardAttentionObjective(CrossEntropy):
 
     attention_kinds = ("hard",)
     #: running state added after the first checkpoints: an older checkpoint without it loads with its start value
-    _NEWER_BUFFERS: tuple[str, ...] = ("steps_done",)
+    _NEWER_BUFFERS: tuple[str, ...] = NEWER_OBJECTIVE_STATE["HardAttentionObjective"]
     #: running state of the other hard-attention objective that a checkpoint may hold (dropped on loading)
     _OTHER_BUFFERS: tuple[str, ...] = ()
 

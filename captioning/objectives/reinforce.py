@@ -44,6 +44,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from captioning.compat import NEWER_OBJECTIVE_STATE
 from captioning.errors import ConfigError
 from captioning.objectives.base import OBJECTIVES, ObjectiveOutput
 from captioning.objectives.hard import (  # noqa: F401
@@ -157,7 +158,7 @@ class HardAttentionReinforce(HardAttentionObjective):
             not used.
     """
 
-    _NEWER_BUFFERS = ("advantage_var", "steps_done", "baseline_weight", "baseline_bias")
+    _NEWER_BUFFERS = NEWER_OBJECTIVE_STATE["HardAttentionReinforce"]
 
     def __init__(
         self,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import torch
 
+from captioning.compat import CHECKPOINT_SPEC_KEYS
 from captioning.errors import CaptioningError, CheckpointError
 from captioning.files import safe_torch_load
 from captioning.models.spec import ModelSpec
@@ -33,7 +34,7 @@ TRAINING_KEYS = ("objective", "optimizer", "val_generation", "nonfinite_loss", "
 #: settings of how the training step ran (speed only): read, not kept in a model folder
 RUN_KEYS = ("static_shapes", "length_buckets", "cuda_graphs", "tf32")
 #: a checkpoint's names of the spec's fields (the model's default decoding is the test split's)
-SPEC_KEYS = {"encoder": "encoder", "decoder": "decoder", "image_size": "image_size", "test_generation": "generation"}
+SPEC_KEYS = CHECKPOINT_SPEC_KEYS
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import torch
 
 from captioning import __version__
 from captioning.common import grid_shape
+from captioning.compat import UNRECORDED_INTERPOLATION
 from captioning.errors import CaptioningError, CheckpointError
 from captioning.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from captioning.models.spec import ModelSpec
@@ -244,7 +245,7 @@ def read_folder(folder: str, source: ModelSource | None = None) -> ModelFile:
                 "decoder": config["model"]["decoder"],
                 "image_size": config["preprocessing"]["image_size"],
                 "generation": config["generation"],
-                "interpolation": config["preprocessing"].get("interpolation", "bilinear"),
+                "interpolation": config["preprocessing"].get("interpolation", UNRECORDED_INTERPOLATION),
             }
         )
     except CaptioningError as err:

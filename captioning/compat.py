@@ -1,0 +1,79 @@
+"""Files of earlier versions: every compatibility promise the project keeps, in one place.
+
+A checkpoint, model folder, ONNX folder, vocabulary, config or import written for an earlier version
+may lack something this version records, or spell it differently. Each such case is one entry of
+this module, and the code that reads the file takes the meaning from here (tests/test_compat.py
+holds each promise against its reader):
+
+- a model file that records no resize interpolation: :data:`UNRECORDED_INTERPOLATION`
+  (``ModelSpec.from_dict``, for checkpoints, model folders and ONNX folders alike);
+- a model file that records no decoder kind: :data:`UNRECORDED_DECODER_KIND`, the paper's LSTM
+  (``DecoderConfig.kind``'s default);
+- a vocabulary that records no tokenizer: :data:`UNRECORDED_TOKENIZER` (``Vocabulary.from_dict``);
+- a checkpoint's names of the model description's fields, ``test_generation`` for the default
+  decoding: :data:`CHECKPOINT_SPEC_KEYS` (storage/checkpoint.py);
+- ``HardAttentionReinforce`` with ``estimator: gumbel``, the Gumbel objective's earlier spelling, in a
+  config or a checkpoint: :func:`objective_spelling` (objectives/__init__.py, training/cli.py);
+- running state an objective gained after the first checkpoints: filled with its start value
+  (:data:`NEWER_OBJECTIVE_STATE`, objectives/hard.py); REINFORCE's running state in a checkpoint of
+  that earlier Gumbel spelling: dropped (:data:`GUMBEL_DROPPED_STATE`, objectives/gumbel.py);
+- a checkpoint without its own model card: one is made from Lightning's state
+  (storage/checkpoint.py ``checkpoint_card``);
+- a checkpoint that does not record a setting ``--ckpt_path`` resuming compares: that setting is not
+  compared (training/resume.py ``SETTINGS``);
+- import paths of earlier versions: :data:`OLD_IMPORT_PATHS`.
+
+A promise is dropped by deleting its entry here and what reads it; nothing else keeps one.
+"""
+
+from __future__ import annotations
+
+#: the resize of every model written before the interpolation was recorded
+UNRECORDED_INTERPOLATION = "bilinear"
+#: the decoder of every model file written before decoder kinds existed
+UNRECORDED_DECODER_KIND = "lstm"
+#: the tokenizer of every vocabulary written before tokenizers were recorded
+UNRECORDED_TOKENIZER = "words"
+
+#: a checkpoint's hyperparameter names -> the ModelSpec fields they hold (the module's
+#: ``test_generation`` is the model's default decoding)
+CHECKPOINT_SPEC_KEYS = {
+    "encoder": "encoder",
+    "decoder": "decoder",
+    "image_size": "image_size",
+    "test_generation": "generation",
+}
+
+#: running state (buffers) each hard-attention objective gained after its first checkpoints, by
+#: class name: a checkpoint without it loads with the buffer's start value
+NEWER_OBJECTIVE_STATE: dict[str, tuple[str, ...]] = {
+    "HardAttentionObjective": ("steps_done",),
+    "HardAttentionReinforce": ("advantage_var", "steps_done", "baseline_weight", "baseline_bias"),
+}
+#: REINFORCE's running state, never updated by the Gumbel estimator, that a checkpoint of
+#: ``HardAttentionReinforce(estimator="gumbel")`` holds: dropped when a HardAttentionGumbel loads it
+GUMBEL_DROPPED_STATE = ("advantage_var", "baseline_weight", "baseline_bias")
+
+#: the earlier spelling of the Gumbel objective: (class name, estimator) -> the class path now
+OLD_GUMBEL_SPELLING = ("HardAttentionReinforce", "gumbel")
+GUMBEL_CLASS_PATH = "captioning.objectives.HardAttentionGumbel"
+
+#: import paths of earlier versions that still work: old module (or module.name) -> where it lives now
+OLD_IMPORT_PATHS = {
+    "captioning.onnx_captioner.OnnxCaptioner": "captioning.export.onnx_captioner.OnnxCaptioner",
+    "captioning.decoding.search.GenerationConfig": "captioning.decoding.generation.GenerationConfig",
+    "captioning.decoding.search.BAD_ENDINGS": "captioning.decoding.generation.BAD_ENDINGS",
+    "captioning.decoding.search.bad_ending_ids": "captioning.decoding.generation.bad_ending_ids",
+}
+
+
+def objective_spelling(class_path: str, init_args: dict, accepted: set[str] | frozenset[str]) -> tuple[str, dict]:
+    """(class_path, init_args) of an objective entry in this version's spelling.
+
+    ``HardAttentionReinforce`` with ``estimator: gumbel`` becomes :data:`GUMBEL_CLASS_PATH` with the
+    settings in ``accepted`` (the ones the Gumbel objective takes); REINFORCE's own (lambda_r and the
+    baseline's) were unused by that estimator and are dropped. Every other entry is returned as it is."""
+    name, estimator = OLD_GUMBEL_SPELLING
+    if class_path.rsplit(".", 1)[-1] != name or init_args.get("estimator") != estimator:
+        return class_path, init_args
+    return GUMBEL_CLASS_PATH, {k: v for k, v in init_args.items() if k in accepted}
