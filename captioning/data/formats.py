@@ -6,6 +6,8 @@ imports the built-in ones, asked in this order (their ``priority``):
 - ``hub``: a Hub dataset ``hf://owner/name[@revision]`` or a ``save_to_disk`` folder: hub.py
 - ``webdataset``: shards (a ``.tar`` file, a brace pattern, a folder of ``.tar`` files): webdataset.py
 - ``folder``: a captions CSV (``image,caption[,split]``) or JSON-lines file: folder.py
+- ``aichallenger``: AI Challenger 2017's caption JSON lists: aichallenger.py
+- ``flickr8k`` / ``coco_cn``: numbered caption lines (Flickr8k, Flickr8k-CN, COCO-CN) with split lists: numbered.py
 - ``coco``: raw COCO caption JSON (top-level ``"annotations"``), optionally with a Karpathy split file: coco.py
 - ``karpathy``: a Karpathy split JSON (top-level ``"images"``), any other file: karpathy.py
 
@@ -19,7 +21,7 @@ import os
 from collections.abc import Sequence
 
 from captioning.common import PathLike
-from captioning.data import coco, folder, hub, karpathy, webdataset  # noqa: F401  (they register their formats)
+from captioning.data import aichallenger, coco, folder, hub, karpathy, numbered, webdataset  # noqa: F401  (they register their formats)
 from captioning.data.annotation_format import FORMATS, AnnotationFormat, Annotations
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError

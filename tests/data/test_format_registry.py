@@ -51,7 +51,7 @@ def toy_dataset(tmp_path: Path, name: str = "data.toy") -> Path:
 
 def test_the_builtin_formats_are_asked_in_priority_order():
     builtin = [n for n in list_formats() if n != "toy-tsv"]
-    assert builtin == ["hub", "webdataset", "folder", "coco", "karpathy"]
+    assert builtin == ["hub", "webdataset", "folder", "aichallenger", "flickr8k", "coco_cn", "coco", "karpathy"]
     assert list_formats()[-1] == "karpathy"  # the fallback (any other file) is asked last
     priorities = [FORMATS.get(n).priority for n in list_formats()]
     assert priorities == sorted(priorities)
@@ -84,7 +84,7 @@ def test_split_files_and_several_files_are_refused_by_formats_that_take_none(tmp
     toy = toy_dataset(tmp_path)
     with pytest.raises(AnnotationError, match="split file only applies to COCO caption files, not to a toy TSV file"):
         load_records(toy, split_file=tmp_path / "split.json")
-    with pytest.raises(AnnotationError, match="only supported for WebDataset shards or COCO caption files"):
+    with pytest.raises(AnnotationError, match="only supported for WebDataset shards or AI Challenger caption files or COCO caption files"):
         load_records([toy, toy])
 
 
