@@ -56,6 +56,8 @@ def evaluate(
     tokenizer: str = "auto",
     instances: str | dict | None = None,
     per_image_path: str | None = None,
+    faithfulness: bool = False,
+    faithfulness_images: int | None = None,
 ) -> dict:
     """Decode ``split`` with a trained model and score it. Returns the report written to ``metrics_path``,
     with the captions themselves added ("predictions": {image_id: caption}).
@@ -73,10 +75,14 @@ def evaluate(
     ``instances``: a COCO instances file for CHAIR (metrics/chair.py); ``per_image_path``: every image's
     scores, caption and references as JSON lines (:func:`write_per_image`). The scoring is
     :func:`~captioning.decoding.evaluator.score_split`'s, which ``captioning score`` calls too.
+    Shapes data made with ``--holdout`` adds "novel_pairs" (the test_novel split's held-out pairs);
+    ``faithfulness`` adds "faithfulness" over ``faithfulness_images`` images of the split
+    (decoding/attention_checks.py).
     """
     from tqdm.auto import tqdm
 
     from captioning.data.captions import CaptionData
+    from captioning.decoding.attention_checks import attention_reports
     from captioning.decoding.evaluator import Evaluator, score_split, split_images, training_captions
     from captioning.metrics.clip_score import ClipScoring
 
@@ -137,6 +143,9 @@ def evaluate(
         "notes": notes,
         "skipped": skipped,
     }
+    report.update(
+        attention_reports(model, data, annotations, split, generation, dev, faithfulness, faithfulness_images)
+    )
     if metrics_path:
         atomic_write_json(metrics_path, report)
     report["predictions"] = predictions  # (not in the metrics file: the results file holds them)
@@ -262,6 +271,14 @@ class Evaluate(Command):
         )
         p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
         p.add_argument(
+            "--faithfulness",
+            action="store_true",
+            help="deletion/insertion curves of the attended annotation vectors per word (docs/EVALUATION.md)",
+        )
+        p.add_argument(
+            "--faithfulness-images", type=at_least(1), default=None, help="--faithfulness over the first N images only"
+        )
+        p.add_argument(
             "--out", default=None, help="write the metrics JSON here (every digit; printed scores have 4 decimals)"
         )
         p.add_argument("--results", default=None, help="write the COCO results JSON here")
@@ -281,6 +298,7 @@ class Evaluate(Command):
         p.add_argument("--server-dir", default=".", help="the folder the submission file is written to")
 
     def run(self, args: argparse.Namespace) -> int:
+        from captioning.decoding.attention_checks import attention_summary
         from captioning.storage.load import load_model
 
         apply_image_limit(args)
@@ -316,8 +334,12 @@ class Evaluate(Command):
             clip_weights=args.clip_weights,
             instances=instances,
             per_image_path=args.per_image,
+            faithfulness=args.faithfulness,
+            faithfulness_images=args.faithfulness_images,
         )
         print(json.dumps(shown_scores(report["scores"]), indent=2))
+        if attention_summary(report):  # held-out pairs (--holdout data), faithfulness areas
+            print(json.dumps(attention_summary(report), indent=2))
         if args.server_results:
             path = write_server_results(
                 report["predictions"], args.server_results, args.server_subset, args.server_name, args.server_dir
