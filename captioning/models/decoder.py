@@ -52,6 +52,7 @@ The attention variants (docs/ARCHITECTURE.md; the paper's model is every default
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -87,8 +88,20 @@ __all__ = [
 DECODERS: Registry[type[nn.Module]] = Registry("decoder kind", field="model.decoder.kind")
 
 
+#: built-in decoder kinds of their own modules, registered when first named (their modules import
+#: this one, so this one cannot import them at its top): kind -> module
+BUILT_IN_KINDS = {"transformer": "captioning.models.transformer"}
+
+
+def load_built_in_kinds() -> None:
+    """Import the modules of the built-in decoder kinds (each registers itself in :data:`DECODERS`)."""
+    for module in BUILT_IN_KINDS.values():
+        importlib.import_module(module)
+
+
 def list_decoders() -> list[str]:
     """The names of the registered decoder kinds (``DecoderConfig.kind``'s choices)."""
+    load_built_in_kinds()
     return DECODERS.names()
 
 
@@ -172,6 +185,8 @@ class DecoderConfig:
         for field in ("embed_dim", "hidden_dim", "attention_dim", "heads", "refiner_heads"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"model.decoder.{field}: expected an integer >= 1, got {getattr(self, field)!r}")
+        if self.kind in BUILT_IN_KINDS and self.kind not in DECODERS:
+            load_built_in_kinds()
         DECODERS.check(self.kind)
         SCORES.check(self.score)
         for field, choices in (("placement", ("bahdanau", "luong")), ("window", ("global", "local"))):

@@ -238,6 +238,11 @@ class TransformerDecoder(nn.Module):
         #: the token ids after which EOS may be forbidden: set by ShowAttendTell (as the LSTM's)
         self.bad_ending_ids: tuple[int, ...] | None = None
         self.embedding = nn.Embedding(vocab_size, d, padding_idx=Vocabulary.pad_id)  # E
+        # Vaswani et al.'s scale: E ~ N(0, 1/d), so that sqrt(d) E y is of unit size beside the
+        # positions and the layers' outputs (torch's N(0, 1) would make the word outweigh the image).
+        nn.init.normal_(self.embedding.weight, std=d**-0.5)
+        with torch.no_grad():
+            self.embedding.weight[Vocabulary.pad_id].zero_()
         self.position_embedding = nn.Embedding(self.max_positions, d) if self.positions == "learned" else None
         self.refiner = (
             GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout)
