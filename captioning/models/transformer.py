@@ -274,16 +274,20 @@ class TransformerDecoder(nn.Module):
     def embed(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """x_0 = Dropout(sqrt(d) E y + pos(t)): tokens and positions (...,) -> (..., d)."""
         x = self.embedding(tokens) * math.sqrt(self.hidden_dim)
-        if self.position_embedding is not None:
-            if int(positions.max()) >= self.max_positions:
-                raise ConfigError(
-                    f"model.decoder.max_positions: this model's learned positions end at {self.max_positions}; "
-                    f"a caption of {int(positions.max()) + 1} tokens is longer (lower max_new_tokens or max_length)"
-                )
+        if self.position_embedding is not None:  # positions within max_positions: checked by shape (check_length)
             x = x + self.position_embedding(positions)
         else:
             x = x + sinusoids(positions, self.hidden_dim, x.dtype)
         return self.dropout(x)
+
+    def check_length(self, T: int) -> None:
+        """A one-line ConfigError if learned positions cannot reach T tokens (from shapes: nothing read
+        from the device, so that a captured step stays capturable)."""
+        if self.position_embedding is not None and T > self.max_positions:
+            raise ConfigError(
+                f"model.decoder.max_positions: this model's learned positions end at {self.max_positions}; "
+                f"{T} tokens are more (lower max_new_tokens or max_length)"
+            )
 
     def logits(self, x: Tensor) -> Tensor:
         return self.out_logits(self.final_norm(x))
@@ -292,6 +296,7 @@ class TransformerDecoder(nn.Module):
         """The grid's keys and values once, an empty cache of ``max_steps`` positions (default
         max_positions) at position 0. features: (B, L, D)."""
         T = max_steps or self.max_positions
+        self.check_length(T)
         memory = self.memory(features)
         B = features.size(0)
         cache = memory.new_zeros(B, self.num_layers, 2, T, self.hidden_dim)
@@ -302,6 +307,7 @@ class TransformerDecoder(nn.Module):
         """Every position at once under the causal mask: tokens (B, T) -> logits (B, T, V) and
         every layer's cross-attention weights (B, layers, heads, T, L)."""
         B, T = tokens.shape
+        self.check_length(T)
         memory = self.memory(features)
         x = self.embed(tokens, torch.arange(T, device=tokens.device))
         causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()  # (T, T): position t sees <= t

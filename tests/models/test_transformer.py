@@ -202,7 +202,9 @@ def test_an_option_of_the_other_kind_is_one_line(changes, words):
 def test_learned_positions_beyond_their_count_are_one_line():
     dec = decoder(positions="learned", max_positions=6)
     with pytest.raises(ConfigError, match="model.decoder.max_positions: this model's learned positions end at 6"):
-        generate(dec, features(), GenerationConfig(max_new_tokens=9, min_new_tokens=8))
+        generate(dec, features(), GenerationConfig(max_new_tokens=9))
+    with pytest.raises(ConfigError, match="7 tokens are more"):
+        dec(features(), *captions(T=7))
 
 
 def spec(**changes) -> ModelSpec:
