@@ -111,10 +111,11 @@ class LineProgress(ProgressBar):
 
 class ValidationExamples(Callback):
     """After each validation, a few fixed validation images with their captions and attention maps
-    (a panel per word, as ``captioning attend --format png`` draws them) in TensorBoard's images tab.
+    (a panel per word, as ``captioning attend --format png`` draws them) to every logger of the run:
+    TensorBoard's images tab, W&B's media, MLflow's artifacts, PNG files beside a CSV log
+    (training/tracking.py: ``log_picture``).
 
-    Needs a logger that can take images (TensorBoard, the default) and the images themselves (not a
-    feature cache): read through the data's own route (``CaptionData.read_image``: an image file, a
+    Needs a logger and the images themselves (not a feature cache): read through the data's own route (``CaptionData.read_image``: an image file, a
     WebDataset shard's member, a Hub dataset's image), as every other reader of the data does. A
     validation none of whose images can be read logs a warning once and draws nothing.
     """
@@ -125,12 +126,11 @@ class ValidationExamples(Callback):
         self._warned = False
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        writer = getattr(trainer.logger, "experiment", None)
         dm = trainer.datamodule
         if (
             trainer.sanity_checking
             or not trainer.is_global_zero
-            or not hasattr(writer, "add_image")
+            or not trainer.loggers
             or dm is None
             or dm.features is not None
         ):
@@ -141,6 +141,7 @@ class ValidationExamples(Callback):
         from captioning.common import grid_shape
         from captioning.data.images import to_tensor
         from captioning.errors import ImageError
+        from captioning.training.tracking import log_picture
         from captioning.viz.pictures import render_grid
 
         pictures, problems = [], []
@@ -175,7 +176,8 @@ class ValidationExamples(Callback):
             panels = render_grid(
                 picture, words, alphas.reshape(len(words), *grid), hard_cells=cells, panel_size=self.panel_size
             )
-            writer.add_image(f"val_examples/{i}", np.asarray(panels), trainer.global_step, dataformats="HWC")
+            for logger in trainer.loggers:
+                log_picture(logger, f"val_examples/{i}", np.asarray(panels), trainer.global_step, " ".join(words))
 
 
 class LastCheckpoint(Callback):
