@@ -66,6 +66,7 @@ from captioning.errors import ConfigError
 from captioning.models import unroll
 from captioning.models.attention import ATTENTION_MODES, SCORES, Glimpse, LocalCentre, build_attention
 from captioning.models.cells import Attend, BahdanauCell, DecoderState, LuongCell
+from captioning.models.multihead import MultiHeadAttention
 from captioning.models.unroll import DecoderOutput
 from captioning.registry import Registry
 from captioning.vocab import Vocabulary
@@ -137,6 +138,7 @@ class DecoderConfig:
         local_sigma: the local window's standard deviation, in grid cells.
         refiner_layers: Transformer encoder layers over the annotation vectors before decoding (0: none).
         refiner_heads: attention heads of those layers.
+        refiner_aoa: the refiner's self-attention with Attention on Attention's output (AoANet's refiner).
         kind: the decoder, a name registered in :data:`DECODERS` (``list_decoders()``): "lstm" is
             the paper's, :class:`ShowAttendTellDecoder` (model files that record no kind hold one);
             "transformer" the Transformer decoder (models/transformer.py), of width ``hidden_dim``
@@ -169,6 +171,7 @@ class DecoderConfig:
     refiner_layers: int = 0
     refiner_heads: int = 4
     kind: str = "lstm"
+    refiner_aoa: bool = False
     aoa: bool = False
     layers: int | None = None
     ff_dim: int | None = None
@@ -200,6 +203,8 @@ class DecoderConfig:
             )
         if self.refiner_layers < 0:
             raise ConfigError(f"model.decoder.refiner_layers: expected an integer >= 0, got {self.refiner_layers!r}")
+        if self.refiner_aoa and not self.refiner_layers:
+            raise ConfigError("model.decoder.refiner_aoa: an option of the grid refiner; set refiner_layers >= 1")
         check = getattr(DECODERS.get(self.kind), "check_config", None)  # a kind's own checks
         if check is not None:
             check(self)
@@ -228,6 +233,7 @@ class DecoderConfig:
             + (["luong"] if self.placement == "luong" else [])
             + (["local"] if self.window == "local" else [])
             + ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
+            + (["aoarefiner"] if self.refiner_aoa else [])
             + (["aoa"] if self.aoa else [])
         )
         return "+".join(parts)
@@ -280,7 +286,7 @@ class ShowAttendTellDecoder(nn.Module):
             nn.Linear(config.heads * feature_dim, feature_dim, bias=False) if config.heads > 1 else None
         )  # W_o
         self.refiner = (
-            GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout)
+            GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout, config.refiner_aoa)
             if config.refiner_layers
             else None
         )
@@ -406,20 +412,44 @@ def grid_position_embedding(gh: int, gw: int, dim: int, device=None, dtype=torch
 
 class GridRefiner(nn.Module):
     """Self-attention over the L annotation vectors before decoding: ``layers`` Transformer encoder
-    layers (pre-norm, feed-forward 2D) over a_i + pos(row_i, col_i). (B, L, D) -> (B, L, D)."""
+    layers (pre-norm, feed-forward 2D) over a_i + pos(row_i, col_i). (B, L, D) -> (B, L, D).
+    ``aoa``: AoANet's refiner (Huang et al. 2019): each layer's self-attention output is Attention
+    on Attention's, i * sigmoid(g) from [v^; a] (:class:`AoARefinerLayer`)."""
 
-    def __init__(self, dim: int, layers: int, heads: int, dropout: float):
+    def __init__(self, dim: int, layers: int, heads: int, dropout: float, aoa: bool = False):
         super().__init__()
         if dim % heads:
             raise ConfigError(
                 f"model.decoder.refiner_heads: the feature width ({dim}) must be a multiple of refiner_heads ({heads})"
             )
-        layer = nn.TransformerEncoderLayer(
-            dim, heads, dim_feedforward=2 * dim, dropout=dropout, batch_first=True, norm_first=True
-        )
-        self.layers = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        if aoa:
+            self.layers = nn.Sequential(*(AoARefinerLayer(dim, heads, dropout) for _ in range(layers)))
+        else:
+            layer = nn.TransformerEncoderLayer(
+                dim, heads, dim_feedforward=2 * dim, dropout=dropout, batch_first=True, norm_first=True
+            )
+            self.layers = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
     def forward(self, features: Tensor) -> Tensor:
         gh, gw = grid_shape(features.size(1))
         pos = grid_position_embedding(gh, gw, features.size(-1), features.device, features.dtype)
         return self.layers(features + pos)
+
+
+class AoARefinerLayer(nn.Module):
+    """One layer of the AoA refiner: x + Dropout(AoA-MultiHead(LN(x))), then x + Dropout(FF(LN(x)))
+    with FF of width 2D, as the plain refiner's layers. (B, L, D) -> (B, L, D)."""
+
+    def __init__(self, dim: int, heads: int, dropout: float):
+        super().__init__()
+        self.norm_attention, self.attention = nn.LayerNorm(dim), MultiHeadAttention(dim, heads, aoa=True)
+        self.norm_ff = nn.LayerNorm(dim)
+        self.feed_forward = nn.Sequential(
+            nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(2 * dim, dim)
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.norm_attention(x)
+        x = x + self.dropout(self.attention(y, self.attention.keys_values(y))[0])
+        return x + self.dropout(self.feed_forward(self.norm_ff(x)))

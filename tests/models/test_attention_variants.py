@@ -39,6 +39,7 @@ VARIANTS = {
     "refiner": dict(refiner_layers=1, refiner_heads=2),
     "luong_local_heads": dict(placement="luong", window="local", heads=2, score="scaled_dot"),
     "aoa": dict(aoa=True),
+    "refiner_aoa": dict(refiner_layers=1, refiner_heads=2, refiner_aoa=True),
     "luong_aoa_heads": dict(placement="luong", aoa=True, heads=2),
 }
 

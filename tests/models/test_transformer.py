@@ -282,3 +282,31 @@ def test_the_onnx_export_refuses_a_transformer_in_one_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         export_onnx(model, tmp_path / "onnx")
     assert "\n" not in str(err.value) and not (tmp_path / "onnx").exists()
+
+
+def test_the_aoa_refiner_layer_is_attention_on_attention_over_the_grid():
+    from captioning.models.decoder import GridRefiner
+
+    torch.manual_seed(0)
+    refiner = GridRefiner(8, 1, 2, 0.0, aoa=True).double().eval()
+    layer = refiner.layers[0]
+    x = torch.randn(2, 9, 8, dtype=torch.float64)
+    y = layer.norm_attention(x)
+    attention = layer.attention
+    q = y @ attention.query.weight.T + attention.query.bias
+    w_k, w_v = attention.key_value.weight.chunk(2)
+    b_k, b_v = attention.key_value.bias.chunk(2)
+    k, v = y @ w_k.T + b_k, y @ w_v.T + b_v
+    heads = [
+        torch.softmax(q[..., h * 4 : (h + 1) * 4] @ k[..., h * 4 : (h + 1) * 4].transpose(1, 2) / 2.0, -1)
+        @ v[..., h * 4 : (h + 1) * 4]
+        for h in range(2)
+    ]
+    info, gate = (torch.cat([*heads, y], -1) @ layer.attention.output.weight.T + layer.attention.output.bias).chunk(
+        2, -1
+    )
+    x1 = x + info * torch.sigmoid(gate)  # AoA: i * sigmoid(g) from [v^; q]
+    expected = x1 + layer.feed_forward(layer.norm_ff(x1))
+    torch.testing.assert_close(layer(x), expected)
+    with pytest.raises(ConfigError, match="model.decoder.refiner_aoa: an option of the grid refiner"):
+        DecoderConfig(refiner_aoa=True)
