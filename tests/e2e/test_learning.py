@@ -87,7 +87,7 @@ def untrained_and_trained(annotations, root, attention):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("attention", ["soft", "hard", "hard_authors", "multihead", "luong", "local"])
+@pytest.mark.parametrize("attention", ["soft", "hard", "hard_authors", "multihead", "luong", "local", "transformer"])
 def test_model_learns_on_shapes(attention, learn_data, tmp_path):
     before, after, metrics = untrained_and_trained(learn_data, tmp_path, attention)
     assert after["nll"] < 0.6 * before["nll"]  # the loss falls
