@@ -28,6 +28,8 @@ from PIL import Image, ImageDraw, ImageFont
 
 from captioning.common import grid_shape
 from captioning.viz.attention_maps import as_array, upsample_map
+from captioning.viz.fonts import gap as word_gap
+from captioning.viz.fonts import text_font
 
 Cell = Sequence[int] | int  # (row, col), or a row-major location index
 
@@ -182,11 +184,9 @@ def overlay(
 
 
 # ---------------------------------------------------------------------- layout helpers
-def ui_font(size: int) -> ImageFont.ImageFont:
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1: a fixed-size bitmap font
-        return ImageFont.load_default()
+def ui_font(size: int, texts: str | Sequence[str] = ()) -> ImageFont.ImageFont:
+    """A font of ``size`` pixels for ``texts``: a CJK font where they need one (viz/fonts.py)."""
+    return text_font(size, texts)
 
 
 def display_size(size: tuple[int, int], min_side: int = GIF_MIN_SIDE, max_side: int = GIF_MAX_SIDE) -> tuple[int, int]:
@@ -210,13 +210,14 @@ def _display(image: Image.Image, min_side: int, max_side: int) -> Image.Image:
 
 def _wrap(words: Sequence[str], font, width: int) -> list[list[int]]:
     """Greedy line breaking: lists of word indices whose text fits in ``width`` pixels."""
-    lines, line, used, space = [], [], 0.0, font.getlength(" ")
+    lines, line, used = [], [], 0.0
     for i, word in enumerate(words):
         w = font.getlength(word)
+        space = font.getlength(word_gap(words[i - 1], word)) if line else 0.0  # no space between CJK words
         if line and used + space + w > width:
             lines.append(line)
-            line, used = [], 0.0
-        used += (space if line else 0.0) + w
+            line, used, space = [], 0.0, 0.0
+        used += space + w
         line.append(i)
     return lines + [line] if line else lines
 
@@ -229,7 +230,7 @@ def _line_height(font) -> int:
 def _caption_layout(words: Sequence[str], width: int) -> tuple[ImageFont.ImageFont, int, int, list[list[int]]]:
     """(font, padding, line height, lines of word indices) of the caption band under a ``width``-pixel
     GIF frame: the font grows with the width, the whole caption is broken into lines."""
-    font = ui_font(int(np.clip(width / 14, 14, 26)))
+    font = ui_font(int(np.clip(width / 14, 14, 26)), words)
     pad = max(6, width // 40)
     return font, pad, _line_height(font), _wrap(words, font, width - 2 * pad)
 
@@ -294,7 +295,7 @@ def render_frames(
                 if i >= upto:
                     break
                 draw.text((x, height + pad + n * line_h), words[i], font=font, fill=HIGHLIGHT if i == current else TEXT)
-                x += font.getlength(words[i] + " ")
+                x += font.getlength(words[i] + (word_gap(words[i], words[i + 1]) if i + 1 < len(words) else ""))
         return canvas
 
     frames = [
@@ -374,7 +375,7 @@ def render_grid(
         (max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.BICUBIC
     )
     pw, ph = shown.size
-    font = ui_font(int(np.clip(pw / 12, 12, 20)))
+    font = ui_font(int(np.clip(pw / 12, 12, 20)), words)
     gap, title = 8, _line_height(font) + 6
     rows, cols = panel_layout(len(words), cols)
     canvas = Image.new("RGB", (cols * (pw + gap) + gap, rows * (title + ph + gap) + gap), (255, 255, 255))
@@ -424,7 +425,7 @@ def save_png(picture: Image.Image, path: str | os.PathLike) -> Path:
 def labelled_stack(pictures: Sequence[Image.Image], labels: Sequence[str], horizontal: bool) -> Image.Image:
     """Pictures side by side (``horizontal``) or one under another, each under its label
     (multi-head attention: one picture per head)."""
-    font = ui_font(16)
+    font = ui_font(16, labels)
     title, gap = _line_height(font) + 8, 8
     if horizontal:
         width = sum(p.width for p in pictures) + gap * (len(pictures) - 1)
