@@ -1,8 +1,8 @@
-"""The ``serve`` subcommand: ``captioning serve --checkpoint CKPT [--host 127.0.0.1] [--port 7860]``.
+"""The ``serve`` command's flags and run: ``captioning serve --checkpoint CKPT [--host 127.0.0.1] [--port 7860]``.
 
-``add_serve_parser(subparsers)`` adds it to the ``captioning`` command's subparsers (its handler
-is set with ``set_defaults(func=...)``, as for the other subcommands); ``python -m captioning.web``
-runs the same command on its own.
+``add_serve_arguments(parser)`` adds the flags and ``cmd_serve(args)`` runs the server: the
+``captioning serve`` command (cli/serve.py) and ``python -m captioning.web`` (web/__main__.py) are
+both these two.
 """
 
 from __future__ import annotations
@@ -170,15 +170,3 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         limits=limits,
     )
-
-
-def add_serve_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``serve`` to ``subparsers`` (the result of ``parser.add_subparsers()``) and return its parser."""
-    p = subparsers.add_parser(
-        "serve",
-        help="a web page and an HTTP API to try models: upload an image, read its "
-        "captions, see where the model looked (pip install -e '.[web]')",
-    )
-    add_serve_arguments(p)
-    p.set_defaults(func=cmd_serve)
-    return p

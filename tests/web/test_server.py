@@ -411,10 +411,10 @@ def test_diverse_beams_are_listed_side_by_side(server, captioners, test_images):
 
 
 def test_names_specs_and_the_serve_subcommand():
-    import argparse
 
+    from captioning.cli.main import build_parser
+    from captioning.cli.serve import Serve
     from captioning.web import serve_command
-    from captioning.web.cli import add_serve_parser, cmd_serve
     from captioning.web.server import _name_models, split_spec
 
     assert split_spec("soft=runs/a.ckpt") == ("soft", "runs/a.ckpt") and split_spec("runs/a.ckpt") == (
@@ -433,10 +433,8 @@ def test_names_specs_and_the_serve_subcommand():
     _name_models(models, [None, None])
     assert [m.name for m in models] == ["soft-x", "soft-x-2"]
 
-    parser = argparse.ArgumentParser(prog="captioning")
-    add_serve_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["serve", "--checkpoint", "a.ckpt", "--checkpoint", "hard=b.ckpt"])
-    assert args.func is cmd_serve and args.checkpoint == ["a.ckpt", "hard=b.ckpt"]
+    args = build_parser().parse_args(["serve", "--checkpoint", "a.ckpt", "--checkpoint", "hard=b.ckpt"])
+    assert args.run.__func__ is Serve.run and args.checkpoint == ["a.ckpt", "hard=b.ckpt"]
     assert (args.host, args.port, args.max_upload_mb) == ("127.0.0.1", 7860, 10.0)
     assert serve_command("runs/best.ckpt") == "captioning serve --checkpoint runs/best.ckpt"
 
