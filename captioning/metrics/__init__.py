@@ -8,6 +8,8 @@
 * :mod:`.grounding`: attention correctness and the pointing game against object boxes.
 * :mod:`.diversity`: distinct-n, vocabulary used, unique and novel captions, mean length.
 * :mod:`.attention_health`: the attention maps' entropy and their movement between words.
+* :mod:`.chair`: CHAIR-i, CHAIR-s and object recall (COCO's synonym lists; the shapes data's objects).
+* :mod:`.bootstrap`: paired bootstrap intervals and permutation p-values from per-image statistics.
 """
 
 from captioning.metrics.attention_health import AttentionHealth, attention_health
