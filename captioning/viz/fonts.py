@@ -122,3 +122,19 @@ def text_font(size: int, texts: str | Sequence[str] = ()) -> ImageFont.ImageFont
 def gap(left: str, right: str) -> str:
     """The space drawn between two words: none where either side is CJK (tokenizers.join_words)."""
     return "" if not left or not right or is_cjk(left[-1]) or is_cjk(right[0]) else " "
+
+
+SUBWORD_MARK = "\u2581"  # "▁": a subword token that starts a word (tokenizers.SubwordTokenizer)
+
+
+def shown_words(words: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(each token as drawn, the space drawn after it): subword tokens without their "▁", a space
+    only before a token that starts a word; other tokens as :func:`gap` spaces them."""
+    words = list(words)
+    if any(w.startswith(SUBWORD_MARK) for w in words):
+        texts = [w.lstrip(SUBWORD_MARK) for w in words]
+        after = [" " if nxt.startswith(SUBWORD_MARK) else "" for nxt in words[1:]]
+    else:
+        texts = words
+        after = [gap(a, b) for a, b in zip(words, words[1:])]
+    return texts, after + [""] * bool(words)

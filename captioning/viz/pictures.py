@@ -28,8 +28,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from captioning.common import grid_shape
 from captioning.viz.attention_maps import as_array, upsample_map
-from captioning.viz.fonts import gap as word_gap
-from captioning.viz.fonts import text_font
+from captioning.viz.fonts import shown_words, text_font
 
 Cell = Sequence[int] | int  # (row, col), or a row-major location index
 
@@ -210,10 +209,11 @@ def _display(image: Image.Image, min_side: int, max_side: int) -> Image.Image:
 
 def _wrap(words: Sequence[str], font, width: int) -> list[list[int]]:
     """Greedy line breaking: lists of word indices whose text fits in ``width`` pixels."""
+    words, after = shown_words(words)
     lines, line, used = [], [], 0.0
     for i, word in enumerate(words):
         w = font.getlength(word)
-        space = font.getlength(word_gap(words[i - 1], word)) if line else 0.0  # no space between CJK words
+        space = font.getlength(after[i - 1]) if line else 0.0  # none between CJK words or a word's subwords
         if line and used + space + w > width:
             lines.append(line)
             line, used, space = [], 0.0, 0.0
@@ -284,6 +284,7 @@ def render_frames(
     width, height = shown.size
     font, pad, line_h, layout = _caption_layout(words, width)  # the whole caption fixes the band's height
     band = caption_band(words, width)
+    texts, after = shown_words(words)
 
     def frame(picture: Image.Image, upto: int, current: int | None) -> Image.Image:
         canvas = Image.new("RGB", (width, height + band), (255, 255, 255))
@@ -294,8 +295,8 @@ def render_frames(
             for i in line:
                 if i >= upto:
                     break
-                draw.text((x, height + pad + n * line_h), words[i], font=font, fill=HIGHLIGHT if i == current else TEXT)
-                x += font.getlength(words[i] + (word_gap(words[i], words[i + 1]) if i + 1 < len(words) else ""))
+                draw.text((x, height + pad + n * line_h), texts[i], font=font, fill=HIGHLIGHT if i == current else TEXT)
+                x += font.getlength(texts[i] + after[i])
         return canvas
 
     frames = [
@@ -380,7 +381,7 @@ def render_grid(
     rows, cols = panel_layout(len(words), cols)
     canvas = Image.new("RGB", (cols * (pw + gap) + gap, rows * (title + ph + gap) + gap), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
-    for t, word in enumerate(words):
+    for t, word in enumerate(shown_words(words)[0]):
         r, c = divmod(t, cols)
         x, y = gap + c * (pw + gap), gap + r * (title + ph + gap)
         while len(word) > 1 and font.getlength(word) > pw:

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from captioning.viz import fonts
-from captioning.viz.fonts import cjk_font_path, default_font, gap, glyph, text_font
+from captioning.viz.fonts import cjk_font_path, default_font, gap, glyph, shown_words, text_font
 from captioning.viz.pictures import render_frames, render_grid
 
 
@@ -56,6 +56,8 @@ def test_the_environment_names_the_font(monkeypatch, fresh_lookup):
 
 def test_cjk_words_are_drawn_without_spaces_and_titled_in_grids():
     assert gap("红色", "圆形") == "" and gap("a", "dog") == " " and gap("3", "个") == ""
+    assert shown_words(["▁a", "▁re", "d", "▁circle"]) == (["a", "re", "d", "circle"], [" ", "", " ", ""])
+    assert shown_words(["红色", "的", "a", "dog"]) == (["红色", "的", "a", "dog"], ["", "", " ", ""])
     image = Image.fromarray(np.full((32, 32, 3), 128, np.uint8))
     words = ["左上角", "有", "一个", "红色", "的", "星形"]
     maps = np.full((len(words), 2, 2), 0.25)
