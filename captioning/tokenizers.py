@@ -263,7 +263,8 @@ class SubwordTokenizer(Tokenizer):
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
             raise ConfigError(f"{size_field}: expected an integer >= 8, got {vocab_size!r}")
         self.vocab_size = vocab_size
-        self._model = None  # the trained tokenizers.Tokenizer
+        self._model = None  # the trained tokenizers.Tokenizer (built from _state on first use)
+        self._state: dict | None = None  # its stored form: a model read back needs no library to print text
 
     @staticmethod
     def _library():
@@ -283,7 +284,7 @@ class SubwordTokenizer(Tokenizer):
 
     @property
     def trained(self) -> bool:
-        return self._model is not None
+        return self._model is not None or self._state is not None
 
     def train(self, texts: Iterable[str]) -> None:
         from captioning.vocab import Vocabulary
@@ -296,9 +297,18 @@ class SubwordTokenizer(Tokenizer):
         model.train_from_iterator(
             (t.replace("\u2019", "'") for t in texts), self._trainer(lib, list(Vocabulary.SPECIALS))
         )
-        self._model = model
+        self._model, self._state = model, None
 
     def _require_trained(self):
+        if self._model is None and self._state is not None:
+            import json
+
+            try:
+                self._model = self._library().Tokenizer.from_str(json.dumps(self._state["model"]))
+            except ConfigError:
+                raise
+            except Exception as err:  # the library's own parse error (a Rust exception)
+                raise ConfigError(f"vocabulary.tokenizer_model: not a {self.name!r} model ({err})") from None
         if self._model is None:
             raise ConfigError(f"tokenizer {self.name!r}: not trained (its vocabulary holds no 'tokenizer_model')")
         return self._model
@@ -315,25 +325,24 @@ class SubwordTokenizer(Tokenizer):
         return sorted(vocab, key=vocab.get)
 
     def state(self) -> dict:
-        import json
+        if self._state is None:
+            import json
 
-        return {"vocab_size": self.vocab_size, "model": json.loads(self._require_trained().to_str())}
+            self._state = {"vocab_size": self.vocab_size, "model": json.loads(self._require_trained().to_str())}
+        return self._state
 
     def load_state(self, state: dict) -> None:
-        import json
-
-        lib = self._library()
+        """Keep a stored model; it is parsed (by the library) when text is first split, so that
+        printing a model's captions (detokenize) needs no library."""
         if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
             raise ConfigError(f"vocabulary.tokenizer_model: expected the trained {self.name!r} model as a dictionary")
-        try:
-            self._model = lib.Tokenizer.from_str(json.dumps(state["model"]))
-        except Exception as err:  # the library's own parse error (a Rust exception)
-            raise ConfigError(f"vocabulary.tokenizer_model: not a {self.name!r} model ({err})") from None
-        self.vocab_size = state.get("vocab_size", self.vocab_size)
+        self._model, self._state = None, state
+        size = state.get("vocab_size")
+        self.vocab_size = size if isinstance(size, int) and not isinstance(size, bool) else self.vocab_size
 
     @classmethod
     def from_state(cls, state: dict) -> SubwordTokenizer:
-        tok = cls(int(state.get("vocab_size", 8)) if isinstance(state, dict) else 8)
+        tok = cls(8)  # (the stored size replaces it)
         tok.load_state(state)
         return tok
 

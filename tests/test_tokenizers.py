@@ -3,6 +3,7 @@ and a new tokenizer (defined here, one class) carried by the vocabulary and by C
 
 import importlib.util
 import json
+import sys
 
 import pytest
 
@@ -264,3 +265,23 @@ def test_words_is_bit_identical_on_the_shapes_data(tiny_shapes, tmp_path):
         data.vocab.save(tmp_path / "a.json")
         before.save(tmp_path / "b.json")
         assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_a_subword_vocabulary_prints_text_without_the_library(tmp_path, monkeypatch):
+    """Inference needs no Hugging Face tokenizers: the stored model is parsed only to split text."""
+    pytest.importorskip("tokenizers")
+    bpe = trained("bpe", 80)
+    Vocabulary.build([], tokenizer=bpe).save(tmp_path / "vocab.json")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers now fails
+    v = Vocabulary.load(tmp_path / "vocab.json")
+    tokens = bpe.tokenize("a man on the beach")
+    assert v.decode_text(v.encode(tokens)) == "a man on the beach"
+    with pytest.raises(ConfigError, match=r"^data.tokenizer: 'bpe' and 'unigram' need Hugging Face tokenizers: pip"):
+        v.tokenizer.tokenize("a man")
+    monkeypatch.undo()
+    stored = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
+    stored["tokenizer_model"]["model"] = {"model": "nonsense"}
+    (tmp_path / "bad.json").write_text(json.dumps(stored))
+    with pytest.raises(ConfigError, match=r"^vocabulary.tokenizer_model: not a 'bpe' model \(") as info:
+        Vocabulary.load(tmp_path / "bad.json").tokenizer.tokenize("a man")
+    assert "\n" not in str(info.value)
