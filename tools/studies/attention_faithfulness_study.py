@@ -6,6 +6,8 @@
         make-shapes --holdout), and steering: every two-object test image captioned with the box of
         each of its objects as --focus (strength --strength) and without: how often the caption
         names the focused object, and how often the other one. DIR/NAME.json per model.
+    python -m tools.studies.attention_faithfulness_study steer NAME=CKPT --data DATA.json --out DIR --strengths S...
+        steering alone at several strengths: DIR/NAME_steer.json and a table row per strength
     python -m tools.studies.attention_faithfulness_study table DIR
         the table of docs/studies/ATTENTION_FAITHFULNESS.md from every DIR/*.json
 
@@ -97,9 +99,31 @@ def measure(args) -> None:
         print(json.dumps({k: result[k] for k in ("name", "steering")}, indent=1))
 
 
+def steer(args) -> None:
+    from captioning.api import Captioner
+    from captioning.storage.load import load_model
+
+    os.makedirs(args.out, exist_ok=True)
+    name, _, path = args.checkpoint.partition("=")
+    model = load_model(path)
+    captioner = Captioner.from_model(model, device="cpu")
+    rows = [steering(captioner, args.data, s, {"num_beams": args.beams}) for s in args.strengths]
+    with open(os.path.join(args.out, f"{name}_steer.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, indent=1)
+    print("| model | strength | names the focused object | names the other | names only the focused |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {name} | {r['strength']:g} | {100 * r['named_focused']:.0f}% | {100 * r['named_other']:.0f}% | "
+            f"{100 * r['named_only_focused']:.0f}% |"
+        )
+
+
 def table(args) -> None:
     rows = []
     for path in sorted(glob.glob(os.path.join(args.dir, "*.json"))):
+        if path.endswith("_steer.json"):
+            continue
         with open(path, encoding="utf-8") as f:
             r = json.load(f)
         areas = {m: r["faithfulness"]["removal"][m] for m in ("mean", "zero")}
@@ -138,10 +162,16 @@ def main() -> None:
     m.add_argument("--beams", type=int, default=3)
     m.add_argument("--strength", type=float, default=10.0)
     m.add_argument("--faithfulness-images", type=int, default=150)
+    st = sub.add_parser("steer")
+    st.add_argument("checkpoint", metavar="NAME=CKPT")
+    st.add_argument("--data", required=True)
+    st.add_argument("--out", required=True)
+    st.add_argument("--beams", type=int, default=3)
+    st.add_argument("--strengths", type=float, nargs="+", default=[0.5, 1, 2, 3, 5, 10])
     t = sub.add_parser("table")
     t.add_argument("dir")
     args = p.parse_args()
-    measure(args) if args.command == "measure" else table(args)
+    {"measure": measure, "steer": steer, "table": table}[args.command](args)
 
 
 if __name__ == "__main__":
