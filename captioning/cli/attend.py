@@ -141,7 +141,7 @@ class Attend(Command):
             type=int,
             default=None,
             help="transformer models: the decoder layer whose cross-attention maps are drawn "
-            "(default: the model's decoder.attention_layer, else the last; negative counts from the end)",
+            "(default: the model's decoder.attention_layer, else the first; negative counts from the end)",
         )
         p.add_argument(
             "--members",

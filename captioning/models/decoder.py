@@ -151,7 +151,7 @@ class DecoderConfig:
         tie_embeddings: transformer only (None: false): the output layer's weights are the embedding's.
         max_positions: transformer only (None: 64): the learned positions' count, the longest caption
             a model with learned positions reads or writes (and the default cache length).
-        attention_layer: transformer only (None: the last): the layer whose cross-attention maps
+        attention_layer: transformer only (None: the first): the layer whose cross-attention maps
             decoding returns (the pictures, grounding, the API's maps).
     """
 

@@ -22,7 +22,8 @@ words decoded so far in a cache of fixed length (the search's ``max_new_tokens``
 step's position, so that the search loops (decoding/loops.py) carry fixed shapes (capturable as
 CUDA graphs) and reorder the cache with the beams like any carried tensor
 (:class:`TransformerStates`). The attention maps the search and the pictures read are the
-cross-attention weights of one layer (``attention_layer``, default the last), their mean over
+cross-attention weights of one layer (``attention_layer``, default the first: on the shapes data its maps
+point at the objects named and the last layer's do not, docs/studies/TRANSFORMER.md), their mean over
 heads as ``alpha`` and per head as ``head_alpha``.
 """
 
@@ -199,8 +200,8 @@ class TransformerDecoder(nn.Module):
         self.num_layers = config.layers or DEFAULTS["layers"]
         self.positions = config.positions or DEFAULTS["positions"]
         self.max_positions = config.max_positions or DEFAULTS["max_positions"]
-        #: the layer whose cross-attention maps decoding returns (the last by default)
-        self.attention_layer = self.num_layers - 1 if config.attention_layer is None else config.attention_layer
+        #: the layer whose cross-attention maps decoding returns (the first by default)
+        self.attention_layer = 0 if config.attention_layer is None else config.attention_layer
         #: the token ids after which EOS may be forbidden: set by ShowAttendTell (as the LSTM's)
         self.bad_ending_ids: tuple[int, ...] | None = None
         self.embedding = nn.Embedding(vocab_size, d, padding_idx=Vocabulary.pad_id)  # E

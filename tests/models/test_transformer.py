@@ -140,7 +140,7 @@ class Recomputing:
         words = torch.where(here, tokens.unsqueeze(1), words)
         logits, maps = self.dec.run(feats.repeat_interleave(beams, 0), words)
         rows = torch.arange(tokens.size(0))
-        heads = maps[rows, -1, :, position]  # (N, h, L)
+        heads = maps[rows, self.dec.attention_layer, :, position]  # (N, h, L)
         logp = logits[rows, position].log_softmax(-1)
         alpha = heads.mean(1)
         new = (position + 1, words, feats, beams)
