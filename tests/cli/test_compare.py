@@ -98,3 +98,16 @@ def test_a_side_that_is_not_there_is_one_line(systems, tmp_path, capfd):
     assert main(["compare", a, f"{a},{tmp_path / 'nope.json'}", "--annotations", annotations]) == 1
     err = capfd.readouterr().err
     assert "nope.json: no such results file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_checkpoints_are_decoded_and_the_report_shows_their_attention(tiny_checkpoint, tiny_shapes, tmp_path, capfd):
+    report, out = tmp_path / "report", tmp_path / "compare.json"
+    ckpt = str(tiny_checkpoint)
+    code = main(
+        ["compare", ckpt, ckpt, "--annotations", str(tiny_shapes), "--split", "val", "--max-new-tokens", "6"]
+        + ["--device", "cpu", "--resamples", "50", "--out", str(out), "--report", str(report), "--top", "2"]
+    )
+    assert code == 0, capfd.readouterr().err
+    assert json.loads(out.read_text())["scores"]["CIDEr"]["difference"] == 0.0
+    assert len(list((report / "images").glob("*_a.gif"))) == 2 and len(list((report / "images").glob("*_b.gif"))) == 2
+    assert (report / "index.html").read_text().count(".gif") == 4
