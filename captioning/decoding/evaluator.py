@@ -377,9 +377,11 @@ class SplitScores:
             gts, res = self.per_image["tokens"]
             bleu = bs.bleu_statistics(gts, res, ids)
             stats.update({f"BLEU-{n}": bs.Statistic(bleu, bs.bleu_score(n)) for n in range(1, 5)})
-        for name in ("METEOR", "ROUGE_L", "CIDEr"):
+        for name in ("ROUGE_L", "CIDEr"):
             if name in self.per_image:
                 stats[name] = bs.Statistic(bs.per_image_mean(self.per_image[name]), bs.mean_score)
+        if "METEOR" in self.per_image:  # not coco-caption's corpus METEOR (Java's aggregate): named apart
+            stats["METEOR_image_mean"] = bs.Statistic(bs.per_image_mean(self.per_image["METEOR"]), bs.mean_score)
         if self.objects and all(i in self.objects for i in ids):
             counts = np.asarray([self.objects[i] for i in ids], dtype=np.float64)
             for which in ("f1", "precision", "recall"):

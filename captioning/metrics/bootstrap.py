@@ -11,8 +11,8 @@ resamples are one product of a (R, N) count matrix with the (N, K) statistics. T
   included), so the full sample gives coco-caption's number.
 * CIDEr (CIDEr-D), ROUGE-L: per-image scores, averaged; CIDEr-D's document frequencies are those of
   the whole split's references, kept fixed for every resample (docs/EVALUATION.md says why).
-* METEOR: the mean of its per-image scores (coco-caption's corpus METEOR is Java's aggregate of all
-  the segments' matches, which per-image scores cannot recombine).
+* METEOR: the mean of its per-image scores, named ``METEOR_image_mean`` (coco-caption's corpus METEOR
+  is Java's aggregate of all the segments' matches, which per-image scores cannot recombine).
 * object F1 / precision / recall: the matched, mentioned and held objects per image (micro average).
 * CHAIR: the counts of metrics/chair.py's ``CHAIR_COUNTS``.
 
