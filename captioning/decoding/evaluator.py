@@ -221,7 +221,10 @@ class Evaluator:
             raw, per_image = self._scorer(scored, predictions), {}
         scores = {k: v for k, v in raw.items() if isinstance(v, float)}
         notes = {k: v for k, v in raw.items() if not isinstance(v, float)}
-        notes["tokens"] = self._scorer.scored_tokens  # "ptb", or the language's tokenizer (metrics/languages.py)
+        # the tokens scored: "ptb", or the language's tokenizer (metrics/languages.py)
+        tokens = getattr(self._scorer, "scored_tokens", None)
+        if tokens is not None:
+            notes["tokens"] = tokens
         diversity, diversity_warnings = diversity_scores(
             predictions, self.vocab_size, dominant_share=self.dominant_share, known=self._known
         )

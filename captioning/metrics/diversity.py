@@ -3,7 +3,8 @@
 A model that writes "a man riding a horse" for half the images may still score well on BLEU; these
 figures show it (Li et al. 2016 for distinct-n; Dai et al. 2017, Shetty et al. 2017 for the share
 of unique and novel captions). Captions are compared as their lower-cased words
-(:func:`captioning.vocab.tokenize`), so "A dog." and "a dog" are the same caption.
+(:func:`captioning.vocab.tokenize`), so "A dog." and "a dog" are the same caption; captions mostly in
+CJK characters as the words the scores count (jieba's, metrics/languages.py).
 """
 
 from __future__ import annotations
@@ -22,9 +23,17 @@ def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
     return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
+def _split(captions: list[str]) -> list[list[str]]:
+    """The words of each caption: lower-cased words, or the language's words for CJK captions."""
+    from captioning.metrics.languages import scoring_tokenizer
+
+    language = scoring_tokenizer(captions)
+    return [(language.tokenize if language is not None else tokenize)(c) for c in captions]
+
+
 def known_captions(captions: Iterable[str]) -> frozenset[str]:
     """Captions as :func:`diversity_scores` compares them (their lower-cased words), for ``known``."""
-    return frozenset(" ".join(tokenize(c)) for c in captions)
+    return frozenset(" ".join(words) for words in _split(list(captions)))
 
 
 def diversity_scores(
@@ -52,7 +61,7 @@ def diversity_scores(
     """
     if not captions:
         return {}, []
-    words = [tokenize(c) for c in captions.values()]
+    words = _split(list(captions.values()))
     texts = [" ".join(w) for w in words]
     counts = Counter(texts)
     scores: dict[str, float] = {}

@@ -59,3 +59,12 @@ def test_scst_rewards_chinese_captions_on_the_same_words():
     )
     np.testing.assert_allclose(rewards, expected, atol=1e-9)
     assert rewards[0] > rewards[1] > rewards[2] == 0  # the reference itself, one word off, another image's words
+
+
+def test_diversity_counts_chinese_words():
+    from captioning.metrics.diversity import diversity_scores
+
+    scores, _ = diversity_scores(PREDICTIONS, training_captions=["一个蓝色的星形"])
+    words = build_tokenizer(EXPECTED)
+    assert scores["mean_length"] == sum(len(words.tokenize(c)) for c in PREDICTIONS.values()) / 3 > 3
+    assert scores["distinct_2"] > 0 and scores["novel_captions"] == 2 / 3  # image 3's caption is a training one
