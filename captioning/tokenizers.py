@@ -243,6 +243,7 @@ class JiebaTokenizer(Tokenizer):
         return self.tokenize(text)
 
 
+SPECIALS = ("<pad>", "<start>", "<end>", "<unk>")  # the vocabulary's ids 0-3 (vocab.py), kept first in a trained one
 _META = "\u2581"  # "▁": the word-start mark of the subword tokenizers (SentencePiece's)
 
 
@@ -287,16 +288,12 @@ class SubwordTokenizer(Tokenizer):
         return self._model is not None or self._state is not None
 
     def train(self, texts: Iterable[str]) -> None:
-        from captioning.vocab import Vocabulary
-
         lib = self._library()
         model = lib.Tokenizer(self._new_model(lib))
         model.normalizer = lib.normalizers.Sequence([lib.normalizers.NFC(), lib.normalizers.Lowercase()])
         model.pre_tokenizer = lib.pre_tokenizers.Metaspace(replacement=_META, prepend_scheme="always")
         model.decoder = lib.decoders.Metaspace(replacement=_META, prepend_scheme="always")
-        model.train_from_iterator(
-            (t.replace("\u2019", "'") for t in texts), self._trainer(lib, list(Vocabulary.SPECIALS))
-        )
+        model.train_from_iterator((t.replace("\u2019", "'") for t in texts), self._trainer(lib, list(SPECIALS)))
         self._model, self._state = model, None
 
     def _require_trained(self):

@@ -9,7 +9,15 @@ import pytest
 
 from captioning.data.captions import CaptionData
 from captioning.errors import ConfigError
-from captioning.tokenizers import TOKENIZERS, Tokenizer, WordTokenizer, build_tokenizer, list_tokenizers, tokenize
+from captioning.tokenizers import (
+    SPECIALS,
+    TOKENIZERS,
+    Tokenizer,
+    WordTokenizer,
+    build_tokenizer,
+    list_tokenizers,
+    tokenize,
+)
 from captioning.vocab import Vocabulary
 
 
@@ -181,6 +189,7 @@ def test_subword_vocabulary_is_the_trained_tokenizers_and_is_stored_with_it(tmp_
     v = Vocabulary.build([bpe.tokenize(t) for t in SUBWORD_TRAINING], min_freq=5, tokenizer=bpe)
     assert v.itos[:4] == list(Vocabulary.SPECIALS) and set(v.itos[4:]) == set(bpe.tokens()) - set(Vocabulary.SPECIALS)
     assert len(v) == 80 and v.min_freq == 1  # every token the tokenizer can emit, however rare
+    assert bpe.tokens()[:4] == list(SPECIALS) == list(Vocabulary.SPECIALS)  # the specials at the same ids
     v.save(tmp_path / "vocab.json")
     stored = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
     assert stored["tokenizer"] == "bpe" and stored["tokenizer_model"]["vocab_size"] == 80
