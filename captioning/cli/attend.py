@@ -106,6 +106,20 @@ def writable_folder(folder: Path) -> None:
         raise CaptioningError(f"{folder}: cannot write there ({err.strerror or err})") from None
 
 
+def check_head(captioner, head: int) -> None:
+    """One line for ``--head`` on a model without that head (before anything is written)."""
+    from captioning.errors import ConfigError
+
+    model = getattr(captioner, "model", None)
+    if model is None or hasattr(model, "members"):
+        raise ConfigError("--head: one model's heads; not an ONNX folder's or an ensemble's (--members each)")
+    heads = int(getattr(model.decoder, "heads", 1))
+    if heads < 2:
+        raise ConfigError(f"--head: this model attends with one head (decoder.heads is {heads})")
+    if not 0 <= head < heads:
+        raise ConfigError(f"--head: expected a head in 0..{heads - 1} (the model has {heads} heads), got {head}")
+
+
 @COMMANDS.register("attend")
 class Attend(Command):
     help = (
@@ -135,6 +149,12 @@ class Attend(Command):
             choices=("mean", "each"),
             default="mean",
             help="multi-head models: the mean of the heads' maps, or a picture per head",
+        )
+        p.add_argument(
+            "--head",
+            type=int,
+            default=None,
+            help="multi-head models: draw head N's maps only (0 the first) instead of the heads' mean",
         )
         p.add_argument(
             "--layer",
@@ -167,6 +187,8 @@ class Attend(Command):
             if getattr(captioner, "model", None) is None:
                 raise ConfigError("--layer: chooses a transformer's layer; an ONNX folder holds no transformer")
             choose_attention_layer(captioner.model, args.layer)
+        if args.head is not None:
+            check_head(captioner, args.head)
         if args.members == "each" and len(args.checkpoint) < 2:
             print(
                 "note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr
@@ -187,6 +209,9 @@ class Attend(Command):
                         problems.append((item.name, item.error))
                         continue
                     result = next(results)
+                    if args.head is not None:  # one head's maps in the mean's place
+                        result = {**result, "attention": result["head_attention"][:, args.head]}
+                        result.pop("head_attention")
                     for target, fmt in files:
                         captioner.render(
                             item.image,

@@ -95,3 +95,17 @@ def test_the_api_gives_the_chosen_layers_maps():
     assert abs(first["attention"] - last["attention"]).max() > 1e-4
     with pytest.raises(ConfigError):
         choose_attention_layer(model("lstm"), 1)
+
+
+def test_attend_draws_one_head_and_refuses_a_head_the_model_lacks(folders, image, tmp_path, capsys):
+    assert attend(folders["transformer"], image, tmp_path / "h.png", "--layer", "1", "--head", "1") == 0
+    assert (tmp_path / "h.png").stat().st_size > 0
+    capsys.readouterr()
+    for kind, head, words in (
+        ("transformer", "2", "--head: expected a head in 0..1 (the model has 2 heads), got 2"),
+        ("lstm", "0", "--head: this model attends with one head (decoder.heads is 1)"),
+    ):
+        assert attend(folders[kind], image, tmp_path / "c.gif", "--head", head) != 0
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1
+        assert not (tmp_path / "c.gif").exists()
