@@ -295,6 +295,12 @@ class Compare(Command):
         for line in comparison["coverage"]:
             print(line, file=sys.stderr)
         print(format_table(comparison["scores"]))
+        if len(a) == 1 or len(b) == 1:
+            print(
+                "note: a side with one run: its interval covers the test images, not training seeds "
+                "(give each side's seeds as A1,A2,A3; docs/EVALUATION.md)",
+                file=sys.stderr,
+            )
         if args.out:
             atomic_write_json(args.out, {k: v for k, v in comparison.items() if k != "runs"})
         if args.report:
