@@ -2,8 +2,10 @@
 (docs/PERFORMANCE.md, COCO-sized data).
 
     python -m tools.benchmarks.coco_scale make --out /tmp/coco_synth
-    python -m tools.benchmarks.coco_scale measure --data /tmp/coco_synth -- captioning prepare \\
+    python -m tools.benchmarks.coco_scale measure -- captioning prepare \\
         --annotations /tmp/coco_synth/dataset_coco.json --no-image-check
+    python -m tools.benchmarks.coco_scale score --annotations /tmp/coco_synth/dataset_coco.json \\
+        --results results.json
 
 ``make`` writes ``dataset_coco.json`` as Karpathy's: 123,287 images (113,287 train + restval, 5,000
 val, 5,000 test, COCO's split sizes), 5 captions each, words drawn from a Zipfian vocabulary whose
@@ -171,17 +173,39 @@ def measure(command: list[str], every: float = 0.2) -> dict:
     }
 
 
+def score_time(annotations: str, results: str, split: str = "test") -> dict:
+    """Seconds of coco-caption's scoring (metrics/coco.py, every metric it has without SPICE) of a
+    results file (``evaluate --results``) against the split's references, apart from decoding."""
+    from captioning.data.formats import load_records
+    from captioning.metrics.coco import CocoScorer
+
+    references = {r.image_id: list(r.captions) for r in load_records(annotations) if r.split == split}
+    with open(results) as f:
+        predictions = {row["image_id"]: row["caption"] for row in json.load(f)}
+    references = {i: references[i] for i in predictions}
+    start = time.perf_counter()
+    with CocoScorer() as scorer:
+        scores = scorer(references, predictions)
+    return {"images": len(predictions), "seconds": round(time.perf_counter() - start, 1), "scores": scores}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
     m = sub.add_parser("make", help="write the synthetic Karpathy file and its image links")
     m.add_argument("--out", required=True, type=Path)
     m.add_argument("--seed", type=int, default=0)
+    sc = sub.add_parser("score", help="time coco-caption's scoring of an evaluate --results file")
+    sc.add_argument("--annotations", required=True)
+    sc.add_argument("--results", required=True)
     r = sub.add_parser("measure", help="time and peak memory of a command (after --)")
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     if args.what == "make":
         print(make(args.out, args.seed))
+        return 0
+    if args.what == "score":
+        print(json.dumps(score_time(args.annotations, args.results)))
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     print(json.dumps({"command": " ".join(command), **measure(command)}), file=sys.stderr)
