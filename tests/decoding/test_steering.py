@@ -159,7 +159,9 @@ def test_the_focus_flag_captions(tiny_checkpoint, one_object_image, capsys):
 
 
 # ------------------------------------------------------------------ prefix
-@pytest.mark.parametrize("options", [dict(), dict(num_beams=3), dict(do_sample=True), dict(num_beams=2, cuda_graphs=True)])
+@pytest.mark.parametrize(
+    "options", [dict(), dict(num_beams=3), dict(do_sample=True), dict(num_beams=2, cuda_graphs=True)]
+)
 def test_every_search_continues_the_prefix(options):
     dec, features = _decoder(), _features()
     prefix = (5, 7, 4)
