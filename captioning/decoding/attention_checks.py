@@ -8,7 +8,8 @@ import itertools
 
 import torch
 
-from captioning.data.holdout import NOVEL_SPLIT, novel_pair_scores, read_holdout
+from captioning.data.holdout import NOVEL_SPLIT, read_holdout
+from captioning.data.novel_pairs import novel_pair_scores
 from captioning.decoding.faithfulness import FRACTIONS, attention_faithfulness
 
 

@@ -6,7 +6,8 @@ import re
 import pytest
 
 from captioning.cli.main import main
-from captioning.data.holdout import novel_pair_scores, read_holdout
+from captioning.data.holdout import read_holdout
+from captioning.data.novel_pairs import novel_pair_scores
 from captioning.data.records import ImageRecord
 
 
