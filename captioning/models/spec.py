@@ -27,9 +27,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
+from captioning.compat import UNRECORDED_INTERPOLATION
 from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation
 from captioning.decoding.generation import GenerationConfig
-from captioning.compat import UNRECORDED_INTERPOLATION
 from captioning.errors import ConfigError
 from captioning.files import plain_json
 from captioning.models.decoder import DecoderConfig

@@ -235,7 +235,9 @@ def test_the_listing_is_the_registry_in_order(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     listing = capsys.readouterr().out
-    positions = [re.search(rf"\n    {re.escape(name)}\s", listing).start() for name in COMMANDS]  # "compare" is not "compare-attention"
+    positions = [
+        re.search(rf"\n    {re.escape(name)}\s", listing).start() for name in COMMANDS
+    ]  # "compare" is not "compare-attention"
     assert positions == sorted(positions)
     with pytest.raises(Exception) as err:
         COMMANDS.get("predict")

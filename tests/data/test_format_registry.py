@@ -84,7 +84,10 @@ def test_split_files_and_several_files_are_refused_by_formats_that_take_none(tmp
     toy = toy_dataset(tmp_path)
     with pytest.raises(AnnotationError, match="split file only applies to COCO caption files, not to a toy TSV file"):
         load_records(toy, split_file=tmp_path / "split.json")
-    with pytest.raises(AnnotationError, match="only supported for WebDataset shards or AI Challenger caption files or COCO caption files"):
+    with pytest.raises(
+        AnnotationError,
+        match="only supported for WebDataset shards or AI Challenger caption files or COCO caption files",
+    ):
         load_records([toy, toy])
 
 
