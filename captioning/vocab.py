@@ -14,6 +14,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from captioning.compat import UNRECORDED_TOKENIZER
 from captioning.errors import ConfigError
 from captioning.files import atomic_write_json
 from captioning.tokenizers import DEFAULT_TOKENIZER, TOKENIZERS, Tokenizer, build_tokenizer
@@ -125,7 +126,7 @@ class Vocabulary:
     def from_dict(cls, d: dict) -> Vocabulary:
         if not isinstance(d, dict) or not isinstance(d.get("itos"), list):
             raise ConfigError("vocabulary: expected a dictionary with a list 'itos'")
-        name = d.get("tokenizer", DEFAULT_TOKENIZER)
+        name = d.get("tokenizer", UNRECORDED_TOKENIZER)  # a vocabulary that names none: captioning/compat.py
         if not isinstance(name, str):
             raise ConfigError(f"vocabulary: 'tokenizer' must be a tokenizer's name, got {name!r}")
         state = d.get("tokenizer_model")
