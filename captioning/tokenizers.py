@@ -72,14 +72,19 @@ def is_cjk(char: str) -> bool:
     return any(a <= code <= b for a, b in _CJK_RANGES)
 
 
+_ALNUM_RUN = re.compile(r"[^\W_]+")  # letters and digits (str.isalnum), a run at a time
+_CJK_RUN = re.compile(f"[{_CJK_CHAR}]+")
+
+
 def cjk_share(texts: Iterable[str]) -> float:
-    """The share of CJK characters among the letters and digits of ``texts`` (0 with none)."""
+    """The share of CJK characters among the letters and digits of ``texts`` (0 with none).
+    Counted a run of characters at a time by regular expressions (a dataset's captions are read
+    once, at COCO's size 600,000 of them); ASCII text holds no CJK character."""
     cjk = total = 0
     for text in texts:
-        for char in text:
-            if char.isalnum():
-                total += 1
-                cjk += is_cjk(char)
+        total += sum(map(len, _ALNUM_RUN.findall(text)))
+        if not text.isascii():
+            cjk += sum(sum(map(str.isalnum, run)) for run in _CJK_RUN.findall(text))
     return cjk / total if total else 0.0
 
 

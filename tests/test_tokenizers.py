@@ -294,3 +294,22 @@ def test_a_subword_vocabulary_prints_text_without_the_library(tmp_path, monkeypa
     with pytest.raises(ConfigError, match=r"^vocabulary.tokenizer_model: not a 'bpe' model \(") as info:
         Vocabulary.load(tmp_path / "bad.json").tokenizer.tokenize("a man")
     assert "\n" not in str(info.value)
+
+
+def test_cjk_share_counts_cjk_letters_among_all_letters_and_digits():
+    """cjk_share (regular expressions, a run at a time) equals its definition, character by character."""
+    import random
+
+    from captioning.tokenizers import cjk_share, is_cjk
+
+    def by_character(texts):
+        letters = [c for t in texts for c in t if c.isalnum()]
+        return sum(map(is_cjk, letters)) / len(letters) if letters else 0.0
+
+    rng = random.Random(0)
+    alphabet = "abc XYZ 09_,.!é左上角有一个红色的星形。カタカナ　１２ｶ𠀀"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(2000)]
+    for text in texts[:300]:
+        assert cjk_share([text]) == by_character([text]), text
+    assert abs(cjk_share(texts) - by_character(texts)) < 1e-12
+    assert cjk_share(["a red star", "红色的星形"]) == 5 / 13 and cjk_share(["", "..."]) == 0.0
