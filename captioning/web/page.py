@@ -220,7 +220,8 @@ function card(model) {
   return c;
 }
 function words(result) {
-  const tokens = result.tokens.slice();
+  // one button per token; a subword tokenizer's word mark (U+2581) is not shown
+  const tokens = result.tokens.map((t) => t.replace(/^\u2581/, ""));
   if (tokens.length && tokens[tokens.length - 1] === "<end>") tokens.pop();
   return tokens;
 }
