@@ -98,7 +98,7 @@ def test_field_errors(tmp_path):
         "images[1].sentences[1]: missing field 'tokens' or 'raw'"
     )
     assert error_for(karpathy_image(1, split="dev")) == (
-        "images[1].split: unknown split 'dev' (expected one of train, val, test, restval)"
+        "images[1].split: unknown split 'dev' (expected one of train, val, test, restval, test_novel)"
     )
     assert error_for(karpathy_image(1, sentences="a dog")).startswith("images[1].sentences: expected a list")
     assert error_for(karpathy_image(1, sentences=[{"tokens": "a dog"}])).startswith("images[1].sentences[0].tokens")
