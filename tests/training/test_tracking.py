@@ -1,6 +1,8 @@
 """Curves and validation pictures reach every logger kind: CSV, Weights & Biases offline, MLflow's file store
 (TensorBoard's: tests/training/test_output.py)."""
 
+import time
+
 import pytest
 
 pytest.importorskip("wandb")
@@ -56,6 +58,13 @@ def test_wandb_offline_gets_curves_and_pictures(tracked_run):
     images = list(run.glob("files/media/images/val_examples/*.png"))
     assert len(images) == 4
     (history,) = run.glob("*.wandb")
+    # W&B's service process writes the offline history in the background, after wandb.finish() returns
+    # on a busy machine: wait for it (up to a minute) before reading
+    deadline = time.monotonic() + 60
+    while not (b"val/CIDEr" in history.read_bytes() and b"train/loss" in history.read_bytes()):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     data = history.read_bytes()
     assert b"val/CIDEr" in data and b"train/loss" in data
 
