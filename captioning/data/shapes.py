@@ -30,6 +30,7 @@ from PIL import Image, ImageDraw
 from tqdm import tqdm
 
 from captioning.data.holdout import NOVEL_SPLIT, holds_novel, parse_holdout
+from captioning.data.shape_layout import centre, grid_cell, pair_order
 from captioning.data.shapes_zh import captions_zh, locate_objects_zh
 from captioning.errors import ConfigError
 from captioning.tokenizers import cjk_share
@@ -204,20 +205,14 @@ def _make_image(
 
 
 # --------------------------------------------------------------------------- captions
-def _centre(obj: dict) -> tuple[float, float]:
-    x0, y0, x1, y1 = obj["bbox"]
-    return (x0 + x1) / 2, (y0 + y1) / 2
-
-
 def _name(obj: dict) -> str:
     return " ".join(obj["words"])
 
 
 def _position(obj: dict, size: int) -> str:
     """Where an object lies on a 3 x 3 grid, as a phrase: 'in the top left', 'on the right'."""
-    cx, cy = _centre(obj)
-    col = ("left", "", "right")[min(int(3 * cx / size), 2)]
-    row = ("top", "", "bottom")[min(int(3 * cy / size), 2)]
+    r, c = grid_cell(obj, size)
+    col, row = ("left", "", "right")[c], ("top", "", "bottom")[r]
     if row and col:
         return f"in the {row} {col}"
     if row:
@@ -233,7 +228,7 @@ def _listing(names: list[str]) -> str:
 
 def _captions(rng: np.random.Generator, objects: list[dict], size: int) -> list[str]:
     """Five reference captions: the canonical phrasing first, then four others drawn at random."""
-    ltr = sorted(objects, key=lambda o: _centre(o))  # canonical order: left to right, then top down
+    ltr = sorted(objects, key=lambda o: centre(o))  # canonical order: left to right, then top down
     names = [_name(o) for o in ltr]
     if len(objects) == 1:
         o, pos = names[0], _position(objects[0], size)
@@ -246,11 +241,8 @@ def _captions(rng: np.random.Generator, objects: list[dict], size: int) -> list[
             f"a single {o} {pos}",
         ]
     elif len(objects) == 2:
-        (ax, ay), (bx, by) = (_centre(o) for o in ltr)
-        first, second = ltr
-        if abs(ay - by) > abs(ax - bx):  # mostly vertical: order top to bottom, say above / below
-            if ay > by:
-                first, second = second, first
+        first, second, vertical = pair_order(ltr)
+        if vertical:  # one above the other: named top to bottom, said above / below
             rel, inv, axis = "above", "below", "from top to bottom"
         else:
             rel, inv, axis = "to the left of", "to the right of", "from left to right"
@@ -264,7 +256,7 @@ def _captions(rng: np.random.Generator, objects: list[dict], size: int) -> list[
             f"two shapes a {a} {rel} a {b}",
         ]
     else:
-        ttb = sorted(objects, key=lambda o: _centre(o)[::-1])
+        ttb = sorted(objects, key=lambda o: centre(o)[::-1])
         canonical = f"{_listing(names)} from left to right"
         others = [
             f"{_listing(names[::-1])} from right to left",

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from captioning.data.shape_layout import centre, grid_cell, pair_order
+
 SIZES_ZH = {"small": "小", "medium": "中", "large": "大"}
 COLOURS_ZH = {
     "red": "红色",
@@ -52,16 +54,9 @@ def name_zh(obj: dict) -> str:
     return f"{COLOURS_ZH[colour]}的{SIZES_ZH[size]}{SHAPES_ZH[shape]}"
 
 
-def _centre(obj: dict) -> tuple[float, float]:
-    x0, y0, x1, y1 = obj["bbox"]
-    return (x0 + x1) / 2, (y0 + y1) / 2
-
-
 def position_zh(obj: dict, size: int) -> str:
     """Where an object lies on a 3 x 3 grid: 左上角, 上方, 右上角, 左边, 中间, 右边, 左下角, 下方, 右下角."""
-    cx, cy = _centre(obj)
-    col = min(int(3 * cx / size), 2)
-    row = min(int(3 * cy / size), 2)
+    row, col = grid_cell(obj, size)
     return (("左上角", "上方", "右上角"), ("左边", "中间", "右边"), ("左下角", "下方", "右下角"))[row][col]
 
 
@@ -74,7 +69,7 @@ def _listing(names: Sequence[str]) -> str:
 def captions_zh(rng: np.random.Generator, objects: list[dict], size: int) -> list[str]:
     """Five reference captions in Chinese: the canonical phrasing first, then four others drawn at
     random (as many choices as data/shapes.py's English ones, so the same random numbers are drawn)."""
-    ltr = sorted(objects, key=lambda o: _centre(o))  # left to right, then top down
+    ltr = sorted(objects, key=lambda o: centre(o))  # left to right, then top down
     names = [name_zh(o) for o in ltr]
     if len(objects) == 1:
         o, pos = names[0], position_zh(objects[0], size)
@@ -87,11 +82,8 @@ def captions_zh(rng: np.random.Generator, objects: list[dict], size: int) -> lis
             f"{pos}只有一个{o}",
         ]
     elif len(objects) == 2:
-        (ax, ay), (bx, by) = (_centre(o) for o in ltr)
-        first, second = ltr
-        if abs(ay - by) > abs(ax - bx):  # mostly vertical: top to bottom, 上面 / 下面
-            if ay > by:
-                first, second = second, first
+        first, second, vertical = pair_order(ltr)
+        if vertical:  # one above the other: top to bottom, 上面 / 下面
             rel, inv, axis = "上面", "下面", "从上到下"
         else:
             rel, inv, axis = "左边", "右边", "从左到右"
@@ -105,7 +97,7 @@ def captions_zh(rng: np.random.Generator, objects: list[dict], size: int) -> lis
             f"有两个图形，{a}在{b}的{rel}",
         ]
     else:
-        ttb = sorted(objects, key=lambda o: _centre(o)[::-1])
+        ttb = sorted(objects, key=lambda o: centre(o)[::-1])
         canonical = f"从左到右依次是{_listing(names)}"
         others = [
             f"从右到左依次是{_listing(names[::-1])}",
