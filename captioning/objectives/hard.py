@@ -11,6 +11,10 @@ the per-image draw. ``semi_sampling_p_final`` / ``semi_sampling_anneal_steps`` m
 (e.g. 1 -> 0.5: every caption starts on the expected context, which trains the attention network
 at full rate while alpha is still near uniform). ``lambda_e_final`` / ``entropy_anneal_steps`` move
 the entropy bonus linearly from lambda_e.
+
+``label_smoothing`` (CrossEntropy's epsilon) smooths the word targets of the likelihood term, the
+loss that trains the decoder through the expected or the sampled context; the reward
+(:func:`caption_reward`) stays the plain log p(y | s, a) (reinforce.py says why).
 """
 
 from __future__ import annotations
@@ -107,10 +111,12 @@ class HardAttentionObjective(CrossEntropy):
         entropy_anneal_steps: int = 0,
         semi_sampling_p_final: float | None = None,
         semi_sampling_anneal_steps: int = 0,
+        label_smoothing: float = 0.0,
         **settings,
     ):
         super().__init__(
             doubly_stochastic,
+            label_smoothing=label_smoothing,
             lambda_e=lambda_e,
             baseline_decay=baseline_decay,
             semi_sampling_p=semi_sampling_p,

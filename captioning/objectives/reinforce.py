@@ -30,6 +30,19 @@ the baseline does not depend on the sampled locations):
   still near uniform, and the sampled share grows to the paper's half). The estimator of each step
   is the paper's; the schedule of its mixing probability is this codebase's.
 
+Label smoothing (``label_smoothing``, epsilon, as :class:`~captioning.objectives.CrossEntropy`'s)
+applies to the first term only: the likelihood term's word targets are 1 - epsilon on the caption's
+word and epsilon spread over the V words, so that term's loss per word is (1 - epsilon) *
+-log p(y_t | s, a) + epsilon * mean_w -log p(w | s, a). The reward R stays the caption's plain
+log p(y | s, a) (per step, as ``reward_per_step`` says), for three reasons. The REINFORCE term is
+the score-function estimator of the gradient of E_s[log p(y | s, a)], the paper's bound on
+log p(y | a) (Eq. 10-12): the bound, and so the reward, is the caption's likelihood, while smoothing
+is a regulariser of the decoder's word distribution. The smoothed term rewards a flat word
+distribution (mean_w log p(w) is largest at the uniform one), so in the reward it would pay the
+attention for locations that leave the next word uncertain, the opposite of what it should learn.
+And the baseline, the logged reward and the figures stay comparable between runs with and without
+smoothing. epsilon 0 is the paper's loss, the same numbers as before the option.
+
 The straight-through Gumbel estimator (not the paper's) is its own objective, gumbel.py's
 :class:`~captioning.objectives.gumbel.HardAttentionGumbel`; a config or checkpoint that names this
 class with ``estimator: gumbel`` (its earlier spelling) is read as one. What the two share (the
@@ -87,9 +100,9 @@ def reinforce_loss(
     to the caller: it is -log_likelihood); location_log_prob: (B, T) log p(s_t | a), 0 where the
     expected context was used; entropy: (B, T) H[alpha_t]; mask: (B, T) real steps; baseline: a
     scalar b or one per caption (B,), which must not depend on the caption's sampled locations.
-    The reward R is the caption's log-likelihood averaged over its real steps (the authors' code;
-    ``reward_per_step=False`` uses the summed log-likelihood, for which lambda_r = 1 makes the
-    estimator unbiased for the gradient of E_s[log p(y | s, a)]). ``scale``: the advantage is
+    The reward R is the caption's plain log-likelihood (never label-smoothed) averaged over its
+    real steps (the authors' code; ``reward_per_step=False`` uses the summed log-likelihood, for
+    which lambda_r = 1 makes the estimator unbiased for the gradient of E_s[log p(y | s, a)]). ``scale``: the advantage is
     divided by it (reward normalisation; a number fixed before the step's samples). ``weight``: (B,)
     row weights of the loss (``semi_sampling_per: expectation``), None for 1.
     """
@@ -148,6 +161,8 @@ class HardAttentionReinforce(HardAttentionObjective):
             "learned" (the moving average plus a linear function of the mean annotation vector).
         baseline_lr: the learned baseline's step size (normalised LMS, in (0, 2)).
         normalize_reward: divide the advantage by a running standard deviation of the advantages.
+        label_smoothing: epsilon of the likelihood term (0: the paper's loss); the reward stays the
+            plain log-likelihood (see the module's docstring).
         lambda_e_final, entropy_anneal_steps: the entropy bonus's schedule (None / 0: constant lambda_e).
         semi_sampling_p_final, semi_sampling_anneal_steps: semi_sampling_p's schedule (None / 0: constant).
         estimator, gumbel_temperature, gumbel_temperature_final, gumbel_anneal_steps: the earlier
