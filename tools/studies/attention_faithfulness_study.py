@@ -9,9 +9,17 @@
     python -m tools.studies.attention_faithfulness_study steer NAME=CKPT --data DATA.json --out DIR --strengths S...
         steering alone at several strengths: DIR/NAME_steer.json and a table row per strength
     python -m tools.studies.attention_faithfulness_study table DIR
-        the table of docs/studies/ATTENTION_FAITHFULNESS.md from every DIR/*.json
+        the tables of docs/studies/ATTENTION_FAITHFULNESS.md from every DIR/*.json: models named
+        NAME_sK (K a seed) are one row, the mean of their seeds, followed by a row per seed
 
 A caption names an object when it mentions its full (size, colour, shape) triple.
+
+Which maps: a multi-head model's are the mean of its heads (the decoder's ``alphas``, what
+``attend`` draws by default); the faithfulness ranking and the steering read that mean map, and
+the focus prior is added to every head's scores. A Transformer's are its first layer's
+cross-attention, the mean of its heads (``attend``'s default, ``decoder.attention_layer``). A
+model that cannot be steered (a decoder that refuses ``focus``) has its steering recorded as
+unavailable, with the reason, and "-" in the table.
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
+import re
 
 
 def steering(captioner, data_path: str, strength: float, generation: dict) -> dict:
@@ -63,6 +73,29 @@ def steering(captioner, data_path: str, strength: float, generation: dict) -> di
     }
 
 
+def maps_read(model) -> str:
+    """Which attention maps the measurements read, in words (the JSON's ``maps``)."""
+    config = model.decoder.config
+    heads = int(getattr(config, "heads", 1) or 1)
+    mean = f", the mean of its {heads} heads" if heads > 1 else ""
+    if getattr(config, "kind", "lstm") == "transformer":
+        layer = int(getattr(model.decoder, "attention_layer", 0))
+        return f"layer {layer}'s cross-attention{mean}"
+    return ("one map per step" if heads == 1 else f"one map per step{mean}") + (
+        ", local window" if getattr(config, "window", "global") == "local" else ""
+    )
+
+
+def steering_or_reason(captioner, data_path: str, strength: float, generation: dict) -> dict:
+    """:func:`steering`, or ``{"unavailable": the one-line reason}`` for a model that refuses ``focus``."""
+    from captioning.errors import ConfigError
+
+    try:
+        return steering(captioner, data_path, strength, generation)
+    except ConfigError as err:
+        return {"unavailable": str(err), "strength": strength}
+
+
 def measure(args) -> None:
     from captioning.api import Captioner
     from captioning.cli.evaluate import evaluate
@@ -88,11 +121,13 @@ def measure(args) -> None:
             "name": name,
             "checkpoint": path,
             "attention_kind": model.attention_kind,
+            "decoder": getattr(model.decoder.config, "kind", "lstm"),
+            "maps": maps_read(model),
             "global_step": (model.card or {}).get("global_step"),
             "scores": report["scores"],
             "novel_pairs": report.get("novel_pairs"),
             "faithfulness": report["faithfulness"],
-            "steering": steering(captioner, args.data, args.strength, {"num_beams": args.beams}),
+            "steering": steering_or_reason(captioner, args.data, args.strength, {"num_beams": args.beams}),
         }
         with open(os.path.join(args.out, f"{name}.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
@@ -119,37 +154,133 @@ def steer(args) -> None:
         )
 
 
-def table(args) -> None:
-    rows = []
-    for path in sorted(glob.glob(os.path.join(args.dir, "*.json"))):
+SEEDED = re.compile(r"^(?P<model>.+)_s(?P<seed>\d+)$")
+
+
+def _results(folder: str) -> dict[str, list[dict]]:
+    """DIR/*.json grouped by model: NAME_sK files are seeds of NAME (in seed order); others alone."""
+    groups: dict[str, list[dict]] = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         if path.endswith("_steer.json"):
             continue
         with open(path, encoding="utf-8") as f:
             r = json.load(f)
-        areas = {m: r["faithfulness"]["removal"][m] for m in ("mean", "zero")}
-        novel = r.get("novel_pairs") or {}
-        s = r["steering"]
+        seeded = SEEDED.match(r["name"])
+        r["model"], r["seed"] = (seeded["model"], int(seeded["seed"])) if seeded else (r["name"], None)
+        groups.setdefault(r["model"], []).append(r)
+    for runs in groups.values():
+        runs.sort(key=lambda r: -1 if r["seed"] is None else r["seed"])
+    return groups
 
-        def area(m, cls, key):
-            return f"{areas[m][cls]['area'][key]:.3f}" if cls in areas[m] else "-"
 
-        rows.append(
-            f"| {r['name']} | {r.get('global_step') or '-'} | {r['scores'].get('object_f1', float('nan')):.3f} | "
-            f"{area('mean', 'object', 'deletion_top')} / {area('mean', 'object', 'deletion_random')} | "
-            f"{area('mean', 'function', 'deletion_top')} / {area('mean', 'function', 'deletion_random')} | "
-            f"{area('zero', 'object', 'deletion_top')} / {area('zero', 'object', 'deletion_random')} | "
-            f"{area('mean', 'all', 'insertion_top')} / {area('mean', 'all', 'insertion_random')} | "
-            f"{100 * s['named_focused']:.0f}% / {100 * s['named_other']:.0f}% "
-            f"({100 * s['unsteered_named_focused']:.0f}% / {100 * s['unsteered_named_other']:.0f}%) | "
-            f"{novel.get('recall', float('nan')):.3f} |"
-        )
+def _figures(r: dict) -> dict[str, float | None]:
+    """The table's numbers of one measured model (None where it has none)."""
+    removal = r["faithfulness"]["removal"]
+    novel = r.get("novel_pairs") or {}
+    s = r["steering"]
+
+    def area(m, cls, key):
+        return removal[m][cls]["area"][key] if cls in removal[m] else None
+
+    steered = "unavailable" not in s
+    return {
+        "steps": r.get("global_step"),
+        "f1": r["scores"].get("object_f1"),
+        "del_obj_top": area("mean", "object", "deletion_top"),
+        "del_obj_rand": area("mean", "object", "deletion_random"),
+        "del_fn_top": area("mean", "function", "deletion_top"),
+        "del_fn_rand": area("mean", "function", "deletion_random"),
+        "zero_obj_top": area("zero", "object", "deletion_top"),
+        "zero_obj_rand": area("zero", "object", "deletion_random"),
+        "ins_top": area("mean", "all", "insertion_top"),
+        "ins_rand": area("mean", "all", "insertion_random"),
+        "focused": s["named_focused"] if steered else None,
+        "other": s["named_other"] if steered else None,
+        "plain_focused": s["unsteered_named_focused"] if steered else None,
+        "plain_other": s["unsteered_named_other"] if steered else None,
+        "novel": novel.get("recall"),
+        "novel_f1": novel.get("object_f1"),
+        "colour": sum((novel.get("substituted_colour") or {}).values()) if novel else None,
+        "shape": sum((novel.get("substituted_shape") or {}).values()) if novel else None,
+        "missed": novel.get("missed"),
+        "novel_objects": novel.get("objects"),
+    }
+
+
+def _mean(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _row(label: str, f: dict) -> str:
+    def n(key, fmt="{:.3f}"):
+        v = f[key]
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+    def pct(key):
+        return n(key, "{:.0%}")
+
+    focus = (
+        "-"
+        if f["focused"] is None
+        else f"{pct('focused')} / {pct('other')} ({pct('plain_focused')} / {pct('plain_other')})"
+    )
+    return (
+        f"| {label} | {n('steps', '{:.0f}')} | {n('f1')} | {n('del_obj_top')} / {n('del_obj_rand')} | "
+        f"{n('del_fn_top')} / {n('del_fn_rand')} | {n('zero_obj_top')} / {n('zero_obj_rand')} | "
+        f"{n('ins_top')} / {n('ins_rand')} | {focus} | {n('novel')} |"
+    )
+
+
+def _novel_row(label: str, f: dict) -> str:
+    def n(key, fmt="{:.3f}"):
+        v = f[key]
+        return "-" if v is None else fmt.format(v)
+
+    def count(key):  # a seed's count, or the seeds' mean to one decimal
+        return "-" if f[key] is None else f"{round(f[key], 1):g}"
+
+    return (
+        f"| {label} | {n('novel')} | {count('colour')} | {count('shape')} | {count('missed')} | "
+        f"{count('novel_objects')} | {n('novel_f1')} ({n('f1')}) |"
+    )
+
+
+def table(args) -> None:
+    groups = _results(args.dir)
+    order = [m for m in args.order if m in groups] + sorted(m for m in groups if m not in args.order)
+    main, novel = [], []
+    for model in order:
+        runs = groups[model]
+        figures = [_figures(r) for r in runs]
+        if len(runs) > 1:
+            mean = {key: _mean([f[key] for f in figures]) for key in figures[0]}
+            label = f"**{model}**, mean of {len(runs)}"
+            main.append(_row(label, mean))
+            novel.append(_novel_row(label, mean))
+        for r, f in zip(runs, figures):
+            label = model if r["seed"] is None else f"{model}, seed {r['seed']}"
+            main.append(_row(label, f))
+            novel.append(_novel_row(label, f))
     print(
         "| model | steps | test object F1 | deletion area, object words: top / random (mean removal) | "
         "function words: top / random | object words, zero removal: top / random | "
         "insertion area, all words: top / random | focus: names focused / other (unsteered) | novel-pair recall |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
+    print("\n".join(main))
+    print()
+    print(
+        "| model | novel-pair recall | colour substituted | shape substituted | missed | held-out objects | "
+        "object F1 on test_novel (test) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(novel))
+    print()
+    for model in order:  # which maps each model's rows read
+        r = groups[model][0]
+        extra = f"; steering: {r['steering']['unavailable']}" if "unavailable" in r["steering"] else ""
+        print(f"- {model}: {r.get('maps', 'one map per step')}{extra}")
 
 
 def main() -> None:
@@ -170,6 +301,12 @@ def main() -> None:
     st.add_argument("--strengths", type=float, nargs="+", default=[0.5, 1, 2, 3, 5, 10])
     t = sub.add_parser("table")
     t.add_argument("dir")
+    t.add_argument(
+        "--order",
+        nargs="*",
+        default=["soft", "hard", "dot", "general", "scaleddot", "multihead", "luong", "local", "refiner", "T2"],
+        help="the models' row order (others follow by name)",
+    )
     args = p.parse_args()
     {"measure": measure, "steer": steer, "table": table}[args.command](args)
 
