@@ -249,7 +249,8 @@ class JiebaTokenizer(Tokenizer):
 
 
 SPECIALS = ("<pad>", "<start>", "<end>", "<unk>")  # the vocabulary's ids 0-3 (vocab.py), kept first in a trained one
-_META = "\u2581"  # "▁": the word-start mark of the subword tokenizers (SentencePiece's)
+SUBWORD_MARK = "\u2581"  # "▁": the word-start mark of the subword tokenizers (SentencePiece's)
+_META = SUBWORD_MARK
 
 
 class SubwordTokenizer(Tokenizer):

@@ -41,3 +41,36 @@ def tiny_checkpoint(tiny_shapes, tmp_path_factory) -> Path:
     path = Path(cli.trainer.checkpoint_callback.last_model_path)
     assert path.is_file()
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_shapes_zh(tmp_path_factory) -> Path:
+    """The tiny shapes dataset's images with Chinese captions (make-shapes --language zh)."""
+    from captioning.data.shapes import generate
+
+    return generate(
+        tmp_path_factory.mktemp("shapes_zh"),
+        n_train=40,
+        n_val=8,
+        n_test=8,
+        seed=3,
+        image_size=64,
+        progress=False,
+        language="zh",
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_zh_checkpoint(tiny_shapes_zh, tmp_path_factory) -> Path:
+    """A Chinese soft-attention checkpoint (configs/shapes_soft_zh.yaml, one token per character:
+    no optional package needed) after a few training steps."""
+    from captioning.training.cli import run_lightning_cli
+    from tests.helpers import fit_args
+
+    root = tmp_path_factory.mktemp("fit_zh")
+    cli = run_lightning_cli(
+        fit_args(tiny_shapes_zh, root, config="shapes_soft_zh.yaml", steps=3, extra=["--data.tokenizer", "chars"])
+    )
+    path = Path(cli.trainer.checkpoint_callback.last_model_path)
+    assert path.is_file()
+    return path

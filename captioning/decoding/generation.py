@@ -17,6 +17,7 @@ from typing import Any
 
 from captioning.errors import ConfigError
 from captioning.models import ATTENTION_MODES
+from captioning.tokenizers import SUBWORD_MARK
 from captioning.vocab import Vocabulary
 
 #: Words a caption should not end with ("a man riding a", "a dog with"): articles, prepositions and
@@ -240,6 +241,40 @@ def _token_problem(tokens: Any, name: str = "suppress_tokens") -> str | None:
     return None
 
 
+def prefix_ids(text: str, vocab: Vocabulary) -> list[int]:
+    """The ids of a prefix's ``text`` (one of GenerationConfig.prefix's items), split as the model's
+    captions were: a token of ``vocab`` typed as it is stands for itself (a ``words``, ``chars`` or
+    ``jieba`` token, a special such as ``<unk>``, a subword piece with its "▁"); other text is split
+    by the vocabulary's tokenizer ("A large" -> a, large; "左上角有" -> 左上角, 有 with ``jieba``, 左, 上,
+    角, 有 with ``chars``; "a large" -> ▁a, ▁large or ▁a, ▁lar, ge with ``bpe``). A token the
+    vocabulary lacks (a subword tokenizer's ``<unk>`` for an unseen character) is one line."""
+    tokenizer = vocab.tokenizer
+    special = text in Vocabulary.SPECIALS
+    if text in vocab.stoi and (special or not tokenizer.trainable or text.startswith(SUBWORD_MARK)):
+        return [vocab.stoi[text]]
+    try:
+        tokens = tokenizer.tokenize(text)
+    except ConfigError as err:  # e.g. jieba or tokenizers not installed: the reason, one line
+        raise ConfigError(f"prefix: {text!r} cannot be split: {err}") from None
+    if not tokens:
+        raise ConfigError(f"prefix: {text!r} holds no token of the model's {tokenizer.name!r} tokenizer")
+    unknown = [t for t in tokens if t not in vocab.stoi or (t == Vocabulary.UNK and tokenizer.trainable)]
+    if not unknown:
+        return [vocab.stoi[t] for t in tokens]
+    if tokenizer.trainable:  # a subword tokenizer spells any text from characters it saw in training
+        known = set("".join(t for t in vocab.itos if t not in Vocabulary.SPECIALS))
+        missing = "".join(dict.fromkeys(c for c in text.lower() if not c.isspace() and c not in known))
+        raise ConfigError(
+            f"prefix: {text!r} holds characters the model's {tokenizer.name!r} vocabulary lacks ({missing or '?'})"
+        )
+    if len(tokens) == 1:
+        raise ConfigError(f"prefix: {text!r} is not a word of the model's vocabulary")
+    raise ConfigError(
+        f"prefix: {text!r} splits into {' '.join(tokens)} by the model's {tokenizer.name!r} tokenizer; "
+        f"{unknown[0]!r} is not in its vocabulary"
+    )
+
+
 @dataclass
 class GenerationConfig:
     """How captions are generated, with the names of Hugging Face's ``generate``.
@@ -284,7 +319,8 @@ class GenerationConfig:
     - prefix: every search continues these words (Hugging Face's forced start): at the first
       steps each row's only candidate is the prefix's next word, at log-probability 0, so a
       caption's score is its continuation's (its length, for length_penalty, counts the prefix).
-      Words become ids with :meth:`resolve_tokens`; on the command line, words apart ("a large").
+      Text becomes ids with :meth:`resolve_tokens`, split by the model's own tokenizer
+      (:func:`prefix_ids`: "左上角有" is 左上角, 有 for a jieba model); on the command line, words apart.
 
     Every processed score (penalties, bans) is applied to the decoder's log-probabilities in the
     order of Hugging Face's processors: repetition penalty, n-gram blocking, min_new_tokens,
@@ -367,7 +403,8 @@ class GenerationConfig:
 
     prefix: tuple[int | str, ...] = option(
         (),
-        "decoding continues these words, e.g. 'a large' (every search; the score is the continuation's)",
+        "decoding continues this text, e.g. 'a large' (split by the model's tokenizer; every search; "
+        "the score is the continuation's)",
         metavar="WORDS",
     )
 
@@ -394,11 +431,8 @@ class GenerationConfig:
         if beyond:
             raise ConfigError(f"suppress_tokens: id {beyond[0]} is beyond the vocabulary ({len(vocab)} tokens)")
         prefix = []
-        for t in self.prefix:  # words as the vocabulary has them (its words are lowercased where it lowercases)
-            word = t if not isinstance(t, str) or t in vocab.stoi else t.lower()
-            if isinstance(word, str) and word not in vocab.stoi:
-                raise ConfigError(f"prefix: {t!r} is not a word of the model's vocabulary")
-            prefix.append(vocab.stoi[word] if isinstance(word, str) else word)
+        for t in self.prefix:  # ids as they are; text split by the model's own tokenizer
+            prefix.extend([t] if isinstance(t, int) else prefix_ids(t, vocab))
         if any(t >= len(vocab) for t in prefix):
             raise ConfigError(f"prefix: id {max(prefix)} is beyond the vocabulary ({len(vocab)} tokens)")
         changes = {}
