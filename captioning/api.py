@@ -70,7 +70,7 @@ class Captioner:
         self.attention_kind = model.attention_kind
         self.generation = generation or GenerationConfig()
         self.description = dict(description or {})
-        self._locations: int | None = None  # L, read on first use (grid_locations)
+        self._locations: int | tuple[int, ...] | None = None  # L, read on first use (grid_locations)
 
     @classmethod
     def from_model(
@@ -255,7 +255,7 @@ class Captioner:
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)  # suppress_tokens may name words
         single = not isinstance(images, (list, tuple))
         pils = [as_pil(im) for im in ([images] if single else images)]
-        boxes, strength = focus_boxes(focus, len(pils), focus_strength, isinstance(self.model, Ensemble))
+        boxes, strength = focus_boxes(focus, len(pils), focus_strength)
         results = []
         for start in range(0, len(pils), batch_size):
             chunk = pils[start : start + batch_size]
@@ -268,11 +268,15 @@ class Captioner:
         return results
 
     @property
-    def grid_locations(self) -> int:
-        """L, the model's annotation vectors per image (from a blank image's encoding, once)."""
+    def grid_locations(self) -> int | tuple[int, ...]:
+        """L, the model's annotation vectors per image (from a blank image's encoding, once); an
+        ensemble's: each member's."""
         if self._locations is None:
             blank = torch.zeros(1, 3, self.image_size, self.image_size, device=self.device)
-            self._locations = int(self.model.encoder(blank).size(1))
+            if isinstance(self.model, Ensemble):
+                self._locations = tuple(int(f.size(1)) for f in self.model.encode(blank))
+            else:
+                self._locations = int(self.model.encoder(blank).size(1))
         return self._locations
 
     def _decode(

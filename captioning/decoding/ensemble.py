@@ -15,7 +15,8 @@ members of both kinds mix), and ``step`` gives the averaged log-probabilities, t
 glimpse whose ``alpha`` is the members' weighted mean map (on the first member's grid; the others'
 maps are resampled to it), whose ``head_alpha`` holds each member's map on that grid (N, members, L)
 (the search returns them as ``head_alphas``; the API as "member_attention") and whose ``location``
-is the mean map's argmax.
+is the mean map's argmax. A focus (decoding/steering.py) steers every member with the same box's
+prior on its own grid (:meth:`EnsembleDecoder.focused`).
 
     ensemble = Ensemble([model_a, model_b], weights=[0.7, 0.3], names=["a.ckpt", "b.ckpt"])
     out = ensemble.generate(images=batch, config=GenerationConfig(num_beams=3))
@@ -99,6 +100,15 @@ class EnsembleDecoder:
                 f"an ensemble of {len(self.decoders)} models needs as many feature tensors, got {len(features)}"
             )
         return EnsembleState(tuple(d.initial_state(f, max_steps) for d, f in zip(self.decoders, features)))
+
+    def focused(self, biases: Sequence[Tensor]) -> EnsembleDecoder:
+        """The same ensemble with each member steered by its own focus prior (B, L_m) on its grid
+        (decoding/steering.py: the same box, one prior per member grid)."""
+        from captioning.decoding.steering import Focused
+
+        if len(biases) != len(self.decoders):
+            raise ValueError(f"an ensemble of {len(self.decoders)} models needs as many priors, got {len(biases)}")
+        return EnsembleDecoder([Focused(d, b) for d, b in zip(self.decoders, biases)], self.weights)
 
     # loops.py's state layout
     def carried(self, state: EnsembleState) -> list[Tensor]:

@@ -8,11 +8,16 @@ scores e_ti of every step before the softmax (Eq. 5): cells inside the box keep 
 cells outside lose S. For hard attention the same alpha_t is the distribution locations are
 sampled from (or the argmax's, or the expected context's), so all three modes follow it.
 
+An ensemble (decoding/ensemble.py) is steered member by member: each member's decoder gets the
+prior of the same box on its own grid (members may read different image sizes), so every member
+reads the region, and the search averages their steered log-probabilities as usual.
+
 What it can do: make the decoder read the region's annotation vectors, so that the words it
 writes are the ones those vectors support. What it cannot do: change what the language model
 wants to say next (a caption's structure, its count of objects), nor what the initial state
 reads (h_0 and c_0 come from the mean of all L vectors), nor reach a model without attention
-scores (the Transformer decoder refuses it).
+scores to add the prior to (:func:`steer_problem` says which; the ONNX captioner's exported step
+takes no prior either and refuses a focus).
 """
 
 from __future__ import annotations
@@ -53,14 +58,20 @@ def check_strength(strength: float, what: str = "--focus-strength") -> float:
     return float(strength)
 
 
-def check_box(box: Box, width: int, height: int, what: str = "--focus", image: str | None = None) -> Box:
-    """The box if it is inside the ``width`` x ``height`` image with a positive area; else one line."""
+def check_shape(box: Box, what: str = "--focus") -> Box:
+    """The box if x0 < x1 and y0 < y1 (whatever the image); else one line: inverted or zero area."""
     x0, y0, x1, y1 = box
-    where = f" of {image}" if image else ""
     if x1 < x0 or y1 < y0:
         raise ConfigError(f"{what}: the box {_shown(box)} is inverted (expected x0 < x1 and y0 < y1)")
     if x1 == x0 or y1 == y0:
         raise ConfigError(f"{what}: the box {_shown(box)} has zero area")
+    return box
+
+
+def check_box(box: Box, width: int, height: int, what: str = "--focus", image: str | None = None) -> Box:
+    """The box if it is inside the ``width`` x ``height`` image with a positive area; else one line."""
+    x0, y0, x1, y1 = check_shape(box, what)
+    where = f" of {image}" if image else ""
     if x0 < 0 or y0 < 0 or x1 > width or y1 > height:
         raise ConfigError(f"{what}: the box {_shown(box)} is outside the {width}x{height} image{where}")
     return box
@@ -83,9 +94,30 @@ def cell_coverage(box: Box, width: int, height: int, gh: int, gw: int) -> Tensor
     return (down[:, None] * across[None, :]).reshape(-1)
 
 
+def scale_box(box: Box, size: tuple[int, int], to: tuple[int, int]) -> Box:
+    """``box`` in the pixels of an image of ``size`` (W, H) -> the same region of that image
+    resized, without a crop, to ``to`` (W', H') (the identity when the sizes are equal)."""
+    if tuple(size) == tuple(to):
+        return box
+    (w, h), (tw, th) = size, to
+    x0, y0, x1, y1 = box
+    return (x0 * tw / w, y0 * th / h, x1 * tw / w, y1 * th / h)
+
+
 def focus_prior(box: Box, width: int, height: int, gh: int, gw: int, strength: float) -> Tensor:
     """The prior added to the attention scores: strength * (coverage - 1), (gh * gw,) float64."""
     return strength * (cell_coverage(box, width, height, gh, gw) - 1.0)
+
+
+def steer_problem(decoder) -> str | None:
+    """Why ``decoder`` cannot take a focus prior, in one line; None when it can. An ensemble's
+    decoder can when every member's can."""
+    members = getattr(decoder, "decoders", None)
+    if members is not None:  # an EnsembleDecoder
+        return next((p for p in map(steer_problem, members) if p), None)
+    if not hasattr(decoder, "cell") or not hasattr(decoder.cell, "attend"):
+        return f"focus: a {type(decoder).__name__} has no attention scores to steer"
+    return None
 
 
 class Focused:
@@ -94,8 +126,9 @@ class Focused:
     argument chosen once, not a setting of the model."""
 
     def __init__(self, decoder, bias: Tensor):
-        if not hasattr(decoder, "cell") or not hasattr(decoder.cell, "attend"):
-            raise ConfigError(f"focus: a {type(decoder).__name__} has no attention scores to steer")
+        problem = steer_problem(decoder)
+        if problem:
+            raise ConfigError(problem)
         self.decoder, self.bias = decoder, bias
 
     def __getattr__(self, name):  # vocab_size, attention_kind, bad_ending_ids, ...: the decoder's
@@ -116,9 +149,7 @@ class Focused:
         return logp, new_state, g
 
 
-def focus_boxes(
-    focus, count: int, strength: float | None, ensemble: bool = False
-) -> tuple[list[Box | None] | None, float]:
+def focus_boxes(focus, count: int, strength: float | None) -> tuple[list[Box | None] | None, float]:
     """``focus`` as one box (or None) per image, and the strength (None: :data:`DEFAULT_STRENGTH`).
 
     ``focus``: None, one box ("x0,y0,x1,y1" or four numbers) for every image, or a list of boxes
@@ -126,8 +157,6 @@ def focus_boxes(
     strength = check_strength(DEFAULT_STRENGTH if strength is None else strength, "focus_strength")
     if focus is None or strength == 0:
         return None, strength
-    if ensemble:
-        raise ConfigError("focus: an ensemble's members attend over their own grids; steer one model at a time")
     single = isinstance(focus, str) or (len(focus) == 4 and all(isinstance(v, (int, float)) for v in focus))
     if single:
         return [parse_box(focus, "focus")] * count, strength
@@ -137,15 +166,22 @@ def focus_boxes(
 
 
 def focus_biases(
-    boxes: Sequence[Box | None], sizes: Sequence[tuple[int, int]], L: int, strength: float, names=None
-) -> Tensor | None:
+    boxes: Sequence[Box | None],
+    sizes: Sequence[tuple[int, int]],
+    L: int | Sequence[int],
+    strength: float,
+    names=None,
+) -> Tensor | list[Tensor] | None:
     """(B, L) float64 priors for images of ``sizes`` (W, H), one box or None (no prior) each; None
-    when no image has a box or the strength is 0."""
+    when no image has a box or the strength is 0. ``L`` a sequence (an ensemble's members' grids):
+    one such prior per member, on its own grid."""
     from captioning.common import grid_shape
 
     check_strength(strength)
     if strength == 0 or all(b is None for b in boxes):
         return None
+    if not isinstance(L, int):
+        return [focus_biases(boxes, sizes, locations, strength, names) for locations in L]
     gh, gw = grid_shape(L)
     rows = []
     for i, (box, (w, h)) in enumerate(zip(boxes, sizes)):
@@ -158,11 +194,17 @@ def focus_biases(
 
 
 @torch.no_grad()
-def generate_focused(model, images: Tensor, config, generator, bias: Tensor | None):
-    """``model.generate`` with the prior ``bias`` (B, L) on every step's attention (None: none)."""
+def generate_focused(model, images, config, generator, bias: Tensor | Sequence[Tensor] | None):
+    """``model.generate`` with the prior ``bias`` (B, L) on every step's attention (None: none).
+    An ensemble (``images`` one batch or one per member) takes one prior per member, each on its
+    member's grid (:func:`focus_biases` with the members' L)."""
     from captioning.decoding.search import generate
 
     if bias is None:
         return model.generate(images=images, config=config, generator=generator)
-    features = model.encoder(images)
-    return generate(Focused(model.decoder, bias.to(features.device)), features, config, generator)
+    if isinstance(bias, Tensor):
+        features = model.encoder(images)
+        return generate(Focused(model.decoder, bias.to(features.device)), features, config, generator)
+    features = model.encode(images)  # an ensemble: one tensor per member
+    decoder = model.decoder.focused([b.to(f.device) for b, f in zip(bias, features)])
+    return generate(decoder, features, config, generator)

@@ -16,9 +16,9 @@ EOS = Vocabulary.eos_id
 V, D, L = 12, 10, 16
 
 
-def _decoder(kind="soft"):
+def _decoder(kind="soft", **variant):
     torch.manual_seed(0)
-    config = DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind=kind)
+    config = DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind=kind, **variant)
     return ShowAttendTellDecoder(V, D, config).eval()
 
 
@@ -49,6 +49,32 @@ def test_a_strong_prior_moves_the_attention_into_the_box(kind):
     assert torch.allclose(out.alphas[real][:, 0], torch.ones(int(real.sum())))
     if kind == "hard":  # the sampling distribution is the steered one: every sample is the top-left cell
         assert (out.locations[real] == 0).all()
+
+
+VARIANTS = {
+    "multihead": dict(heads=4),
+    "general": dict(score="general"),
+    "luong": dict(placement="luong"),
+    "local": dict(window="local", local_sigma=1.5),
+    "refiner": dict(refiner_layers=1, refiner_heads=2, heads=2),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_attention_variant_is_steered(variant):
+    """The prior reaches every head, the local window and the refined grid: all of each map in the box."""
+    dec, features = _decoder(**VARIANTS[variant]), _features()
+    bias = torch.full((3, L), -1e4, dtype=torch.float64)
+    bias[:, [0, 1, 4, 5]] = 0.0  # the top-left 2 x 2 cells
+    for beams in (1, 3):
+        out = generate(Focused(dec, bias), features, GenerationConfig(num_beams=beams, max_new_tokens=6))
+        real = out.alphas.sum(-1) > 0
+        assert out.alphas[real][:, [0, 1, 4, 5]].sum(-1).min() > 1 - 1e-6
+        if out.head_alphas is not None:  # each head's map, not only their mean
+            heads = out.head_alphas[real]
+            assert heads.size(1) == VARIANTS[variant]["heads"] and heads[..., [0, 1, 4, 5]].sum(-1).min() > 1 - 1e-6
+        plain = generate(dec, features, GenerationConfig(num_beams=beams, max_new_tokens=6))
+        assert (plain.alphas[plain.alphas.sum(-1) > 0][:, [0, 1, 4, 5]].sum(-1) < 0.99).any()  # unsteered: not so
 
 
 def test_focus_with_a_beam_search_and_no_bias_elsewhere():
@@ -156,6 +182,97 @@ def test_the_focus_flag_captions(tiny_checkpoint, one_object_image, capsys):
     assert main(["caption", str(path), "--checkpoint", str(tiny_checkpoint), "--focus", box, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["image"].endswith(image["filename"]) and rows[0]["generated_text"]
+
+
+# ------------------------------------------------------------------ ensembles
+def _folder(tmp_path, name: str, seed: int, kind: str = "soft", image_size: int = 32):
+    """A model folder of a random small model (sharpened so that its captions vary with the image)."""
+    from captioning.models.encoders import EncoderConfig
+    from captioning.models.spec import ModelSpec, build_model
+    from captioning.storage.folder import save_folder
+
+    torch.manual_seed(seed)
+    spec = ModelSpec(
+        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
+        DecoderConfig(8, 16, 8, dropout=0.0, attention_kind=kind),
+        image_size=image_size,
+        generation=GenerationConfig(num_beams=3, max_new_tokens=10),
+    )
+    words = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
+    model = build_model(spec, Vocabulary.build([words], min_freq=1)).eval()
+    with torch.no_grad():
+        model.decoder.out_logits.bias[EOS] += 0.5
+        for p in model.decoder.parameters():
+            p.mul_(3.0)
+    return save_folder(tmp_path / name, model, {}, model.spec)
+
+
+@pytest.fixture(scope="module")
+def member_folders(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("steer_ensemble")
+    return _folder(tmp, "a", 3), _folder(tmp, "b", 4, kind="hard", image_size=48)
+
+
+def _images():
+    return [torch.rand(3, 40, 40, generator=torch.Generator().manual_seed(k)) for k in range(3)]
+
+
+def test_an_ensemble_of_one_model_is_steered_as_the_model(member_folders):
+    from captioning.api import Captioner
+
+    single = Captioner.from_checkpoint(member_folders[0], "cpu")
+    ensemble = Captioner.from_checkpoints(member_folders[:1], device="cpu")
+    for beams in (1, 3):
+        kwargs = dict(num_beams=beams, return_attention=True, focus=(20, 0, 40, 20), focus_strength=5.0)
+        for a, b in zip(single(_images(), **kwargs), ensemble(_images(), **kwargs)):
+            assert a["generated_text"] == b["generated_text"] and a["score"] == b["score"]
+            assert (a["attention"] == b["attention"]).all()
+        plain = single(_images(), num_beams=beams, return_attention=True)
+        assert any((p["attention"] != f["attention"]).any() for p, f in zip(plain, single(_images(), **kwargs)))
+
+
+def test_a_model_with_itself_is_steered_as_the_model(member_folders):
+    from captioning.api import Captioner
+
+    single = Captioner.from_checkpoint(member_folders[0], "cpu")
+    twice = Captioner.from_checkpoints([member_folders[0]] * 2, device="cpu")
+    kwargs = dict(num_beams=3, return_attention=True, focus=[(0, 0, 20, 40), None, (10, 10, 30, 30)])
+    for a, b in zip(single(_images(), **kwargs), twice(_images(), **kwargs)):
+        assert a["generated_text"] == b["generated_text"] and a["score"] == pytest.approx(b["score"], abs=1e-5)
+        assert torch.allclose(torch.tensor(a["attention"]), torch.tensor(b["attention"]), atol=1e-5)
+
+
+def test_every_member_of_an_ensemble_reads_the_box(member_folders):
+    """Members of different grids (8 x 8 and 12 x 12) and kinds: each one's maps lie in the box."""
+    from captioning.api import Captioner
+
+    ensemble = Captioner.from_checkpoints(member_folders, device="cpu")
+    assert ensemble.grid_locations == (64, 144)
+    box = (0, 0, 20, 20)  # the top-left quarter of the 40 x 40 images: cells 0-3 of the 8 x 8 grid
+    for beams in (1, 3):
+        for out in ensemble(_images(), num_beams=beams, return_attention=True, focus=box, focus_strength=1e4):
+            maps = torch.tensor(out["member_attention"])  # (T, members, 8, 8): each member's map on the first grid
+            assert maps.shape[1:] == (2, 8, 8)
+            assert maps[..., :4, :4].sum((-1, -2)).min() > 0.99
+            assert torch.isfinite(torch.tensor(out["score"]))
+    with pytest.raises(ConfigError, match="outside the 40x40 image"):
+        ensemble(_images(), focus=(0, 0, 41, 20))
+
+
+def test_steer_problem_names_the_decoder_that_cannot_be_steered():
+    from captioning.decoding.ensemble import EnsembleDecoder
+    from captioning.decoding.steering import steer_problem
+
+    class NoScores:  # a decoder without an LSTM cell's attention scores
+        vocab_size, attention_kind = V, "soft"
+
+    assert steer_problem(_decoder()) is None
+    assert steer_problem(EnsembleDecoder([_decoder(), _decoder("hard")], (0.5, 0.5))) is None
+    assert steer_problem(EnsembleDecoder([_decoder(), NoScores()], (0.5, 0.5))) == (
+        "focus: a NoScores has no attention scores to steer"
+    )
+    with pytest.raises(ConfigError, match="NoScores has no attention scores"):
+        Focused(NoScores(), torch.zeros(1, L))
 
 
 # ------------------------------------------------------------------ prefix
