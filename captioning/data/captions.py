@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import torch
@@ -43,9 +43,9 @@ from captioning.data.formats import default_images_root, read_annotations
 from captioning.data.images import check_interpolation
 from captioning.data.records import ImageRecord, split_records
 from captioning.data.sampling import ResumableLoader
-from captioning.data.tokens import fit_tokenizer
+from captioning.data.tokens import fit_tokenizer, train_tokenizer
 from captioning.errors import AnnotationError, ConfigError, ImageError
-from captioning.tokenizers import DEFAULT_TOKENIZER, build_tokenizer
+from captioning.tokenizers import DEFAULT_TOKENIZER, Tokenizer, build_tokenizer
 from captioning.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -205,9 +205,16 @@ class CaptionData:
         if self._annotations is None:
             annotations = read_annotations(self.annotations, self.split_file, merge_restval=self.merge_restval)
             named = self._tokenizer_named or self.vocabulary is not None or self.vocab is not None
-            self.tokenizer = fit_tokenizer(self.tokenizer, annotations.records, named, str(self.annotations))
+            self.tokenizer = fit_tokenizer(
+                self.tokenizer, annotations.records, named, str(self.annotations), trainer=self.train_tokenizer
+            )
             self._annotations = annotations
         return self._annotations
+
+    def train_tokenizer(self, tokenizer: Tokenizer, texts: Iterable[str]) -> None:
+        """Train a tokenizer that learns (bpe, unigram) on the training captions (here, in this
+        process; a distributed run's datamodule trains it on rank 0 and shares it)."""
+        train_tokenizer(tokenizer, texts)
 
     def all_records(self) -> list[ImageRecord]:
         """Every image of the annotation file, read once."""

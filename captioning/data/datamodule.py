@@ -4,9 +4,13 @@ CaptionData itself, without Lightning."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import lightning as L
+import torch
 
 from captioning.data.captions import CaptionData
+from captioning.tokenizers import Tokenizer
 
 
 class CaptionDataModule(CaptionData, L.LightningDataModule):
@@ -20,6 +24,22 @@ class CaptionDataModule(CaptionData, L.LightningDataModule):
     def epoch_of(self):
         """The trainer's epoch (a streamed loader's order follows it, also on resume)."""
         return lambda: self.trainer.current_epoch if self.trainer is not None else 0
+
+    def train_tokenizer(self, tokenizer: Tokenizer, texts: Iterable[str]) -> None:
+        """Under DDP, rank 0 trains a tokenizer that learns (bpe, unigram) and every other rank takes
+        its model: two trainings need not agree (a unigram model's token order, hence its ids, differs
+        from one process to the next), and ranks with different ids would average gradients of
+        different tokens."""
+        trainer = self.trainer
+        if trainer is None or trainer.world_size <= 1 or not torch.distributed.is_initialized():
+            return super().train_tokenizer(tokenizer, texts)
+        state = None
+        if trainer.global_rank == 0:
+            super().train_tokenizer(tokenizer, texts)
+            state = tokenizer.state()
+        state = trainer.strategy.broadcast(state, src=0)
+        if trainer.global_rank != 0:
+            tokenizer.load_state(state)
 
     def setup(self, stage=None) -> None:
         super().setup(stage)

@@ -10,15 +10,28 @@ trained learns from the training captions; then every caption is split again by 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from captioning.data.records import ImageRecord, split_records
 from captioning.tokenizers import DEFAULT_TOKENIZER, Tokenizer, build_tokenizer, pick_tokenizer
 
 
-def fit_tokenizer(tokenizer: Tokenizer, records: Sequence[ImageRecord], named: bool, source: str = "") -> Tokenizer:
+def train_tokenizer(tokenizer: Tokenizer, texts: Iterable[str]) -> None:
+    """Train ``tokenizer`` on ``texts`` in this process (:func:`fit_tokenizer`'s default)."""
+    tokenizer.train(texts)
+
+
+def fit_tokenizer(
+    tokenizer: Tokenizer,
+    records: Sequence[ImageRecord],
+    named: bool,
+    source: str = "",
+    trainer: Callable[[Tokenizer, Iterable[str]], None] = train_tokenizer,
+) -> Tokenizer:
     """The tokenizer for ``records``' captions; their ``tokens`` are set by it (``words`` keeps the
-    readers' tokens as they are). ``named``: the user chose ``tokenizer`` (no automatic pick)."""
+    readers' tokens as they are). ``named``: the user chose ``tokenizer`` (no automatic pick).
+    ``trainer(tokenizer, texts)`` trains a tokenizer that learns (a distributed run trains it on one
+    rank and gives the others its model: data/datamodule.py)."""
     train = split_records(list(records), "train") or list(records)
     if not named and tokenizer.name == DEFAULT_TOKENIZER:
         picked = pick_tokenizer(c for r in train for c in r.captions)
@@ -30,7 +43,7 @@ def fit_tokenizer(tokenizer: Tokenizer, records: Sequence[ImageRecord], named: b
             )
             tokenizer = build_tokenizer(picked, "data.tokenizer")
     if not tokenizer.trained:
-        tokenizer.train(c for r in train for c in r.captions)
+        trainer(tokenizer, (c for r in train for c in r.captions))
     if tokenizer.name != DEFAULT_TOKENIZER:
         for r in records:
             r.tokens = [tokenizer.tokenize(c) for c in r.captions]
