@@ -1,23 +1,41 @@
 """CHAIR: the objects a caption names that its image does not hold (Rohrbach et al., EMNLP 2018).
 
-COCO: a caption's words are lower-cased, singularised and joined into the two-word compounds of the
-paper's released code (github.com/LisaAnne/Hallucination, utils/chair.py): "hot dog" is the hot dog
-category, not a dog; "teddy bear" is not a bear; "baby bird" is a bird, not a person ("baby" names
-a person); "toilet seat" is a toilet. Each remaining word found in the synonym lists of the 80
-categories (data/chair_synonyms.txt, the paper's file) is a mention of its category. The objects
-an image holds are the categories of its instance annotations (``instances_val2014.json``) and the
-categories its reference captions mention. Every mention counts, repeats included, as in the
-released code:
+COCO: the procedure of the paper's released code (github.com/LisaAnne/Hallucination, utils/chair.py,
+``CHAIR.caption_to_words``), step by step:
+
+1. the caption is lower-cased and split into words as ``nltk.word_tokenize`` (nltk 3.2.5, its pinned
+   version) splits it: sentences, then the Treebank tokenizer with word_tokenize's additions
+   (:func:`word_tokenize`; transcribed, so that no nltk data is needed);
+2. each word is singularised by ``pattern.en.singularize`` (Pattern 3.6): here a table of the singulars
+   of every word that matters (data/chair_singulars.txt, derived from pattern's source by
+   tools/dev/chair_singulars.py), so that its quirks are kept ("bus" -> "bu", so a singular "bus" is no
+   mention while "buses" is; "ties" -> "ty"; "glass" -> "glas");
+3. two consecutive words that form one of its compounds are joined (:func:`double_words`): "hot dog" is
+   the hot dog category, not a dog; "teddy bear" is not a bear; "baby bird" / "adult bird" (and the other
+   animal words) is the animal, not a person; "passenger train" / "passenger jet" is the vehicle, not a
+   person; "bow tie" is a tie; "toilet seat" a toilet; "wine glas" (pattern's singular of "wine glass")
+   the wine glass; "motor bike", "home plate", "train track" and "stove top oven" are joined but are no
+   object (the synonym list spells the first " motor bike", and the others are in no list; a three-word
+   compound is never joined);
+4. if the caption says "toilet" and "seat", every "seat" is dropped ("the seat of the toilet" is no chair);
+5. each remaining word that is an entry of the synonym file (data/chair_synonyms.txt, the paper's file,
+   read as the released code reads it: each line split at ", ", so " motor bike" and " cheesecake", written
+   after a double space, keep their space and are never met, and "iPhone" is never met in a lower-cased
+   caption) is a mention of its line's category (the first entry); every mention counts, repeats included.
+
+The objects an image holds: the categories of its instance annotations (``instances_val2014.json``)
+and those its reference captions mention, by the same procedure. Then:
 
 * CHAIR-i = mentions of categories the image does not hold / all mentions;
 * CHAIR-s = captions with at least one such mention / captions;
-* object recall = the image's categories the caption mentions / the image's categories (summed over images).
+* object recall = the image's categories the caption mentions / the image's categories (summed over
+  images; not in the released code).
 
-Two choices differ from the released code, which needs nltk's tokenizer data and the ``pattern``
-library: words are runs of letters (nltk's tokens, less punctuation and clitics), and plurals are
-folded by :func:`singularize` (regular English plurals and the irregular ones of COCO's objects),
-where the released code calls ``pattern.en.singularize``. The synonym file's entries are stripped of
-spaces (the released code keeps " motor bike" with its leading space, so it never matches).
+Where this can differ from the released code: nltk splits sentences with its punkt model (data that
+needs a download); :func:`word_tokenize` ends a sentence at ".", "?" or "!" (and closing quotes or
+brackets) followed by white space, where punkt would keep a period of a learned abbreviation ("st.",
+"dr.") inside its sentence. That decides only whether such a word keeps its period, and none of the
+looked-up words is such an abbreviation.
 
 Shapes data (``shapes_chair``): the same counts with (size, colour, shape) mentions against the
 image's objects field, and each hallucinated mention told apart: a shape the image does not hold
@@ -38,77 +56,124 @@ import numpy as np
 
 from captioning.errors import AnnotationError
 
-SYNONYMS_FILE = Path(__file__).with_name("data") / "chair_synonyms.txt"
+DATA = Path(__file__).with_name("data")
+SYNONYMS_FILE = DATA / "chair_synonyms.txt"
+SINGULARS_FILE = DATA / "chair_singulars.txt"
 
-#: two words read as one (utils/chair.py's coco_double_words and its special cases)
+#: utils/chair.py's coco_double_words, in its order (its repeats left out)
 _DOUBLE_WORDS = (
     "motor bike, motor cycle, air plane, traffic light, street light, traffic signal, stop light, fire hydrant, "
     "stop sign, parking meter, suit case, sports ball, baseball bat, baseball glove, tennis racket, wine glass, "
     "hot dog, cell phone, mobile phone, teddy bear, hair drier, potted plant, bow tie, laptop computer, "
     "stove top oven, home plate, train track"
 ).split(", ")
+#: utils/chair.py's animal_words and vehicle_words: "baby dog" is a dog, "passenger jet" a jet (not a person)
 _ANIMALS = ("bird", "cat", "dog", "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe", "animal", "cub")
 _VEHICLES = ("jet", "train")
 
-#: plurals the suffix rules of :func:`singularize` get wrong
-_IRREGULAR = {
-    "men": "man",
-    "women": "woman",
-    "children": "child",
-    "mice": "mouse",
-    "geese": "goose",
-    "feet": "foot",
-    "teeth": "tooth",
-    "knives": "knife",
-    "oxen": "ox",
-    "buses": "bus",
-    "glasses": "glass",
-    "tomatoes": "tomato",
-    "potatoes": "potato",
-    "calves": "calf",
-    "wolves": "wolf",
-    "shelves": "shelf",
-    "loaves": "loaf",
-    "halves": "half",
-    "wives": "wife",
-    "skis": "skis",
-    "scissors": "scissors",
-    "dice": "die",
-}
-_UNINFLECTED = {"sheep", "bison", "buffalo", "deer", "fish", "cattle", "moose", "species", "series", "people"}
+
+# --------------------------------------------------------------------------- nltk 3.2.5's word_tokenize
+# The Treebank tokenizer of nltk 3.2.5 (nltk/tokenize/treebank.py) with the rules word_tokenize puts
+# first (nltk/tokenize/__init__.py: Unicode quotes, the final period before closing quotes). Python 2
+# compiled its patterns without re.UNICODE: \d, \s and \b are ASCII here too (re.ASCII).
+_A = re.ASCII
+_STARTING_QUOTES = [
+    (re.compile("([«“‘])"), r" \1 "),
+    (re.compile(r"^\"", _A), r"``"),
+    (re.compile(r"(``)", _A), r" \1 "),
+    (re.compile(r'([ (\[{<])"', _A), r"\1 `` "),
+]
+_PUNCTUATION = [
+    (re.compile(r"([^\.])(\.)([\]\)}>\"\'»”’ ]*)\s*$"), r"\1 \2 \3 "),
+    (re.compile(r"([:,])([^\d])", _A), r" \1 \2"),
+    (re.compile(r"([:,])$", _A), r" \1 "),
+    (re.compile(r"\.\.\.", _A), r" ... "),
+    (re.compile(r"[;@#$%&]", _A), r" \g<0> "),
+    (re.compile(r"([^\.])(\.)([\]\)}>\"\']*)\s*$", _A), r"\1 \2\3 "),
+    (re.compile(r"[?!]", _A), r" \g<0> "),
+    (re.compile(r"([^'])' ", _A), r"\1 ' "),
+]
+_PARENS_BRACKETS = (re.compile(r"[\]\[\(\)\{\}\<\>]", _A), r" \g<0> ")
+_DOUBLE_DASHES = (re.compile(r"--", _A), r" -- ")
+_ENDING_QUOTES = [
+    (re.compile("([»”’])"), r" \1 "),
+    (re.compile(r'"', _A), " '' "),
+    (re.compile(r"(\S)(\'\')", _A), r"\1 \2 "),
+    (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') ", _A), r"\1 \2 "),
+    (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) ", _A), r"\1 \2 "),
+]
+_CONTRACTIONS = [
+    re.compile(p, _A)
+    for p in (
+        r"(?i)\b(can)(?#X)(not)\b",
+        r"(?i)\b(d)(?#X)('ye)\b",
+        r"(?i)\b(gim)(?#X)(me)\b",
+        r"(?i)\b(gon)(?#X)(na)\b",
+        r"(?i)\b(got)(?#X)(ta)\b",
+        r"(?i)\b(lem)(?#X)(me)\b",
+        r"(?i)\b(mor)(?#X)('n)\b",
+        r"(?i)\b(wan)(?#X)(na)\s",
+        r"(?i) ('t)(?#X)(is)\b",
+        r"(?i) ('t)(?#X)(was)\b",
+    )
+]
+#: where punkt would end a sentence: ".", "?" or "!" (not an ellipsis), closing quotes or brackets, white space
+_SENTENCE_END = re.compile(r"(?<!\.)[.?!][\"')\]}]*(?=\s+\S)")
 
 
-def singularize(word: str) -> str:
-    """The singular of an English noun (lower case): irregular plurals, then the suffix rules
-    (-ies -> -y, -ches/-shes/-sses/-xes/-zes -> drop -es, -s -> drop it unless -ss, -us, -is)."""
-    if word in _IRREGULAR:
-        return _IRREGULAR[word]
-    if word in _UNINFLECTED or len(word) <= 2:
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith(("ches", "shes", "sses", "xes", "zzes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
+def treebank_tokenize(text: str) -> list[str]:
+    """nltk 3.2.5's ``TreebankWordTokenizer().tokenize`` with ``word_tokenize``'s added rules."""
+    for regexp, substitution in _STARTING_QUOTES + _PUNCTUATION + [_PARENS_BRACKETS, _DOUBLE_DASHES]:
+        text = regexp.sub(substitution, text)
+    text = f" {text} "
+    for regexp, substitution in _ENDING_QUOTES:
+        text = regexp.sub(substitution, text)
+    for regexp in _CONTRACTIONS:
+        text = regexp.sub(r" \1 \2 ", text)
+    return text.split()
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split where punkt would end a sentence (as :data:`_SENTENCE_END` approximates it)."""
+    found, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        found.append(text[start : match.end()])
+        start = match.end()
+    found.append(text[start:])
+    return found
+
+
+def word_tokenize(text: str) -> list[str]:
+    """``nltk.word_tokenize`` (3.2.5): :func:`sentences`, then each sentence's Treebank tokens."""
+    return [token for sentence in sentences(text) for token in treebank_tokenize(sentence)]
+
+
+# --------------------------------------------------------------------------- the released code's tables
+@cache
+def _synonym_lines(path: str = str(SYNONYMS_FILE)) -> tuple[tuple[str, ...], ...]:
+    """The synonym file's lines as the released code splits them (``line.strip().split(", ")``)."""
+    lines = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        lines.append(tuple(line.strip().split(", ")))
+    return tuple(lines)
 
 
 @cache
 def coco_synonyms(path: str = str(SYNONYMS_FILE)) -> dict[str, str]:
-    """word -> the COCO category it names, from the synonym file (first entry of a line: the category)."""
-    table: dict[str, str] = {}
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        words = [w.strip() for w in line.split(",") if w.strip()]
-        for w in words:
-            table[w] = words[0]  # a word of two lines names the later one, as in the released code
-    return table
+    """entry -> the COCO category it names (its line's first entry; an entry of two lines names the later)."""
+    return {entry: line[0] for line in _synonym_lines(path) for entry in line}
+
+
+def coco_objects() -> frozenset[str]:
+    """Every entry of the synonym file, as the released code's ``mscoco_objects`` (" motor bike" included)."""
+    return frozenset(coco_synonyms())
 
 
 @cache
-def _double_words() -> dict[str, str]:
+def double_words() -> dict[str, str]:
+    """utils/chair.py's ``double_word_dict``: two singularised words -> the word they are read as."""
     table = {w: w for w in _DOUBLE_WORDS}
     for animal in _ANIMALS:
         table[f"baby {animal}"] = table[f"adult {animal}"] = animal
@@ -118,10 +183,27 @@ def _double_words() -> dict[str, str]:
     return table
 
 
+@cache
+def _singulars(path: str = str(SINGULARS_FILE)) -> dict[str, str]:
+    table = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            word, singular = line.split("\t")
+            table[word] = singular
+    return table
+
+
+def singularize(word: str) -> str:
+    """``pattern.en.singularize(word)`` (Pattern 3.6) for every word whose singular, or which itself, CHAIR
+    looks up (data/chair_singulars.txt); any other word comes back as it is (no object either way)."""
+    return _singulars().get(word, word)
+
+
 def caption_objects(caption: str) -> list[tuple[str, str]]:
-    """(word, category) of each COCO object mention in ``caption``, in order, repeats kept."""
-    words = [singularize(w) for w in re.findall(r"[a-z]+", caption.lower())]
-    doubles, joined, i = _double_words(), [], 0
+    """(word, category) of each COCO object mention in ``caption``, in order, repeats kept: the released
+    code's ``caption_to_words`` (its ``words`` and ``node_words``)."""
+    words = [singularize(w) for w in word_tokenize(caption.lower())]
+    doubles, joined, i = double_words(), [], 0
     while i < len(words):
         pair = " ".join(words[i : i + 2])
         if pair in doubles:
