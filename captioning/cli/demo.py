@@ -1,6 +1,10 @@
 """The demo: shapes data -> soft-attention training on CPU -> test scores -> captions and GIFs.
 
-Everything lands in one folder (default outputs/demo):
+``--language zh``: the same images with Chinese captions (make-shapes --language zh),
+configs/shapes_soft_zh.yaml (jieba words, or one token per character without jieba), scores on
+jieba words, pictures titled in a CJK font (docs/LANGUAGES.md).
+
+Everything lands in one folder (default outputs/demo, outputs/demo_zh for Chinese):
 
     data/                 the generated shapes dataset (dataset_shapes.json + images/)
     train/                Lightning logs, config.yaml and checkpoints (best by validation CIDEr, last)
@@ -24,6 +28,9 @@ from captioning.errors import ConfigError
 
 #: The demo's data: big enough to learn the task, small enough for a few CPU minutes.
 DEMO_DATA = dict(n_train=2500, n_val=150, n_test=300, image_size=64)
+#: Each language's config and output folder.
+DEMO_CONFIGS = {"en": "shapes_soft.yaml", "zh": "shapes_soft_zh.yaml"}
+DEMO_OUT = {"en": "outputs/demo", "zh": "outputs/demo_zh"}
 
 
 def config_path(name: str) -> Path:
@@ -34,7 +41,21 @@ def config_path(name: str) -> Path:
     return path
 
 
-def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: int | None = None, examples: int = 4) -> dict:
+def run_demo(
+    out: str | None = None,
+    seed: int = 0,
+    max_epochs: int | None = None,
+    examples: int = 4,
+    language: str = "en",
+    data: dict | None = None,
+    fit_extra: tuple[str, ...] = (),
+) -> dict:
+    """Run the demo in ``language`` (en, zh) into ``out``; ``data`` replaces the data's sizes
+    (:data:`DEMO_DATA`) and ``fit_extra`` adds fit options (the tests' tiny runs)."""
+    if language not in DEMO_CONFIGS:
+        raise ConfigError(f"--language: expected one of {', '.join(DEMO_CONFIGS)}, got {language!r}")
+    out = out or DEMO_OUT[language]
+    config = DEMO_CONFIGS[language]
     from captioning.api import Captioner
     from captioning.cli.evaluate import evaluate
     from captioning.data.shapes import generate
@@ -49,13 +70,13 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: int | None = 
 
     print(f"[1/4] making the shapes dataset in {out_dir / 'data'}")
     annotations = out_dir / "data" / "dataset_shapes.json"
-    generate(out_dir / "data", seed=seed, **DEMO_DATA)
+    generate(out_dir / "data", seed=seed, language=language, **(data or DEMO_DATA))
 
-    print("[2/4] training soft attention on the CPU (configs/shapes_soft.yaml)")
+    print(f"[2/4] training soft attention on the CPU (configs/{config})")
     args = [
         "fit",
         "--config",
-        str(config_path("shapes_soft.yaml")),
+        str(config_path(config)),
         "--data.annotations",
         str(annotations),
         "--trainer.default_root_dir",
@@ -67,6 +88,10 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: int | None = 
     ]
     if max_epochs is not None:
         args += ["--trainer.max_epochs", str(max_epochs)]
+    if language == "zh" and importlib.util.find_spec("jieba") is None:
+        print("      jieba is not installed (pip install -e '.[zh]'): one token per Chinese character instead")
+        args += ["--data.tokenizer", "chars"]
+    args += list(fit_extra)
     cli = run_lightning_cli(args)
     best = cli.trainer.checkpoint_callback.best_model_path or cli.trainer.checkpoint_callback.last_model_path
     train_seconds = time.perf_counter() - t0
@@ -136,6 +161,14 @@ def run_demo(out: str = "outputs/demo", seed: int = 0, max_epochs: int | None = 
     print(f"curves:          {out_dir / 'curves.png'}  (and tensorboard --logdir {cli.trainer.log_dir})")
     print(f"captions:        {out_dir / 'captions.json'}")
     print(f"attention GIFs:  {out_dir / 'attention'}")
+    if language != "en":
+        from captioning.viz.fonts import INSTALL_HINT, cjk_font_path
+
+        font = cjk_font_path()
+        print(f"CJK font:        {font or 'none found, words drawn as boxes; ' + INSTALL_HINT}")
+        tokens = report["notes"].get("tokens")
+        if tokens:
+            print(f"scored on:       {tokens} tokens (BLEU, ROUGE-L, CIDEr-D; docs/LANGUAGES.md)")
     print(f"done in {total / 60:.1f} min")
     return report
 
@@ -145,10 +178,19 @@ class Demo(Command):
     help = "make shapes data, train, evaluate, caption, write GIFs"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--out", default="outputs/demo", help="the folder for everything the demo writes")
+        p.add_argument(
+            "--out", default=None, help="the folder for everything the demo writes (outputs/demo, outputs/demo_zh)"
+        )
         p.add_argument("--seed", type=int, default=0, help="seed of the data and of training")
         p.add_argument("--max-epochs", type=at_least(1), default=None, help="override the demo's training length")
+        p.add_argument(
+            "--language",
+            choices=tuple(DEMO_CONFIGS),
+            default="en",
+            help="the captions' language: en, or zh (Chinese captions of the same images, "
+            "configs/shapes_soft_zh.yaml; docs/LANGUAGES.md)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
-        run_demo(args.out, seed=args.seed, max_epochs=args.max_epochs)
+        run_demo(args.out, seed=args.seed, max_epochs=args.max_epochs, language=args.language)
         return 0
