@@ -21,7 +21,10 @@ holds each promise against its reader):
   (storage/checkpoint.py ``checkpoint_card``);
 - a checkpoint that does not record a setting ``--ckpt_path`` resuming compares: that setting is not
   compared (training/resume.py ``SETTINGS``);
-- import paths of earlier versions: :data:`OLD_IMPORT_PATHS`.
+- import paths of earlier versions: :data:`OLD_IMPORT_PATHS`;
+- a feature-cache index that records no stored dtype: :data:`UNRECORDED_FEATURE_DTYPE` (data/features.py:
+  the reader before ``extract-features --dtype`` took every cache as float16 ``.f16`` files, whatever
+  its index said); caches of that version read as they are, unpooled.
 
 A promise is dropped by deleting its entry here and what reads it; nothing else keeps one.
 """
@@ -34,6 +37,8 @@ UNRECORDED_INTERPOLATION = "bilinear"
 UNRECORDED_DECODER_KIND = "lstm"
 #: the tokenizer of every vocabulary written before tokenizers were recorded
 UNRECORDED_TOKENIZER = "words"
+#: the stored dtype of a feature cache whose index records none (before --dtype every cache was float16)
+UNRECORDED_FEATURE_DTYPE = "float16"
 
 #: a checkpoint's hyperparameter names -> the ModelSpec fields they hold (the module's
 #: ``test_generation`` is the model's default decoding)

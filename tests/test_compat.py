@@ -73,3 +73,20 @@ def test_objective_state_added_later_is_filled_and_foreign_state_dropped():
 def test_old_import_paths_name_the_same_objects():
     for old, new in compat.OLD_IMPORT_PATHS.items():
         assert _resolve(old) is _resolve(new), old
+
+
+def test_a_feature_cache_index_without_a_dtype(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from captioning.data.features import FeatureCache
+
+    fixture = Path(__file__).parent / "fixtures" / "feature_cache_6af4865"  # written by commit 6af4865's writer
+    shutil.copytree(fixture, tmp_path / "cache")
+    index = tmp_path / "cache" / "part-000-of-001.index.json"
+    plain = json.loads(index.read_text())
+    plain.pop("dtype")
+    index.write_text(json.dumps(plain))
+    cache = FeatureCache(tmp_path / "cache")
+    assert cache.dtype == compat.UNRECORDED_FEATURE_DTYPE and cache[5].dtype == torch.float16

@@ -25,6 +25,20 @@ class ExtractFeatures(Command):
         p.add_argument("--num-workers", type=at_least(0), default=4)
         p.add_argument("--shard", default="0/1", help="i/n: this process extracts every n-th image from the i-th")
         p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
+        p.add_argument(
+            "--dtype",
+            choices=("float16", "float32"),
+            default="float16",
+            help="the stored type: float16 (default) halves the cache; training reads either",
+        )
+        p.add_argument(
+            "--pool",
+            type=at_least(1),
+            default=None,
+            metavar="N",
+            help="average-pool the grid to N x N (7: a quarter of a 14x14 grid's cache); "
+            "train on it with --model.encoder.grid_size N",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from captioning.cli.extract import extract_from_config, parse_shard
@@ -47,6 +61,8 @@ class ExtractFeatures(Command):
             shard=parse_shard(args.shard),
             overrides=overrides,
             device=args.device,
+            dtype=args.dtype,
+            pool=args.pool,
         )
         for message in report["unreadable"]:
             print(f"unreadable: {message}", file=sys.stderr)

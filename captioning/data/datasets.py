@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from captioning.data.features import FeatureCache
 from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation, load_image, pixels_to_float, to_pixels
@@ -170,7 +170,7 @@ class Collate:
         good = [s for s in samples if "error" not in s]
         visual = [s[self.visual_key] for s in good]
         batch = {
-            self.visual_key: torch.stack(visual) if good else torch.zeros(0, *self.visual_shape),  # (B, 3, S, S)
+            self.visual_key: default_collate(visual) if good else torch.zeros(0, *self.visual_shape),  # (B, 3, S, S)
             "image_ids": torch.tensor([s["image_ids"] for s in good], dtype=torch.long),  # (B,)
         }
         if self.captions:

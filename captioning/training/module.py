@@ -48,6 +48,24 @@ def split_evaluators(clip_score: ClipScoreConfig | None = None) -> dict[str, Eva
     }
 
 
+def encoder_grid(model: ShowAttendTell, image_size: int) -> tuple[int, int]:
+    """(L, D) of the annotation vectors ``model``'s encoder makes of an image of ``image_size``
+    (one blank image through it, in eval mode; each layer's mode is restored after)."""
+    import torch
+
+    encoder = model.encoder
+    param = next(encoder.parameters(), None)
+    modes = [(m, m.training) for m in encoder.modules()]  # frozen batch norms stay in eval mode
+    try:
+        encoder.eval()
+        with torch.no_grad():
+            blank = torch.zeros(1, 3, image_size, image_size, device=param.device if param is not None else "cpu")
+            return tuple(encoder(blank).shape[1:])
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
 class CaptioningModule(L.LightningModule):
     """Show, Attend and Tell with soft or hard attention (see the components' configs).
 
@@ -150,6 +168,8 @@ class CaptioningModule(L.LightningModule):
             dm.set_vocab(self.vocab)
         dm.setup(stage)
         self.set_vocab(dm.vocab)
+        if getattr(dm, "features", None) is not None:  # a cache of another grid: one line, not wrong inputs
+            dm.feature_cache().check_grid(encoder_grid(self.model, self.image_size), "the model's encoder")
         known = known_training_captions(dm)  # for the share of novel captions
         for evaluator in self.evaluators.values():
             evaluator.set_training_captions(known=known)

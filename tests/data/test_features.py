@@ -138,12 +138,13 @@ def test_datamodule_refuses_incomplete_cache(data, encoder, tmp_path):
 
 def test_cache_memory_is_lazy(full_cache):
     cache = FeatureCache(full_cache)
-    assert cache._maps is None
+    assert cache._files is None
     cache[cache.ids[0]]
+    assert cache._files is not None
     import pickle
 
-    clone = pickle.loads(pickle.dumps(cache))  # what a DataLoader worker gets: no open memmaps
-    assert clone._maps is None and torch.equal(clone[cache.ids[0]], cache[cache.ids[0]])
+    clone = pickle.loads(pickle.dumps(cache))  # what a DataLoader worker gets: no open files
+    assert clone._files is None and torch.equal(clone[cache.ids[0]], cache[cache.ids[0]])
 
 
 def write_config(path: Path, data: Path) -> Path:
