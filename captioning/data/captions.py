@@ -40,7 +40,7 @@ from captioning.data.annotation_format import Annotations
 from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Collate, ImageDataset
 from captioning.data.features import FeatureCache
 from captioning.data.formats import default_images_root, read_annotations
-from captioning.data.images import check_interpolation
+from captioning.data.images import check_decode_device, check_interpolation
 from captioning.data.records import ImageRecord, split_records
 from captioning.data.sampling import ResumableLoader
 from captioning.data.tokens import fit_tokenizer, train_tokenizer
@@ -85,6 +85,11 @@ class CaptionData:
         cache_images: keep each decoded, resized image in memory (uint8, 3 x S x S bytes) after its
             first read instead of decoding it again every epoch, for data that fits in memory; each
             loader worker holds its own copy.
+        decode_device: where JPEG files are decoded and resized: ``cpu`` (Pillow, in the loader's
+            workers; the default) or ``cuda`` (``cuda:N``): the workers read the files' bytes and the
+            GPU decodes each batch (nvJPEG) and resizes it, for when the CPU cores cannot keep the GPU
+            fed (data/images.py; docs/PERFORMANCE.md). Image files only (not a feature cache, shards
+            or ``cache_images``); bilinear or bicubic resizes.
         tokenizer: how captions are split into tokens (a name registered in captioning/tokenizers.py;
             the vocabulary built records it). Default: the tokenizer of the vocabulary given
             (``vocabulary``, a checkpoint's), else ``words``; one named here must be that of a
@@ -117,6 +122,7 @@ class CaptionData:
         interpolation: str = "bilinear",
         tokenizer: str | None = None,
         vocab_size: int | None = None,
+        decode_device: str = "cpu",
     ):
         super().__init__()
         for name, value, least in (
@@ -156,6 +162,12 @@ class CaptionData:
         self.merge_restval, self.on_bad_image = merge_restval, on_bad_image
         self.group_captions, self.bucket_by_length = group_captions, bucket_by_length
         self.cache_images = cache_images
+        self.decode_device = check_decode_device(decode_device, "data.decode_device", self.interpolation)
+        if self.decode_device is not None and (features is not None or cache_images):
+            raise ConfigError(
+                f"data.decode_device {decode_device}: decodes image files; this run reads "
+                f"{'a feature cache (data.features)' if features is not None else 'images kept in memory (data.cache_images)'}"
+            )
         self.shuffle_buffer = shuffle_buffer
         self.tokenizer = build_tokenizer(tokenizer or DEFAULT_TOKENIZER, "data.tokenizer", vocab_size=vocab_size)
         self._tokenizer_named = tokenizer is not None  # else a vocabulary given brings its own
@@ -261,7 +273,7 @@ class CaptionData:
                     f"(e.g. image_id {missing[:3]}); run or resume `captioning extract-features` for them"
                 )
         if kind is ImageDataset:  # evaluation: the images from wherever the format keeps them
-            return self.read_annotations().image_dataset(
+            dataset = self.read_annotations().image_dataset(
                 records,
                 self.images_root,
                 self.image_size,
@@ -269,7 +281,9 @@ class CaptionData:
                 cache_images=self.cache_images,
                 interpolation=self.interpolation,
             )
-        return kind(
+            dataset.encoded = self.decode_device is not None and type(dataset) is ImageDataset  # image files
+            return dataset
+        dataset = kind(
             records,
             self.images_root,
             self.image_size,
@@ -278,6 +292,8 @@ class CaptionData:
             interpolation=self.interpolation,
             **kwargs,
         )
+        dataset.encoded = self.decode_device is not None
+        return dataset
 
     # ------------------------------------------------------------------ loaders
     def _loader(self, dataset: ImageDataset, batch_size: int, train: bool) -> DataLoader:
@@ -310,6 +326,11 @@ class CaptionData:
         if self.vocab is None:
             self.setup("fit")
         streamed = self.read_annotations().train_loader(self)  # e.g. WebDataset shards
+        if streamed is not None and self.decode_device is not None:
+            raise ConfigError(
+                f"data.decode_device {self.decode_device}: decodes image files; WebDataset shards are decoded "
+                "on the CPU (data.decode_device cpu)"
+            )
         if streamed is not None:
             return streamed
         kind = CaptionGroupDataset if self.group_captions else CaptionPairDataset

@@ -10,6 +10,7 @@ import lightning as L
 import torch
 
 from captioning.data.captions import CaptionData
+from captioning.data.images import decode_batch
 from captioning.tokenizers import Tokenizer
 
 
@@ -49,4 +50,9 @@ class CaptionDataModule(CaptionData, L.LightningDataModule):
             self.feature_cache().check(encoder=encoder.name, grid_size=encoder.grid_size, pretrained=encoder.pretrained)
 
     def on_before_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
+        if self.decode_device is not None:  # JPEG bytes: decoded and resized on the GPU (data/images.py)
+            device, root = self.decode_device, getattr(getattr(self.trainer, "strategy", None), "root_device", None)
+            if device.index is None and root is not None and root.type == device.type:
+                device = root  # this process's GPU (under DDP, its rank's)
+            batch = decode_batch(batch, device, self.image_size, self.interpolation)
         return self.drop_bad_images(batch)

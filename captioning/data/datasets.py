@@ -18,7 +18,15 @@ from torch import Tensor
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from captioning.data.features import FeatureCache
-from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation, load_image, pixels_to_float, to_pixels
+from captioning.data.images import (
+    DEFAULT_INTERPOLATION,
+    check_interpolation,
+    jpeg_file_bytes,
+    load_image,
+    pack_jpegs,
+    pixels_to_float,
+    to_pixels,
+)
 from captioning.data.records import ImageRecord
 from captioning.errors import ImageError
 from captioning.vocab import Vocabulary
@@ -32,7 +40,11 @@ class ImageDataset(Dataset):
     (3 x S x S bytes an image; the same tensor as a fresh read): for data small enough to hold, where
     decoding would otherwise be repeated every epoch (each loader worker keeps its own copy).
     Images are resized with ``interpolation`` (data/images.py: INTERPOLATIONS), the model's.
+    With ``encoded`` (``data.decode_device`` cuda) a JPEG file's sample is its bytes, (N,) uint8, and
+    its ``path``: the main process decodes it on the GPU (data/images.py: decode_batch).
     """
+
+    encoded = False
 
     def __init__(
         self,
@@ -58,6 +70,10 @@ class ImageDataset(Dataset):
         """The visual input of a sample: its cached grid (L, D), or its image file resized to (3, S, S)."""
         if self.features is not None:
             return self.features[record.image_id]
+        if self.encoded:  # a JPEG the GPU decodes: its bytes; anything else is decoded here
+            jpeg = jpeg_file_bytes(os.path.join(self.images_root, record.path))
+            if jpeg is not None:
+                return jpeg
         if self.pixels is None:
             return torch.from_numpy(pixels_to_float(self._read(record)))
         pixels = self.pixels.get(record.image_id)
@@ -71,7 +87,10 @@ class ImageDataset(Dataset):
 
     def _sample(self, record: ImageRecord) -> dict:
         try:
-            return {self.visual_key: self.visual(record), "image_ids": record.image_id}
+            sample = {self.visual_key: self.visual(record), "image_ids": record.image_id}
+            if self.encoded:
+                sample["path"] = os.path.join(self.images_root, record.path)
+            return sample
         except ImageError as err:  # reported by the collate function, in the main process
             return {"error": str(err)}
 
@@ -169,10 +188,11 @@ class Collate:
             raise ImageError(bad[0])  # in a worker, on_before_batch_transfer raises it instead
         good = [s for s in samples if "error" not in s]
         visual = [s[self.visual_key] for s in good]
-        batch = {
-            self.visual_key: default_collate(visual) if good else torch.zeros(0, *self.visual_shape),  # (B, 3, S, S)
-            "image_ids": torch.tensor([s["image_ids"] for s in good], dtype=torch.long),  # (B,)
-        }
+        if any(v.dim() == 1 for v in visual):  # JPEG bytes, decoded on the GPU (data/images.py: decode_batch)
+            batch = pack_jpegs(visual, [s.get("path", "") for s in good])
+        else:
+            batch = {self.visual_key: default_collate(visual) if good else torch.zeros(0, *self.visual_shape)}
+        batch["image_ids"] = torch.tensor([s["image_ids"] for s in good], dtype=torch.long)  # (B,)
         if self.captions:
             grouped = bool(good) and isinstance(good[0]["captions"], list)
             if grouped:  # every caption of every image; image_index maps caption rows to image rows

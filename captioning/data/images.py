@@ -277,3 +277,220 @@ def as_rgb(image) -> Image.Image:
     if isinstance(image, np.ndarray):
         return array_to_image(image)
     raise ImageError(f"expected a path, a PIL image, a numpy array or a tensor, got {type(image).__name__}")
+
+
+# ------------------------------------------------------------------------------ JPEGs decoded on a GPU
+# ``decode_device`` (``--data.decode_device cuda``, ``caption --decode-device cuda``): the loader's
+# workers read a JPEG file's bytes without decoding them, and the main process decodes each batch's
+# JPEGs on the GPU (torchvision.io.decode_jpeg, nvJPEG) and resizes them there with torch's
+# antialiased filter, the same resize as Pillow's within a level or two of 255 (tested on the CPU,
+# where torchvision decodes with libjpeg). Anything the device route would not read as the CPU route
+# does (another format, CMYK, an EXIF rotation, bytes after the end marker, a truncated file, a
+# size over the pixel limit) is decoded on the CPU by the worker as before, and a JPEG the device
+# cannot decode is decoded from its bytes by Pillow; the batch holds both kinds of rows.
+
+#: the resize filters the device route reproduces (Pillow's name -> torch's antialiased mode)
+DEVICE_RESIZES = {"bilinear": "bilinear", "bicubic": "bicubic"}
+_JPEG_START, _JPEG_END = b"\xff\xd8\xff", b"\xff\xd9"
+_EXIF_ORIENTATION = 0x0112
+
+
+def check_decode_device(device, option: str = "--decode-device", interpolation: str | None = None):
+    """None for ``"cpu"`` or None (Pillow decodes in the loader, the default); the torch device of a
+    CUDA name (``cuda``, ``cuda:1``). One line of ConfigError naming ``option`` for anything else, for
+    CUDA where no CUDA GPU is available, and for a resize the device route does not reproduce."""
+    if device is None or str(device) == "cpu":
+        return None
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{option} {device}: expected cpu or cuda (cuda:N)") from None
+    if parsed.type != "cuda":
+        raise ConfigError(f"{option} {device}: JPEGs are decoded on the CPU (cpu) or a CUDA GPU (cuda, cuda:N)")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError(f"{option} {device}: no CUDA GPU is available here; decode on the CPU ({option} cpu)")
+    if parsed.index is not None and parsed.index >= count:
+        raise ConfigError(f"{option} {device}: this machine has {count} CUDA GPU(s)")
+    if interpolation is not None and interpolation not in DEVICE_RESIZES:
+        raise ConfigError(
+            f"{option} {device}: the model resizes with {interpolation}, which the GPU route does not "
+            f"reproduce (it resizes with {' or '.join(DEVICE_RESIZES)}); decode on the CPU ({option} cpu)"
+        )
+    return parsed
+
+
+def jpeg_for_device(data: bytes) -> bool:
+    """Whether the device route reads these file bytes as the CPU route would: a whole JPEG (start and
+    end markers, nothing after), RGB or grey, no EXIF rotation, within Pillow's pixel limit (its
+    header read only; nothing is decoded)."""
+    if not (data.startswith(_JPEG_START) and data.endswith(_JPEG_END)):
+        return False
+    import io
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=("JPEG",)) as img:
+                if img.mode not in ("RGB", "L") or img.width * img.height > (Image.MAX_IMAGE_PIXELS or 1 << 62):
+                    return False
+                return img.getexif().get(_EXIF_ORIENTATION, 1) == 1
+    except Exception:  # noqa: BLE001 -- anything odd goes the CPU route, which says what is wrong
+        return False
+
+
+def jpeg_file_bytes(path: PathLike):
+    """The file's bytes as a uint8 tensor (N,) if the device route may decode it (:func:`jpeg_for_device`),
+    else None (the CPU route reads it, and reports what is wrong with it)."""
+    import torch
+
+    path = os.fspath(path)
+    if os.path.splitext(path)[1].lower() not in (".jpg", ".jpeg", ".jpe", ".jfif"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if not jpeg_for_device(data):
+        return None
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def pack_jpegs(visual: list, names: list[str]) -> dict:
+    """A batch's visual inputs, some JPEG bytes (1-D uint8 tensors), the others decoded on the CPU
+    ((3, S, S) float tensors) -> the batch's entries: ``images`` (K, 3, S, S) and ``image_rows`` (K,)
+    of the decoded rows, ``jpeg`` (all bytes, concatenated), ``jpeg_offsets`` (J + 1,), ``jpeg_rows``
+    (J,) and ``jpeg_names``. :func:`decode_batch` turns them into the batch's ``images``."""
+    import torch
+    from torch.utils.data import default_collate
+
+    jpeg_rows = [i for i, v in enumerate(visual) if v.dim() == 1]
+    image_rows = [i for i, v in enumerate(visual) if v.dim() != 1]
+    lengths = [len(visual[i]) for i in jpeg_rows]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return {
+        "images": default_collate([visual[i] for i in image_rows]) if image_rows else torch.zeros(0),
+        "image_rows": torch.tensor(image_rows, dtype=torch.long),
+        "jpeg": torch.cat([visual[i] for i in jpeg_rows]) if jpeg_rows else torch.zeros(0, dtype=torch.uint8),
+        "jpeg_offsets": torch.from_numpy(offsets),
+        "jpeg_rows": torch.tensor(jpeg_rows, dtype=torch.long),
+        "jpeg_names": [names[i] for i in jpeg_rows],
+    }
+
+
+def _decode_one_on_cpu(data, name: str):
+    """A JPEG the device could not decode, by the CPU route (Pillow, data/images.py's rules): uint8
+    (3, H, W); ImageError naming it if it cannot be read."""
+    import io
+
+    import torch
+
+    try:
+        with Image.open(io.BytesIO(bytes(data.numpy())), formats=IMAGE_FORMATS) as img:
+            img.load()
+            rgb = to_rgb(img)
+    except Exception as err:  # noqa: BLE001 -- as load_image: a decoder may raise anything
+        detail = " ".join(str(err).split())[:200] or type(err).__name__
+        raise ImageError(f"{name}: unreadable image, damaged or truncated ({detail})") from None
+    return torch.from_numpy(np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1).copy())
+
+
+def decode_jpegs(jpegs: list, names: list[str], device) -> tuple[list, list[str | None]]:
+    """Decode JPEG bytes (1-D uint8 CPU tensors) on ``device``, as a batch: (uint8 (3, H, W) images on
+    ``device``, None where unreadable; the one-line error of each, None where read). A batch the
+    device refuses is decoded one image at a time, and an image it refuses by Pillow on the CPU."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    if not jpegs:
+        return [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchvision 0.29 marks its decoders deprecated (TorchCodec)
+        try:
+            images = decode_jpeg(list(jpegs), mode=ImageReadMode.RGB, device=device)
+            return list(images), [None] * len(jpegs)
+        except RuntimeError:
+            pass
+        images, errors = [], []
+        for data, name in zip(jpegs, names):
+            try:
+                images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+                errors.append(None)
+                continue
+            except RuntimeError:
+                pass
+            try:
+                images.append(_decode_one_on_cpu(data, name).to(device))
+                errors.append(None)
+            except ImageError as err:
+                images.append(None)
+                errors.append(str(err))
+    return images, errors
+
+
+def resize_on_device(image, image_size: int, interpolation: str = DEFAULT_INTERPOLATION):
+    """uint8 (3, H, W) -> uint8 (3, S, S) on the image's device: torch's antialiased ``interpolation``
+    (one of :data:`DEVICE_RESIZES`), rounded as Pillow rounds; no crop, as :func:`to_pixels`."""
+    import torch
+
+    mode = DEVICE_RESIZES[interpolation]
+    if tuple(image.shape[1:]) == (image_size, image_size):
+        return image
+    out = torch.nn.functional.interpolate(
+        image[None].float(), size=(image_size, image_size), mode=mode, antialias=True, align_corners=False
+    )
+    return out[0].round_().clamp_(0, 255).to(torch.uint8)
+
+
+def decode_batch(batch: dict, device, image_size: int, interpolation: str = DEFAULT_INTERPOLATION) -> dict:
+    """A batch of :func:`pack_jpegs`' entries -> the batch with ``images`` (B, 3, S, S) float in [0, 1]
+    on ``device``, the rows the CPU decoded and the JPEGs decoded there, in batch order. An unreadable
+    JPEG's row is removed (with its captions) and its error appended to ``bad_images``, as the loader
+    does for the images it cannot read. A batch without JPEG entries is returned as it is."""
+    import torch
+
+    if "jpeg_rows" not in batch:
+        return batch
+    offsets = batch.pop("jpeg_offsets").tolist()
+    data, jpeg_rows, names = batch.pop("jpeg"), batch.pop("jpeg_rows").tolist(), batch.pop("jpeg_names")
+    image_rows, decoded = batch.pop("image_rows").tolist(), batch.pop("images")
+    rows = len(jpeg_rows) + len(image_rows)
+    jpegs = [data[offsets[k] : offsets[k + 1]] for k in range(len(jpeg_rows))]
+    images, errors = decode_jpegs(jpegs, names, device)
+    out = torch.empty(rows, 3, image_size, image_size, device=device)
+    if image_rows:
+        out[image_rows] = decoded.to(device, non_blocking=True).float()
+    for row, image in zip(jpeg_rows, images):
+        if image is not None:
+            out[row] = resize_on_device(image, image_size, interpolation).float().div_(255.0)
+    batch["images"] = out
+    bad = [row for row, error in zip(jpeg_rows, errors) if error is not None]
+    if bad:
+        batch["bad_images"] = list(batch.get("bad_images", [])) + [e for e in errors if e is not None]
+        batch = drop_rows(batch, bad, rows)
+    return batch
+
+
+def drop_rows(batch: dict, rows: list[int], size: int) -> dict:
+    """The batch without the image rows ``rows`` (of ``size``): their images, ids and captions (every
+    caption of a grouped batch's image: ``image_index``)."""
+    import torch
+
+    keep = torch.ones(size, dtype=torch.bool)
+    keep[rows] = False
+    out = dict(batch)
+    for key in ("images", "image_ids"):
+        out[key] = batch[key][keep.to(batch[key].device)]
+    if "image_index" in batch:  # grouped: captions follow their image's row
+        index = batch["image_index"]
+        caption_keep = keep[index]
+        new_row = torch.cumsum(keep.long(), 0) - 1
+        out["image_index"] = new_row[index[caption_keep]]
+    else:
+        caption_keep = keep
+    for key in ("captions", "lengths"):
+        if key in batch:
+            out[key] = batch[key][caption_keep]
+    return out
