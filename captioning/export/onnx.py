@@ -9,7 +9,23 @@ Two graphs make a captioner (onnx_captioner.py runs them with onnxruntime and nu
                         (B, L, A) -> log p(y_t) (N, V), h_t, c_t (N, H), alpha_t (N, L)
 
 N = B * K: the K beams of image k are rows k*K ... (k+1)*K - 1 and share its features (the graph
-reads K from the shapes). Batch sizes are dynamic. A hard-attention model gets a second step,
+reads K from the shapes). Batch sizes are dynamic.
+
+A transformer decoder (``decoder.kind: transformer``, models/transformer.py) exports the same two
+files over its own state:
+
+    encoder.onnx        images -> memory (B, layers, 2, L, d): each layer's cross-attention keys
+                        and values of the grid, once per image
+    decoder_step.onnx   tokens (N,), position (N,), cache (N, layers, 2, T, d), memory -> log p (N, V),
+                        position_next, cache_next (the step's self-attention keys and values
+                        written at its position), alpha (N, L) (the heads' mean of the maps'
+                        layer) and, with several heads, head_alpha (N, heads, L)
+
+The cache is TransformerState's, of fixed length T (the search's max_new_tokens, a dynamic axis
+of the graph): the captioner makes it, zeros, per search. config.json's ``onnx.state`` says how
+the search carries a kind's state (the step's inputs carried row by row, reordered with the beams,
+and what each starts as; the encoder's outputs every step reads per image); folders written before
+it have the LSTM's. A hard-attention model gets a second step,
 decoder_step_argmax.onnx (the context at the likeliest location); decoder_step.onnx takes the
 expected context (the model's default mode), for a hard model at its generation's
 ``attention_temperature`` (softmax(log alpha / tau), a constant of the graph, recorded in config.json's
@@ -32,6 +48,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from captioning.export.onnx_captioner import LSTM_STATE
 from captioning.files import atomic_write_json, atomic_write_text
 from captioning.models.cells import DecoderState
 from captioning.models.encoders import Encoder
@@ -40,6 +57,9 @@ from captioning.storage.layout import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP
 OPSET = 17
 ENCODER_INPUTS, ENCODER_OUTPUTS = ["images"], ["features", "projected", "h0", "c0"]
 STEP_INPUTS, STEP_OUTPUTS = ["tokens", "h", "c", "features", "projected"], ["log_probs", "h_next", "c_next", "alpha"]
+TRANSFORMER_ENCODER_OUTPUTS = ["memory"]
+TRANSFORMER_STEP_INPUTS = ["tokens", "position", "cache", "memory"]
+TRANSFORMER_STEP_OUTPUTS = ["log_probs", "position_next", "cache_next", "alpha"]
 
 
 def _pool_matrix(size_in: int, size_out: int) -> Tensor:
@@ -120,21 +140,59 @@ class StepGraph(nn.Module):
         return log_probs, state.h, state.c, g.alpha
 
 
+class TransformerEncoderGraph(nn.Module):
+    """A transformer's image side: each layer's cross-attention keys and values of the grid
+    (decoder.memory: the refiner, the projection, the 2-D positions), once per image."""
+
+    def __init__(self, model, image_size: int):
+        super().__init__()
+        self.encoder = exportable_encoder(model.encoder, image_size)
+        self.decoder = model.decoder
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.decoder.memory(self.encoder(images))  # (B, layers, 2, L, d)
+
+
+class TransformerStepGraph(nn.Module):
+    """One transformer step (decoder.step) for N = B * K rows over B images: the cache
+    (N, layers, 2, T, d) in and out, T read from its shape like K."""
+
+    def __init__(self, decoder):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, tokens: Tensor, position: Tensor, cache: Tensor, memory: Tensor):
+        from captioning.models.transformer import TransformerState
+
+        state = TransformerState(position, cache, memory, beams=tokens.size(0) // memory.size(0))
+        log_probs, state, g = self.decoder.step(tokens, state)
+        heads = (g.head_alpha,) if g.head_alpha is not None else ()
+        return (log_probs, state.position, state.cache, g.alpha, *heads)
+
+
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: list, axes: dict, opset: int) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
+    mha = torch.backends.mha
+    fastpath = mha.get_fastpath_enabled()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
-        torch.onnx.export(
-            module,
-            args,
-            str(tmp),
-            input_names=inputs,
-            output_names=outputs,
-            dynamic_axes=axes,
-            opset_version=opset,
-            do_constant_folding=True,
-            dynamo=False,
-        )
+        # torch's fused inference kernel of nn.TransformerEncoderLayer (the grid refiner's) has no ONNX
+        # form: trace the layer's plain operations instead
+        mha.set_fastpath_enabled(False)
+        try:
+            torch.onnx.export(
+                module,
+                args,
+                str(tmp),
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes=axes,
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        finally:
+            mha.set_fastpath_enabled(fastpath)
     os.replace(tmp, path)
 
 
@@ -150,7 +208,10 @@ PAPER_ATTENTION = {
 
 
 def onnx_unsupported(config) -> str:
-    """The decoder settings (attention variants) that the ONNX step graph does not reproduce, as text; '' if none."""
+    """The decoder settings (attention variants) that the ONNX step graph does not reproduce, as text; '' if none.
+    A transformer's step graph is its own decoder.step, every option included."""
+    if config.kind == "transformer":
+        return ""
     return ", ".join(f"{k}={getattr(config, k)!r}" for k, v in PAPER_ATTENTION.items() if getattr(config, k) != v)
 
 
@@ -168,8 +229,8 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
     if unsupported:
         raise ConfigError(
             f"export --format onnx: the ONNX step graph is the paper's attention (additive score, one head, "
-            f"Bahdanau placement, global, no refiner); this model has {unsupported}: export it as a "
-            "safetensors folder (the default format) instead"
+            f"Bahdanau placement, global, no refiner) or the transformer decoder; this model has {unsupported}: "
+            "export it as a safetensors folder (the default format) instead"
         )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,59 +238,123 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
     model = copy.deepcopy(model).cpu().float().eval()
     S = int(spec.image_size)
     config = model_config(model, card, spec)
-    B, K = 2, 3  # example sizes, distinct so that no size is mistaken for another
+    export = _export_transformer if spec.decoder.kind == "transformer" else _export_lstm
     with torch.no_grad():
-        encoder = EncoderGraph(model, S).eval()
-        images = torch.rand(B, 3, S, S)
-        features, projected, h0, c0 = encoder(images)
+        config["onnx"] = {"opset": opset, "encoder": ENCODER_ONNX, **export(model, spec, S, out, opset)}
+    atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())
+    atomic_write_json(out / CONFIG_FILE, config)
+    atomic_write_text(out / CARD_FILE, model_card(config))
+    return out
+
+
+B, K = 2, 3  # the example sizes the graphs are traced at, distinct so that no size is mistaken for another
+
+
+def _export_lstm(model, spec, S: int, out: Path, opset: int) -> dict:
+    """encoder.onnx and decoder_step*.onnx of an LSTM decoder; config.json's onnx section."""
+    encoder = EncoderGraph(model, S).eval()
+    images = torch.rand(B, 3, S, S)
+    features, projected, h0, c0 = encoder(images)
+    _export(
+        encoder,
+        (images,),
+        out / ENCODER_ONNX,
+        ENCODER_INPUTS,
+        ENCODER_OUTPUTS,
+        {"images": {0: "images"}, **{name: {0: "images"} for name in ENCODER_OUTPUTS}},
+        opset,
+    )
+    hard = model.attention_kind == "hard"
+    modes = ("expected", "argmax") if hard else ("expected",)
+    tau = float(spec.generation.attention_temperature) if hard else 1.0
+    args = (
+        torch.full((B * K,), 1, dtype=torch.long),
+        h0.repeat_interleave(K, 0),
+        c0.repeat_interleave(K, 0),
+        features,
+        projected,
+    )
+    axes = {
+        "tokens": {0: "rows"},
+        "h": {0: "rows"},
+        "c": {0: "rows"},
+        "features": {0: "images"},
+        "projected": {0: "images"},
+        **{name: {0: "rows"} for name in STEP_OUTPUTS},
+    }
+    for mode in modes:
         _export(
-            encoder,
-            (images,),
-            out / ENCODER_ONNX,
-            ENCODER_INPUTS,
-            ENCODER_OUTPUTS,
-            {"images": {0: "images"}, **{name: {0: "images"} for name in ENCODER_OUTPUTS}},
+            StepGraph(model.decoder, mode, tau).eval(),
+            args,
+            out / STEP_ONNX[mode],
+            STEP_INPUTS,
+            STEP_OUTPUTS,
+            axes,
             opset,
         )
-        hard = model.attention_kind == "hard"
-        modes = ("expected", "argmax") if hard else ("expected",)
-        tau = float(spec.generation.attention_temperature) if hard else 1.0
-        args = (
-            torch.full((B * K,), 1, dtype=torch.long),
-            h0.repeat_interleave(K, 0),
-            c0.repeat_interleave(K, 0),
-            features,
-            projected,
-        )
-        axes = {
-            "tokens": {0: "rows"},
-            "h": {0: "rows"},
-            "c": {0: "rows"},
-            "features": {0: "images"},
-            "projected": {0: "images"},
-            **{name: {0: "rows"} for name in STEP_OUTPUTS},
-        }
-        for mode in modes:
-            _export(
-                StepGraph(model.decoder, mode, tau).eval(),
-                args,
-                out / STEP_ONNX[mode],
-                STEP_INPUTS,
-                STEP_OUTPUTS,
-                axes,
-                opset,
-            )
-    config["onnx"] = {
-        "opset": opset,
-        "encoder": ENCODER_ONNX,
+    return {
         "steps": {m: STEP_ONNX[m] for m in modes},
         "attention_temperature": tau,
         "encoder_inputs": ENCODER_INPUTS,
         "encoder_outputs": ENCODER_OUTPUTS,
         "step_inputs": STEP_INPUTS,
         "step_outputs": STEP_OUTPUTS,
+        "state": LSTM_STATE,
     }
-    atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())
-    atomic_write_json(out / CONFIG_FILE, config)
-    atomic_write_text(out / CARD_FILE, model_card(config))
-    return out
+
+
+def _export_transformer(model, spec, S: int, out: Path, opset: int) -> dict:
+    """encoder.onnx and decoder_step.onnx of a transformer decoder; config.json's onnx section."""
+    decoder = model.decoder
+    encoder = TransformerEncoderGraph(model, S).eval()
+    images = torch.rand(B, 3, S, S)
+    memory = encoder(images)
+    _export(
+        encoder,
+        (images,),
+        out / ENCODER_ONNX,
+        ENCODER_INPUTS,
+        TRANSFORMER_ENCODER_OUTPUTS,
+        {"images": {0: "images"}, "memory": {0: "images"}},
+        opset,
+    )
+    T = 5  # the example cache length, distinct from B, K and the layers
+    cache = torch.randn(B * K, decoder.num_layers, 2, T, decoder.hidden_dim)
+    args = (torch.full((B * K,), 1, dtype=torch.long), torch.full((B * K,), 2, dtype=torch.long), cache, memory)
+    outputs = TRANSFORMER_STEP_OUTPUTS + (["head_alpha"] if decoder.heads > 1 else [])
+    axes = {
+        "tokens": {0: "rows"},
+        "position": {0: "rows"},
+        "cache": {0: "rows", 3: "steps"},
+        "memory": {0: "images"},
+        "cache_next": {0: "rows", 3: "steps"},
+        **{name: {0: "rows"} for name in outputs if name != "cache_next"},
+    }
+    _export(
+        TransformerStepGraph(decoder).eval(),
+        args,
+        out / STEP_ONNX["expected"],
+        TRANSFORMER_STEP_INPUTS,
+        outputs,
+        axes,
+        opset,
+    )
+    learned = decoder.position_embedding is not None
+    return {
+        "steps": {"expected": STEP_ONNX["expected"]},
+        "attention_temperature": 1.0,
+        "encoder_inputs": ENCODER_INPUTS,
+        "encoder_outputs": TRANSFORMER_ENCODER_OUTPUTS,
+        "step_inputs": TRANSFORMER_STEP_INPUTS,
+        "step_outputs": outputs,
+        "state": {
+            # "steps": the search's max_new_tokens (the cache's fixed length, as TransformerState's)
+            "carried": {
+                "position": {"zeros": [], "dtype": "int64"},
+                "cache": {"zeros": [decoder.num_layers, 2, "steps", decoder.hidden_dim], "dtype": "float32"},
+            },
+            "constants": ["memory"],
+            # learned positions end at max_positions: a longer search needs the PyTorch model to say so too
+            "max_steps": decoder.max_positions if learned else None,
+        },
+    }

@@ -16,6 +16,14 @@ endings, no_repeat_ngram_size, repetition_penalty, min_new_tokens, suppress_toke
 LogitsProcessor in numpy). Sampling (``do_sample`` and so ``top_p``, attention_mode "sample",
 ``location_samples``) and diverse beam search (``num_beam_groups``) are PyTorch's only:
 :data:`ONNX_OPTIONS` records the decision for every decoding option.
+
+The search carries the decoder's state as named arrays, as config.json's ``onnx.state`` describes
+it (decoding/loops.py's state layouts in numpy): the step graph's inputs ``carried`` from step to
+step (one row per caption, reordered with the beams; the graph's output ``<name>_next`` is the next
+value), each starting as an encoder output or as zeros of a shape ("steps": the search's
+max_new_tokens), and the encoder outputs every step reads once per image (``constants``). The LSTM
+carries h and c over the features (:data:`LSTM_STATE`, also what folders without ``onnx.state``
+mean); a transformer its position and fixed-length key/value cache over its grid's keys and values.
 """
 
 from __future__ import annotations
@@ -43,6 +51,11 @@ BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
 #: one's limits are check_generation's). Otherwise, why a value other than the field's default is
 #: refused. A field missing here is refused at any value but its default, and tests/export
 #: (the parity test over every field) fails until it is decided.
+#: the LSTM's state (config.json's onnx.state; folders written before it have this one)
+LSTM_STATE = {"carried": {"h": "h0", "c": "c0"}, "constants": ["features", "projected"]}
+#: the dtypes a carried array may start as zeros of
+STATE_DTYPES = {"int64": np.int64, "float32": np.float32}
+
 HONOURED = "honoured"
 SAMPLING = "decodes greedily or with beam search, without sampling"
 DIVERSE = "has no diverse beam search"
@@ -131,8 +144,32 @@ class OnnxCaptioner:
         if "expected" not in steps:
             raise CheckpointError(f"{os.path.join(folder, 'config.json')}: onnx.steps names no 'expected' step graph")
         self.steps = {mode: _session(os.path.join(folder, name), num_threads) for mode, name in steps.items()}
+        self.state = _read_state(onnx.get("state", LSTM_STATE), os.path.join(folder, "config.json"))
+        self._check_graphs()
         self._check_shapes()
         self.bad_ending_ids = bad_ending_ids(self.vocab)
+
+    def _check_graphs(self) -> None:
+        """The graphs' inputs and outputs against onnx.state: one line naming the graph otherwise."""
+        outputs = {o.name for o in self.encoder.get_outputs()}
+        encoder = os.path.join(self.folder, self.config["onnx"].get("encoder", ENCODER_ONNX))
+        needed = set(self.state["constants"]) | {v for v in self.state["carried"].values() if isinstance(v, str)}
+        if needed - outputs:
+            raise CheckpointError(
+                f"{encoder}: has no output {', '.join(sorted(needed - outputs))} that config.json's onnx.state "
+                f"names (it has {', '.join(sorted(outputs))}; files of different models?)"
+            )
+        carried = list(self.state["carried"])
+        for mode, session in self.steps.items():
+            path = os.path.join(self.folder, self.config["onnx"]["steps"][mode])
+            inputs, outputs = {i.name for i in session.get_inputs()}, {o.name for o in session.get_outputs()}
+            wanted_in = {"tokens", *carried, *self.state["constants"]}
+            wanted_out = {"log_probs", "alpha", *(f"{name}_next" for name in carried)}
+            if inputs != wanted_in or wanted_out - outputs:
+                raise CheckpointError(
+                    f"{path}: takes {', '.join(sorted(inputs))} and gives {', '.join(sorted(outputs))}, not the "
+                    f"state config.json's onnx.state describes (files of different models?)"
+                )
 
     def _check_shapes(self) -> None:
         """One blank image through the graphs: their sizes against config.json and vocab.json (a graph
@@ -146,16 +183,18 @@ class OnnxCaptioner:
             raise CheckpointError(
                 f"{encoder}: does not run on {S}x{S} images as {config} says ({' '.join(str(err).split())[:120]})"
             ) from None
-        L, D = encoded[0].shape[1:]
-        if (L, D) != (self.num_locations, self.feature_dim):
-            raise CheckpointError(
-                f"{encoder}: gives {L} locations of {D} features, but {config} says "
-                f"{self.num_locations} of {self.feature_dim} (files of different models?)"
-            )
+        if "features" in encoded:  # the LSTM's: the annotation vectors themselves
+            L, D = encoded["features"].shape[1:]
+            if (L, D) != (self.num_locations, self.feature_dim):
+                raise CheckpointError(
+                    f"{encoder}: gives {L} locations of {D} features, but {config} says "
+                    f"{self.num_locations} of {self.feature_dim} (files of different models?)"
+                )
+        carried, constants = self.start(encoded, 2)
         for mode in self.steps:
             path = os.path.join(self.folder, self.config["onnx"]["steps"][mode])
             try:
-                logp = self.step(np.array([BOS]), encoded[2], encoded[3], encoded[0], encoded[1], mode)[0]
+                logp, _, alpha, _ = self.step(np.array([BOS]), carried, constants, mode)
             except Exception as err:  # noqa: BLE001
                 raise CheckpointError(
                     f"{path}: does not fit {encoder} ({' '.join(str(err).split())[:120]}; files of different models?)"
@@ -164,6 +203,11 @@ class OnnxCaptioner:
                 raise CheckpointError(
                     f"{path}: writes {logp.shape[1]} tokens, but vocab.json and {config} have "
                     f"{len(self.vocab)} (files of different models?)"
+                )
+            if alpha.shape[1] != self.num_locations:
+                raise CheckpointError(
+                    f"{path}: attends over {alpha.shape[1]} locations, but {config} says "
+                    f"{self.num_locations} (files of different models?)"
                 )
 
     def describe(self) -> dict:
@@ -179,32 +223,36 @@ class OnnxCaptioner:
         }
 
     # ------------------------------------------------------------------ graphs
-    def encode(self, images: np.ndarray) -> tuple[np.ndarray, ...]:
-        """images (B, 3, S, S) float32 in [0, 1] -> features (B, L, D), projected (B, L, A), h0, c0 (B, H)."""
-        return tuple(self.encoder.run(None, {"images": np.ascontiguousarray(images, dtype=np.float32)}))
+    def encode(self, images: np.ndarray) -> dict[str, np.ndarray]:
+        """images (B, 3, S, S) float32 in [0, 1] -> the encoder's outputs by name: the LSTM's features
+        (B, L, D), projected (B, L, A), h0, c0 (B, H); a transformer's memory (B, layers, 2, L, d)."""
+        names = [o.name for o in self.encoder.get_outputs()]
+        outputs = self.encoder.run(None, {"images": np.ascontiguousarray(images, dtype=np.float32)})
+        return dict(zip(names, outputs))
+
+    def start(self, encoded: dict[str, np.ndarray], max_new_tokens: int) -> tuple[dict, dict]:
+        """The search's state at its start, one row per image: (carried, constants), named arrays."""
+        B = next(iter(encoded.values())).shape[0]
+        carried = {}
+        for name, source in self.state["carried"].items():
+            if isinstance(source, str):
+                carried[name] = encoded[source]
+            else:
+                shape = [max_new_tokens if n == "steps" else n for n in source["zeros"]]
+                carried[name] = np.zeros([B, *shape], dtype=STATE_DTYPES[source["dtype"]])
+        return carried, {name: encoded[name] for name in self.state["constants"]}
 
     def step(
-        self,
-        tokens: np.ndarray,
-        h: np.ndarray,
-        c: np.ndarray,
-        features: np.ndarray,
-        projected: np.ndarray,
-        mode: str = "expected",
-    ) -> tuple[np.ndarray, ...]:
-        """One decoder step for N = B * K rows: log p (N, V), h, c (N, H), alpha (N, L)."""
-        return tuple(
-            self.steps[mode].run(
-                None,
-                {
-                    "tokens": tokens.astype(np.int64, copy=False),
-                    "h": h,
-                    "c": c,
-                    "features": features,
-                    "projected": projected,
-                },
-            )
+        self, tokens: np.ndarray, carried: dict, constants: dict, mode: str = "expected"
+    ) -> tuple[np.ndarray, dict, np.ndarray, np.ndarray | None]:
+        """One decoder step for N = B * K rows (``carried`` N rows, ``constants`` B): log p (N, V), the
+        carried state after it, alpha (N, L) and the heads' maps (N, heads, L) where the graph gives them."""
+        session = self.steps[mode]
+        names = [o.name for o in session.get_outputs()]
+        out = dict(
+            zip(names, session.run(None, {"tokens": tokens.astype(np.int64, copy=False), **carried, **constants}))
         )
+        return out["log_probs"], {k: out[f"{k}_next"] for k in carried}, out["alpha"], out.get("head_alpha")
 
     def check_generation(self, config: GenerationConfig) -> str:
         """The step graph ``config`` needs ("expected" or "argmax"); a one-line ConfigError for what
@@ -217,6 +265,12 @@ class OnnxCaptioner:
         if config.attention_mode == "sample":
             raise ConfigError(f"the ONNX captioner {SAMPLING}: attention_mode 'sample' needs the PyTorch model")
         config.resolve_tokens(self.vocab)  # words it lacks, ids beyond it: one line, before any image
+        limit = self.state.get("max_steps")
+        if limit is not None and config.max_new_tokens > limit:  # as TransformerDecoder.check_length
+            raise ConfigError(
+                f"model.decoder.max_positions: this model's learned positions end at {limit}; "
+                f"{config.max_new_tokens} tokens are more (lower max_new_tokens or max_length)"
+            )
         mode = "expected" if self.attention_kind == "soft" else config.attention_mode
         baked = float(self.config["onnx"].get("attention_temperature", 1.0))  # folders before the option: 1
         if mode == "expected" and self.attention_kind == "hard" and config.attention_temperature != baked:
@@ -285,18 +339,18 @@ class OnnxCaptioner:
         prefix[np.arange(prefix.shape[0]), np.minimum(lengths, prefix.shape[1] - 1)] = tokens
 
     # ------------------------------------------------------------------ search (decoding/search.py, in numpy)
-    def greedy(self, encoded: tuple, config: GenerationConfig, mode: str) -> dict:
-        features, projected, h, c = encoded
-        B = features.shape[0]
+    def greedy(self, encoded: dict, config: GenerationConfig, mode: str) -> dict:
+        carried, constants = self.start(encoded, config.max_new_tokens)
+        B = next(iter(carried.values())).shape[0]
         tokens = np.full(B, BOS, dtype=np.int64)
         finished = np.zeros(B, dtype=bool)
         scores = np.zeros(B, dtype=np.float32)
         lengths = np.zeros(B, dtype=np.int64)
-        out_tokens, out_alpha, out_loc = [], [], []
+        out_tokens, out_alpha, out_loc, out_heads = [], [], [], []
         ban, rows = self._ban(config), np.arange(B)
         prefix = np.full((B, config.max_new_tokens), PAD, dtype=np.int64)
         for _ in range(config.max_new_tokens):
-            logp, h, c, alpha = self.step(tokens, h, c, features, projected, mode)
+            logp, carried, alpha, heads = self.step(tokens, carried, constants, mode)
             logp = self._process(logp, tokens, lengths, prefix, config, ban)
             nxt = logp.argmax(-1)
             running = ~finished
@@ -307,6 +361,8 @@ class OnnxCaptioner:
             out_tokens.append(nxt)
             out_alpha.append(alpha * running[:, None])
             out_loc.append(alpha.argmax(-1))
+            if heads is not None:
+                out_heads.append(heads * running[:, None, None])
             finished |= nxt == EOS
             tokens = nxt
             if finished.all():
@@ -317,12 +373,13 @@ class OnnxCaptioner:
             "locations": np.stack(out_loc, 1),
             "scores": _normalise(scores, lengths, config.length_penalty),
             "lengths": lengths,
+            **({"head_alphas": np.stack(out_heads, 1)} if out_heads else {}),
         }
 
-    def beam_search(self, encoded: tuple, config: GenerationConfig, mode: str) -> dict:
-        features, projected, h0, c0 = encoded
-        B, K, N = features.shape[0], config.num_beams, config.num_return_sequences
-        h, c = np.repeat(h0, K, 0), np.repeat(c0, K, 0)  # the state per beam; the features once per image
+    def beam_search(self, encoded: dict, config: GenerationConfig, mode: str) -> dict:
+        carried, constants = self.start(encoded, config.max_new_tokens)
+        B, K, N = next(iter(carried.values())).shape[0], config.num_beams, config.num_return_sequences
+        carried = {k: np.repeat(v, K, 0) for k, v in carried.items()}  # the state per beam; constants once per image
         beam_scores = np.zeros((B, K), dtype=np.float32)
         beam_scores[:, 1:] = -np.inf  # at the start only one beam per image is alive
         tokens = np.full(B * K, BOS, dtype=np.int64)
@@ -333,7 +390,7 @@ class OnnxCaptioner:
         ban = self._ban(config)
         prefix = np.full((B * K, config.max_new_tokens), PAD, dtype=np.int64)
         for _ in range(config.max_new_tokens):
-            logp, h, c, alpha = self.step(tokens, h, c, features, projected, mode)  # (B*K, V)
+            logp, carried, alpha, heads = self.step(tokens, carried, constants, mode)  # (B*K, V)
             logp = self._process(logp, tokens, lengths, prefix, config, ban)
             V = logp.shape[1]
             logp[finished] = -np.inf  # a finished beam may only continue with PAD, at no cost
@@ -343,13 +400,22 @@ class OnnxCaptioner:
             beam_scores = np.take_along_axis(candidates, flat, 1)
             parent = (base + flat // V).reshape(-1)
             tokens = (flat % V).reshape(-1)
-            h, c = h[parent], c[parent]
+            carried = {k: v[parent] for k, v in carried.items()}  # each beam continues its parent's state
             was_finished = finished[parent]
             prefix = prefix[parent]
             self._extend(prefix, lengths[parent], tokens)
             lengths = lengths[parent] + ~was_finished
             finished = was_finished | (tokens == EOS)
-            history.append((parent, tokens, alpha[parent] * ~was_finished[:, None], alpha.argmax(-1)[parent]))
+            running = ~was_finished
+            history.append(
+                (
+                    parent,
+                    tokens,
+                    alpha[parent] * running[:, None],
+                    alpha.argmax(-1)[parent],
+                    None if heads is None else heads[parent] * running[:, None, None],
+                )
+            )
             if finished.all():
                 break
         normalised = _normalise(beam_scores.reshape(-1), lengths, config.length_penalty).reshape(B, K)
@@ -357,16 +423,19 @@ class OnnxCaptioner:
         top_scores = np.take_along_axis(normalised, top, 1)
         row = (base + top).reshape(-1)
         out_lengths = lengths[row].reshape(B, N)
-        seq, alphas, locs = [], [], []
-        for parent, tok, a, loc in reversed(history):  # follow the parent pointers back to the start
+        seq, alphas, locs, heads = [], [], [], []
+        for parent, tok, a, loc, h in reversed(history):  # follow the parent pointers back to the start
             seq.append(tok[row])
             alphas.append(a[row])
             locs.append(loc[row])
+            if h is not None:
+                heads.append(h[row])
             row = parent[row]
         T = len(history)
         sequences = np.stack(seq[::-1], 1).reshape(B, N, T)
         alpha_maps = np.stack(alphas[::-1], 1).reshape(B, N, T, -1)
         locations = np.stack(locs[::-1], 1).reshape(B, N, T)
+        head_maps = np.stack(heads[::-1], 1).reshape(B, N, T, *heads[0].shape[1:]) if heads else None
         return {
             "sequences": sequences[:, 0],
             "alphas": alpha_maps[:, 0],
@@ -374,6 +443,7 @@ class OnnxCaptioner:
             "scores": top_scores[:, 0],
             "lengths": out_lengths[:, 0],
             **({"beam_sequences": sequences, "beam_scores": top_scores} if N > 1 else {}),
+            **({"head_alphas": head_maps[:, 0]} if head_maps is not None else {}),
         }
 
     def generate(self, images: np.ndarray, config: GenerationConfig | None = None) -> dict:
@@ -417,8 +487,46 @@ class OnnxCaptioner:
                     grid = grid_shape(out["alphas"].shape[-1])
                     item["attention"] = out["alphas"][i, :n].reshape(n, *grid).astype(np.float32)
                     item["locations"] = [divmod(int(cell), grid[1]) for cell in out["locations"][i, :n].tolist()]
+                    if "head_alphas" in out:  # a multi-head transformer's: each head's map, as Captioner's
+                        heads = out["head_alphas"][i, :n]
+                        item["head_attention"] = heads.reshape(n, heads.shape[1], *grid).astype(np.float32)
                 results.append(item)
         return results
+
+
+def _read_state(state, path: str) -> dict:
+    """config.json's onnx.state, checked (one line naming the file and the field otherwise):
+    {"carried": {name: encoder output | {"zeros": [size | "steps", ...], "dtype": ...}},
+    "constants": [encoder output, ...], "max_steps": None | the longest search}."""
+
+    def bad(where: str, what: str):
+        return CheckpointError(f"{path}: onnx.state{where} {what}")
+
+    if not isinstance(state, dict):
+        raise bad("", "must be an object {carried, constants}")
+    carried, constants = state.get("carried"), state.get("constants")
+    if not isinstance(carried, dict) or not carried:
+        raise bad(".carried", "must be a non-empty object {input name: its start}")
+    for name, start in carried.items():
+        if isinstance(start, str):
+            continue
+        sizes = start.get("zeros") if isinstance(start, dict) else None
+        if (
+            not isinstance(sizes, list)
+            or not all(n == "steps" or (isinstance(n, int) and not isinstance(n, bool) and n >= 1) for n in sizes)
+            or start.get("dtype") not in STATE_DTYPES
+        ):
+            raise bad(
+                f".carried.{name}",
+                f"must name an encoder output or be {{zeros: [sizes or 'steps'], dtype: "
+                f"{' or '.join(STATE_DTYPES)}}}, got {start!r:.60}",
+            )
+    if not isinstance(constants, list) or not constants or not all(isinstance(c, str) for c in constants):
+        raise bad(".constants", f"must be a non-empty list of encoder output names, got {constants!r:.60}")
+    limit = state.get("max_steps")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise bad(".max_steps", f"must be a positive integer or null, got {limit!r:.40}")
+    return {"carried": carried, "constants": constants, "max_steps": limit}
 
 
 def _normalise(scores: np.ndarray, lengths: np.ndarray, length_penalty: float) -> np.ndarray:

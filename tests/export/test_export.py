@@ -194,17 +194,21 @@ def test_onnx_steps_match_the_decoder_within_1e4(tiny_checkpoint, soft_onnx, ima
         features = model.encoder(batch)
         state = model.decoder.initial_state(features)
         encoded = onnx.encode(batch.numpy())
-        for ours, theirs in zip(encoded, (state.features, state.projected, state.h, state.c)):
+        assert list(encoded) == ["features", "projected", "h0", "c0"]
+        for ours, theirs in zip(encoded.values(), (state.features, state.projected, state.h, state.c)):
             np.testing.assert_allclose(ours, theirs.numpy(), atol=1e-5)
         for beams in (1, 3):
             s = state if beams == 1 else state.expand_beams(beams)
             s = s.with_recurrent(s.h + 0.3 * torch.randn_like(s.h), s.c + 0.3 * torch.randn_like(s.c))  # beams differ
             tokens = torch.randint(4, len(model.vocab), (s.h.size(0),))
             logp, new, g = model.decoder.step(tokens, s)
-            ours = onnx.step(tokens.numpy(), s.h.numpy(), s.c.numpy(), encoded[0], encoded[1])
-            assert np.abs(ours[0] - logp.numpy()).max() < 1e-4
-            np.testing.assert_allclose(ours[1], new.h.numpy(), atol=1e-5)
-            np.testing.assert_allclose(ours[3], g.alpha.numpy(), atol=1e-5)
+            carried = {"h": s.h.numpy(), "c": s.c.numpy()}
+            constants = {"features": encoded["features"], "projected": encoded["projected"]}
+            ours, state_next, alpha, heads = onnx.step(tokens.numpy(), carried, constants)
+            assert np.abs(ours - logp.numpy()).max() < 1e-4 and heads is None
+            np.testing.assert_allclose(state_next["h"], new.h.numpy(), atol=1e-5)
+            np.testing.assert_allclose(state_next["c"], new.c.numpy(), atol=1e-5)
+            np.testing.assert_allclose(alpha, g.alpha.numpy(), atol=1e-5)
 
 
 def test_onnx_captions_as_pytorch_greedy_and_beam_3(tiny_checkpoint, soft_onnx, images):
@@ -222,6 +226,39 @@ def test_onnx_captions_as_pytorch_greedy_and_beam_3(tiny_checkpoint, soft_onnx, 
                 assert [r["generated_text"] for r in x["beams"]] == [r["generated_text"] for r in y["beams"]]
     settings = dict(num_beams=3, forbid_bad_endings=True, length_penalty=0.5, max_new_tokens=9)
     assert same_results(a(images, **settings), b(images, **settings)) >= 0.99
+
+
+def test_an_onnx_folder_without_a_state_description_is_an_lstms(tiny_checkpoint, soft_onnx, images, tmp_path):
+    """Folders written before config.json's onnx.state (and the LSTM's graphs, whose names stay
+    those) are read as the LSTM's h and c over the features: the same captions as with it."""
+    import onnxruntime as ort
+
+    from captioning.export.onnx import ENCODER_OUTPUTS, STEP_INPUTS, STEP_OUTPUTS
+    from captioning.export.onnx_captioner import LSTM_STATE, OnnxCaptioner
+
+    config = json.loads((soft_onnx / "config.json").read_text())
+    assert config["onnx"]["state"] == LSTM_STATE
+    encoder = ort.InferenceSession(str(soft_onnx / "encoder.onnx"))
+    step = ort.InferenceSession(str(soft_onnx / "decoder_step.onnx"))
+    assert [o.name for o in encoder.get_outputs()] == ENCODER_OUTPUTS == ["features", "projected", "h0", "c0"]
+    assert [i.name for i in step.get_inputs()] == STEP_INPUTS == ["tokens", "h", "c", "features", "projected"]
+    assert [o.name for o in step.get_outputs()] == STEP_OUTPUTS == ["log_probs", "h_next", "c_next", "alpha"]
+    old = tmp_path / "old"
+    shutil.copytree(soft_onnx, old)
+    del config["onnx"]["state"]
+    (old / "config.json").write_text(json.dumps(config))
+    a, b = OnnxCaptioner(soft_onnx), OnnxCaptioner(old)
+    for beams in (1, 3):
+        assert b(images[:16], num_beams=beams, return_attention=True)[0].keys() == {
+            "generated_text",
+            "score",
+            "tokens",
+            "attention",
+            "locations",
+        }
+        assert [r["generated_text"] for r in a(images, num_beams=beams)] == [
+            r["generated_text"] for r in b(images, num_beams=beams)
+        ]
 
 
 def test_onnx_hard_attention_exports_expected_and_argmax(hard_checkpoint, images, tmp_path):

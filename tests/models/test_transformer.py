@@ -274,16 +274,6 @@ def test_an_ensemble_mixes_transformer_and_lstm_members():
         assert both.sequences.size(0) == 4 and both.head_alphas.shape[2] == 2
 
 
-def test_the_onnx_export_refuses_a_transformer_in_one_line(tmp_path):
-    from captioning.export.onnx import export_onnx, onnx_unsupported
-
-    model = built(0)
-    assert "kind='transformer'" in onnx_unsupported(model.decoder.config)
-    with pytest.raises(ConfigError) as err:
-        export_onnx(model, tmp_path / "onnx")
-    assert "\n" not in str(err.value) and not (tmp_path / "onnx").exists()
-
-
 def test_the_aoa_refiner_layer_is_attention_on_attention_over_the_grid():
     from captioning.models.decoder import GridRefiner
 
