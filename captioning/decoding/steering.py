@@ -6,7 +6,9 @@ maps to the same fraction of the grid), the share ``m_i`` in [0, 1] of each of t
 that the box covers. The prior ``S (m_i - 1)`` (S = ``focus_strength``) is added to the attention
 scores e_ti of every step before the softmax (Eq. 5): cells inside the box keep their scores,
 cells outside lose S. For hard attention the same alpha_t is the distribution locations are
-sampled from (or the argmax's, or the expected context's), so all three modes follow it.
+sampled from (or the argmax's, or the expected context's), so all three modes follow it. A
+transformer decoder adds it to the cross-attention scores of every layer and head
+(models/transformer.py: ``TransformerState.bias``), so that no layer reads the grid outside the box.
 
 An ensemble (decoding/ensemble.py) is steered member by member: each member's decoder gets the
 prior of the same box on its own grid (members may read different image sizes), so every member
@@ -115,6 +117,8 @@ def steer_problem(decoder) -> str | None:
     members = getattr(decoder, "decoders", None)
     if members is not None:  # an EnsembleDecoder
         return next((p for p in map(steer_problem, members) if p), None)
+    if getattr(decoder, "takes_attention_bias", False):  # its state's bias reaches its scores (a transformer's)
+        return None
     if not hasattr(decoder, "cell") or not hasattr(decoder.cell, "attend"):
         return f"focus: a {type(decoder).__name__} has no attention scores to steer"
     return None
@@ -135,8 +139,11 @@ class Focused:
         return getattr(self.decoder, name)
 
     def _with_bias(self, state):
-        rows = state.features.size(0)
-        bias = self.bias.to(state.features.dtype)
+        from captioning.decoding.loops import state_layout
+
+        images = state_layout(self.decoder).constants(state)[0]  # a row per image: features, a transformer's memory
+        rows = images.size(0)
+        bias = self.bias.to(images.dtype)
         if rows != bias.size(0):  # best_of_k repeats each image K times, image-major
             bias = bias.repeat_interleave(rows // bias.size(0), 0)
         return dataclasses.replace(state, bias=bias)

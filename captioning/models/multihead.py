@@ -29,14 +29,19 @@ class MultiHeadAttention(nn.Module):
         N, S, d = x.shape
         return self.key_value(x).view(N, S, 2, d).transpose(1, 2)
 
-    def forward(self, x: Tensor, kv: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, kv: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """x (N, Tq, d), kv (N, 2, S, d), mask broadcastable to (N, heads, Tq, S), True where a query
-        may look -> the output (N, Tq, d) and the weights (N, heads, Tq, S)."""
+        may look; ``bias`` broadcastable to it, added to the scores before the softmax (a prior over
+        the keys: decoding/steering.py's focus) -> the output (N, Tq, d) and the weights (N, heads, Tq, S)."""
         N, Tq, d = x.shape
         S = kv.size(2)
         q = self.query(x).view(N, Tq, self.heads, self.head_dim).transpose(1, 2)  # (N, h, Tq, dh)
         k, v = kv.view(N, 2, S, self.heads, self.head_dim).transpose(2, 3).unbind(1)  # (N, h, S, dh) each
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (N, h, Tq, S)
+        if bias is not None:
+            scores = scores + bias
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(-1)

@@ -24,7 +24,8 @@ CUDA graphs) and reorder the cache with the beams like any carried tensor
 (:class:`TransformerStates`). The attention maps the search and the pictures read are the
 cross-attention weights of one layer (``attention_layer``, default the first: on the shapes data its maps
 point at the objects named and the last layer's do not, docs/studies/TRANSFORMER.md), their mean over
-heads as ``alpha`` and per head as ``head_alpha``.
+heads as ``alpha`` and per head as ``head_alpha``. A focus prior (decoding/steering.py,
+``TransformerState.bias``) is added to every layer's and head's cross-attention scores.
 """
 
 from __future__ import annotations
@@ -117,16 +118,24 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(
-        self, x: Tensor, self_kv: Tensor, self_mask: Tensor | None, memory_kv: Tensor, beams: int = 1
+        self,
+        x: Tensor,
+        self_kv: Tensor,
+        self_mask: Tensor | None,
+        memory_kv: Tensor,
+        beams: int = 1,
+        memory_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """x (N, Tq, d) after its self-attention's keys and values ``self_kv`` (N, 2, S, d) under
         ``self_mask``; the grid's ``memory_kv`` (N / beams, 2, L, d): with beams, the queries of an
-        image's ``beams`` rows (Tq = 1) attend as one image's queries. -> x, the cross weights (N, h, Tq, L)."""
+        image's ``beams`` rows (Tq = 1) attend as one image's queries; ``memory_bias`` (N / beams, L)
+        added to every head's cross-attention scores (a focus prior). -> x, the cross weights (N, h, Tq, L)."""
         a, _ = self.self_attention(self.norm_self(x), self_kv, self_mask)
         x = x + self.dropout(a)
         N, Tq, d = x.shape
         y = self.norm_cross(x).reshape(N // beams, beams * Tq, d)  # an image's rows as its queries
-        a, weights = self.cross_attention(y, memory_kv)  # (B, beams * Tq, d), (B, h, beams * Tq, L)
+        prior = None if memory_bias is None else memory_bias[:, None, None, :]  # (B, 1, 1, L): every head and query
+        a, weights = self.cross_attention(y, memory_kv, bias=prior)  # (B, beams * Tq, d), (B, h, beams * Tq, L)
         x = x + self.dropout(a.reshape(N, Tq, d))
         weights = weights.reshape(N // beams, -1, beams, Tq, weights.size(-1)).transpose(1, 2)
         x = x + self.dropout(self.feed_forward(self.norm_ff(x)))
@@ -141,19 +150,27 @@ class TransformerState:
     cache: Tensor  # (N, layers, 2, T, d): each layer's self-attention keys and values of positions < position
     memory: Tensor  # (N / beams, layers, 2, L, d): each layer's cross-attention keys and values of the grid
     beams: int = 1
+    #: (N / beams, L) added to every layer's and head's cross-attention scores before the softmax,
+    #: per image: a prior over the locations (decoding/steering.py's focus, as DecoderState.bias); None: none
+    bias: Tensor | None = None
 
     def select(self, index: Tensor) -> TransformerState:
         """Rows ``index`` (a slice, or (N',) indices); one row per image only."""
         if self.beams != 1:
             raise ValueError("select() needs one row per image; beams share their image's memory")
-        return TransformerState(self.position[index], self.cache[index], self.memory[index])
+        bias = None if self.bias is None else self.bias[index]
+        return TransformerState(self.position[index], self.cache[index], self.memory[index], bias=bias)
 
     def expand_beams(self, beams: int) -> TransformerState:
-        """Each image's rows copied to ``beams`` rows; the memory stays one copy per image."""
+        """Each image's rows copied to ``beams`` rows; the memory (and prior) stay one copy per image."""
         if self.beams != 1:
             raise ValueError("expand_beams() of a state that already has beams")
         return TransformerState(
-            self.position.repeat_interleave(beams, 0), self.cache.repeat_interleave(beams, 0), self.memory, beams
+            self.position.repeat_interleave(beams, 0),
+            self.cache.repeat_interleave(beams, 0),
+            self.memory,
+            beams,
+            self.bias,
         )
 
 
@@ -188,6 +205,9 @@ class TransformerDecoder(nn.Module):
     #: the loops' view of the state (decoding/loops.py)
     state_layout = TransformerStates
     check_config = staticmethod(check_config)
+    #: a focus prior (TransformerState.bias, decoding/steering.py) reaches every layer's and head's
+    #: cross-attention scores
+    takes_attention_bias = True
 
     def __init__(self, vocab_size: int, feature_dim: int, config: DecoderConfig | None = None):
         super().__init__()
@@ -339,14 +359,14 @@ class TransformerDecoder(nn.Module):
         for i, layer in enumerate(self.layers):
             new = layer.self_attention.keys_values(layer.norm_self(x))  # (N, 2, 1, d)
             kv = torch.where(here.view(N, 1, T, 1), new, state.cache[:, i])  # written at the position
-            x, w = layer(x, kv, seen, state.memory[:, i], state.beams)
+            x, w = layer(x, kv, seen, state.memory[:, i], state.beams, state.bias)
             caches.append(kv)
             maps.append(w[:, :, 0])  # (N, h, L)
         logits = self.logits(x[:, 0])
         log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
         heads = maps[self.attention_layer]
         alpha = heads.mean(1)
-        new_state = TransformerState(state.position + 1, torch.stack(caches, 1), state.memory, state.beams)
+        new_state = TransformerState(state.position + 1, torch.stack(caches, 1), state.memory, state.beams, state.bias)
         return (
             log_probs,
             new_state,
