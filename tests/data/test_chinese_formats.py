@@ -143,3 +143,61 @@ def test_coco_cn_reads_coco_ids_and_images(tmp_path):
     (tmp_path / "coco-cn_val.txt").unlink()
     with pytest.raises(AnnotationError, match=r"no split list coco-cn_val.txt in "):
         load_records(str(path))
+
+
+def coco_cn(root, lines):
+    path = root / "imageid.human-written-caption.txt"
+    path.write_bytes(lines.encode("utf-8") if isinstance(lines, str) else lines)
+    for split in ("train", "val", "test"):
+        (root / f"coco-cn_{split}.txt").write_text("COCO_val2014_000000000042\n" if split == "train" else "")
+    return path
+
+
+COCO_CN = "".join(f"COCO_val2014_{42:012d}#{n}\t{c}\n" for n, c in enumerate(CAPTIONS[:2]))
+
+
+def test_bad_coco_cn_and_ai_challenger_files_are_one_line(tmp_path):
+    path = coco_cn(tmp_path, COCO_CN.encode("gb18030"))
+    with pytest.raises(
+        AnnotationError, match=r"imageid.human-written-caption.txt: not UTF-8 text \(byte \d+\)"
+    ) as info:
+        load_records(str(path))
+    assert "\n" not in str(info.value)
+    path.write_text(COCO_CN + "COCO_val2014_000000000042 一个女孩\n", encoding="utf-8")  # no '#<n>'
+    with pytest.raises(AnnotationError, match=r"line 3: expected '<image>#<n> <caption>'"):
+        load_records(str(path))
+    path.write_text(COCO_CN + "val2014_42#0\t一个女孩\n", encoding="utf-8")
+    with pytest.raises(
+        AnnotationError, match=r"image 'val2014_42' is not a COCO image name \(COCO_<folder>_<12 digits>\)"
+    ):
+        load_records(str(path))
+    problems = []
+    assert len(load_records(str(path), problems=problems)) == 1 and len(problems) == 1  # listed, the rest read
+    aic = aichallenger(tmp_path / "aic")
+    aic.write_bytes(aic.read_text(encoding="utf-8").encode("gb18030"))
+    with pytest.raises(AnnotationError, match=r"caption_train_annotations_20170902.json: not UTF-8 text") as info:
+        load_records(str(aic))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("fmt", ["flickr8k", "coco_cn"])
+def test_prepare_without_the_images_folder_names_it_and_writes_nothing(fmt, tmp_path, capsys):
+    """Flickr8k-CN's and COCO-CN's images live apart from the captions (Flicker8k_Dataset/, COCO's
+    folders under --images-root): without them, prepare lists the missing images and ends in one
+    line naming --images-root, writing no vocabulary."""
+    from captioning.cli.main import main
+
+    if fmt == "flickr8k":
+        path = flickr8k(tmp_path, FLICKR8K_CN)
+        for image in (tmp_path / "Flicker8k_Dataset").iterdir():
+            image.unlink()
+        (tmp_path / "Flicker8k_Dataset").rmdir()
+    else:
+        path = coco_cn(tmp_path, COCO_CN)
+    out = tmp_path / "vocab.json"
+    code = main(["prepare", "--annotations", str(path), "--min-word-freq", "1", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and not out.exists()
+    errors = [line for line in err if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0] == err[-1], err
+    assert "missing or unreadable" in err[-1] and "is --images-root" in err[-1]
