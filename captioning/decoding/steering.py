@@ -42,12 +42,13 @@ DEFAULT_STRENGTH = 10.0
 def parse_box(text: str | Sequence[float], what: str = "--focus") -> Box:
     """``"x0,y0,x1,y1"`` (or four numbers) -> a box of finite floats; one line naming ``what`` if not."""
     items = text.split(",") if isinstance(text, str) else list(text)
+    shown = repr(text) if len(repr(text)) <= 60 else repr(text)[:57] + "..."  # one short line
     try:
         box = tuple(float(v) for v in items)
     except (TypeError, ValueError):
-        raise ConfigError(f"{what}: expected four numbers x0,y0,x1,y1 in the image's pixels, got {text!r}") from None
+        raise ConfigError(f"{what}: expected four numbers x0,y0,x1,y1 in the image's pixels, got {shown}") from None
     if len(box) != 4 or not all(math.isfinite(v) for v in box):
-        raise ConfigError(f"{what}: expected four finite numbers x0,y0,x1,y1 in the image's pixels, got {text!r}")
+        raise ConfigError(f"{what}: expected four finite numbers x0,y0,x1,y1 in the image's pixels, got {shown}")
     return box  # type: ignore[return-value]
 
 

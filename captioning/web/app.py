@@ -5,8 +5,9 @@ Routes:
     GET  /                    the page (captioning/web/page.py)
     GET  /api/models          the served models: name, description, default settings
     POST /api/caption         multipart form: ``image`` (the file) and optional fields ``model``,
-                              ``return_gif``, ``return_image`` and the decoding settings
-                              (captioning/web/settings.py) -> JSON (see docs/WEB.md)
+                              ``return_gif``, ``return_image``, the decoding settings and the
+                              steering fields ``focus`` (x0,y0,x1,y1 in the image's pixels) and
+                              ``focus_strength`` (captioning/web/settings.py) -> JSON (docs/WEB.md)
     GET  /examples/{i}        the i-th example image offered on the page
     GET  /healthz             {"status": "ok", "pending": n, ...}; 503 {"status": "stuck", ...} when
                               the worker has been on one batch longer than ``Limits.stuck_after``
@@ -46,10 +47,11 @@ from captioning.web.examples import EXAMPLES
 from captioning.web.guard import Guard, LimitBody, Limits, allowed_host_names
 from captioning.web.served import ServedModel
 from captioning.web.service import InferenceQueue, Job, log
-from captioning.web.settings import form_description, form_options, truthy
+from captioning.web.settings import FOCUS_FIELDS, form_description, form_options, parse_focus, truthy
 
 CHUNK = 256 * 1024
-FORM_FIELDS = ("image", "model", "return_gif", "return_image")  # the form's fields besides the decoding settings
+# the form's fields besides the decoding settings
+FORM_FIELDS = ("image", "model", "return_gif", "return_image", *FOCUS_FIELDS)
 
 
 def _unlink(path: str) -> None:
@@ -180,13 +182,18 @@ def create_app(
             model = by_name.get(model_name)
             if model is None:
                 raise NotFound(f"unknown model {model_name[:60]!r}; served: {', '.join(by_name)}")
+            settings = model.settings(fields)
+            focus = parse_focus(fields)
+            if focus is not None and model.focus_problem:
+                raise RequestError(f"{model.focus_problem} (model {model.name!r})")
             job = Job(
                 model,
-                model.settings(fields),
+                settings,
                 upload,
                 name,
                 want_gif=truthy(fields.get("return_gif")),
                 want_image=truthy(fields.get("return_image")),
+                focus=focus,
             )
             future = state["queue"].submit(job)
             try:

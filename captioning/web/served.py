@@ -17,7 +17,7 @@ from captioning.models import ATTENTION_MODES
 from captioning.web.errors import RequestError
 from captioning.web.examples import first_test_images, training_config
 from captioning.web.gifs import DEFAULT_GIF_PIXELS, budgeted_gif
-from captioning.web.settings import MAX_TOKENS, PAGE_BEAMS, Settings
+from captioning.web.settings import MAX_TOKENS, PAGE_BEAMS, Focus, Settings
 
 MAX_LISTED_BEAMS = 5  # beams listed when the request does not say (diverse beam search lists all of them)
 
@@ -59,6 +59,7 @@ class ServedModel:
         self.description = self._describe(config)
         self.grid: tuple[int, int] | None = None  # the attention grid (gh, gw), known after the first caption
         self.inputs = model_inputs(captioner)  # the resizes the captioner makes of an upload (web/images.py: prepare)
+        self.focus_problem = focus_problem(captioner)  # why a focus is refused (one line), None: it is not
 
     @classmethod
     def load(cls, name: str | None, checkpoint, device: str = "cpu", examples: Sequence[Path] = ()) -> ServedModel:
@@ -139,9 +140,27 @@ class ServedModel:
         return kwargs
 
     # ------------------------------------------------------------------ work
-    def caption(self, images: list[Image.Image], settings: Settings) -> list[dict]:
-        """Raw results of the captioner (numpy attention), one per image, with "beams" always present."""
-        results = self.captioner(images, return_attention=True, **self.generation_kwargs(settings))
+    def caption(
+        self,
+        images: list[Image.Image],
+        settings: Settings,
+        focus: Sequence[tuple[Focus, tuple[int, int]] | None] | None = None,
+    ) -> list[dict]:
+        """Raw results of the captioner (numpy attention), one per image, with "beams" always present.
+
+        ``focus``: per image, None or (its :class:`Focus`, the uploaded image's (W, H)): the box,
+        in the upload's pixels, is carried to the model input's (``images``, resized without a
+        crop from the upload: web/images.py), so the prior is the one ``captioning caption
+        --focus`` puts on the upload itself. The focused images share one strength."""
+        kwargs = self.generation_kwargs(settings)
+        if focus and any(f is not None for f in focus):
+            from captioning.decoding.steering import scale_box
+
+            kwargs["focus"] = [
+                None if f is None else scale_box(f[0].box, f[1], image.size) for f, image in zip(focus, images)
+            ]
+            kwargs["focus_strength"] = next(f[0].strength for f in focus if f is not None)
+        results = self.captioner(images, return_attention=True, **kwargs)
         for result in results:
             if not result.get("beams"):  # no list of beams: the best one alone
                 result["beams"] = [{"generated_text": result["generated_text"], "score": result["score"]}]
@@ -174,6 +193,16 @@ class ServedModel:
                 for b in result["beams"]
             ],
         }
+
+
+def focus_problem(captioner) -> str | None:
+    """Why ``captioner`` cannot take a focus, in one line (decoding/steering.py: steer_problem), or None."""
+    from captioning.decoding.steering import steer_problem
+
+    decoder = getattr(getattr(captioner, "model", None), "decoder", None)
+    if decoder is None:
+        return "focus: this model has no attention scores to steer"
+    return steer_problem(decoder)
 
 
 def _file_names(value):

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from captioning.errors import ImageError
-from captioning.web.errors import Busy, InternalError, TooLarge, upload_error
+from captioning.errors import ConfigError, ImageError
+from captioning.web.errors import Busy, InternalError, RequestError, TooLarge, upload_error
 from captioning.web.gifs import DEFAULT_GIF_PIXELS
 from captioning.web.images import data_uri, encode_display, prepare
 from captioning.web.served import ServedModel
-from captioning.web.settings import Settings
+from captioning.web.settings import Focus, Settings
 
 DEFAULT_MAX_RENDER = 16  # requests waiting for their GIF / display image at most
 
@@ -52,8 +52,20 @@ class Job:
     filename: str  # the client's name for it, for messages
     want_gif: bool = False
     want_image: bool = False
+    focus: Focus | None = None  # a box in the upload's pixels (checked against its size once read)
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.perf_counter)
+
+    def shares_call(self, other: Job) -> bool:
+        """Whether ``other`` can be captioned in this job's model call: the same model and settings,
+        and the same focus strength (each image has its own box, or none: focused and unfocused
+        requests go in separate calls)."""
+        strength = None if self.focus is None else self.focus.strength
+        return (
+            other.model is self.model
+            and other.settings == self.settings
+            and strength == (None if other.focus is None else other.focus.strength)
+        )
 
 
 class InferenceQueue:
@@ -145,7 +157,7 @@ class InferenceQueue:
             batch, rest = [first], collections.deque()
             while self._jobs:
                 job = self._jobs.popleft()
-                if len(batch) < self.max_batch and job.model is first.model and job.settings == first.settings:
+                if len(batch) < self.max_batch and first.shares_call(job):
                     batch.append(job)
                 else:
                     rest.append(job)
@@ -168,9 +180,18 @@ class InferenceQueue:
                 self._mark("worker", False)
 
     def _prepare(self, job: Job, inputs: tuple[tuple[int, str], ...]) -> tuple | None:
-        """(job, model input, display copy, (W, H)), or None with the job answered with its error."""
+        """(job, model input, display copy, (W, H)), or None with the job answered with its error
+        (a focus box outside the image: a 400)."""
         try:
-            return (job, *prepare(job.upload, inputs))
+            prepared = (job, *prepare(job.upload, inputs))
+            if job.focus is not None:
+                from captioning.decoding.steering import check_box
+
+                width, height = prepared[3]
+                check_box(job.focus.box, width, height, "focus", image=job.filename)
+            return prepared
+        except ConfigError as err:
+            _fail(job, RequestError(str(err)))
         except ImageError as err:
             _fail(job, upload_error(err, job.upload, job.filename))
         except MemoryError:
@@ -183,8 +204,9 @@ class InferenceQueue:
     def _caption(self, model: ServedModel, ready: list[tuple], settings: Settings) -> list[tuple]:
         """(job, result) of each request the model captions; when the batch fails, each request is
         tried alone, so that only the ones the model fails on get a 500."""
+        focus = [None if job.focus is None else (job.focus, size) for job, _, _, size in ready]
         try:
-            return list(zip(ready, model.caption([inputs for _, inputs, _, _ in ready], settings)))
+            return list(zip(ready, model.caption([inputs for _, inputs, _, _ in ready], settings, focus)))
         except Exception as err:  # noqa: BLE001 - answered as a 500; the worker goes on
             if len(ready) == 1:
                 log.error("%s: captioning failed", ready[0][0].filename, exc_info=err)
@@ -216,6 +238,7 @@ class InferenceQueue:
             try:
                 payload = model.to_json(result)
                 payload["settings"] = job.settings.as_dict()
+                payload["focus"] = None if job.focus is None else job.focus.as_dict()
                 payload["image_size"] = list(size)
                 payload["timing_ms"] = {
                     "queue": round((start - job.queued_at) * 1000, 1),

@@ -7,6 +7,11 @@ error naming the field), within the server's caps (:data:`CAPS`) on the fields t
 request's work. The fields are then checked together by GenerationConfig over the model's own
 settings (``ServedModel.settings``). A field left out, or empty, is the model's own value. A new
 decoding option therefore reaches the form and the API without an edit here.
+
+Besides them, the steering fields ``focus`` ("x0,y0,x1,y1", a box in the uploaded image's own
+pixels) and ``focus_strength`` (default 10) (:class:`Focus`, :func:`parse_focus`): checked as the
+commands check ``--focus`` and ``--focus-strength`` (decoding/steering.py), the box against the
+image once the worker has read its size.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from captioning.decoding.generation import GenerationOption, generation_options
+from captioning.decoding.steering import DEFAULT_STRENGTH, Box, check_shape, check_strength, parse_box
 from captioning.errors import ConfigError
 from captioning.web.errors import RequestError
 
@@ -54,10 +61,74 @@ def form_options() -> dict[str, GenerationOption]:
     return options
 
 
+#: the steering fields, as ``GET /api/models`` lists them after the decoding options
+FOCUS_OPTIONS = (
+    {
+        "name": "focus",
+        "type": "box",
+        "default": None,
+        "help": "describe this region: x0,y0,x1,y1 in the uploaded image's own pixels (a prior on the attention)",
+        "min": None,
+        "max": None,
+        "min_inclusive": True,
+        "max_inclusive": True,
+        "choices": None,
+    },
+    {
+        "name": "focus_strength",
+        "type": "float",
+        "default": DEFAULT_STRENGTH,
+        "help": "how much attention score the cells outside the focus box lose (0: no focus)",
+        "min": 0.0,
+        "max": None,
+        "min_inclusive": True,
+        "max_inclusive": True,
+        "choices": None,
+    },
+)
+FOCUS_FIELDS = tuple(o["name"] for o in FOCUS_OPTIONS)
+
+
+@dataclass(frozen=True)
+class Focus:
+    """A request's focus: the box in the uploaded image's own pixels and the prior's strength."""
+
+    box: Box
+    strength: float
+
+    def as_dict(self) -> dict:
+        """The answer's ``focus``."""
+        return {"box": list(self.box), "strength": self.strength}
+
+
+def parse_focus(fields: Mapping[str, str]) -> Focus | None:
+    """The request's :class:`Focus` (None without a ``focus`` field); a :class:`RequestError` (400)
+    in one line for a box that is not four finite numbers, inverted or of zero area, and for a
+    strength that is not a finite number >= 0 (checked even without a box). Whether the box lies
+    inside the image is checked once the image is read (its size)."""
+    box_text = str(fields.get("focus") or "").strip()
+    strength_text = str(fields.get("focus_strength") or "").strip()
+    try:
+        strength = DEFAULT_STRENGTH
+        if strength_text:
+            try:
+                strength = float(strength_text)
+            except ValueError:
+                shown = repr(strength_text) if len(strength_text) <= 40 else repr(strength_text[:37] + "...")
+                raise ConfigError(f"focus_strength: expected a finite number >= 0, got {shown}") from None
+            strength = check_strength(strength, "focus_strength")
+        if not box_text:
+            return None
+        return Focus(check_shape(parse_box(box_text, "focus"), "focus"), strength)
+    except ConfigError as err:
+        raise RequestError(str(err)) from None
+
+
 def form_description() -> list[dict]:
-    """The form's decoding fields for ``GET /api/models``' ``options`` (the page draws an input for
-    each it lacks): name, type (int, float, bool, str, tokens), default (GenerationConfig's; a model
-    has its own), help, bounds and choices."""
+    """The form's fields for ``GET /api/models``' ``options`` (the page draws an input for each
+    it lacks): the decoding options, with name, type (int, float, bool, str, tokens), default
+    (GenerationConfig's; a model has its own), help, bounds and choices; then the steering fields
+    :data:`FOCUS_OPTIONS` (``focus`` of type ``box``)."""
     kinds = {int: "int", float: "float", bool: "bool", str: "str", tuple: "tokens"}
     return [
         {
@@ -72,7 +143,7 @@ def form_description() -> list[dict]:
             "choices": list(o.choices) if o.choices else None,
         }
         for o in form_options().values()
-    ]
+    ] + [dict(o) for o in FOCUS_OPTIONS]
 
 
 def truthy(value) -> bool:

@@ -81,12 +81,12 @@ BASES = [{}, {"num_beams": "1", "do_sample": "true"}, {"num_beams": "4", "num_be
 def test_every_web_field_reaches_the_model_and_its_bounds_answer_400(served):
     """Every option marked ``web`` is a field of POST /api/caption: a value other than its default
     is handed to the captioner; a value outside its bounds is a 400 naming the field."""
-    from captioning.web.settings import form_options
+    from captioning.web.settings import FOCUS_FIELDS, form_options
 
     fake = RecordingCaptioner()
     server = served(fake)
     status, info = get_json(server.url, "/api/models")  # the page draws an input for each option it lacks
-    assert status == 200 and [o["name"] for o in info["options"]] == list(form_options())
+    assert status == 200 and [o["name"] for o in info["options"]] == list(form_options()) + list(FOCUS_FIELDS)
     assert {o["name"]: o["max"] for o in info["options"]}["num_beams"] == 10
     for name, option in form_options().items():
         text = another_value(option)
