@@ -26,7 +26,11 @@ PAGE = r"""<!doctype html>
   aside h2, .card h2 { margin: 0 0 10px; font-size: 16px; }
   #drop { display: block; border: 2px dashed var(--line); border-radius: 8px; padding: 14px; text-align: center; cursor: pointer; color: var(--muted); }
   #drop.over { border-color: var(--accent); color: var(--accent); }
-  #drop img { max-width: 100%; max-height: 180px; display: block; margin: 0 auto 8px; }
+  #focus-area { position: relative; margin: 10px auto 0; width: fit-content; max-width: 100%; cursor: crosshair; user-select: none; touch-action: none; }
+  #focus-area img { max-width: 100%; max-height: 220px; display: block; -webkit-user-drag: none; }
+  #focus-box { position: absolute; border: 2px solid var(--accent); background: rgba(214, 60, 0, .15); pointer-events: none; }
+  .focus-row { display: flex; gap: 8px; align-items: center; margin: 4px 0; }
+  .focus-row button { font: inherit; padding: 2px 8px; }
   #file-input { display: none; }
   .examples { display: flex; flex-wrap: wrap; gap: 6px; margin: 8px 0 14px; }
   .examples img { width: 56px; height: 56px; object-fit: cover; border-radius: 6px; border: 2px solid transparent; cursor: pointer; image-rendering: auto; }
@@ -62,16 +66,24 @@ PAGE = r"""<!doctype html>
 <body>
 <header>
   <h1>Show, Attend and Tell</h1>
-  <p>Upload, paste (Ctrl+V) or pick an image; read its captions; click or slide over the words to see where the model looked.</p>
+  <p>Upload, paste (Ctrl+V) or pick an image; read its captions; click or slide over the words to see where the model looked; drag a box over the image to caption that region.</p>
 </header>
 <main>
   <aside>
     <h2>Image</h2>
     <label id="drop" for="file-input">
-      <img id="preview" class="hidden" alt="the image">
       <span id="drop-text">Drop an image here or click to choose one</span>
     </label>
     <input id="file-input" type="file" accept="image/*">
+    <div id="focus-area" class="hidden" title="drag a box: the caption describes that region">
+      <img id="preview" alt="the image: drag a box over it to focus the caption there" draggable="false">
+      <div id="focus-box" class="hidden"></div>
+    </div>
+    <div id="focus-block" class="hidden">
+      <div class="hint" id="focus-text">Drag a box over the image to caption that region.</div>
+      <div class="focus-row"><button id="focus-clear" type="button" disabled>Clear the box</button></div>
+      <label class="field">focus strength <input id="focus-strength" type="number" min="0" step="any" placeholder="10" title="how much attention score the cells outside the box lose (0: no focus)"></label>
+    </div>
     <div id="examples-block" class="hidden">
       <div class="hint">Examples</div>
       <div class="examples" id="examples"></div>
@@ -82,6 +94,7 @@ PAGE = r"""<!doctype html>
     <label class="field">diversity penalty <input id="diversity-penalty" type="number" min="0" max="10" step="0.1" placeholder="0.5"></label>
     <label class="field">maximum length <input id="max-new-tokens" type="number" min="1" max="100" placeholder="model's"></label>
     <label class="field">length penalty <input id="length-penalty" type="number" min="-5" max="5" step="0.1" placeholder="model's"></label>
+    <label class="field" title="the caption continues these words, e.g. 'a large'">starts with <input id="prefix" type="text" placeholder="e.g. a large"></label>
     <label class="field hidden" id="mode-field">attention mode (hard models)
       <select id="attention-mode">
         <option value="">model's</option><option>expected</option><option>argmax</option><option>sample</option>
@@ -99,7 +112,7 @@ PAGE = r"""<!doctype html>
 const INFERNO = ["#000004", "#1b0c42", "#4b0c6b", "#781c6d", "#a52c60", "#cf4446", "#ed6925", "#fb9a06", "#f7d03c", "#fcffa4"]
   .map(h => [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)));
 const ALPHA = 0.6;
-const state = { models: [], blob: null, name: null, cards: {} };
+const state = { models: [], blob: null, name: null, cards: {}, focus: null, drag: null };  // focus: [x0, y0, x1, y1] in the image's own pixels
 const $ = id => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
@@ -180,6 +193,55 @@ function drawMap(canvas, image, grid, cell) {
   }
 }
 
+function drawFocus(canvas, box, size) {  // the focus box (the image's own pixels) on a canvas of the whole image, dashed
+  const ctx = canvas.getContext("2d"), sx = canvas.width / size[0], sy = canvas.height / size[1];
+  const r = [box[0] * sx, box[1] * sy, (box[2] - box[0]) * sx, (box[3] - box[1]) * sy];
+  ctx.save(); ctx.setLineDash([6, 4]); ctx.lineWidth = 3; ctx.strokeStyle = "#000"; ctx.strokeRect(...r);
+  ctx.lineWidth = 1.5; ctx.strokeStyle = "#fff"; ctx.strokeRect(...r); ctx.restore();
+}
+
+// ---------------------------------------------------------------- focus: a box dragged over the image
+function shownScale() {  // the preview's displayed size against the image's own pixels
+  const img = $("preview"), r = img.getBoundingClientRect();
+  return [img.naturalWidth / r.width, img.naturalHeight / r.height, r];
+}
+function pointIn(e) {  // the pointer in the displayed image's coordinates, clamped to it
+  const [, , r] = shownScale();
+  return [Math.min(Math.max(e.clientX - r.left, 0), r.width), Math.min(Math.max(e.clientY - r.top, 0), r.height)];
+}
+function placeBox(x0, y0, x1, y1) {  // the overlay at displayed coordinates
+  const b = $("focus-box");
+  Object.assign(b.style, { left: `${Math.min(x0, x1)}px`, top: `${Math.min(y0, y1)}px`,
+    width: `${Math.abs(x1 - x0)}px`, height: `${Math.abs(y1 - y0)}px` });
+  b.classList.remove("hidden");
+}
+function showFocus() {
+  const [sx, sy] = shownScale(), f = state.focus;
+  $("focus-clear").disabled = !f;
+  $("focus-area").dataset.focus = f ? f.join(",") : "";
+  if (!f) { $("focus-box").classList.add("hidden"); $("focus-text").textContent = "Drag a box over the image to caption that region."; return; }
+  placeBox(f[0] / sx, f[1] / sy, f[2] / sx, f[3] / sy);
+  $("focus-text").textContent = `focus: ${f.join(", ")} (pixels of the ${$("preview").naturalWidth} x ${$("preview").naturalHeight} image)`;
+}
+function endDrag(e) {
+  if (!state.drag) return;
+  const [a, b] = [state.drag, pointIn(e)], [sx, sy] = shownScale();
+  state.drag = null;
+  const W = $("preview").naturalWidth, H = $("preview").naturalHeight, clamp = (v, hi) => Math.min(Math.max(v, 0), hi);
+  const box = [clamp(Math.round(Math.min(a[0], b[0]) * sx), W), clamp(Math.round(Math.min(a[1], b[1]) * sy), H),
+               clamp(Math.round(Math.max(a[0], b[0]) * sx), W), clamp(Math.round(Math.max(a[1], b[1]) * sy), H)];
+  if (box[2] - box[0] < 1 || box[3] - box[1] < 1) { showFocus(); return; }  // a click, not a box: the old box stays
+  state.focus = box;
+  showFocus();
+  run();
+}
+function clearFocus(rerun) {
+  const had = state.focus !== null;
+  state.focus = null; state.drag = null;
+  showFocus();
+  if (rerun && had) run();
+}
+
 // ---------------------------------------------------------------- model cards
 function fmt(value) {
   if (value === null || value === undefined || value === "") return "unknown";
@@ -235,6 +297,7 @@ function select(c, i) {
   c.words.querySelectorAll(".word").forEach((b, j) => b.classList.toggle("active", j === i));
   const hard = r.attention_kind === "hard";
   drawMap(c.canvas, c.image, r.attention[i], hard ? r.locations[i] : null);
+  if (r.focus) drawFocus(c.canvas, r.focus.box, r.image_size);
   c.canvas.dataset.word = String(i);
   c.mapLabel.textContent = `"${list[i]}"` + (hard ? `: chosen cell (row ${r.locations[i][0]}, column ${r.locations[i][1]})` : "");
 }
@@ -267,7 +330,9 @@ async function show(c, result, seconds) {
   const t = result.timing_ms || {};
   c.status.textContent = `answered in ${seconds.toFixed(2)} s (model ${Math.round(t.caption || 0)} ms` +
     (t.batch > 1 ? ` in a batch of ${t.batch}` : "") + `, GIF ${Math.round(t.render || 0)} ms, waited ${Math.round(t.queue || 0)} ms)` +
-    `; image ${result.image_size.join(" x ")}`;
+    `; image ${result.image_size.join(" x ")}` +
+    (result.focus ? `; focused on ${result.focus.box.join(", ")} (strength ${result.focus.strength})` : "");
+  c.root.dataset.focus = result.focus ? result.focus.box.join(",") : "";
   if (state.models.length > 1) {  // the grid is known once a model has answered
     const m = state.models.find(x => x.name === result.model);
     if (m && !m.grid) { m.grid = result.attention_shape.slice(1); const t2 = describe(m); c.description.replaceWith(t2); c.description = t2; }
@@ -297,6 +362,11 @@ async function run() {
                                ["num_beam_groups", "num-beam-groups"], ["diversity_penalty", "diversity-penalty"]])
       if ($(id).value !== "") form.append(field, $(id).value);
     for (const input of document.querySelectorAll("#more-fields [name]")) if (input.value !== "") form.append(input.name, input.value);
+    if ($("prefix").value.trim() !== "") form.append("prefix", $("prefix").value.trim());
+    if (state.focus) {
+      form.append("focus", state.focus.join(","));
+      if ($("focus-strength").value !== "") form.append("focus_strength", $("focus-strength").value);
+    }
     form.append("return_gif", "1");
     form.append("return_image", "1");
     const start = performance.now();
@@ -315,7 +385,7 @@ async function run() {
 }
 // the decoding fields of /api/models' "options" that the form above lacks: one input each, empty for the model's own
 const SHOWN = ["num_beams", "num_beam_groups", "diversity_penalty", "max_new_tokens", "length_penalty", "attention_mode",
-               "num_return_sequences"];
+               "num_return_sequences", "prefix", "focus", "focus_strength"];
 function optionInput(o) {
   let input;
   if (o.type === "bool" || o.choices) {
@@ -337,8 +407,10 @@ function setImage(blob, name) {
   state.blob = blob; state.name = name;
   const preview = $("preview");
   if (preview.src.startsWith("blob:")) URL.revokeObjectURL(preview.src);
+  clearFocus(false);  // a box belongs to its image
   preview.src = URL.createObjectURL(blob);
-  preview.classList.remove("hidden");
+  $("focus-area").classList.remove("hidden");
+  $("focus-block").classList.remove("hidden");
   $("drop-text").textContent = `${name || "pasted image"}: drop or click for another`;
   run();
 }
@@ -378,7 +450,21 @@ async function init() {
 
 $("file-input").addEventListener("change", e => { const f = e.target.files[0]; if (f) setImage(f, f.name); });
 $("run").addEventListener("click", run);
-for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode", "num-beam-groups", "diversity-penalty"]) $(id).addEventListener("change", run);
+for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode", "num-beam-groups", "diversity-penalty", "prefix"]) $(id).addEventListener("change", run);
+$("focus-strength").addEventListener("change", () => { if (state.focus) run(); });
+$("focus-clear").addEventListener("click", () => clearFocus(true));
+const area = $("focus-area");
+area.addEventListener("pointerdown", e => {
+  if (!state.blob || e.button !== 0) return;
+  e.preventDefault();
+  area.setPointerCapture(e.pointerId);
+  state.drag = pointIn(e);
+  placeBox(...state.drag, ...state.drag);
+});
+area.addEventListener("pointermove", e => { if (state.drag) placeBox(...state.drag, ...pointIn(e)); });
+area.addEventListener("pointerup", endDrag);
+area.addEventListener("pointercancel", () => { state.drag = null; showFocus(); });
+window.addEventListener("resize", () => { if (state.focus) showFocus(); });
 const drop = $("drop");
 drop.addEventListener("dragover", e => { e.preventDefault(); drop.classList.add("over"); });
 drop.addEventListener("dragleave", () => drop.classList.remove("over"));

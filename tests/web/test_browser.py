@@ -1,8 +1,9 @@
 """The web page in a real browser: headless Chromium (Debian's package) driven by Selenium.
 
 It uploads an image, sees the caption and the attention GIF appear for a soft and a hard model,
-clicks a word and sees its map, checks that the page's bicubic stretch of a map is the one the
-Python overlays use, and saves a screenshot. Chromium and chromedriver come from Debian:
+clicks a word and sees its map, drags a focus box over the image and sees the focused caption,
+checks that the page's bicubic stretch of a map is the one the Python overlays use, and saves a
+screenshot. Chromium and chromedriver come from Debian:
 `.ci/browser-setup` installs them (CI runs it before the tests); where they cannot be installed the
 test skips and says so. CAPTIONING_WEB_SCREENSHOT=path also copies the screenshot there.
 """
@@ -77,6 +78,7 @@ def page_server(tiny_shapes, tmp_path_factory):
     proc = ServerProcess(
         [f"soft={soft}", f"hard={hard}"], log=tmp_path_factory.mktemp("web_browser_log") / "server.log"
     )
+    proc.checkpoints = {"soft": soft, "hard": hard}
     yield proc
     proc.stop()
 
@@ -195,3 +197,69 @@ def test_a_bad_upload_shows_its_message(browser, page_server, tmp_path):
     error = card(browser, "soft").find_element(By.CSS_SELECTOR, ".error")
     wait(browser, lambda d: error.is_displayed() and error.text, "no error message")
     assert "notes.jpg: not an image file" in error.text
+
+
+def test_drag_a_box_and_see_the_focused_caption(browser, page_server, tiny_shapes, tmp_path):
+    """A box dragged over the shown image reaches the API in the image's own pixels (the preview
+    is shown smaller), with the strength field; the card shows the Captioner's focused caption,
+    its maps inside the box and the box drawn; clearing it gives the plain caption back."""
+    import json
+
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    from captioning.api import Captioner
+    from captioning.decoding.steering import cell_coverage
+
+    data = json.loads(tiny_shapes.read_text())
+    image = next(i for i in data["images"] if i["split"] == "test" and len(i["objects"]) >= 2)
+    photo = tmp_path / "two.jpg"
+    photo.write_bytes(jpeg_640x480(tiny_shapes.parent / image["filepath"] / image["filename"]))
+
+    browser.get(page_server.url)
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", "no page")
+    browser.find_element(By.ID, "file-input").send_keys(str(photo))
+    soft = card(browser, "soft")
+    status = soft.find_element(By.CSS_SELECTOR, ".status")
+    wait(browser, lambda d: "answered" in status.text, "no plain caption")
+    plain = soft.find_element(By.CSS_SELECTOR, ".caption-text").text
+    browser.find_element(By.ID, "focus-strength").send_keys("1000")
+
+    preview = browser.find_element(By.ID, "preview")
+    rect = browser.execute_script(
+        "const r = arguments[0].getBoundingClientRect(); return [r.width, r.height, arguments[0].naturalWidth]", preview
+    )
+    assert rect[2] == 640 and rect[0] < 640, rect  # shown smaller than the image: the scale matters
+    width, height = rect[0], rect[1]
+    # drag over the left half's upper part: from (5%, 10%) to (45%, 60%) of the shown image
+    start = (round(0.05 * width), round(0.10 * height))
+    end = (round(0.45 * width), round(0.60 * height))
+    chain = ActionChains(browser)
+    chain.move_to_element_with_offset(preview, start[0] - width / 2, start[1] - height / 2).click_and_hold()
+    chain.move_by_offset((end[0] - start[0]) // 2, (end[1] - start[1]) // 2)
+    chain.move_by_offset(end[0] - start[0] - (end[0] - start[0]) // 2, end[1] - start[1] - (end[1] - start[1]) // 2)
+    chain.release().perform()
+
+    wait(browser, lambda d: soft.get_attribute("data-focus"), "no focused answer")
+    wait(browser, lambda d: "focused on" in status.text, "the focused answer was not shown")
+    box = [float(v) for v in soft.get_attribute("data-focus").split(",")]
+    scale = 640 / width
+    want_box = [start[0] * scale, start[1] * scale, end[0] * scale, end[1] * scale]
+    assert all(abs(a - b) <= 2 * scale for a, b in zip(box, want_box)), (box, want_box)
+    assert browser.find_element(By.ID, "focus-box").is_displayed()
+    assert browser.find_element(By.ID, "focus-area").get_attribute("data-focus") == soft.get_attribute("data-focus")
+    assert "strength 1000" in status.text
+
+    captioner = Captioner.from_checkpoint(page_server.checkpoints["soft"], device="cpu")
+    [want] = captioner([str(photo)], return_attention=True, num_beams=3, focus=box, focus_strength=1000)
+    assert soft.find_element(By.CSS_SELECTOR, ".caption-text").text == want["generated_text"]
+    attention = np.array(browser.execute_script("return state.cards.soft.result.attention"))
+    gh, gw = attention.shape[1:]
+    inside = cell_coverage(box, 640, 480, gh, gw).view(gh, gw).numpy() > 0
+    assert attention[:, inside].sum(-1).min() > 0.99  # every word's map in the box
+
+    # clearing the box asks again without a focus
+    browser.find_element(By.ID, "focus-clear").click()
+    wait(browser, lambda d: not soft.get_attribute("data-focus") and "focused on" not in status.text, "not cleared")
+    assert soft.find_element(By.CSS_SELECTOR, ".caption-text").text == plain
+    assert not browser.find_element(By.ID, "focus-box").is_displayed()
