@@ -342,16 +342,19 @@ class Captioner:
         generator: torch.Generator | None = None,
         **generation,
     ) -> list[dict[str, Any]]:
-        """Caption one batch of images already resized: per image, one uint8 (3, S, S) array per entry
-        of :attr:`input_sizes` (data/inputs.py: ``model_pixels``). The same results as :meth:`__call__`
-        on the images themselves."""
+        """Caption one batch of images already resized: per image, one uint8 (3, S, S) array (or tensor,
+        e.g. decoded on the GPU: data/images.py ``decode_entries``) per entry of :attr:`input_sizes`
+        (data/inputs.py: ``model_pixels``). The same results as :meth:`__call__` on the images themselves."""
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)
         if not pixels:
             return []
-        inputs = [
-            torch.stack([torch.from_numpy(pixels_to_float(p[k])) for p in pixels]).to(self.device)
-            for k in range(len(self.input_sizes))
-        ]
+
+        def as_float(p) -> torch.Tensor:
+            if isinstance(p, torch.Tensor):
+                return p.to(self.device).float().div_(255.0)
+            return torch.from_numpy(pixels_to_float(p)).to(self.device)
+
+        inputs = [torch.stack([as_float(p[k]) for p in pixels]) for k in range(len(self.input_sizes))]
         batch = inputs if isinstance(self.model, Ensemble) else inputs[0]
         return self._decode(batch, len(pixels), config, generator, return_attention)
 
@@ -363,6 +366,7 @@ class Captioner:
         return_attention: bool = False,
         generator: torch.Generator | None = None,
         skip: Container[str] = (),
+        decode_device: str | None = None,
         **generation,
     ) -> Iterator[dict[str, Any]]:
         """Caption image files as a stream, yielding one result per image in input order.
@@ -371,22 +375,44 @@ class Captioner:
         WebDataset shards (data/inputs.py); a generator of paths is read as it goes. Images are read
         ``batch_size`` at a time by ``num_workers`` loader processes (0: this one), so memory is
         bounded by the batch and the read-ahead, never by the number of images. ``skip``: names not
-        to caption (e.g. those of an earlier run). ``generation`` as for :meth:`__call__`.
+        to caption (e.g. those of an earlier run). ``decode_device`` (``"cuda"``): JPEGs are decoded and
+        resized on that GPU instead of by the loader (data/images.py; one-line ConfigError without CUDA).
+        ``generation`` as for :meth:`__call__`.
 
         Yields {"image": name, "generated_text", "score", "tokens", ...} (the keys of
         :meth:`__call__`), or {"image": name, "error": one line} for an image that cannot be read and
         for an argument that names none.
         """
-        from captioning.data.inputs import iter_sources, load_batches, model_pixels_of
+        from captioning.data.images import decode_entries
+        from captioning.data.inputs import Loaded, iter_sources, load_batches, model_pixels_of
 
         items = [paths] if isinstance(paths, (str, os.PathLike)) else paths
         self.generation.replace(**generation)  # a bad setting: one line now, before any image is read
+        device = self.check_decode_device(decode_device) if decode_device is not None else None
         sources = (s for s in iter_sources(map(os.fspath, items), inline=True) if s.name not in skip)
-        for batch in load_batches(sources, model_pixels_of(self.input_sizes), batch_size, num_workers):
+        prepare = model_pixels_of(self.input_sizes)
+        for batch in load_batches(sources, prepare, batch_size, num_workers, encoded=device is not None):
+            if device is not None:
+                good = [b for b in batch if b.error is None]
+                images, errors = decode_entries(
+                    [b.image for b in good], [b.name for b in good], self.input_sizes, device
+                )
+                fixed = iter(Loaded(b.name, im, e) for b, im, e in zip(good, images, errors))
+                batch = [next(fixed) if b.error is None else b for b in batch]
             good = [b for b in batch if b.error is None]
             results = iter(self.caption_pixels([b.image for b in good], return_attention, generator, **generation))
             for b in batch:
                 yield {"image": b.name, "error": b.error} if b.error else {"image": b.name, **next(results)}
+
+    def check_decode_device(self, device):
+        """The torch device of ``device`` for decoding JPEGs on a GPU (``caption --decode-device``), or
+        None for the CPU; one-line ConfigError without CUDA or for a resize the GPU does not reproduce."""
+        from captioning.data.images import check_decode_device
+
+        parsed = None
+        for _, interpolation in self.input_sizes:
+            parsed = check_decode_device(device, "--decode-device", interpolation)
+        return parsed
 
     def _batch(self, images: Sequence[Image.Image]):
         """The model's input (B, 3, S, S) on its device, resized with the model's interpolation; an

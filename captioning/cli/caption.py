@@ -64,6 +64,7 @@ class ImageStream:
 
         self.items = check_items(args.images)
         self.args, self.prepare, self.skip, self.desc = args, prepare, skip, desc
+        self.encoded = False  # JPEGs as their bytes, for a GPU to decode (--decode-device)
         self.problems: list = []
         self.empty: list = []
         self.listed = self.skipped = 0
@@ -95,7 +96,10 @@ class ImageStream:
         from captioning.data.inputs import load_batches
 
         with tqdm(total=self._total(), desc=self.desc, unit="img", disable=None, file=sys.stderr) as bar:
-            for batch in load_batches(self._sources(), self.prepare, self.args.batch_size, self.args.num_workers):
+            batches = load_batches(
+                self._sources(), self.prepare, self.args.batch_size, self.args.num_workers, self.encoded
+            )
+            for batch in batches:
                 self.problems += [(b.name, b.error) for b in batch if b.error is not None]
                 yield batch
                 bar.update(len(batch))
@@ -109,6 +113,20 @@ class ImageStream:
                 if len(self.empty) == 1
                 else f"no images found in {', '.join(i for i, _ in self.empty)}"
             )
+
+
+def decode_on_device(captioner, batch: list, device, problems: list) -> list:
+    """``caption --decode-device``: the batch's JPEG bytes decoded and resized on ``device``
+    (data/images.py: decode_entries); an image none can decode becomes an error item, reported in
+    ``problems`` as the loader's are."""
+    from captioning.data.images import decode_entries
+    from captioning.data.inputs import Loaded
+
+    good = [b for b in batch if b.error is None]
+    images, errors = decode_entries([b.image for b in good], [b.name for b in good], captioner.input_sizes, device)
+    fixed = iter(Loaded(b.name, image, error) for b, image, error in zip(good, images, errors))
+    problems += [(b.name, e) for b, e in zip(good, errors) if e is not None]
+    return [next(fixed) if b.error is None else b for b in batch]
 
 
 def caption_batch(captioner, loaded: list, **overrides) -> list[dict]:
@@ -184,11 +202,25 @@ class Caption(Command):
             "run again with the same FILE to caption only the images not in it yet",
         )
         loader_args(p)
+        p.add_argument(
+            "--decode-device",
+            default="cpu",
+            metavar="DEVICE",
+            help="where JPEGs are decoded and resized: cpu (the loader, with Pillow) or cuda "
+            "(the GPU, with nvJPEG: for when the CPU cores are too few)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from captioning.data.captions_out import CaptionsFile, NameSet
+        from captioning.data.images import check_decode_device
 
         refuse_urls(args.images)
+        decode_device = check_decode_device(args.decode_device)  # no CUDA: one line, before anything is read
+        if decode_device is not None and (getattr(args, "onnx", None) or args.focus is not None):
+            raise CaptioningError(
+                f"--decode-device {args.decode_device}: decodes for the PyTorch model "
+                f"(not with {'--onnx' if getattr(args, 'onnx', None) else '--focus'}); use --decode-device cpu"
+            )
         if args.out and args.json:
             raise CaptioningError("--json prints to stdout; with --out the captions go to the file (JSON lines or CSV)")
         out = CaptionsFile(args.out) if args.out else None
@@ -198,6 +230,9 @@ class Caption(Command):
             raise CaptioningError("--focus needs the PyTorch model (the ONNX step graph takes no attention prior)")
         captioner = load_captioner(args)
         stream.prepare = None if args.focus is not None else loader_prepare(captioner)  # --focus: the images' sizes
+        if decode_device is not None:
+            decode_device = captioner.check_decode_device(args.decode_device)  # the model's resize: one line
+            stream.encoded = True
         overrides = {**generation_overrides(args), **focus_overrides(args)}
         grouped = (args.num_beam_groups or 1) > 1  # diverse beam search: every beam, labelled by its group
         if grouped:
@@ -205,6 +240,8 @@ class Caption(Command):
         collected: list = []  # --json without --out: one array at the end, as before
         try:
             for batch in stream:
+                if decode_device is not None:
+                    batch = decode_on_device(captioner, batch, decode_device, stream.problems)
                 results = iter(caption_batch(captioner, [b for b in batch if b.error is None], **overrides))
                 rows = [
                     {"image": b.name, "error": b.error} if b.error else result_row(b.name, next(results), grouped)

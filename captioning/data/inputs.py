@@ -208,13 +208,40 @@ def read_source(source: Source):
     return decode_image(data, source.name)
 
 
-def read_batch(sources: list[Source], prepare: Callable | None = None) -> list[Loaded]:
-    """One batch read: each source's image made ready by ``prepare`` (default: the PIL image), or its error."""
+def source_bytes(source: Source) -> bytes | None:
+    """The bytes of a source's file or shard member, None where they cannot be read (the reading
+    route then says why)."""
+    try:
+        if source.shard is None:
+            with open(source.name, "rb") as f:
+                return f.read()
+        if source.size > MAX_MEMBER_BYTES:
+            return None
+        with open(source.shard, "rb") as f:
+            f.seek(source.offset)
+            return f.read(source.size)
+    except OSError:
+        return None
+
+
+def read_batch(sources: list[Source], prepare: Callable | None = None, encoded: bool = False) -> list[Loaded]:
+    """One batch read: each source's image made ready by ``prepare`` (default: the PIL image), or its error.
+    ``encoded``: a JPEG the GPU decodes as the CPU would (data/images.py: jpeg_for_device) is its
+    bytes instead, a 1-D uint8 array (``caption --decode-device``)."""
     out = []
     for source in sources:
         if source.error is not None:
             out.append(Loaded(source.name, error=source.error))
             continue
+        if encoded:
+            from captioning.data.images import jpeg_for_device
+
+            data = source_bytes(source)
+            if data is not None and jpeg_for_device(data):
+                import numpy as np
+
+                out.append(Loaded(source.name, np.frombuffer(bytearray(data), dtype=np.uint8)))
+                continue
         try:
             image = read_source(source)
             out.append(Loaded(source.name, prepare(image) if prepare is not None else image))
@@ -237,11 +264,11 @@ def batched(sources: Iterable[Source], batch_size: int) -> Iterator[list[Source]
 class _BatchReader:
     """The DataLoader's dataset: a batch of sources (the sampler's "index") -> its Loaded items."""
 
-    def __init__(self, prepare: Callable | None):
-        self.prepare = prepare
+    def __init__(self, prepare: Callable | None, encoded: bool = False):
+        self.prepare, self.encoded = prepare, encoded
 
     def __getitem__(self, sources: list[Source]) -> list[Loaded]:
-        return read_batch(sources, self.prepare)
+        return read_batch(sources, self.prepare, self.encoded)
 
 
 class _Batches:
@@ -267,23 +294,28 @@ def check_loader_settings(batch_size: int, num_workers: int) -> None:
 
 
 def load_batches(
-    sources: Iterable[Source], prepare: Callable | None = None, batch_size: int = 16, num_workers: int = 0
+    sources: Iterable[Source],
+    prepare: Callable | None = None,
+    batch_size: int = 16,
+    num_workers: int = 0,
+    encoded: bool = False,
 ) -> Iterator[list[Loaded]]:
     """The sources' images, read ``batch_size`` at a time by ``num_workers`` worker processes (0: here),
     in input order (see the module docstring). ``prepare`` (picklable: a module-level function or a
-    partial of one) turns each RGB PIL image into what the caller takes."""
+    partial of one) turns each RGB PIL image into what the caller takes; with ``encoded`` the JPEGs
+    a GPU may decode are their bytes (:func:`read_batch`)."""
     check_loader_settings(batch_size, num_workers)
     batches = batched(sources, batch_size)
     if num_workers == 0:
         for batch in batches:
-            yield read_batch(batch, prepare)
+            yield read_batch(batch, prepare, encoded)
         return
     try:
         from torch.utils.data import DataLoader
     except ImportError:
         raise CaptioningError("loader workers need PyTorch (pip install torch), or use --num-workers 0") from None
     loader = DataLoader(
-        _BatchReader(prepare),
+        _BatchReader(prepare, encoded),
         sampler=_Batches(batches),
         batch_size=None,
         num_workers=num_workers,
