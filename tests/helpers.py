@@ -124,6 +124,39 @@ def make_coco(root: Path) -> tuple[Path, Path, Path]:
     return files[0], files[1], root / "dataset_coco.json"
 
 
+def path_without_java(path: str) -> str:
+    """``path`` (a PATH value) without its folders that hold ``java``: the coco-caption scorers then use the
+    Python PTB tokenizer and leave METEOR out, taking milliseconds instead of a JVM's start each."""
+    import os
+
+    return os.pathsep.join(p for p in path.split(os.pathsep) if not os.path.isfile(os.path.join(p, "java")))
+
+
+def make_aichallenger(annotations: Path, root: Path, split: str = "val") -> tuple[Path, dict]:
+    """One split of a shapes annotation file in AI Challenger's layout (caption_<split>_annotations_<date>.json
+    and its images folder; each image named by the SHA-1 of its shapes file name, "<40 hex>.jpg", as AI
+    Challenger names them). Returns (the file, shapes imgid -> AI Challenger image_id)."""
+    import hashlib
+    import shutil
+
+    part = {"val": "validation"}.get(split, split)
+    folder = root / f"caption_{part}_images_20170910"
+    folder.mkdir(parents=True, exist_ok=True)
+    items, names = [], {}
+    for image in json.loads(Path(annotations).read_text())["images"]:
+        if image["split"] != split:
+            continue
+        name = hashlib.sha1(image["filename"].encode()).hexdigest() + ".jpg"
+        shutil.copy(Path(annotations).parent / image["filepath"] / image["filename"], folder / name)
+        items.append(
+            {"url": f"http://example.org/{name}", "image_id": name, "caption": [s["raw"] for s in image["sentences"]]}
+        )
+        names[image["imgid"]] = name
+    path = root / f"caption_{part}_annotations_20170910.json"
+    path.write_text(json.dumps(items, ensure_ascii=False))
+    return path, names
+
+
 # ---------------------------------------------------------------------- a hard-attention problem small enough to enumerate
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 7, 5, 3

@@ -38,8 +38,11 @@ def is_results_file(path: str) -> bool:
     return path.endswith(".json") and os.path.isfile(path)
 
 
-def run_captions(path: str, annotations, images_root, split, generation_args_: argparse.Namespace | None, **decode):
-    """{image_id: caption} of one run: a results file read, or a checkpoint's captions of the split."""
+def run_captions(
+    path: str, annotations, images_root, split, generation_args_: argparse.Namespace | None, names=None, **decode
+):
+    """({image id: caption}, the model or None) of one run: a results file read, or a checkpoint's captions
+    of the split; the images named as a results file names them (the dataset's own ids: ``names``)."""
     from captioning.decoding.evaluator import read_results
 
     if is_results_file(path):
@@ -63,7 +66,8 @@ def run_captions(path: str, annotations, images_root, split, generation_args_: a
         checkpoint=path,
         **decode,
     )
-    return report["predictions"], model
+    names = names or {}
+    return {names.get(i, i): c for i, c in report["predictions"].items()}, model
 
 
 def compare_runs(
@@ -87,7 +91,7 @@ def compare_runs(
     per side a list of (path, captions, SplitScores, model or None)."""
     from captioning.cli.score import score_results
     from captioning.data.captions import CaptionData
-    from captioning.decoding.evaluator import cover_split
+    from captioning.decoding.evaluator import cover_split, dataset_ids
     from captioning.metrics import METRICS
     from captioning.metrics.bootstrap import compare_statistics
     from captioning.metrics.chair import read_instances
@@ -95,20 +99,21 @@ def compare_runs(
     if resamples < 1:
         raise ConfigError(f"--resamples: expected at least 1, got {resamples}")
     objects = read_instances(instances) if instances else None
-    references = CaptionData(annotations, images_root).references(split)
+    data = CaptionData(annotations, images_root)
+    references, names = data.references(split), dataset_ids(data)
     captions = {}
     for path in dict.fromkeys(a + b):
         progress(f"captions of {path}")
-        captions[path] = run_captions(path, annotations, images_root, split, generation, **decode)
-    coverage = []
+        got, model = run_captions(path, annotations, images_root, split, generation, names, **decode)
+        kept, lines = cover_split(got, references, path, split, names)
+        captions[path] = (kept, model, lines)
+    coverage = [line for _, _, lines in captions.values() for line in lines]
     common = set(references)
-    for path, (got, _) in captions.items():
-        kept, lines = cover_split(got, references, path, split)
-        coverage += lines
+    for kept, _, _ in captions.values():
         common &= set(kept)
     ids = sorted(common)
     scored = {}
-    for path, (got, model) in captions.items():
+    for path, (got, model, _) in captions.items():
         progress(f"scoring {path} on {len(ids)} images")
         report = score_results(
             path,
@@ -118,7 +123,7 @@ def compare_runs(
             instances=objects,
             metrics=metrics or METRICS,
             tokenizer=tokenizer,
-            predictions={i: got[i] for i in ids},
+            predictions={names.get(i, i): got[i] for i in ids},
         )
         scored[path] = (path, report["predictions"], report["scored"], model)
     stats = {path: s[2].statistics() for path, s in scored.items()}
@@ -173,6 +178,7 @@ def write_report(out: str, comparison: dict, data, split: str, top: int = 10, gi
     for k in order:
         i = ids[k]
         entry = {"image_id": i, "a": caps_a[i], "b": caps_b[i], "cider_a": float(ca[k]), "cider_b": float(cb[k])}
+        entry["name"] = (scored_a.names or {}).get(i, i)  # the dataset's own id (AI Challenger: the file name)
         entry["references"] = references[i]
         try:
             image = data.read_image(records[i]).convert("RGB")
@@ -202,9 +208,9 @@ def write_report(out: str, comparison: dict, data, split: str, top: int = 10, gi
         )
     md += ["", f"## The {len(items)} images where A and B differ most in CIDEr-D", ""]
     for e in items:
-        md += [f"### image {e['image_id']}: CIDEr-D A {e['cider_a']:.3f}, B {e['cider_b']:.3f}", ""]
+        md += [f"### image {e['name']}: CIDEr-D A {e['cider_a']:.3f}, B {e['cider_b']:.3f}", ""]
         if "image" in e:
-            md += [f"![image {e['image_id']}]({e['image']})", ""]
+            md += [f"![image {e['name']}]({e['image']})", ""]
         md += [f"- **A**: {e['a']}", f"- **B**: {e['b']}"]
         md += [f"- reference: {r}" for r in e["references"]]
         md += [f"- attention of {s.upper()}: ![{s}]({e[f'gif_{s}']})" for s in "ab" if e.get(f"gif_{s}")]
@@ -222,7 +228,7 @@ def write_report(out: str, comparison: dict, data, split: str, top: int = 10, gi
         pictures = "".join(f'<img src="{esc(e[k])}" alt="{esc(k)}">' for k in ("image", "gif_a", "gif_b") if e.get(k))
         refs = "".join(f"<li>{esc(r)}</li>" for r in e["references"])
         cards.append(
-            f"<section><h3>image {e['image_id']}: CIDEr-D A {e['cider_a']:.3f}, B {e['cider_b']:.3f}</h3>"
+            f"<section><h3>image {esc(str(e['name']))}: CIDEr-D A {e['cider_a']:.3f}, B {e['cider_b']:.3f}</h3>"
             f"<div>{pictures}</div><p><b>A</b>: {esc(e['a'])}<br><b>B</b>: {esc(e['b'])}</p>"
             f"<ul>{refs}</ul></section>"
         )

@@ -68,7 +68,8 @@ def evaluate(
     "scores" (BLEU-1..4, METEOR, ROUGE_L, CIDEr, SPICE when it can run, object F1 for datasets
     with object annotations, grounding scores if asked), "notes" (why a metric is missing), the
     decoding settings and the images skipped. ``results_path`` gets the COCO results file
-    [{"image_id", "caption"}]. ``clip_model`` (``MODEL/TAG``, or ``MODEL`` with ``clip_weights``, a
+    [{"image_id", "caption"}], each image named by the dataset's own id (AI Challenger: its file name;
+    decoding/evaluator.py's results_items). ``clip_model`` (``MODEL/TAG``, or ``MODEL`` with ``clip_weights``, a
     local file): CLIPScore and RefCLIPScore (metrics/clip_score.py), or a note saying why not.
     ``metrics`` and ``tokenizer``: the coco-caption scores to compute and the PTB tokenizer ("auto":
     Java where present; "python": metrics/ptb.py's, the same tokens without a JVM), as the Evaluator takes them.
@@ -83,7 +84,14 @@ def evaluate(
 
     from captioning.data.captions import CaptionData
     from captioning.decoding.attention_checks import attention_reports
-    from captioning.decoding.evaluator import Evaluator, score_split, split_images, training_captions
+    from captioning.decoding.evaluator import (
+        Evaluator,
+        dataset_ids,
+        results_items,
+        score_split,
+        split_images,
+        training_captions,
+    )
     from captioning.metrics.clip_score import ClipScoring
 
     model = getattr(model, "model", model)  # a CaptioningModule holds its ShowAttendTell as .model
@@ -120,7 +128,7 @@ def evaluate(
     decode_seconds = time.perf_counter() - start
     predictions = evaluator.predictions(model.vocab)
     if results_path:
-        atomic_write_json(results_path, [{"image_id": i, "caption": c} for i, c in predictions.items()])
+        atomic_write_json(results_path, results_items(predictions, dataset_ids(data)))  # the dataset's own ids
 
     try:
         scored = score_split(evaluator, data, split, predictions, instances, images=split_images(data, split))

@@ -35,19 +35,21 @@ def score_results(
     metrics_path: str | None = None,
     per_image_path: str | None = None,
     device: str | None = None,
-    predictions: dict[int, str] | None = None,
+    predictions: dict | None = None,
 ) -> dict:
-    """Score the captions of the results file ``results`` (or ``predictions``, {image_id: caption},
-    named ``results``) on ``split`` of ``annotations``. Returns the report written to
-    ``metrics_path`` (evaluate's keys: "scores", "notes", "num_images"; and "split_images", the
-    split's size, "coverage", the lines about captions left out) with "predictions" and the
-    :class:`~captioning.decoding.evaluator.SplitScores` ("scored") added."""
+    """Score the captions of the results file ``results`` (or ``predictions``, {image id: caption} with
+    the ids as a results file names them, named ``results``) on ``split`` of ``annotations``. The ids are
+    the dataset's own (COCO's integers; AI Challenger's file names, with or without ".jpg"). Returns the
+    report written to ``metrics_path`` (evaluate's keys: "scores", "notes", "num_images"; and
+    "split_images", the split's size, "coverage", the lines about captions left out) with "predictions"
+    (by the records' image_ids) and the :class:`~captioning.decoding.evaluator.SplitScores` ("scored") added."""
     from captioning.cli.evaluate import write_per_image
     from captioning.common import default_device
     from captioning.data.captions import CaptionData
     from captioning.decoding.evaluator import (
         Evaluator,
         cover_split,
+        dataset_ids,
         read_results,
         score_split,
         split_images,
@@ -63,7 +65,7 @@ def score_results(
         instances = read_instances(instances)
     data = CaptionData(annotations, images_root)
     references = data.references(split)
-    kept, coverage = cover_split(predictions, references, os.fspath(results), split)
+    kept, coverage = cover_split(predictions, references, os.fspath(results), split, dataset_ids(data))
     evaluator = Evaluator(
         metrics,
         spice=spice,
@@ -99,7 +101,10 @@ class Score(Command):
     help = "score any system's captions (a COCO results file) as evaluate scores a model's"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("results", help='COCO results file: [{"image_id": int, "caption": str}, ...]')
+        p.add_argument(
+            "results",
+            help='COCO results file: [{"image_id": int, "caption": str}, ...] (AI Challenger: the image\'s file name)',
+        )
         p.add_argument("--annotations", required=True, nargs="+", metavar="FILE", help="the split's annotation file(s)")
         p.add_argument("--images-root", default=None, help="folder the image paths are relative to (CLIPScore)")
         p.add_argument("--split", default="test")

@@ -7,8 +7,9 @@ the folder ``caption_<split>_images_<date>/`` beside the file. Several files are
 ``validation`` or ``val``; ``test``, which includes ``test_a`` / ``test_b``).
 
 The sentences have no spaces: the data's tokenizer splits them (``jieba`` is picked for them when
-none is named, data/tokens.py). Image ids are the records' positions (results files hold integers);
-the file name of each image is its path.
+none is named, data/tokens.py). The records' image ids are their positions; each image's own id, its
+``image_id`` file name, is kept beside them (``Annotations.dataset_ids``), and results files name the
+images by it (decoding/evaluator.py: results_items, cover_split).
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from __future__ import annotations
 import os
 import re
 
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, check_text, image_path, read_json, shown
+from captioning.data.annotation_format import (
+    FORMATS,
+    AnnotationFormat,
+    Annotations,
+    check_text,
+    image_path,
+    read_json,
+    shown,
+)
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError
 from captioning.tokenizers import tokenize
@@ -52,9 +61,12 @@ def images_folder(path: str) -> str:
     return folder
 
 
-def load_aichallenger(paths: list[str], merge_restval: bool = True, problems: list | None = None) -> list[ImageRecord]:
+def load_aichallenger(
+    paths: list[str], merge_restval: bool = True, problems: list | None = None, names: dict | None = None
+) -> list[ImageRecord]:
     """The records of AI Challenger caption files (see the module's docstring); image paths are
-    relative to the first file's folder."""
+    relative to the first file's folder. ``names``: filled with each record's image_id -> the file's
+    ``image_id`` (the dataset's own id)."""
     root = os.path.dirname(os.path.abspath(paths[0]))
     records: list[ImageRecord] = []
     seen: dict[str, str] = {}
@@ -82,6 +94,8 @@ def load_aichallenger(paths: list[str], merge_restval: bool = True, problems: li
                 problems.append(message)
                 continue
             seen[name] = path
+            if names is not None:
+                names[records[-1].image_id] = data[k]["image_id"].strip()
     return records
 
 
@@ -126,3 +140,10 @@ class AIChallengerFormat(AnnotationFormat):
 
     def load(self, paths, split_file, merge_restval, problems):
         return load_aichallenger(paths, merge_restval, problems)
+
+    def read(self, paths, split_file=None, merge_restval=True, problems=None) -> Annotations:
+        """The records, with each image's own id (its file name) as ``dataset_ids``."""
+        names: dict[int, str] = {}
+        annotations = Annotations(load_aichallenger(paths, merge_restval, problems, names))
+        annotations.dataset_ids = names
+        return annotations

@@ -47,6 +47,10 @@ class Annotations:
     :meth:`train_loader`.
     """
 
+    #: the dataset's own id of each record's ``image_id`` where the format names its images otherwise
+    #: (AI Challenger: the file name, "<40 hex>.jpg"), for results files; None: the image_ids are the dataset's
+    dataset_ids: dict[int, str] | None = None
+
     def __init__(self, records: list[ImageRecord]):
         self.records = records
 

@@ -269,10 +269,24 @@ class Evaluator:
 
 
 # --------------------------------------------------------------------------- scoring a split's captions
-def read_results(path: str) -> dict[int, str]:
-    """A COCO results file [{"image_id": int, "caption": str}, ...] -> {image_id: caption}. One line of
-    :class:`AnnotationError` for anything else (not a list, a duplicate id, a caption that is not a
-    string), so that nothing is scored from half a file."""
+def dataset_ids(data) -> dict[int, str]:
+    """image_id -> the dataset's own id of that image, for a CaptionData whose format names its images
+    otherwise (AI Challenger: the file name); {} where the image_ids are the dataset's (COCO, Flickr)."""
+    return dict(data.read_annotations().dataset_ids or {})
+
+
+def results_items(predictions: dict[int, str], names: dict[int, str] | None = None) -> list[dict]:
+    """A COCO results list [{"image_id", "caption"}] of {image_id: caption}, each image named by the
+    dataset's own id where ``names`` (:func:`dataset_ids`) has one."""
+    names = names or {}
+    return [{"image_id": names.get(i, i), "caption": c} for i, c in predictions.items()]
+
+
+def read_results(path: str) -> dict[int | str, str]:
+    """A COCO results file [{"image_id": int or str, "caption": str}, ...] -> {image_id: caption}, the ids
+    as the file names them (integers, or a dataset's own names such as AI Challenger's file names; see
+    :func:`cover_split`). One line of :class:`AnnotationError` for anything else (not a list, an id that is
+    neither, a duplicate id, a caption that is not a string), so that nothing is scored from half a file."""
     import json
 
     try:
@@ -284,18 +298,20 @@ def read_results(path: str) -> dict[int, str]:
         raise AnnotationError(f"{path}: not a readable JSON file ({err})") from None
     if not isinstance(items, list):
         raise AnnotationError(f'{path}: expected a COCO results list [{{"image_id": int, "caption": str}}, ...]')
-    captions: dict[int, str] = {}
+    captions: dict[int | str, str] = {}
     for k, item in enumerate(items):
         if not isinstance(item, dict) or "image_id" not in item or "caption" not in item:
             raise AnnotationError(f'{path}: item {k}: expected an object with "image_id" and "caption"')
         i, caption = item["image_id"], item["caption"]
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise AnnotationError(f"{path}: item {k}: image_id must be an integer, got {i!r}")
+        if isinstance(i, bool) or not isinstance(i, (int, str)) or (isinstance(i, str) and not i.strip()):
+            raise AnnotationError(
+                f"{path}: item {k}: image_id must be an integer (or the dataset's own name of the image), got {i!r}"
+            )
         if not isinstance(caption, str):
             raise AnnotationError(f"{path}: item {k} (image {i}): the caption must be a string, got {caption!r}")
         if i in captions:
             raise AnnotationError(
-                f"{path}: image_id {i} has more than one caption (items of a results file are one per image)"
+                f"{path}: image_id {i!r} has more than one caption (items of a results file are one per image)"
             )
         captions[i] = caption
     if not captions:
@@ -307,26 +323,52 @@ def _shown(ids: list, n: int = 5) -> str:
     return ", ".join(map(str, ids[:n])) + (", ..." if len(ids) > n else "")
 
 
-def cover_split(predictions: dict[int, str], references: dict, source: str, split: str) -> tuple[dict, list[str]]:
-    """(the captions of images the split has, one line per problem): captions for images the split
-    does not have are set aside, and images without a caption named; an :class:`AnnotationError` when
-    no caption is for an image of the split (ids of another dataset)."""
-    extra = [i for i in predictions if i not in references]
-    missing = [i for i in references if i not in predictions]
-    kept = {i: c for i, c in predictions.items() if i in references}
+def _ordered(ids) -> list:
+    return sorted(ids, key=lambda i: (isinstance(i, str), i))
+
+
+def cover_split(
+    predictions: dict, references: dict, source: str, split: str, names: dict[int, str] | None = None
+) -> tuple[dict[int, str], list[str]]:
+    """(the captions of images the split has, by image_id; one line per problem). ``predictions`` name
+    the images as a results file does: by image_id, or where ``names`` (:func:`dataset_ids`) gives the
+    dataset's own ids, by those (AI Challenger's "<hex>.jpg", also without its extension, as AI
+    Challenger's evaluation names them). Captions for images the split does not have are set aside, and
+    images without a caption named; an :class:`AnnotationError` when no caption is for an image of the
+    split (ids of another dataset), or when one image is named twice."""
+    names = names or {}
+    by_name: dict = {}
+    for i in references:
+        name = names.get(i, i)
+        by_name[name] = i
+        if isinstance(name, str) and "." in name:
+            by_name.setdefault(name.rsplit(".", 1)[0], i)
+    kept: dict[int, str] = {}
+    extra = []
+    for key, caption in predictions.items():
+        i = by_name.get(key)
+        if i is None:
+            extra.append(key)
+        elif i in kept:
+            raise AnnotationError(f"{source}: image {names.get(i, i)!r} has more than one caption (as {key!r} too)")
+        else:
+            kept[i] = caption
+    missing = [names.get(i, i) for i in references if i not in kept]
     if not kept:
         raise AnnotationError(
             f"{source}: none of its {len(predictions)} image ids is an image of the {split!r} split "
-            f"(ids of another dataset or split?): {_shown(sorted(extra))}"
+            f"(ids of another dataset or split?): {_shown(_ordered(extra))}"
         )
     lines = []
     if extra:
         lines.append(
-            f"{source}: {len(extra)} caption(s) for images the {split!r} split does not have, not scored: {_shown(sorted(extra))}"
+            f"{source}: {len(extra)} caption(s) for images the {split!r} split does not have, not scored: "
+            f"{_shown(_ordered(extra))}"
         )
     if missing:
         lines.append(
-            f"{source}: {len(missing)} image(s) of the {split!r} split without a caption, not scored: {_shown(sorted(missing))}"
+            f"{source}: {len(missing)} image(s) of the {split!r} split without a caption, not scored: "
+            f"{_shown(_ordered(missing))}"
         )
     return kept, lines
 
@@ -342,15 +384,18 @@ class SplitScores:
     per_image: dict
     objects: dict | None = None
     chair: dict | None = None
+    names: dict | None = None  # image_id -> the dataset's own id (dataset_ids), where it has one
 
     def rows(self, predictions: dict[int, str], references: dict) -> list[dict]:
-        """One JSON-able row per scored image: its caption, references and scores."""
+        """One JSON-able row per scored image: its caption, references and scores; the image named as
+        the results file names it (the dataset's own id where it has one)."""
         from captioning.metrics.chair import chair_from_counts
 
         index = {i: k for k, i in enumerate(self.per_image.get("ids", []))}
+        names = self.names or {}
         rows = []
         for i, k in index.items():
-            row = {"image_id": i, "caption": predictions[i], "references": list(references[i])}
+            row = {"image_id": names.get(i, i), "caption": predictions[i], "references": list(references[i])}
             for name in ("BLEU-4", "METEOR", "ROUGE_L", "CIDEr"):
                 if name in self.per_image:
                     row[name] = self.per_image[name][k]
@@ -420,7 +465,7 @@ def score_split(
     scores, notes, per_image = evaluator.score_images(
         predictions, references, lambda p, a: data.dataset_scores(split, p, a), images=images
     )
-    result = SplitScores(scores, notes, per_image)
+    result = SplitScores(scores, notes, per_image, names=dataset_ids(data) or None)
     records = [r for r in data.records(split) if r.image_id in predictions]
     truth = {r.image_id: record_objects(r) for r in records if r.objects}
     if truth:

@@ -1,6 +1,7 @@
 """`captioning compare`: paired bootstrap intervals and permutation p-values of two systems' captions."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -8,8 +9,18 @@ import pytest
 from captioning.cli import main
 from captioning.cli.compare import compare_runs
 from captioning.metrics import bootstrap as bs
+from tests.helpers import make_aichallenger, path_without_java
 
 FAST = dict(metrics=("BLEU", "ROUGE_L", "CIDEr"), tokenizer="python", progress=lambda line: None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_java():
+    """The commands here score without Java (the Python PTB tokenizer, no METEOR): none of the tests
+    reads METEOR, and a JVM's start costs seconds each."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", path_without_java(os.environ.get("PATH", "")))
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +122,19 @@ def test_checkpoints_are_decoded_and_the_report_shows_their_attention(tiny_check
     assert json.loads(out.read_text())["scores"]["CIDEr"]["difference"] == 0.0
     assert len(list((report / "images").glob("*_a.gif"))) == 2 and len(list((report / "images").glob("*_b.gif"))) == 2
     assert (report / "index.html").read_text().count(".gif") == 4
+
+
+def test_ai_challenger_checkpoint_against_its_results_file(tiny_checkpoint, tiny_shapes, tmp_path, capfd):
+    """A checkpoint's captions (decoded by position) and a results file naming AI Challenger's images by
+    their file names are the same images: the difference is exactly 0."""
+    annotations, names = make_aichallenger(tiny_shapes, tmp_path, "val")
+    results = tmp_path / "results.json"
+    code = main(
+        ["evaluate", "--checkpoint", str(tiny_checkpoint), "--annotations", str(annotations), "--split", "val"]
+        + ["--device", "cpu", "--results", str(results)]
+    )  # the checkpoint's own decoding, as compare decodes it
+    assert code == 0
+    assert {r["image_id"] for r in json.loads(results.read_text())} == set(names.values())
+    comparison = compare_runs([str(tiny_checkpoint)], [str(results)], str(annotations), split="val", **FAST)
+    assert comparison["num_images"] == 8 and comparison["coverage"] == []
+    assert comparison["scores"]["CIDEr"]["difference"] == 0.0 and comparison["scores"]["CIDEr"]["p_value"] == 1.0
