@@ -86,8 +86,10 @@ def caption(
     """POST an image (a path or its bytes) to ``url``/api/caption and return the JSON answer.
 
     ``settings``: the decoding fields of the API (num_beams, max_new_tokens, length_penalty,
-    attention_mode, num_return_sequences, ... every field docs/WEB.md lists; None: the model's own),
-    sent as the form's text (booleans as true/false, token lists comma-separated).
+    attention_mode, num_return_sequences, prefix, ... every field docs/WEB.md lists; None: the
+    model's own) and the steering fields ``focus`` (a box (x0, y0, x1, y1) in the image's pixels)
+    and ``focus_strength``, sent as the form's text (booleans as true/false, lists and boxes
+    comma-separated).
     Raises :class:`APIError` when the server answers with an error status.
     """
     if isinstance(image, (bytes, bytearray)):
@@ -145,11 +147,23 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=None)
     p.add_argument("--num-beams", type=int, default=None)
     p.add_argument("--gif", default=None, help="write the attention GIF here (one image)")
+    p.add_argument("--focus", default=None, metavar="X0,Y0,X1,Y1", help="describe this region (the image's pixels)")
+    p.add_argument("--focus-strength", default=None, metavar="S", help="the focus prior's strength (default 10)")
+    p.add_argument("--prefix", default=None, metavar="WORDS", help="the caption continues these words")
     args = p.parse_args(argv)
     status = 0
     for path in args.images:
         try:
-            out = caption(path, url=args.url, model=args.model, num_beams=args.num_beams, return_gif=bool(args.gif))
+            out = caption(
+                path,
+                url=args.url,
+                model=args.model,
+                num_beams=args.num_beams,
+                return_gif=bool(args.gif),
+                focus=args.focus,
+                focus_strength=args.focus_strength,
+                prefix=args.prefix,
+            )
         except (APIError, OSError) as err:
             print(f"{path}: {err}", file=sys.stderr)
             status = 1

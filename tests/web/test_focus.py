@@ -149,3 +149,18 @@ def test_jobs_share_a_call_only_with_the_same_strength():
     assert a.shares_call(b) and not a.shares_call(c) and not a.shares_call(plain) and not plain.shares_call(a)
     assert plain.shares_call(Job(model, Settings(), "u", "e.jpg"))
     assert not plain.shares_call(Job(model, Settings(num_beams=1), "u", "e.jpg"))
+
+
+def test_the_command_line_client_sends_a_focus(served, captioner, two_object_image, capsys):
+    from captioning.web.client import main
+
+    path, boxes = two_object_image
+    server = served(captioner)
+    assert (
+        main([str(path), "--url", server.url, "--num-beams", "2", "--focus", _text(boxes[1]), "--focus-strength", "50"])
+        == 0
+    )
+    [want] = captioner([str(path)], num_beams=2, focus=boxes[1], focus_strength=50)
+    assert capsys.readouterr().out.startswith(f"{path}: {want['generated_text']}  (")
+    assert main([str(path), "--url", server.url, "--focus", "5,5,5,9"]) == 1
+    assert "HTTP 400: focus: the box (5, 5, 5, 9) has zero area" in capsys.readouterr().err
