@@ -9,7 +9,8 @@
     python -m tools.studies.attention_faithfulness_study steer NAME=CKPT --data DATA.json --out DIR --strengths S...
         steering alone at several strengths: DIR/NAME_steer.json and a table row per strength
     python -m tools.studies.attention_faithfulness_study table DIR
-        the tables of docs/studies/ATTENTION_FAITHFULNESS.md from every DIR/*.json: models named
+        the tables of docs/studies/ATTENTION_FAITHFULNESS.md (areas, novel pairs, deletion curves)
+        from every DIR/*.json: models named
         NAME_sK (K a seed) are one row, the mean of their seeds, followed by a row per seed
 
 A caption names an object when it mentions its full (size, colour, shape) triple.
@@ -276,6 +277,22 @@ def table(args) -> None:
     )
     print("|---|---|---|---|---|---|---|")
     print("\n".join(novel))
+    print()
+    # the deletion curves of object and function words (mean removal), each model's mean over its seeds
+    fractions = groups[order[0]][0]["faithfulness"]["fractions"] if order else []
+    print("| model, words, removed | " + " | ".join(f"{f:.3g}" for f in fractions) + " |")
+    print("|---|" + "---|" * len(fractions))
+    for model in order:
+        for cls in ("object", "function"):
+            for which in ("top", "random"):
+                curves = [
+                    r["faithfulness"]["removal"]["mean"][cls]["deletion"][which]
+                    for r in groups[model]
+                    if cls in r["faithfulness"]["removal"]["mean"]
+                ]
+                if curves:
+                    mean = [sum(c[k] for c in curves) / len(curves) for k in range(len(curves[0]))]
+                    print(f"| {model}, {cls}, {which} | " + " | ".join(f"{v:.3f}" for v in mean) + " |")
     print()
     for model in order:  # which maps each model's rows read
         r = groups[model][0]
