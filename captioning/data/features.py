@@ -232,16 +232,19 @@ class FeatureCache:
         """Close this process's file descriptors (reopened on the next read)."""
         files, self._files = getattr(self, "_files", None), None
         if files and getattr(self, "_pid", None) == os.getpid():
-            for fds in files:
-                for fd in fds:
-                    os.close(fd)
+            for data_fd, done_fd, _ in files:
+                os.close(data_fd)
+                os.close(done_fd)
 
     def _open(self) -> list:
         if self._files is None or self._pid != os.getpid():
             self._files = None  # a forked copy's descriptors are its parent's: left to it
             files = []
             for base in self.parts:
-                files.append((os.open(base + DTYPES[self.dtype], os.O_RDONLY), os.open(base + ".done", os.O_RDONLY)))
+                done_fd = os.open(base + ".done", os.O_RDONLY)
+                seen = np.frombuffer(bytearray(os.pread(done_fd, os.path.getsize(base + ".done"), 0)), np.uint8)
+                # (data fd, done fd, the done flags as read: a flag once 1 stays 1)
+                files.append((os.open(base + DTYPES[self.dtype], os.O_RDONLY), done_fd, seen))
             self._files, self._pid = files, os.getpid()
         return self._files
 
@@ -277,13 +280,15 @@ class FeatureCache:
         found, pos = self._locate(np.asarray([image_id], dtype=np.int64))
         if not found[0]:
             raise ImageError(f"{self.root}: no features for image {image_id}")
-        data_fd, done_fd = self._open()[self.part_of[pos[0]]]
+        data_fd, done_fd, seen = self._open()[self.part_of[pos[0]]]
         row = int(self.row_of[pos[0]])
-        # the done flag is read fresh: a row still being written by a running extraction is refused
-        if os.pread(done_fd, 1, row) != b"\x01":
-            raise ImageError(
-                f"{self.root}: features of image {image_id} are incomplete (interrupted extraction? rerun it)"
-            )
+        # a flag not yet seen set is read fresh: a row still being written by a running extraction is refused
+        if not seen[row]:
+            if os.pread(done_fd, 1, row) != b"\x01":
+                raise ImageError(
+                    f"{self.root}: features of image {image_id} are incomplete (interrupted extraction? rerun it)"
+                )
+            seen[row] = 1
         out = np.empty(self.grid_shape, dtype=self.dtype)
         got = _read_into(data_fd, out, row * self.row_bytes)  # one read, nothing mapped
         if got != self.row_bytes:
