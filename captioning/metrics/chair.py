@@ -8,7 +8,7 @@ COCO: the procedure of the paper's released code (github.com/LisaAnne/Hallucinat
    (:func:`word_tokenize`; transcribed, so that no nltk data is needed);
 2. each word is singularised by ``pattern.en.singularize`` (Pattern 3.6): here a table of the singulars
    of every word that matters (data/chair_singulars.txt, derived from pattern's source by
-   tools/dev/chair_singulars.py), so that its quirks are kept ("bus" -> "bu", so a singular "bus" is no
+   tools/dev/chair_reference.py), so that its quirks are kept ("bus" -> "bu", so a singular "bus" is no
    mention while "buses" is; "ties" -> "ty"; "glass" -> "glas");
 3. two consecutive words that form one of its compounds are joined (:func:`double_words`): "hot dog" is
    the hot dog category, not a dog; "teddy bear" is not a bear; "baby bird" / "adult bird" (and the other
@@ -34,8 +34,9 @@ and those its reference captions mention, by the same procedure. Then:
 Where this can differ from the released code: nltk splits sentences with its punkt model (data that
 needs a download); :func:`word_tokenize` ends a sentence at ".", "?" or "!" (and closing quotes or
 brackets) followed by white space, where punkt would keep a period of a learned abbreviation ("st.",
-"dr.") inside its sentence. That decides only whether such a word keeps its period, and none of the
-looked-up words is such an abbreviation.
+"dr.") inside its sentence. That decides only whether such a word keeps its period; no looked-up word
+is a usual abbreviation, but this was not checked against punkt's model. tools/dev/chair_reference.py
+checks the rest against the released code's own source.
 
 Shapes data (``shapes_chair``): the same counts with (size, colour, shape) mentions against the
 image's objects field, and each hallucinated mention told apart: a shape the image does not hold
