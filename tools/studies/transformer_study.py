@@ -6,7 +6,7 @@ and their validation object F1 at equal CPU seconds.
 
 A run is RUNS/NAME: ``test_last.json`` (``captioning evaluate --num-beams 3 --grounding`` of
 last.ckpt on the test split) and lightning_logs (validation object F1, greedy, at every epoch's
-end). ``--speed``: the JSON of ``python -m tools.studies.transformer_speed --models --out``, whose
+end). ``--speed`` (optional: without it, the test scores and curves alone): the JSON of ``python -m tools.studies.transformer_speed --models --out``, whose
 rows are named as the ``--row`` labels (soft, soft_aoa, hard, hard_aoa, T2, T2_aoa, T3, T3_aoa);
 its first row is the reference whose ``--budget-steps`` set the CPU-second budget.
 
@@ -75,17 +75,19 @@ def table(args) -> str:
         with open(args.speed) as f:
             speed = json.load(f)["rows"]
     reference = next(iter(speed)) if speed else None
-    head = (
-        "| row | runs | object F1 | CIDEr | attention correctness | pointing game | val object F1, last validation "
-        "| training step ms (x) | beam-3 images/s (x) | parameters | steps in the CPU time of "
-        f"{reference}'s {args.budget_steps:,} | val object F1 there |"
-    )
-    lines = [head, "|" + "---|" * 12]
+    head = "| row | runs | object F1 | CIDEr | attention correctness | pointing game | val object F1, last validation |"
+    if speed:
+        head += (
+            " training step ms (x) | beam-3 images/s (x) | parameters | steps in the CPU time of "
+            f"{reference}'s {args.budget_steps:,} | val object F1 there |"
+        )
+    lines = [head, "|" + "---|" * head.count(" |")]
     for spec in args.row:
         label, names = spec.split("=", 1)
         runs = names.split(",")
         scores = [test_scores(os.path.join(args.runs_dir, r)) or {} for r in runs]
-        curves = [val_curve(os.path.join(args.runs_dir, r)) for r in runs]
+        # a run counts once it has finished (its test_last.json written): a running one's curve is partial
+        curves = [val_curve(os.path.join(args.runs_dir, r)) if score else None for r, score in zip(runs, scores)]
         cols = [
             fmt([s.get(k) for s in scores], 2 if k == "CIDEr" else 3)
             for k in ("object_f1", "CIDEr", "attention_correctness", "pointing_game")
@@ -94,7 +96,9 @@ def table(args) -> str:
         last_steps = sorted({int(c[0][-1]) for c in curves if c is not None})
         cols.append(fmt(last) + (f" at {', '.join(map(str, last_steps))}" if last_steps else ""))
         x = speed.get(label)
-        if x is None:
+        if not speed:
+            pass
+        elif x is None:
             cols += ["n/a", "n/a", "n/a", "n/a", "n/a"]
         else:
             steps = args.budget_steps * speed[reference]["train_ms_cpu"] / x["train_ms_cpu"]
