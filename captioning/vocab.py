@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from captioning.compat import UNRECORDED_TOKENIZER
 from captioning.errors import ConfigError
@@ -57,21 +57,41 @@ class Vocabulary:
         """Vocabulary of the tokens seen at least ``min_freq`` times (at most ``max_size`` besides the
         specials); ``token_lists`` are the training captions as ``tokenizer`` splits them. A trained
         tokenizer (bpe, unigram) brings its whole token list instead, in its own order."""
-        if min_freq < 1:
-            raise ConfigError(f"min_freq must be at least 1, got {min_freq}")
-        if max_size is not None and max_size < 0:
-            raise ConfigError(f"max_size must be non-negative, got {max_size}")
+        cls._check_cut(min_freq, max_size)
+        if not isinstance(tokenizer, Tokenizer):
+            tokenizer = build_tokenizer(tokenizer, "vocabulary.tokenizer")
+        trained = tokenizer.tokens() is not None  # its own list: no counting
+        counts = Counter() if trained else Counter(w for tokens in token_lists for w in tokens)
+        return cls.from_counts(counts, min_freq, max_size, tokenizer)
+
+    @classmethod
+    def from_counts(
+        cls,
+        counts: Mapping[str, int],
+        min_freq: int = 5,
+        max_size: int | None = None,
+        tokenizer: str | Tokenizer = DEFAULT_TOKENIZER,
+    ) -> Vocabulary:
+        """:meth:`build` from each token's count in the training captions (``token -> count``, e.g.
+        data/records.py's ``CaptionTable.counts``): the same vocabulary as from the captions."""
+        cls._check_cut(min_freq, max_size)
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = build_tokenizer(tokenizer, "vocabulary.tokenizer")
         fixed = tokenizer.tokens()  # a trained tokenizer's own list: every token it can emit, in its order
         if fixed is not None:
             words = [w for w in fixed if w not in cls.SPECIALS]
             return cls(list(cls.SPECIALS) + words, min_freq=1, tokenizer=tokenizer)
-        counts = Counter(w for tokens in token_lists for w in tokens)
         words = sorted(
             (w for w, n in counts.items() if n >= min_freq and w not in cls.SPECIALS), key=lambda w: (-counts[w], w)
         )
         return cls(list(cls.SPECIALS) + words[:max_size], min_freq=min_freq, tokenizer=tokenizer)
+
+    @staticmethod
+    def _check_cut(min_freq: int, max_size: int | None) -> None:
+        if min_freq < 1:
+            raise ConfigError(f"min_freq must be at least 1, got {min_freq}")
+        if max_size is not None and max_size < 0:
+            raise ConfigError(f"max_size must be non-negative, got {max_size}")
 
     def __len__(self) -> int:
         return len(self.itos)

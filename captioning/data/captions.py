@@ -41,8 +41,8 @@ from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Co
 from captioning.data.features import FeatureCache
 from captioning.data.formats import default_images_root, read_annotations
 from captioning.data.images import check_decode_device, check_interpolation
-from captioning.data.records import ImageRecord, split_records
-from captioning.data.sampling import ResumableLoader
+from captioning.data.records import CaptionTable, ImageRecord, split_records
+from captioning.data.sampling import ResumableLoader, SharingLoader
 from captioning.data.tokens import fit_tokenizer, train_tokenizer
 from captioning.errors import AnnotationError, ConfigError, ImageError
 from captioning.tokenizers import DEFAULT_TOKENIZER, Tokenizer, build_tokenizer
@@ -175,6 +175,7 @@ class CaptionData:
         self.skipped_samples = 0  # samples dropped for unreadable images (on_bad_image="skip")
         self._bad_files: set[str] = set()
         self._annotations: Annotations | None = None  # the records and their images' source, read once
+        self._table: tuple | None = None  # (annotations, train CaptionTable): the training captions as arrays
 
     # ------------------------------------------------------------------ data
     def set_vocab(self, vocab: Vocabulary | dict) -> None:
@@ -205,10 +206,9 @@ class CaptionData:
             self._use_tokenizer_of(vocab, self.vocabulary)
             self.vocab = vocab
         self.all_records()
-        if self.vocab is None:
-            train = self.records("train")
-            self.vocab = Vocabulary.build(
-                (t for r in train for t in r.tokens), self.min_word_freq, self.max_vocab_size, tokenizer=self.tokenizer
+        if self.vocab is None:  # counted from the training captions' table, which the training loader reads too
+            self.vocab = Vocabulary.from_counts(
+                self.caption_table().counts(), self.min_word_freq, self.max_vocab_size, tokenizer=self.tokenizer
             )
 
     def read_annotations(self) -> Annotations:
@@ -231,6 +231,14 @@ class CaptionData:
     def all_records(self) -> list[ImageRecord]:
         """Every image of the annotation file, read once."""
         return self.read_annotations().records
+
+    def caption_table(self) -> CaptionTable:
+        """The training records' captions as token ids (data/records.py), made once in one pass:
+        the vocabulary is counted from it and the training datasets read it."""
+        annotations = self.read_annotations()
+        if self._table is None or self._table[0] is not annotations:
+            self._table = (annotations, CaptionTable.of(self.records("train")))
+        return self._table[1]
 
     def records(self, split: str) -> list[ImageRecord]:
         """The images of a split; an :class:`AnnotationError` if it has none."""
@@ -290,6 +298,7 @@ class CaptionData:
             features=cache,
             cache_images=self.cache_images,
             interpolation=self.interpolation,
+            **({"table": self.caption_table()} if split == "train" else {}),
             **kwargs,
         )
         dataset.encoded = self.decode_device is not None
@@ -320,7 +329,7 @@ class CaptionData:
                 **kwargs,
             )
         # Evaluation: under DDP Lightning puts in its DistributedSampler.
-        return DataLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
+        return SharingLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
 
     def train_dataloader(self) -> DataLoader:
         if self.vocab is None:

@@ -5,6 +5,10 @@ evaluation one sample per image. Images are read lazily by :meth:`ImageDataset.v
 place that swaps in a feature cache, or keeps the decoded images in memory with
 ``cache_images``). An unreadable image gives a sample ``{"error": message}`` that :class:`Collate`
 drops from its batch and reports.
+
+The datasets hold their records as arrays (data/records.py: :class:`ImageRefs`,
+:class:`CaptionTable`), not as the records themselves: a loader worker reads them without copying
+the parent's Python objects.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from captioning.data.images import (
     pixels_to_float,
     to_pixels,
 )
-from captioning.data.records import ImageRecord
+from captioning.data.records import CaptionTable, ImageRecord, ImageRef, ImageRefs
 from captioning.errors import ImageError
 from captioning.vocab import Vocabulary
 
@@ -55,7 +59,8 @@ class ImageDataset(Dataset):
         cache_images: bool = False,
         interpolation: str = DEFAULT_INTERPOLATION,
     ):
-        self.records, self.images_root, self.image_size = list(records), images_root, image_size
+        self.refs = ImageRefs(records)  # the records' image ids and paths, as arrays
+        self.images_root, self.image_size = images_root, image_size
         self.interpolation = check_interpolation(interpolation)
         self.features = features
         self.pixels: dict[int, np.ndarray] | None = {} if cache_images and features is None else None
@@ -64,9 +69,9 @@ class ImageDataset(Dataset):
         self.visual_shape = tuple(features.grid_shape) if features is not None else (3, image_size, image_size)
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.refs)
 
-    def visual(self, record: ImageRecord) -> Tensor:
+    def visual(self, record: ImageRef) -> Tensor:
         """The visual input of a sample: its cached grid (L, D), or its image file resized to (3, S, S)."""
         if self.features is not None:
             return self.features[record.image_id]
@@ -81,11 +86,11 @@ class ImageDataset(Dataset):
             pixels = self.pixels[record.image_id] = self._read(record)
         return torch.from_numpy(pixels_to_float(pixels))
 
-    def _read(self, record: ImageRecord) -> np.ndarray:
+    def _read(self, record: ImageRef) -> np.ndarray:
         """The record's image file as uint8 (3, S, S)."""
         return to_pixels(load_image(os.path.join(self.images_root, record.path)), self.image_size, self.interpolation)
 
-    def _sample(self, record: ImageRecord) -> dict:
+    def _sample(self, record: ImageRef) -> dict:
         try:
             sample = {self.visual_key: self.visual(record), "image_ids": record.image_id}
             if self.encoded:
@@ -95,7 +100,7 @@ class ImageDataset(Dataset):
             return {"error": str(err)}
 
     def __getitem__(self, i: int) -> dict:
-        return self._sample(self.records[i])
+        return self._sample(self.refs[i])
 
 
 class CaptionPairDataset(ImageDataset):
@@ -111,31 +116,27 @@ class CaptionPairDataset(ImageDataset):
         features: FeatureCache | None = None,
         cache_images: bool = False,
         interpolation: str = DEFAULT_INTERPOLATION,
+        table: CaptionTable | None = None,
     ):
         super().__init__(records, images_root, image_size, features, cache_images, interpolation)
         self.vocab, self.max_length = vocab, max_length
-        counts = [len(r.tokens) for r in self.records]
-        # (record index, caption index) of every pair, as arrays: cheap to share with workers
-        self.record_index = np.repeat(np.arange(len(counts)), counts)
-        self.caption_index = np.concatenate([np.arange(n) for n in counts]) if counts else np.zeros(0, int)
+        table = table if table is not None else CaptionTable.of(records)
+        # every pair's caption as vocabulary ids, and the record of each pair (pair i is caption i)
+        self.ids, self.starts = table.encode(vocab.stoi, vocab.unk_id), table.starts
+        self.record_index = table.record_of_caption()
+        self._lengths = table.lengths()
 
     def caption_lengths(self) -> np.ndarray:
         """Words of each pair's caption (as encoded: at most max_length), for length bucketing."""
-        cap = self.max_length or np.iinfo(np.int64).max
-        return np.array(
-            [min(len(self.records[r].tokens[c]), cap) for r, c in zip(self.record_index, self.caption_index)],
-            dtype=np.int64,
-        )
+        return np.minimum(self._lengths, self.max_length) if self.max_length else self._lengths
 
     def __len__(self) -> int:
         return len(self.record_index)
 
     def __getitem__(self, i: int) -> dict:
-        record = self.records[self.record_index[i]]
-        sample = self._sample(record)
+        sample = self._sample(self.refs[int(self.record_index[i])])
         if "error" not in sample:
-            tokens = record.tokens[self.caption_index[i]]
-            sample["captions"] = torch.tensor(self.vocab.encode(tokens, self.max_length), dtype=torch.long)
+            sample["captions"] = encoded_caption(self.ids, self.starts, i, self.max_length)
         return sample
 
 
@@ -156,18 +157,34 @@ class CaptionGroupDataset(ImageDataset):
         features: FeatureCache | None = None,
         cache_images: bool = False,
         interpolation: str = DEFAULT_INTERPOLATION,
+        table: CaptionTable | None = None,
     ):
         super().__init__(records, images_root, image_size, features, cache_images, interpolation)
         self.vocab, self.max_length = vocab, max_length
+        table = table if table is not None else CaptionTable.of(records)
+        self.ids, self.starts = table.encode(vocab.stoi, vocab.unk_id), table.starts
+        self.first_caption = table.first_caption
 
     def __getitem__(self, i: int) -> dict:
-        record = self.records[i]
-        sample = self._sample(record)
+        sample = self._sample(self.refs[i])
         if "error" not in sample:
             sample["captions"] = [
-                torch.tensor(self.vocab.encode(t, self.max_length), dtype=torch.long) for t in record.tokens
+                encoded_caption(self.ids, self.starts, c, self.max_length)
+                for c in range(int(self.first_caption[i]), int(self.first_caption[i + 1]))
             ]
         return sample
+
+
+def encoded_caption(ids: np.ndarray, starts: np.ndarray, c: int, max_length: int | None) -> Tensor:
+    """Caption ``c`` of a :class:`CaptionTable` encoded as ``Vocabulary.encode`` does: (T,) long,
+    ``[BOS] + its first max_length ids + [EOS]``. ``ids``: the table's tokens as vocabulary ids."""
+    start, end = int(starts[c]), int(starts[c + 1])
+    if max_length is not None:
+        end = min(end, start + max_length)
+    out = torch.empty(end - start + 2, dtype=torch.long)
+    out[0], out[-1] = Vocabulary.bos_id, Vocabulary.eos_id
+    out[1:-1] = torch.from_numpy(ids[start:end])
+    return out
 
 
 class Collate:

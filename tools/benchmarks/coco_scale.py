@@ -64,12 +64,15 @@ def zipf_exponent(tokens: int, kept: int, cut: int = 5, words: int = WORDS) -> f
     return (low + high) / 2
 
 
-def make(out: Path, seed: int = 0, kept: int = 10_000) -> Path:
-    """Write ``out/dataset_coco.json`` and its image links (see the module docstring)."""
+def make(out: Path, seed: int = 0, kept: int = 10_000, scale: float = 1.0) -> Path:
+    """Write ``out/dataset_coco.json`` and its image links (see the module docstring); ``scale``:
+    a file of that share of COCO's images (each split at least one) and of its ``kept`` words."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    total = sum(SPLITS.values())
+    splits = {split: max(1, round(count * scale)) for split, count in SPLITS.items()}
+    kept = max(1, round(kept * scale))
+    total = sum(splits.values())
     lengths = np.clip(rng.poisson(10.5, size=total * CAPTIONS), 6, 40)  # COCO: mean ~10.5 words
     s = zipf_exponent(int(lengths.sum()), kept)
     p = np.arange(1, WORDS + 1, dtype=np.float64) ** -s
@@ -82,7 +85,7 @@ def make(out: Path, seed: int = 0, kept: int = 10_000) -> Path:
         Image.fromarray(pixels).save(sources / f"source{k}.jpg", quality=85)
     offsets = np.concatenate([[0], np.cumsum(lengths)])  # where each caption's words start in the draws
     images, start, imgid = [], 0, 0
-    for split, count in SPLITS.items():
+    for split, count in splits.items():
         folder = "val2014" if split in ("val", "test", "restval") else "train2014"
         (out / folder).mkdir(parents=True, exist_ok=True)
         for _ in range(count):
@@ -140,9 +143,23 @@ def _hwm_mb(pid: int) -> float | None:
     return None
 
 
-def measure(command: list[str], every: float = 0.2) -> dict:
-    """Wall time of ``command`` run in a child process, its peak RSS (MB; from wait4) and the largest
-    peak RSS of its descendants (the loader workers: their VmHWM sampled every ``every`` s)."""
+def uss_mb(pid: int) -> float | None:
+    """The memory only this process maps (USS: Private_Clean + Private_Dirty of
+    /proc/PID/smaps_rollup), MB: what a forked loader worker has copied of its parent's pages, or
+    keeps alone because the parent wrote its copy, plus what it allocated itself."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            kb = sum(int(line.split()[1]) for line in f if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    except (OSError, ValueError):
+        return None
+    return kb / 1024
+
+
+def measure(command: list[str], every: float = 0.5) -> dict:
+    """Wall time of ``command`` run in a child process, its CPU seconds and peak RSS (MB; from
+    wait4), and of its descendants (the loader workers), sampled every ``every`` s: the largest
+    peak RSS (VmHWM, which counts the pages a worker shares with its parent) and each one's
+    largest USS (:func:`uss_mb`, the pages it holds alone), and the command's own largest USS."""
     import threading
 
     if command and command[0] == "captioning":
@@ -150,27 +167,99 @@ def measure(command: list[str], every: float = 0.2) -> dict:
     start = time.perf_counter()
     proc = subprocess.Popen(command)
     peaks: dict[int, float] = {}
+    private: dict[int, float] = {}
     done = threading.Event()
 
     def sample():
         while not done.wait(every):
-            for pid in _tree(proc.pid)[1:]:
-                hwm = _hwm_mb(pid)
-                if hwm is not None:
-                    peaks[pid] = max(peaks.get(pid, 0.0), hwm)
+            for k, pid in enumerate(_tree(proc.pid)):
+                if k:
+                    hwm = _hwm_mb(pid)
+                    if hwm is not None:
+                        peaks[pid] = max(peaks.get(pid, 0.0), hwm)
+                uss = uss_mb(pid)
+                if uss is not None:
+                    private[pid] = max(private.get(pid, 0.0), uss)
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     _, status, usage = os.wait4(proc.pid, 0)
     done.set()
     thread.join()
+    workers = sorted((round(v) for pid, v in private.items() if pid != proc.pid), reverse=True)
     return {
         "seconds": round(time.perf_counter() - start, 1),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "peak_uss_mb": round(private.get(proc.pid, 0.0)),
         "children": len(peaks),
         "child_peak_rss_mb": round(max(peaks.values())) if peaks else None,
+        "child_peak_uss_mb": workers,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "exit": os.waitstatus_to_exitcode(status),
     }
+
+
+def workers(
+    annotations: str,
+    num_workers: int,
+    batches: int = 0,
+    images: bool = False,
+    collect: bool = False,
+    parent_collect: bool = False,
+) -> dict:
+    """Each training loader worker's private memory (USS) after ``batches`` batches of 96 pairs (0:
+    one epoch), the demo's loader settings at COCO's size: what reading the records costs a worker.
+    Without ``images`` a sample's image is a constant tensor, so that an epoch takes seconds and the
+    figure is the records' side alone; ``collect``: each worker runs a full garbage collection at
+    its first sample (as Python may at any time), which walks every object it inherited;
+    ``parent_collect``: the training process runs one after the first batch (as scoring a
+    validation does): the pages it writes are then no longer shared, and their old copies count in
+    the workers' USS."""
+    import gc
+
+    import torch
+
+    from captioning.data.captions import CaptionData
+    from captioning.data.datasets import ImageDataset
+
+    data = CaptionData(annotations, batch_size=96, num_workers=num_workers, image_size=64, min_word_freq=5)
+    data.setup("fit")
+    read = ImageDataset.visual
+    collected = []
+
+    def visual(self, record):
+        if collect and not collected:
+            collected.append(gc.collect())
+        return read(self, record) if images else torch.zeros(3, 64, 64)
+
+    ImageDataset.visual = visual
+    start = time.perf_counter()
+    loader = data.train_dataloader()
+    batches = batches or len(loader)
+    it = iter(loader)
+    next(it)
+    first = {pid: uss_mb(pid) for pid in _tree(os.getpid())[1:]}
+    if parent_collect:
+        gc.collect()
+    for _ in range(batches - 1):
+        next(it)
+    last = {pid: uss_mb(pid) for pid in _tree(os.getpid())[1:]}
+    return {
+        "workers": num_workers,
+        "batches": batches,
+        "seconds": round(time.perf_counter() - start, 1),
+        "main_rss_mb": round(_rss_mb(os.getpid())),
+        "main_uss_mb": round(uss_mb(os.getpid())),
+        "worker_uss_mb_after_one_batch": sorted(round(v) for v in first.values() if v is not None),
+        "worker_uss_mb": sorted(round(v) for v in last.values() if v is not None),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
 def score_time(annotations: str, results: str, split: str = "test") -> dict:
@@ -195,14 +284,29 @@ def main(argv=None) -> int:
     m = sub.add_parser("make", help="write the synthetic Karpathy file and its image links")
     m.add_argument("--out", required=True, type=Path)
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--scale", type=float, default=1.0, help="this share of COCO's images and words (a small file)")
     sc = sub.add_parser("score", help="time coco-caption's scoring of an evaluate --results file")
     sc.add_argument("--annotations", required=True)
     sc.add_argument("--results", required=True)
+    w = sub.add_parser("workers", help="each training loader worker's private memory after reading the records")
+    w.add_argument("--annotations", required=True)
+    w.add_argument("--workers", type=int, default=4)
+    w.add_argument("--batches", type=int, default=0, help="batches of 96 pairs to read (default: one epoch)")
+    w.add_argument("--images", action="store_true", help="read the images too (slow: 640x480 JPEGs)")
+    w.add_argument("--collect", action="store_true", help="a full garbage collection in each worker")
+    w.add_argument("--parent-collect", action="store_true", help="a full garbage collection in the main process")
     r = sub.add_parser("measure", help="time and peak memory of a command (after --)")
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     if args.what == "make":
-        print(make(args.out, args.seed))
+        print(make(args.out, args.seed, scale=args.scale))
+        return 0
+    if args.what == "workers":
+        print(
+            json.dumps(
+                workers(args.annotations, args.workers, args.batches, args.images, args.collect, args.parent_collect)
+            )
+        )
         return 0
     if args.what == "score":
         print(json.dumps(score_time(args.annotations, args.results)))
