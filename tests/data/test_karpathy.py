@@ -208,3 +208,77 @@ def test_objects_that_are_read_are_scored(tmp_path):
 def test_image_sizes_that_make_no_sense(tmp_path, size, field):
     message = annotation_error(write_karpathy(tmp_path, [karpathy_image(0, **size)]))
     assert message.startswith(f"images[0].{field}: " if field else "images[0]: 1000000 x 1000000 pixels")
+
+
+# ---------------------------------------------------------------- the images read one at a time
+IMAGES = [
+    karpathy_image(0, sentences=[{"tokens": ["A", " Dog ", "", "  "], "raw": "  A dog.  "}, {"raw": "Two cats"}]),
+    karpathy_image(1, split="val", sentences=[{"tokens": ["un", "caf\u00e9"], "raw": "Un caf\u00e9"}]),
+    karpathy_image(2, split="restval", sentences=[{"tokens": ["x"], "raw": ""}, {"tokens": ["  "], "raw": "a"}]),
+]
+
+
+def whole_file(path, **kwargs):
+    """The records as read from the whole file's parse (what the streamed reading must equal)."""
+    from captioning.data.annotation_format import read_json
+    from captioning.data.karpathy import _records
+
+    return _records(
+        str(path), read_json(str(path))["images"], kwargs.get("merge_restval", True), kwargs.get("problems")
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"images": IMAGES}),
+        json.dumps({"dataset": "coco", "images": IMAGES, "more": [1, {"images": 2}]}, indent=2),
+        "\ufeff" + json.dumps({"images": IMAGES}) + "\n\n",
+        json.dumps({"images": []}),
+        json.dumps({"images": [IMAGES[0]], "x": 1}).replace("[", " [ \n").replace(",", " ,\t"),
+        '{"images": [], "images": ' + json.dumps(IMAGES) + "}",  # JSON keeps the last
+    ],
+)
+def test_streamed_images_read_as_the_whole_file(tmp_path, text):
+    path = tmp_path / "ann.json"
+    path.write_text(text, encoding="utf-8")
+    records = load_karpathy(path)
+    assert records == whole_file(path)
+    assert len(records) == len(json.loads(text.lstrip("\ufeff"))["images"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"images": IMAGES}) + " x",
+        json.dumps({"images": IMAGES})[:-30],
+        json.dumps({"images": IMAGES}).replace("}]", "},]"),
+        json.dumps([{"images": IMAGES}]),
+        json.dumps({"dataset": "coco"}),
+        json.dumps({"images": {"a": 1}}),
+        "",
+    ],
+)
+def test_streamed_reading_fails_as_the_whole_file(tmp_path, text):
+    path = tmp_path / "ann.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(AnnotationError) as streamed:
+        load_karpathy(path)
+    try:
+        whole = json.loads(text)
+        expected = (
+            "missing top-level field 'images'"
+            if not isinstance(whole, dict) or "images" not in whole
+            else "expected a list"
+        )
+        assert expected in str(streamed.value)
+    except json.JSONDecodeError as err:
+        assert str(streamed.value) == f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}"
+
+
+def test_streamed_problems_are_the_whole_files(tmp_path):
+    images = IMAGES + [karpathy_image(0), karpathy_image(5, sentences=[{"tokens": [3]}]), {"filename": "x"}]
+    path = write_karpathy(tmp_path, images)
+    problems, expected = [], []
+    assert load_karpathy(path, problems=problems) == whole_file(path, problems=expected)
+    assert problems == expected and len(problems) == 3
