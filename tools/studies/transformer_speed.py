@@ -4,7 +4,7 @@ process, the kinds timed in alternation (so that a busy machine slows them alike
     python -m tools.studies.transformer_speed                  # the shapes configs' decoders on features
     python -m tools.studies.transformer_speed --coco           # COCO's sizes: V=10,000, 14x14x2048, beam 5
     python -m tools.studies.transformer_speed --models --data DATA/dataset_shapes.json \
-        [--hard-config configs/shapes_hard.yaml] [--rows soft soft_aoa hard hard_aoa T2 T2_aoa T3 T3_aoa] \
+        [--hard-config configs/shapes_hard.yaml] [--hard-args "FLAGS"] [--rows soft soft_aoa hard hard_aoa T2 T2_aoa T3 T3_aoa] \
         [--budget-steps 1500] [--out speed.json]               # whole models, as `captioning fit` builds them
 
 The first two time decoders only, on random annotation vectors (the encoder is the same for both
@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import time
 
 import torch
@@ -84,7 +85,8 @@ def time_models(args) -> dict:
     rows = {}
     for name in args.rows:
         config, overrides = ROWS[name]
-        config = args.hard_config if config == "HARD" else config
+        if config == "HARD":
+            config, overrides = args.hard_config, shlex.split(args.hard_args) + overrides
         module, dm = build_row(config, overrides, args.data)
         images = next(iter(dm.val_dataloader()))["images"][: args.images]
         gen = dataclasses.replace(
@@ -167,7 +169,11 @@ def time_models(args) -> dict:
         )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"data": args.data, "hard_config": args.hard_config, "rows": result}, f, indent=1)
+            json.dump(
+                {"data": args.data, "hard_config": args.hard_config, "hard_args": args.hard_args, "rows": result},
+                f,
+                indent=1,
+            )
     return result
 
 
@@ -178,6 +184,7 @@ def main() -> None:
     p.add_argument("--data", help="--models: the annotations (DATA/dataset_shapes.json)")
     p.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), help="--models: the rows to time")
     p.add_argument("--hard-config", default="configs/shapes_hard.yaml", help="--models: the hard rows' config")
+    p.add_argument("--hard-args", default="", help="--models: flags added to the hard rows' config (one string)")
     p.add_argument("--rounds", type=int, default=4, help="--models: timed rounds (after one warm-up round)")
     p.add_argument("--steps", type=int, default=3, help="--models: training steps of each row per round")
     p.add_argument(
