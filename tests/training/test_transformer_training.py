@@ -160,3 +160,118 @@ def test_the_captured_steps_code_leaves_a_transformer_the_static_steps_weights(s
     _, graphs = fit_weights(tiny_shapes, tmp_path / "graphs", ["--model.cuda_graphs", "true"])
     for k in static:
         torch.testing.assert_close(graphs[k], static[k], rtol=1e-5, atol=1e-5, msg=k)
+
+
+# ------------------------------------------------------------------ DDP and resume (slow: subprocesses)
+DDP_SCRIPT = r"""
+import json, os, sys
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from captioning.training.cli import run_lightning_cli
+
+out_dir, annotations, devices, resume = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+rank = int(os.environ.get("LOCAL_RANK", 0))
+
+
+class Losses(Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_before_backward(self, trainer, module, loss):
+        self.losses.append(float(loss))
+
+
+args = ["--config", "configs/shapes_transformer.yaml", "--data.annotations", annotations, "--data.batch_size", "8",
+        "--data.num_workers", "0", "--data.cache_images", "false", "--trainer.accelerator", "cpu",
+        "--trainer.devices", str(devices), "--trainer.strategy", "ddp" if devices > 1 else "auto",
+        # max_steps: the warm-up's end is then read from it, not from trainer.estimated_stepping_batches, which
+        # builds the training loader before a resumed run restores its mid-epoch position (a known gap)
+        "--trainer.max_epochs", "3", "--trainer.max_steps", "1000", "--trainer.max_time", "null",
+        "--trainer.limit_val_batches", "0",
+        "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+        "--trainer.default_root_dir", out_dir + "/run",
+        "--model.encoder.channels", "[8, 16]", "--model.encoder.dim", "32",
+        "--model.decoder.embed_dim", "32", "--model.decoder.hidden_dim", "32", "--model.decoder.ff_dim", "64",
+        "--model.decoder.dropout", "0.1",
+        "--model.optimizer.schedule.warmup_steps", "3", "--model.optimizer.ema_start_step", "4"]
+cli = run_lightning_cli(args, run=False)
+losses = Losses()
+cli.trainer.callbacks += [losses, ModelCheckpoint(dirpath=out_dir + "/steps", every_n_train_steps=3, save_top_k=-1,
+                                                  filename="{step}")]
+cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=None if resume == "none" else resume)
+torch.save({k: v.detach().clone() for k, v in cli.model.state_dict().items()}, f"{out_dir}/rank{rank}.pt")
+with open(f"{out_dir}/rank{rank}.json", "w") as f:
+    json.dump({"losses": losses.losses, "world_size": cli.trainer.world_size, "global_step": cli.trainer.global_step,
+               "steps_per_epoch": cli.trainer.num_training_batches,
+               "kind": cli.model.model.decoder.config.kind}, f)
+"""
+
+
+def run_training(tmp, annotations, devices: int, resume: str = "none") -> list:
+    """One fit of a tiny transformer in a fresh process (Lightning's DDP launcher re-runs it per
+    rank): per rank, (its record, its final state dict)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "run_transformer.py").write_text(DDP_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    for var in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    proc = subprocess.run(
+        [sys.executable, str(tmp / "run_transformer.py"), str(tmp), str(annotations), str(devices), resume],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [(json.loads((tmp / f"rank{r}.json").read_text()), torch.load(tmp / f"rank{r}.pt")) for r in range(devices)]
+
+
+@pytest.fixture(scope="module")
+def ddp_data(tmp_path_factory):
+    from captioning.data.shapes import generate
+
+    root = tmp_path_factory.mktemp("transformer_ddp")
+    return generate(root / "data", n_train=24, n_val=2, n_test=2, seed=7, image_size=64, progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [2, 1], ids=["ddp", "single"])
+def test_a_transformer_trains_and_a_stopped_run_resumes_to_the_same_weights(devices, ddp_data, tmp_path):
+    """2 processes (gloo) or one: a tiny transformer (dropout 0.1, the warm-up, the weight average
+    from step 4) trains for 3 epochs, its ranks keeping one set of weights, and learns; a run
+    restarted from its mid-epoch checkpoint ends with the uninterrupted run's weights, exactly."""
+    whole = run_training(tmp_path / "whole", ddp_data, devices)
+    record, weights = whole[0]
+    assert record["kind"] == "transformer" and record["world_size"] == devices
+    per_epoch = record["steps_per_epoch"]
+    assert record["global_step"] == 3 * per_epoch >= 9
+    # the weights (batch norm's running statistics are each rank's own since the last forward's broadcast)
+    params = [k for k in weights if "running_" not in k and "num_batches_tracked" not in k]
+    assert len(params) > 50
+    for other, other_weights in whole[1:]:  # DDP: the ranks' gradients averaged, one set of weights
+        assert other["losses"] != record["losses"]  # each rank its own half of the data
+        assert all(torch.equal(other_weights[k], weights[k]) for k in params)
+    # learned: the last epoch's mean loss over the ranks well below the first epoch's (0.74 measured)
+    first = sum(sum(r["losses"][:per_epoch]) for r, _ in whole) / (per_epoch * devices)
+    last = sum(sum(r["losses"][-per_epoch:]) for r, _ in whole) / (per_epoch * devices)
+    assert last < 0.85 * first, (first, last)
+
+    mid = next(s for s in range(3, record["global_step"], 3) if s > per_epoch and s % per_epoch)
+    resumed = run_training(
+        tmp_path / "resumed", ddp_data, devices, str(tmp_path / "whole" / "steps" / f"step={mid}.ckpt")
+    )
+    assert resumed[0][0]["global_step"] == record["global_step"]
+    for (after, _), (before, _) in zip(resumed, whole):  # every rank: the same batches, dropout and updates
+        assert after["losses"] == before["losses"][mid:]
+    for rank, ((_, final), (_, reference)) in enumerate(zip(resumed, whole)):
+        # rank 0's every tensor; another rank's running statistics restart from rank 0's (the checkpoint's)
+        for k in reference if rank == 0 else params:
+            assert torch.equal(final[k], reference[k]), (rank, k)
