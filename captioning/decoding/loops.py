@@ -237,10 +237,16 @@ def beam_step(decoder: ShowAttendTellDecoder, config: GenerationConfig, process:
         logp, state, g = decoder.step(tokens, state, config.attention_mode, config.attention_temperature)  # (B*K, V)
         logp = process(logp, tokens, lengths, prefix)
         V = logp.size(-1)
-        logp = logp.masked_fill(finished.unsqueeze(1), float("-inf"))
+        # In place: logp is this step's own (N, V), and each pass over it costs as much as the
+        # output layer at a COCO-sized vocabulary (docs/PERFORMANCE.md, COCO-sized data).
+        logp = logp.masked_fill_(finished.unsqueeze(1), float("-inf"))
         logp[:, PAD] = torch.where(finished, 0.0, logp[:, PAD])
         if G == 1:
-            beam_scores, flat = _choose((beam_scores.view(-1, 1) + logp).view(B, K * V), K)
+            if logp.dtype == beam_scores.dtype:  # the same sums as beam_scores + logp
+                candidates = logp.add_(beam_scores.view(-1, 1))
+            else:
+                candidates = beam_scores.view(-1, 1) + logp
+            beam_scores, flat = _choose(candidates.view(B, K * V), K)
             beam = flat // V  # (B, K) the parent beam within the image
             tokens = (flat % V).view(-1)
         else:
