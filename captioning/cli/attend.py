@@ -14,7 +14,7 @@ from pathlib import Path
 
 from captioning.cli.caption import load_captioner
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.focus import focus_args, focus_overrides
+from captioning.cli.focus import focus_args, focus_misfits, focus_overrides
 from captioning.cli.options import (
     STREAM_HELP,
     at_least,
@@ -201,6 +201,8 @@ class Attend(Command):
         files_of = iter(targets)
         with tqdm(total=len(sources), desc="attend", unit="img", disable=None, file=sys.stderr) as bar:
             for batch in load_batches(sources, None, args.batch_size, args.num_workers):
+                if args.focus is not None:  # an image the box does not fit: reported below, the rest drawn
+                    batch = focus_misfits(batch, args.focus, [])
                 good = [b for b in batch if b.error is None]
                 results = iter(captioner([b.image for b in good], return_attention=True, **overrides) if good else [])
                 for item in batch:

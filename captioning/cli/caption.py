@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.focus import focus_args, focus_overrides
+from captioning.cli.focus import focus_args, focus_misfits, focus_overrides
 from captioning.cli.options import (
     STREAM_HELP,
     apply_image_limit,
@@ -242,6 +242,8 @@ class Caption(Command):
             for batch in stream:
                 if decode_device is not None:
                     batch = decode_on_device(captioner, batch, decode_device, stream.problems)
+                if args.focus is not None:
+                    batch = focus_misfits(batch, args.focus, stream.problems)
                 results = iter(caption_batch(captioner, [b for b in batch if b.error is None], **overrides))
                 rows = [
                     {"image": b.name, "error": b.error} if b.error else result_row(b.name, next(results), grouped)

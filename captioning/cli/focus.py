@@ -54,3 +54,22 @@ def focus_overrides(args: argparse.Namespace) -> dict:
     if getattr(args, "focus", None) is None:
         return {}
     return {"focus": args.focus, "focus_strength": args.focus_strength}
+
+
+def focus_misfits(batch: list, box, problems: list) -> list:
+    """--focus over many images: an image the box does not fit (outside it) becomes an error item,
+    reported in ``problems`` by its file name as an unreadable image is, and the rest are captioned."""
+    from captioning.data.inputs import Loaded
+    from captioning.decoding.steering import check_box
+    from captioning.errors import ConfigError
+
+    kept = []
+    for b in batch:
+        if b.error is None:
+            try:
+                check_box(box, *b.image.size, "--focus", image=b.name)
+            except ConfigError as e:
+                problems.append((b.name, str(e)))
+                b = Loaded(b.name, None, str(e))
+        kept.append(b)
+    return kept

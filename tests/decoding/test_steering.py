@@ -154,7 +154,6 @@ def test_bad_focus_through_the_api_is_one_line(captioner, one_object_image):
 @pytest.mark.parametrize(
     "flags,expected",
     [
-        (["--focus", "0,0,100,10"], "outside the 64x64 image"),
         (["--focus", "4,4,4,10"], "--focus: the box 4,4,4,10 has zero area"),
         (["--focus", "9,0,4,10"], "--focus: the box 9,0,4,10 is inverted"),
         (["--focus", "1,2,3"], "--focus: expected four finite numbers"),
@@ -172,6 +171,30 @@ def test_bad_steering_flags_are_one_line(flags, expected, tiny_checkpoint, one_o
         code = exit.code
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
+
+
+def test_a_box_outside_one_image_skips_that_image_and_captions_the_rest(
+    tiny_checkpoint, one_object_image, tmp_path, capsys
+):
+    """A batch command: the image the box does not fit is reported by its file name, the others are
+    captioned, and the exit is non-zero (as for an unreadable image)."""
+    from PIL import Image
+
+    from captioning.cli.main import main
+
+    path, _ = one_object_image
+    small = tmp_path / "small.png"
+    Image.open(path).convert("RGB").resize((20, 20)).save(small)
+    code = main(
+        ["caption", str(path), str(small), "--checkpoint", str(tiny_checkpoint), "--focus", "0,0,40,40", "--json"]
+    )
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    assert code == 1
+    assert [r["image"] for r in rows if "error" not in r] == [str(path)] and rows[0]["generated_text"]
+    bad = [r for r in rows if "error" in r]
+    assert len(bad) == 1 and "outside the 20x20 image of" in bad[0]["error"] and "small.png" in bad[0]["error"]
+    assert "1 image skipped" in captured.err
 
 
 def test_the_focus_flag_captions(tiny_checkpoint, one_object_image, capsys):
@@ -307,3 +330,31 @@ def test_prefix_words_and_bad_prefixes():
     with pytest.raises(ConfigError, match="must be shorter than max_new_tokens"):
         GenerationConfig(prefix=("a", "large"), max_new_tokens=2)
     assert GenerationConfig(prefix="").prefix == ()
+
+
+def test_attend_with_a_box_outside_one_image_draws_the_rest(tiny_checkpoint, one_object_image, tmp_path, capsys):
+    from PIL import Image
+
+    from captioning.cli.main import main
+
+    path, _ = one_object_image
+    small = tmp_path / "small.png"
+    Image.open(path).convert("RGB").resize((20, 20)).save(small)
+    out = tmp_path / "maps"
+    code = main(
+        [
+            "attend",
+            str(path),
+            str(small),
+            "--checkpoint",
+            str(tiny_checkpoint),
+            "--focus",
+            "0,0,40,40",
+            "--out",
+            str(out),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and "outside the 20x20 image of" in err and "1 image skipped" in err
+    drawn = sorted(p.name for p in out.rglob("*") if p.is_file())
+    assert drawn and all(path.stem in name for name in drawn), drawn
