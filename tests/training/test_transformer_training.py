@@ -94,9 +94,9 @@ def test_the_static_step_of_a_transformer_equals_the_eager_step():
         torch.testing.assert_close(eager_grads[k], static_grads[k], rtol=1e-8, atol=1e-12, msg=k)
 
 
-def fit_weights(tiny_shapes, root, extra):
-    """3 steps of a tiny transformer (dropout off, a constant rate, clipping at 0.05): the CLI and
-    its weights."""
+def fit_weights(tiny_shapes, root, extra, clip: str = "0.05"):
+    """3 steps of a tiny transformer (dropout off, a constant rate, gradient clipping at ``clip``):
+    the CLI and its weights."""
     cli = run_lightning_cli(
         fit_args(
             tiny_shapes,
@@ -110,7 +110,7 @@ def fit_weights(tiny_shapes, root, extra):
                 "--trainer.enable_checkpointing",
                 "false",
                 "--trainer.gradient_clip_val",
-                "0.05",
+                clip,
                 "--model.optimizer.lr",
                 "0.001",
                 "--model.optimizer.schedule.kind",
@@ -122,13 +122,8 @@ def fit_weights(tiny_shapes, root, extra):
     return cli, {k: v.detach().clone() for k, v in cli.model.state_dict().items()}
 
 
-@pytest.fixture(scope="module")
-def static_fit(tiny_shapes, tmp_path_factory):
-    return fit_weights(tiny_shapes, tmp_path_factory.mktemp("static"), ["--model.static_shapes", "true"])
-
-
-def test_a_transformer_trains_with_static_shapes_as_with_the_default_step(static_fit, tiny_shapes, tmp_path):
-    static_cli, static = static_fit
+def test_a_transformer_trains_with_static_shapes_as_with_the_default_step(tiny_shapes, tmp_path):
+    static_cli, static = fit_weights(tiny_shapes, tmp_path / "static", ["--model.static_shapes", "true"])
     _, default = fit_weights(tiny_shapes, tmp_path / "default", [])
     assert static_cli.trainer.global_step == 3 and type(static_cli.model.step_strategy).__name__ == "StaticStep"
     initial = fit_weights(tiny_shapes, tmp_path / "none", ["--trainer.max_steps", "0"])[1]
@@ -138,28 +133,26 @@ def test_a_transformer_trains_with_static_shapes_as_with_the_default_step(static
         torch.testing.assert_close(default[k], static[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
-def test_the_captured_steps_code_runs_a_transformer_on_a_cpu(static_fit, tiny_shapes, tmp_path):
+def test_the_captured_steps_code_trains_a_transformer_on_a_cpu_as_the_static_step(tiny_shapes, tmp_path):
     """model.cuda_graphs on a CPU: the captured step's code (manual optimisation: backward,
-    clipping moved from the trainer, Adam) runs without capture (capture itself needs a GPU)."""
-    graphs_cli, graphs = fit_weights(tiny_shapes, tmp_path / "graphs", ["--model.cuda_graphs", "true"])
-    assert not graphs_cli.model.automatic_optimization and graphs_cli.trainer.global_step == 3
-    assert graphs_cli.model.step_strategy.clip_val == 0.05 and graphs_cli.trainer.gradient_clip_val is None
-    captured = graphs_cli.model.step_strategy.graphs
-    assert captured is not None and not captured.captured  # ran, not captured
-    assert all(torch.isfinite(v).all() for v in graphs.values() if v.is_floating_point())
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="not found yet: from its second step the captured step's code leaves a transformer's weights "
-    "up to 3.4e-4 from the static step's after 3 steps at lr 1e-3 (an LSTM's: bit-identical; two static "
-    "runs: bit-identical)",
-)
-def test_the_captured_steps_code_leaves_a_transformer_the_static_steps_weights(static_fit, tiny_shapes, tmp_path):
-    _, static = static_fit
-    _, graphs = fit_weights(tiny_shapes, tmp_path / "graphs", ["--model.cuda_graphs", "true"])
-    for k in static:
-        torch.testing.assert_close(graphs[k], static[k], rtol=1e-5, atol=1e-5, msg=k)
+    clipping moved from the trainer, Adam) runs without capture (capture itself needs a GPU) and
+    leaves the static step's weights: bit for bit where the clipping does not bite. Where it bites
+    (0.05) the clip's total norm is summed over the parameters in another order (the module's,
+    against the optimizer's groups: 20.136644 against 20.136646 at the first step, float32), and
+    Adam's normalisation of near-zero gradients turns that rounding into moves below the rate
+    (3.4e-4 after 3 steps at lr 1e-3)."""
+    for clip, exact in (("1e9", True), ("0.05", False)):
+        _, static = fit_weights(tiny_shapes, tmp_path / f"static{clip}", ["--model.static_shapes", "true"], clip)
+        graphs_cli, graphs = fit_weights(tiny_shapes, tmp_path / f"graphs{clip}", ["--model.cuda_graphs", "true"], clip)
+        assert not graphs_cli.model.automatic_optimization and graphs_cli.trainer.global_step == 3
+        assert graphs_cli.model.step_strategy.clip_val == float(clip) and graphs_cli.trainer.gradient_clip_val is None
+        captured = graphs_cli.model.step_strategy.graphs
+        assert captured is not None and not captured.captured  # ran, not captured
+        for k in static:
+            if exact:
+                assert torch.equal(graphs[k], static[k]), k
+            else:
+                torch.testing.assert_close(graphs[k], static[k], rtol=0, atol=1e-3, msg=k)  # within one step's move
 
 
 # ------------------------------------------------------------------ DDP and resume (slow: subprocesses)
