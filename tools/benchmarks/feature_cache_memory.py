@@ -49,9 +49,7 @@ def build(out: str, n: int, jpegs: int = 0) -> str:
         json.dump({"images": images}, f)
     cache = os.path.join(out, "features")
     if not os.path.exists(os.path.join(cache, "part-000-of-001.index.json")):
-        data, done = _open_part(
-            os.path.join(cache, "part-000-of-001"), list(range(n)), (L, D), {"encoder": "synthetic"}
-        )
+        data, done = _open_part(os.path.join(cache, "part-000-of-001"), list(range(n)), (L, D), {"image_size": 224})
         for s in range(0, n, 1000):
             e = min(n, s + 1000)
             data[s:e] = rng.standard_normal((e - s, L, D), dtype=np.float32).astype(np.float16)
@@ -80,8 +78,8 @@ class PeakMemory:
     """Samples the RSS of this process and its children (DataLoader workers) every 0.1 s.
 
     getrusage's ru_maxrss is not used: Linux carries it over a fork + exec from the parent.
-    RssAnon is the memory the process really owns; RssFile counts memmapped cache pages, which are
-    shared page cache the kernel drops under pressure.
+    RssAnon is the memory the process really owns; RssFile counts the file pages mapped into it
+    (libraries; the cache's pages too before data/features.py read rows instead of mapping them).
     """
 
     def __init__(self):
@@ -136,8 +134,8 @@ def train(ann: str, features: str | None, steps: int, batch: int, workers: int) 
     dm = CaptionDataModule(
         ann, features=features, batch_size=batch, num_workers=workers, min_word_freq=1, image_size=224
     )
-    if features:  # encoder unused; decoder D = 512
-        model = CaptioningModule(EncoderConfig("small_cnn", dim=D, pretrained=False), image_size=224)
+    if features:  # encoder unused but for the grid it would make (checked against the cache's): 14x14x512
+        model = CaptioningModule(EncoderConfig("small_cnn", dim=D, pretrained=False, grid_size=14), image_size=224)
     else:  # frozen VGG-16: the same 14x14x512 grid
         model = CaptioningModule(EncoderConfig("vgg16", pretrained=False), image_size=224)
     times = []
