@@ -27,11 +27,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from captioning.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+# torch is imported where a prior is built: the box and strength checks serve the web server's
+# settings and the CLI's flags, which the ONNX route uses without torch.
 
 Box = tuple[float, float, float, float]
 
@@ -88,6 +92,8 @@ def cell_coverage(box: Box, width: int, height: int, gh: int, gw: int) -> Tensor
     """The share of each of the gh x gw grid cells that ``box`` covers: (gh * gw,) float64 in [0, 1].
 
     The image is resized to a square, so pixel x lies at the fraction x / width of the grid's width."""
+    import torch
+
     x0, y0, x1, y1 = box
     u = torch.tensor([x0 / width, x1 / width], dtype=torch.float64) * gw  # the box in cell units
     v = torch.tensor([y0 / height, y1 / height], dtype=torch.float64) * gh
@@ -183,6 +189,8 @@ def focus_biases(
     """(B, L) float64 priors for images of ``sizes`` (W, H), one box or None (no prior) each; None
     when no image has a box or the strength is 0. ``L`` a sequence (an ensemble's members' grids):
     one such prior per member, on its own grid."""
+    import torch
+
     from captioning.common import grid_shape
 
     check_strength(strength)
@@ -201,18 +209,20 @@ def focus_biases(
     return torch.stack(rows)
 
 
-@torch.no_grad()
 def generate_focused(model, images, config, generator, bias: Tensor | Sequence[Tensor] | None):
     """``model.generate`` with the prior ``bias`` (B, L) on every step's attention (None: none).
     An ensemble (``images`` one batch or one per member) takes one prior per member, each on its
     member's grid (:func:`focus_biases` with the members' L)."""
+    import torch
+
     from captioning.decoding.search import generate
 
-    if bias is None:
-        return model.generate(images=images, config=config, generator=generator)
-    if isinstance(bias, Tensor):
-        features = model.encoder(images)
-        return generate(Focused(model.decoder, bias.to(features.device)), features, config, generator)
-    features = model.encode(images)  # an ensemble: one tensor per member
-    decoder = model.decoder.focused([b.to(f.device) for b, f in zip(bias, features)])
-    return generate(decoder, features, config, generator)
+    with torch.no_grad():
+        if bias is None:
+            return model.generate(images=images, config=config, generator=generator)
+        if isinstance(bias, torch.Tensor):
+            features = model.encoder(images)
+            return generate(Focused(model.decoder, bias.to(features.device)), features, config, generator)
+        features = model.encode(images)  # an ensemble: one tensor per member
+        decoder = model.decoder.focused([b.to(f.device) for b, f in zip(bias, features)])
+        return generate(decoder, features, config, generator)
