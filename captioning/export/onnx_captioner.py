@@ -461,7 +461,13 @@ class OnnxCaptioner:
         self, images: Any | Sequence[Any], return_attention: bool = False, batch_size: int = 16, **generation
     ) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time; as :meth:`captioning.api.Captioner.__call__`
-        (the same generation names and result keys)."""
+        (the same generation names and result keys). A ``focus`` is refused in one line: the exported
+        step graph takes no attention prior (decoding/steering.py)."""
+        if generation.pop("focus", None) is not None:
+            raise ConfigError(
+                "focus: the ONNX captioner cannot steer (its step graph takes no attention prior); use the PyTorch model"
+            )
+        generation.pop("focus_strength", None)
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)
         self.check_generation(config)
         single = not isinstance(images, (list, tuple))

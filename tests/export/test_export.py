@@ -211,6 +211,17 @@ def test_onnx_steps_match_the_decoder_within_1e4(tiny_checkpoint, soft_onnx, ima
             np.testing.assert_allclose(alpha, g.alpha.numpy(), atol=1e-5)
 
 
+def test_onnx_captioner_refuses_a_focus_in_one_line(soft_onnx, images):
+    from captioning.errors import ConfigError
+    from captioning.export.onnx_captioner import OnnxCaptioner
+
+    onnx = OnnxCaptioner(soft_onnx)
+    with pytest.raises(ConfigError, match="focus: the ONNX captioner cannot steer"):
+        onnx(images[:1], focus=(0, 0, 8, 8))
+    plain = onnx(images[:1], num_beams=1)
+    assert onnx(images[:1], num_beams=1, focus=None, focus_strength=10) == plain  # no box: no focus
+
+
 def test_onnx_captions_as_pytorch_greedy_and_beam_3(tiny_checkpoint, soft_onnx, images):
     from captioning.export.onnx_captioner import OnnxCaptioner
 
