@@ -165,7 +165,14 @@ def with_schedule(
     elif config.kind == "warmup_rsqrt":
         factor, interval = WarmupRsqrt(config.warmup_steps), "step"
     else:
-        total = total_steps(config, trainer)
+        if config.final_lr_ratio == 1.0 and config.total_steps is None:
+            # constant after the warm-up: the run's length changes nothing, and the trainer's estimate
+            # would build the training loader before a resumed run restores its place in the epoch
+            total = (
+                trainer.max_steps if trainer is not None and (trainer.max_steps or 0) > 0 else config.warmup_steps + 1
+            )
+        else:
+            total = total_steps(config, trainer)
         if config.warmup_steps >= total:  # (a total_steps of the config's own was checked with it)
             log.warning(
                 "model.optimizer.schedule: the run's %d step%s end%s inside the %d-step warm-up "

@@ -495,3 +495,33 @@ def test_a_run_signalled_with_the_average_on_resumes_to_the_uninterrupted_run(wh
             assert torch.equal(resumed[key][name], value), f"{key} {name}"
     for a, b in zip(whole["optimizer_states"][0]["state"].values(), resumed["optimizer_states"][0]["state"].values()):
         assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+
+
+def test_a_constant_rate_after_the_warm_up_needs_no_estimate_of_the_run():
+    """warmup_* with final_lr_ratio 1 (the demo's): the run's length changes nothing, so the trainer's
+    estimate (which builds the training loader before a resumed run restores its place) is not read;
+    a decaying schedule still reads it."""
+    from types import SimpleNamespace
+
+    class Trainer(SimpleNamespace):
+        reads = 0
+
+        @property
+        def estimated_stepping_batches(self):
+            Trainer.reads += 1
+            return 50
+
+    def rates(config):
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.002)
+        scheduler = with_schedule(optimizer, config, Trainer(max_steps=-1))["lr_scheduler"]["scheduler"]
+        out = []
+        for _ in range(40):
+            out.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return out
+
+    flat = rates(ScheduleConfig(kind="warmup_linear", warmup_steps=10, final_lr_ratio=1.0))
+    assert Trainer.reads == 0 and flat[9:] == pytest.approx([0.002] * 31) and flat[0] == pytest.approx(0.0002)
+    decaying = rates(ScheduleConfig(kind="warmup_linear", warmup_steps=10, final_lr_ratio=0.1))
+    assert Trainer.reads == 1 and decaying[-1] < 0.002
