@@ -229,7 +229,7 @@ OPTIONS = {
     ],
     "learned": ["--model.objective.init_args.baseline", "learned"],
     "normalize": ["--model.objective.init_args.normalize_reward", "true"],
-    "label_smoothing": ["--model.objective.init_args.label_smoothing", "0.1"],
+    "label_smoothing": ["--model.objective.init_args.label_smoothing", "0.2"],
     "per_image": [
         "--model.objective.init_args.semi_sampling_per",
         "image",
@@ -301,7 +301,7 @@ def test_every_estimator_option_fits_steps_from_its_config(option, tiny_shapes, 
         assert isinstance(objective, HardAttentionReinforce)
     if option == "p_schedule":
         assert objective.current_semi_sampling_p() == pytest.approx(0.25)
-    assert objective.label_smoothing == (0.1 if option == "label_smoothing" else 0.0)
+    assert objective.label_smoothing == (0.2 if option == "label_smoothing" else 0.1)  # the config's 0.1
     # the checkpoint rebuilds the objective with its settings and running state
     module = load_module(Path(cli.trainer.checkpoint_callback.last_model_path))
     assert type(module.objective) is type(objective) and module.objective.settings == objective.settings
