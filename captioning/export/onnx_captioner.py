@@ -468,8 +468,9 @@ class OnnxCaptioner:
                 "focus: the ONNX captioner cannot steer (its step graph takes no attention prior); use the PyTorch model"
             )
         generation.pop("focus_strength", None)
-        config = self.generation.replace(**generation).resolve_tokens(self.vocab)
-        self.check_generation(config)
+        config = self.generation.replace(**generation)
+        self.check_generation(config)  # what it cannot do is refused before the words are read
+        config = config.resolve_tokens(self.vocab)
         single = not isinstance(images, (list, tuple))
         pils = [as_rgb(im) for im in ([images] if single else images)]
         results = []

@@ -116,6 +116,15 @@ def test_each_option_is_honoured_or_refused_in_one_line(name, captioners, images
         assert "needs the PyTorch model" in message
 
 
+def test_a_prefix_is_refused_before_its_words_are_read(captioners, images):
+    """A prefix the vocabulary cannot spell is refused for what the captioner cannot do, not for its words."""
+    from captioning.export.onnx_captioner import ONNX_OPTIONS
+
+    with pytest.raises(ConfigError) as err:
+        captioners[1](images[:1], prefix=("zyzzyva",))
+    assert str(err.value).startswith(f"the ONNX captioner {ONNX_OPTIONS['prefix']}: prefix"), str(err.value)
+
+
 def test_an_undecided_field_is_refused(captioners, images, monkeypatch):
     """A field missing from ONNX_OPTIONS is refused at any value but its default, never ignored."""
     from captioning.export import onnx_captioner
