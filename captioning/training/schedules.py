@@ -98,14 +98,18 @@ class StepDecay:
 
 class WarmupDecay:
     """(t + 1) / warmup for the first ``warmup`` steps, then a cosine or linear decay from 1 to
-    ``final`` at step ``total`` (t: the optimizer step, 0-based; a LambdaLR factor)."""
+    ``final`` at step ``total`` (t: the optimizer step, 0-based; a LambdaLR factor). ``total`` None:
+    the run's length is not known yet (:class:`RunLength` sets it when training starts; until then
+    the decay has not begun)."""
 
-    def __init__(self, warmup: int, total: int, final: float, shape: str):
+    def __init__(self, warmup: int, total: int | None, final: float, shape: str):
         self.warmup, self.total, self.final, self.shape = warmup, total, final, shape
 
     def __call__(self, t: int) -> float:
         if t < self.warmup:
             return (t + 1) / self.warmup
+        if self.total is None:
+            return 1.0
         progress = min(max((t - self.warmup) / max(self.total - self.warmup, 1), 0.0), 1.0)
         fall = 0.5 * (1.0 + math.cos(math.pi * progress)) if self.shape == "cosine" else 1.0 - progress
         return self.final + (1.0 - self.final) * fall
@@ -123,19 +127,52 @@ class WarmupRsqrt:
         return (t + 1) / self.warmup if t < self.warmup else math.sqrt(self.warmup / (t + 1))
 
 
-def total_steps(config: ScheduleConfig, trainer) -> int:
-    """The step a warm-up schedule's decay ends at: the config's, trainer.max_steps, or the trainer's estimate."""
+def total_steps(config: ScheduleConfig, trainer) -> int | None:
+    """The step a warm-up schedule's decay ends at: the config's, or trainer.max_steps; None where it
+    is the trainer's estimate of the run, which :class:`RunLength` reads when training starts (read
+    here, while ``configure_optimizers`` runs, it would build the training loader before a resumed run
+    restores its place in the epoch, and the run would take other batches than the uninterrupted one)."""
     if config.total_steps is not None:
         return config.total_steps
     if trainer is not None and trainer.max_steps and trainer.max_steps > 0:
         return trainer.max_steps
-    estimate = trainer.estimated_stepping_batches if trainer is not None else math.inf
-    if not math.isfinite(estimate):
+    if trainer is None or trainer.max_epochs is None or trainer.max_epochs < 0:
         raise ConfigError(
             f"model.optimizer.schedule.total_steps: {config.kind} needs the run's length; "
             "give total_steps, trainer.max_steps or trainer.max_epochs"
         )
-    return int(estimate)
+    return None
+
+
+def warn_if_inside_warmup(total: int, warmup: int) -> None:
+    if warmup >= total:
+        log.warning(
+            "model.optimizer.schedule: the run's %d step%s end%s inside the %d-step warm-up "
+            "(a short trial run: the learning rate never reaches its base)",
+            total,
+            "" if total == 1 else "s",
+            "s" if total == 1 else "",
+            warmup,
+        )
+
+
+class RunLength(Callback):
+    """Gives a warm-up schedule's decay the run's length where neither the config nor trainer.max_steps
+    does: the trainer's estimate of the run's optimizer steps, read when training starts (after a
+    resumed run restored its place; a resumed run's schedule brings its length in the checkpoint)."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        for config in trainer.lr_scheduler_configs:
+            for factor in getattr(config.scheduler, "lr_lambdas", ()):
+                if isinstance(factor, WarmupDecay) and factor.total is None:
+                    estimate = trainer.estimated_stepping_batches
+                    if not math.isfinite(estimate):
+                        raise ConfigError(
+                            "model.optimizer.schedule.total_steps: a warm-up schedule's decay needs the run's "
+                            "length; give total_steps, trainer.max_steps or trainer.max_epochs"
+                        )
+                    factor.total = int(estimate)
+                    warn_if_inside_warmup(factor.total, factor.warmup)
 
 
 def with_schedule(
@@ -166,22 +203,14 @@ def with_schedule(
         factor, interval = WarmupRsqrt(config.warmup_steps), "step"
     else:
         if config.final_lr_ratio == 1.0 and config.total_steps is None:
-            # constant after the warm-up: the run's length changes nothing, and the trainer's estimate
-            # would build the training loader before a resumed run restores its place in the epoch
+            # constant after the warm-up: the run's length changes nothing
             total = (
                 trainer.max_steps if trainer is not None and (trainer.max_steps or 0) > 0 else config.warmup_steps + 1
             )
         else:
             total = total_steps(config, trainer)
-        if config.warmup_steps >= total:  # (a total_steps of the config's own was checked with it)
-            log.warning(
-                "model.optimizer.schedule: the run's %d step%s end%s inside the %d-step warm-up "
-                "(a short trial run: the learning rate never reaches its base)",
-                total,
-                "" if total == 1 else "s",
-                "s" if total == 1 else "",
-                config.warmup_steps,
-            )
+        if total is not None:  # (a total_steps of the config's own was checked with it)
+            warn_if_inside_warmup(total, config.warmup_steps)
         factor, interval = (
             WarmupDecay(config.warmup_steps, total, config.final_lr_ratio, config.kind.split("_")[1]),
             "step",
@@ -209,5 +238,6 @@ def recipe_callbacks(module) -> list:
     return [
         FinalValidation(),
         EpochClock(),
+        RunLength(),
         *([WeightEMA(config.ema_decay, config.ema_start_step)] if config.ema_decay is not None else []),
     ]

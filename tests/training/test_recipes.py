@@ -112,10 +112,21 @@ def test_plateau_watches_validation_cider():
             "--model.optimizer.schedule.rate",
             "0.5",
         ],
+        [  # a decay to the run's end, the run's length from max_epochs (3 x 3 steps), not max_steps
+            "--model.optimizer.schedule.kind",
+            "warmup_linear",
+            "--model.optimizer.schedule.warmup_steps",
+            "2",
+            "--model.optimizer.schedule.final_lr_ratio",
+            "0.1",
+            "--trainer.max_steps",
+            "-1",
+        ],
     ],
-    ids=["step-per-step", "warmup_cosine", "step-per-epoch"],
+    ids=["step-per-step", "warmup_cosine", "step-per-epoch", "warmup_linear-run-length"],
 )
 def test_a_resumed_run_has_the_uninterrupted_runs_learning_rates(tiny_shapes, tmp_path, schedule):
+    """Resumed mid-epoch (step 4 of 3 x 3), a run takes the uninterrupted run's remaining steps at its rates."""
     common = [
         "--trainer.max_epochs",
         "3",
@@ -132,8 +143,11 @@ def test_a_resumed_run_has_the_uninterrupted_runs_learning_rates(tiny_shapes, tm
     ]
     whole, folder = fit(tiny_shapes, tmp_path / "whole", 3, common)
     rest, _ = fit(tiny_shapes, tmp_path / "resumed", 3, [*common, "--ckpt_path", os.path.join(folder, "step=4.ckpt")])
-    assert sorted(whole.lrs) == list(range(7)) and len(set(whole.lrs.values())) > 1
-    assert sorted(rest.lrs) == [4, 5, 6] and rest.lrs == {t: whole.lrs[t] for t in (4, 5, 6)}
+    steps = 9 if "-1" in schedule else 7
+    assert sorted(whole.lrs) == list(range(steps)) and len(set(whole.lrs.values())) > 1
+    assert sorted(rest.lrs) == list(range(4, steps)) and rest.lrs == {t: whole.lrs[t] for t in range(4, steps)}
+    last = steps - 1  # the same batches in the same order: the same weights (no dropout)
+    assert all(torch.equal(whole.weights[last][k], v) for k, v in rest.weights[last].items())
 
 
 # ---------------------------------------------------------------------- scheduled sampling
@@ -497,11 +511,14 @@ def test_a_run_signalled_with_the_average_on_resumes_to_the_uninterrupted_run(wh
         assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
 
 
-def test_a_constant_rate_after_the_warm_up_needs_no_estimate_of_the_run():
+def test_the_estimate_of_the_run_is_read_when_training_starts_and_only_for_a_decay():
     """warmup_* with final_lr_ratio 1 (the demo's): the run's length changes nothing, so the trainer's
-    estimate (which builds the training loader before a resumed run restores its place) is not read;
-    a decaying schedule still reads it."""
+    estimate (which builds the training loader) is never read; a decaying schedule reads it when
+    training starts (RunLength), not while the optimizers are configured, before a resumed run
+    restores its place in the epoch."""
     from types import SimpleNamespace
+
+    from captioning.training.schedules import RunLength
 
     class Trainer(SimpleNamespace):
         reads = 0
@@ -513,7 +530,11 @@ def test_a_constant_rate_after_the_warm_up_needs_no_estimate_of_the_run():
 
     def rates(config):
         optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.002)
-        scheduler = with_schedule(optimizer, config, Trainer(max_steps=-1))["lr_scheduler"]["scheduler"]
+        trainer = Trainer(max_steps=-1, max_epochs=5)
+        scheduler = with_schedule(optimizer, config, trainer)["lr_scheduler"]["scheduler"]
+        assert Trainer.reads == 0
+        trainer.lr_scheduler_configs = [SimpleNamespace(scheduler=scheduler)]
+        RunLength().on_train_start(trainer, None)
         out = []
         for _ in range(40):
             out.append(optimizer.param_groups[0]["lr"])
@@ -524,4 +545,14 @@ def test_a_constant_rate_after_the_warm_up_needs_no_estimate_of_the_run():
     flat = rates(ScheduleConfig(kind="warmup_linear", warmup_steps=10, final_lr_ratio=1.0))
     assert Trainer.reads == 0 and flat[9:] == pytest.approx([0.002] * 31) and flat[0] == pytest.approx(0.0002)
     decaying = rates(ScheduleConfig(kind="warmup_linear", warmup_steps=10, final_lr_ratio=0.1))
-    assert Trainer.reads == 1 and decaying[-1] < 0.002
+    assert Trainer.reads == 1 and decaying[39] == pytest.approx(0.002 * (1 - 0.9 * 29 / 40))  # 50 steps
+
+
+def test_a_decay_without_an_end_is_a_clear_error():
+    from types import SimpleNamespace
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.002)
+    config = ScheduleConfig(kind="warmup_cosine", warmup_steps=10, final_lr_ratio=0.0)
+    with pytest.raises(ConfigError, match="needs the run's length") as err:
+        with_schedule(optimizer, config, SimpleNamespace(max_steps=-1, max_epochs=-1))
+    assert "\n" not in str(err.value)
