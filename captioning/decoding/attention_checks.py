@@ -10,6 +10,7 @@ import torch
 
 from captioning.data.holdout import NOVEL_SPLIT, read_holdout
 from captioning.data.novel_pairs import novel_pair_scores
+from captioning.data.records import split_records
 from captioning.decoding.faithfulness import FRACTIONS, attention_faithfulness
 
 
@@ -46,9 +47,9 @@ def novel_pair_report(model, data, annotations: str, generation, device) -> dict
     with "object_f1" of that split and a few of its captions ("examples")."""
     from captioning.data.shapes import shapes_scores
 
-    holdout = read_holdout(annotations)
-    records = {r.image_id: r for r in data.records(NOVEL_SPLIT)} if holdout else {}
-    if not records:
+    records = {r.image_id: r for r in split_records(data.all_records(), NOVEL_SPLIT)}
+    holdout = read_holdout(annotations) if records else ()  # the file read again only for such data
+    if not records or not holdout:
         return None
     predictions = {}
     for batch in _image_batches(data, NOVEL_SPLIT, device):

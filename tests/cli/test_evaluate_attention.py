@@ -29,3 +29,17 @@ def test_evaluate_reports_novel_pairs_and_faithfulness(tiny_checkpoint, tmp_path
         assert every["deletion"]["top"][0] == every["deletion"]["random"][0]  # nothing removed: the same words
     printed = capsys.readouterr().out
     assert '"novel_pairs"' in printed and '"faithfulness_areas"' in printed
+
+
+def test_data_without_a_novel_split_is_not_read_again(tiny_checkpoint, tiny_shapes, monkeypatch):
+    """The held-out pairs are read from the annotation file only for data with a test_novel split
+    (a second parse of a COCO-sized file costs seconds and most of a gigabyte)."""
+    from captioning.data.captions import CaptionData
+    from captioning.decoding import attention_checks
+
+    def refuse(annotations):
+        raise AssertionError(f"{annotations} read again")
+
+    monkeypatch.setattr(attention_checks, "read_holdout", refuse)
+    data = CaptionData(str(tiny_shapes))
+    assert attention_checks.novel_pair_report(None, data, str(tiny_shapes), None, "cpu") is None
