@@ -137,11 +137,15 @@ def total_steps(config: ScheduleConfig, trainer) -> int | None:
     if trainer is not None and trainer.max_steps and trainer.max_steps > 0:
         return trainer.max_steps
     if trainer is None or trainer.max_epochs is None or trainer.max_epochs < 0:
-        raise ConfigError(
-            f"model.optimizer.schedule.total_steps: {config.kind} needs the run's length; "
-            "give total_steps, trainer.max_steps or trainer.max_epochs"
-        )
+        raise no_run_length(config.kind)
     return None
+
+
+def no_run_length(kind: str) -> ConfigError:
+    return ConfigError(
+        f"model.optimizer.schedule.total_steps: {kind} needs the run's length; "
+        "give total_steps, trainer.max_steps or trainer.max_epochs"
+    )
 
 
 def warn_if_inside_warmup(total: int, warmup: int) -> None:
@@ -166,11 +170,8 @@ class RunLength(Callback):
             for factor in getattr(config.scheduler, "lr_lambdas", ()):
                 if isinstance(factor, WarmupDecay) and factor.total is None:
                     estimate = trainer.estimated_stepping_batches
-                    if not math.isfinite(estimate):
-                        raise ConfigError(
-                            "model.optimizer.schedule.total_steps: a warm-up schedule's decay needs the run's "
-                            "length; give total_steps, trainer.max_steps or trainer.max_epochs"
-                        )
+                    if not math.isfinite(estimate):  # e.g. a stream of unknown length
+                        raise no_run_length("a warm-up schedule's decay")
                     factor.total = int(estimate)
                     warn_if_inside_warmup(factor.total, factor.warmup)
 
