@@ -14,7 +14,7 @@ from tests.helpers import fit_args
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc (Linux)")
 
 # The demo's training step (its CNN and decoder sizes, 96 captions of 64 px images): the child prints
-# the minor page faults of five steps after two (the first steps fault the heap in, either way).
+# the minor page faults of each of nine steps after two (the first steps fault the heap in, either way).
 CHILD = """
 import json, resource, sys, torch
 from captioning.training.allocator import keep_freed_memory
@@ -39,10 +39,12 @@ def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(2):
     step()
-start = faults()
-for _ in range(5):
+per_step = []
+for _ in range(9):
+    start = faults()
     step()
-print(json.dumps({"set": done, "faults": faults() - start}))
+    per_step.append(faults() - start)
+print(json.dumps({"set": done, "faults": sorted(per_step)}))
 """
 
 
@@ -58,9 +60,12 @@ def test_freed_memory_is_reused_without_page_faults():
     plain, kept = child("plain"), child("keep")
     assert kept["set"] is True
     # glibc alone gives thousands of pages back at every step and faults them in again at the next
-    # (27,000 to 50,000 in five steps here; kept: 1,500 to 4,200)
-    assert plain["faults"] > 10000, plain
-    assert kept["faults"] < plain["faults"] / 4, (kept, plain)
+    # (2,000 to 21,000 a step here, median 6,000 to 11,000). Kept, a typical step faults in next to
+    # nothing (0 to 4 pages); now and then one still grows the heap (a few thousand pages, in up to 3 of
+    # the 9 steps when other processes share the CPU), so the typical step, the median, is compared.
+    plain_median, kept_median = plain["faults"][4], kept["faults"][4]
+    assert plain_median > 1000, plain
+    assert kept_median < plain_median / 20, (kept, plain)
 
 
 def test_a_users_own_malloc_settings_are_left_alone():
