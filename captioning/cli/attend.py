@@ -18,9 +18,11 @@ from captioning.cli.focus import focus_args, focus_misfits, focus_overrides
 from captioning.cli.options import (
     STREAM_HELP,
     at_least,
+    choose_layer,
     fraction,
     generation_args,
     generation_overrides,
+    layer_arg,
     loader_args,
     refuse_urls,
     report_skipped,
@@ -156,13 +158,7 @@ class Attend(Command):
             default=None,
             help="multi-head models: draw head N's maps only (0 the first) instead of the heads' mean",
         )
-        p.add_argument(
-            "--layer",
-            type=int,
-            default=None,
-            help="transformer models: the decoder layer whose cross-attention maps are drawn "
-            "(default: the model's decoder.attention_layer, else the first; negative counts from the end)",
-        )
+        layer_arg(p, "drawn")
         p.add_argument(
             "--members",
             choices=("mean", "each"),
@@ -182,11 +178,10 @@ class Attend(Command):
         captioner = load_captioner(args)
         if args.layer is not None:
             from captioning.errors import ConfigError
-            from captioning.models.transformer import choose_attention_layer
 
             if getattr(captioner, "model", None) is None:
                 raise ConfigError("--layer: chooses a transformer's layer; an ONNX folder holds no transformer")
-            choose_attention_layer(captioner.model, args.layer)
+            choose_layer(captioner.model, args.layer)
         if args.head is not None:
             check_head(captioner, args.head)
         if args.members == "each" and len(args.checkpoint) < 2:

@@ -23,7 +23,9 @@ from captioning.cli.options import (
     at_least,
     check_generation_flags,
     checkpoints_and_weights,
+    choose_layer,
     generation_args,
+    layer_arg,
 )
 from captioning.common import default_device
 from captioning.decoding.generation import GenerationConfig
@@ -33,6 +35,12 @@ from captioning.metrics import METRICS
 
 if TYPE_CHECKING:
     from captioning.data.captions import CaptionData
+
+
+def attention_layer_of(model) -> dict:
+    """``{"attention_layer": L}`` for a transformer (the layer whose maps were read, or "mean"), else {}."""
+    layer = getattr(getattr(model, "decoder", None), "attention_layer", None)
+    return {} if layer is None else {"attention_layer": layer}
 
 
 def evaluate(
@@ -145,6 +153,7 @@ def evaluate(
         "split": split,
         "num_images": len(predictions),
         "attention_kind": model.attention_kind,
+        **attention_layer_of(model),
         "generation": {k: v for k, v in vars(generation).items()},
         "decode_seconds": round(decode_seconds, 2),
         "scores": scores,
@@ -278,6 +287,7 @@ class Evaluate(Command):
             help="the CLIP model's weights from a local safetensors or weights-only file instead of its cache",
         )
         p.add_argument("--grounding", action="store_true", help="attention grounding scores (datasets with boxes)")
+        layer_arg(p, "scored (grounding, faithfulness) and written to the results")
         p.add_argument(
             "--faithfulness",
             action="store_true",
@@ -324,6 +334,7 @@ class Evaluate(Command):
             from captioning.decoding.ensemble import Ensemble
 
             model = Ensemble([load_model(p) for p in paths], weights, names=paths)
+        choose_layer(model, args.layer)
         report = evaluate(
             model,
             args.annotations,

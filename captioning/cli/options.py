@@ -59,6 +59,38 @@ STREAM_HELP = (
 )
 
 
+def layer_choice(text: str) -> int | str:
+    """``--layer``'s value: a layer's number or "mean"."""
+    if text == "mean":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a layer's number or 'mean', got {text!r}") from None
+
+
+def layer_arg(p: argparse.ArgumentParser, use: str) -> None:
+    """``--layer L|mean``: a transformer's cross-attention maps of layer L, or their mean over the layers."""
+    p.add_argument(
+        "--layer",
+        type=layer_choice,
+        default=None,
+        metavar="L|mean",
+        help=f"transformer models: the decoder layer whose cross-attention maps are {use}, or 'mean' "
+        "(their mean over the layers; default: the model's decoder.attention_layer, else the first; "
+        "negative counts from the end)",
+    )
+
+
+def choose_layer(model, layer: int | str | None):
+    """``--layer``'s choice applied to ``model`` (a model or an ensemble; None: as it is)."""
+    if layer is None:
+        return model
+    from captioning.models.transformer import choose_attention_layer
+
+    return choose_attention_layer(model, layer)
+
+
 def loader_args(p: argparse.ArgumentParser, batch_size: int = 16) -> None:
     """--batch-size and --num-workers: how a streaming command reads its images (data/inputs.py)."""
     p.add_argument(

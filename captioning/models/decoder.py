@@ -152,7 +152,8 @@ class DecoderConfig:
         max_positions: transformer only (None: 64): the learned positions' count, the longest caption
             a model with learned positions reads or writes (and the default cache length).
         attention_layer: transformer only (None: the first): the layer whose cross-attention maps
-            decoding returns (the pictures, grounding, the API's maps).
+            decoding returns (the pictures, grounding, the API's maps), or "mean": their mean over
+            the layers.
     """
 
     embed_dim: int = 512
@@ -178,7 +179,7 @@ class DecoderConfig:
     positions: Literal["sinusoidal", "learned"] | None = None
     tie_embeddings: bool | None = None
     max_positions: int | None = None
-    attention_layer: int | None = None
+    attention_layer: int | str | None = None
 
     def __post_init__(self):
         if self.attention_kind not in ("soft", "hard"):

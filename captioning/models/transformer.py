@@ -22,9 +22,9 @@ words decoded so far in a cache of fixed length (the search's ``max_new_tokens``
 step's position, so that the search loops (decoding/loops.py) carry fixed shapes (capturable as
 CUDA graphs) and reorder the cache with the beams like any carried tensor
 (:class:`TransformerStates`). The attention maps the search and the pictures read are the
-cross-attention weights of one layer (``attention_layer``, default the first: on the shapes data its maps
-point at the objects named and the last layer's do not, docs/studies/TRANSFORMER.md), their mean over
-heads as ``alpha`` and per head as ``head_alpha``. A focus prior (decoding/steering.py,
+cross-attention weights of one layer (``attention_layer``, default the first, docs/studies/TRANSFORMER.md
+says which layers' maps point at the objects named) or their mean over the layers (``"mean"``), their
+mean over heads as ``alpha`` and per head as ``head_alpha``. A focus prior (decoding/steering.py,
 ``TransformerState.bias``) is added to every layer's and head's cross-attention scores.
 """
 
@@ -87,10 +87,15 @@ def check_config(config: DecoderConfig) -> None:
     if config.positions not in (None, "sinusoidal", "learned"):
         raise ConfigError(f"model.decoder.positions: expected 'sinusoidal' or 'learned', got {config.positions!r}")
     layers = config.layers or DEFAULTS["layers"]
-    if config.attention_layer is not None and not 0 <= config.attention_layer < layers:
+    chosen = config.attention_layer
+    if (
+        chosen is not None
+        and chosen != "mean"
+        and (isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < layers)
+    ):
         raise ConfigError(
-            f"model.decoder.attention_layer: expected a layer in 0..{layers - 1} (the model has {layers}), "
-            f"got {config.attention_layer}"
+            f"model.decoder.attention_layer: expected a layer in 0..{layers - 1} (the model has {layers}) "
+            f"or 'mean', got {chosen!r}"
         )
 
 
@@ -220,7 +225,8 @@ class TransformerDecoder(nn.Module):
         self.num_layers = config.layers or DEFAULTS["layers"]
         self.positions = config.positions or DEFAULTS["positions"]
         self.max_positions = config.max_positions or DEFAULTS["max_positions"]
-        #: the layer whose cross-attention maps decoding returns (the first by default)
+        #: the layer whose cross-attention maps decoding returns (the first by default; "mean": the
+        #: mean over the layers)
         self.attention_layer = 0 if config.attention_layer is None else config.attention_layer
         #: the token ids after which EOS may be forbidden: set by ShowAttendTell (as the LSTM's)
         self.bad_ending_ids: tuple[int, ...] | None = None
@@ -331,7 +337,7 @@ class TransformerDecoder(nn.Module):
         steps = (lengths - 1).clamp(min=0, max=T)
         mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
         logits, maps = self.run(features, captions[:, :-1])
-        heads = maps[:, self.attention_layer].transpose(1, 2) * mask[:, :, None, None]  # (B, T, h, L)
+        heads = self.chosen_maps(maps, dim=1).transpose(1, 2) * mask[:, :, None, None]  # (B, T, h, L)
         alphas = heads.mean(2)
         return DecoderOutput(
             logits=logits if static else logits[mask],
@@ -341,6 +347,13 @@ class TransformerDecoder(nn.Module):
             locations=alphas.argmax(-1) * mask,
             head_alphas=heads if self.heads > 1 else None,
         )
+
+    def chosen_maps(self, maps: Tensor, dim: int) -> Tensor:
+        """The cross-attention maps of ``attention_layer`` from ``maps`` stacked over the layers along
+        ``dim`` (that dimension removed), or their mean over the layers."""
+        if self.attention_layer == "mean":
+            return maps.mean(dim)
+        return maps.select(dim, self.attention_layer)
 
     # ------------------------------------------------------------------ generation
     def step(
@@ -364,7 +377,7 @@ class TransformerDecoder(nn.Module):
             maps.append(w[:, :, 0])  # (N, h, L)
         logits = self.logits(x[:, 0])
         log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-        heads = maps[self.attention_layer]
+        heads = self.chosen_maps(torch.stack(maps), dim=0)
         alpha = heads.mean(1)
         new_state = TransformerState(state.position + 1, torch.stack(caches, 1), state.memory, state.beams, state.bias)
         return (
@@ -374,10 +387,10 @@ class TransformerDecoder(nn.Module):
         )
 
 
-def choose_attention_layer(model, layer: int | None, option: str = "--layer"):
+def choose_attention_layer(model, layer: int | str | None, option: str = "--layer"):
     """``model`` (a ShowAttendTell, or an Ensemble: each transformer member) returning the
-    cross-attention maps of ``layer`` from now on (None: as it is); chosen once, before decoding
-    (its spec says so as ``decoder.attention_layer``). One-line ConfigError naming ``option`` for a
+    cross-attention maps of ``layer`` ("mean": their mean over the layers) from now on (None: as it
+    is); chosen once, before decoding (its spec says so as ``decoder.attention_layer``). One-line ConfigError naming ``option`` for a
     layer the model does not have, or a model without transformer members."""
     if layer is None:
         return model
@@ -392,9 +405,11 @@ def choose_attention_layer(model, layer: int | None, option: str = "--layer"):
         )
     for m in transformers:
         n = m.decoder.num_layers
-        if not -n <= layer < n:
-            raise ConfigError(f"{option}: expected a layer in 0..{n - 1} (the model has {n} layers), got {layer}")
-        chosen = layer % n
+        if layer != "mean" and (not isinstance(layer, int) or not -n <= layer < n):
+            raise ConfigError(
+                f"{option}: expected a layer in 0..{n - 1} (the model has {n} layers) or 'mean', got {layer}"
+            )
+        chosen = layer if layer == "mean" else layer % n
         m.decoder.config = dataclasses.replace(m.decoder.config, attention_layer=chosen)
         m.decoder.attention_layer = chosen
         if getattr(m, "spec", None) is not None:

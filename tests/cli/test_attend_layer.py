@@ -1,5 +1,5 @@
-"""`captioning attend --layer`: a transformer's cross-attention maps of a chosen layer; a layer
-the model does not have, or --layer on an LSTM, in one line."""
+"""`captioning attend --layer`: a transformer's cross-attention maps of a chosen layer or their mean
+over the layers; a layer the model does not have, or --layer on an LSTM, in one line."""
 
 import pytest
 import torch
@@ -64,15 +64,43 @@ def test_each_layer_gives_its_own_maps():
     assert torch.allclose(maps[0].sum(-1), torch.ones_like(maps[0].sum(-1)))  # each word's map sums to 1
 
 
+def test_the_mean_over_layers_is_the_layers_maps_averaged():
+    """--layer mean: the teacher-forced pass's and decoding's maps are the mean of each layer's."""
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    decoded, forced = [], []
+    for layer in (0, 1, "mean"):
+        m = choose_attention_layer(model(), layer)
+        assert m.decoder.attention_layer == layer and m.spec.decoder.attention_layer == layer
+        out = m.generate(images, config=m.spec.generation)
+        decoded.append(out.alphas)
+        captions = torch.cat([torch.full((2, 1), m.vocab.bos_id), out.sequences], 1)
+        lengths = torch.full((2,), captions.size(1))
+        with torch.no_grad():
+            forced.append(m.decoder(m.encoder(images), captions, lengths).alphas)
+    for maps in (decoded, forced):
+        assert not torch.allclose(maps[0], maps[1])
+        assert torch.allclose(maps[2], (maps[0] + maps[1]) / 2, atol=1e-6)
+
+
+def test_a_folder_keeps_the_mean_over_layers(tmp_path):
+    from captioning.storage.load import load_model
+
+    folder = save_folder(tmp_path / "mean", choose_attention_layer(model(), "mean"))
+    loaded = load_model(folder)
+    assert loaded.decoder.attention_layer == "mean" and loaded.spec.decoder.attention_layer == "mean"
+
+
 def test_attend_draws_the_chosen_layer(folders, image, tmp_path, capsys):
     assert attend(folders["transformer"], image, tmp_path / "a.gif", "--layer", "0") == 0
     assert (tmp_path / "a.gif").stat().st_size > 0
+    assert attend(folders["transformer"], image, tmp_path / "m.gif", "--layer", "mean") == 0
+    assert (tmp_path / "m.gif").stat().st_size > 0
 
 
 @pytest.mark.parametrize(
     "kind, layer, words",
     [
-        ("transformer", "2", "--layer: expected a layer in 0..1 (the model has 2 layers), got 2"),
+        ("transformer", "2", "--layer: expected a layer in 0..1 (the model has 2 layers) or 'mean', got 2"),
         ("transformer", "-3", "--layer: expected a layer in 0..1"),
         ("lstm", "0", "--layer: chooses a transformer decoder's layer; this model's decoder is kind 'lstm'"),
     ],
@@ -82,6 +110,34 @@ def test_a_layer_the_model_lacks_is_one_line(folders, image, tmp_path, capsys, k
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1
     assert not (tmp_path / "b.gif").exists()
+
+
+def test_a_layer_that_is_not_a_number_or_mean_is_one_line(folders, image, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        attend(folders["transformer"], image, tmp_path / "b.gif", "--layer", "last")
+    assert exit.value.code != 0
+    err = capsys.readouterr().err.strip()
+    assert "argument --layer: expected a layer's number or 'mean', got 'last'" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "b.gif").exists()
+
+
+def test_evaluate_scores_the_chosen_layers_maps(folders, tiny_shapes, tmp_path, capsys):
+    """evaluate --layer: the report says whose maps it scored; on an LSTM, one line and no report."""
+    import json
+
+    def evaluate(kind, layer, out):
+        args = ["--annotations", str(tiny_shapes), "--grounding", "--num-beams", "1", "--layer", layer]
+        return main(["evaluate", "--checkpoint", str(folders[kind]), *args, "--out", str(out), "--device", "cpu"])
+
+    for layer, recorded in (("mean", "mean"), ("-1", 1)):
+        assert evaluate("transformer", layer, tmp_path / "t.json") == 0
+        report = json.loads((tmp_path / "t.json").read_text())
+        assert report["attention_layer"] == recorded and "grounding" in report["scores"]
+    capsys.readouterr()
+    assert evaluate("lstm", "0", tmp_path / "l.json") != 0
+    err = capsys.readouterr().err.strip()
+    assert "--layer: chooses a transformer decoder's layer" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "l.json").exists()
 
 
 def test_the_api_gives_the_chosen_layers_maps():

@@ -33,6 +33,7 @@ VARIANTS = {  # (seed, decoder options)
         dict(heads=4, positions="learned", max_positions=12, tie_embeddings=True, aoa=True, refiner_layers=1),
     ),
     "one_head": (2, dict(heads=1, layers=1)),
+    "mean_of_3_layers": (1, dict(heads=2, layers=3, attention_layer="mean")),  # the maps: the layers' mean
 }
 
 

@@ -186,6 +186,10 @@ def test_sampling_runs_through_the_same_loop():
         (dict(heads=3), "model.decoder.heads: the transformer's width hidden_dim (16) must be a multiple of heads (3)"),
         (dict(embed_dim=8), "model.decoder.embed_dim: the transformer embeds words at its width hidden_dim (16)"),
         (dict(attention_layer=2), "model.decoder.attention_layer: expected a layer in 0..1 (the model has 2)"),
+        (
+            dict(attention_layer="last"),
+            "model.decoder.attention_layer: expected a layer in 0..1 (the model has 2) or 'mean'",
+        ),
         (dict(positions="relative"), "model.decoder.positions: expected 'sinusoidal' or 'learned'"),
     ],
 )

@@ -80,8 +80,10 @@ def maps_read(model) -> str:
     heads = int(getattr(config, "heads", 1) or 1)
     mean = f", the mean of its {heads} heads" if heads > 1 else ""
     if getattr(config, "kind", "lstm") == "transformer":
-        layer = int(getattr(model.decoder, "attention_layer", 0))
-        return f"layer {layer}'s cross-attention{mean}"
+        layer = getattr(model.decoder, "attention_layer", 0)
+        return (
+            f"the layers' mean cross-attention{mean}" if layer == "mean" else f"layer {layer}'s cross-attention{mean}"
+        )
     return ("one map per step" if heads == 1 else f"one map per step{mean}") + (
         ", local window" if getattr(config, "window", "global") == "local" else ""
     )
