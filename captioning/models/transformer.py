@@ -31,6 +31,7 @@ mean over heads as ``alpha`` and per head as ``head_alpha``. A focus prior (deco
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -337,7 +338,7 @@ class TransformerDecoder(nn.Module):
         steps = (lengths - 1).clamp(min=0, max=T)
         mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
         logits, maps = self.run(features, captions[:, :-1])
-        heads = self.chosen_maps(maps, dim=1).transpose(1, 2) * mask[:, :, None, None]  # (B, T, h, L)
+        heads = self.chosen_maps(maps.unbind(1)).transpose(1, 2) * mask[:, :, None, None]  # (B, T, h, L)
         alphas = heads.mean(2)
         return DecoderOutput(
             logits=logits if static else logits[mask],
@@ -348,12 +349,12 @@ class TransformerDecoder(nn.Module):
             head_alphas=heads if self.heads > 1 else None,
         )
 
-    def chosen_maps(self, maps: Tensor, dim: int) -> Tensor:
-        """The cross-attention maps of ``attention_layer`` from ``maps`` stacked over the layers along
-        ``dim`` (that dimension removed), or their mean over the layers."""
+    def chosen_maps(self, maps: Sequence[Tensor]) -> Tensor:
+        """Of each layer's cross-attention maps, ``attention_layer``'s, or their mean over the layers
+        (summed without stacking them: decoding calls this at every step)."""
         if self.attention_layer == "mean":
-            return maps.mean(dim)
-        return maps.select(dim, self.attention_layer)
+            return sum(maps[1:], maps[0]) / len(maps)
+        return maps[self.attention_layer]
 
     # ------------------------------------------------------------------ generation
     def step(
@@ -377,7 +378,7 @@ class TransformerDecoder(nn.Module):
             maps.append(w[:, :, 0])  # (N, h, L)
         logits = self.logits(x[:, 0])
         log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-        heads = self.chosen_maps(torch.stack(maps), dim=0)
+        heads = self.chosen_maps(maps)
         alpha = heads.mean(1)
         new_state = TransformerState(state.position + 1, torch.stack(caches, 1), state.memory, state.beams, state.bias)
         return (
