@@ -206,7 +206,8 @@ class Captioner:
 
     def describe(self) -> dict:
         """What the model is: attention kind, encoder, vocabulary size, image size (for people and pages);
-        for an ensemble, its members and weights too."""
+        for an ensemble, its members and weights too; for a transformer, the layer whose
+        cross-attention maps are returned (``attention_layer``: a number or "mean")."""
         return {
             "attention": self.attention_kind,
             "encoder": self.description.get("encoder"),
@@ -215,7 +216,15 @@ class Captioner:
             "training_data": self.description.get("training_data"),
             "test_scores": self.description.get("test_scores"),
             **({"ensemble": self.description["ensemble"]} if self.description.get("ensemble") else {}),
+            **self._maps_layer(),
         }
+
+    def _maps_layer(self) -> dict:
+        """{"attention_layer": L or "mean"} for a transformer (the layer whose maps are returned), else {}."""
+        from captioning.models.transformer import maps_layer
+
+        layer = maps_layer(self.model)
+        return {} if layer is None else {"attention_layer": layer}
 
     @torch.no_grad()
     def __call__(

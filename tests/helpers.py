@@ -162,6 +162,30 @@ PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 7, 5, 3
 
 
+LAYERED_WORDS = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
+
+
+def tiny_layered_model(kind: str = "transformer"):
+    """An untrained 2-layer transformer (``kind="lstm"``: an LSTM) over a 32-pixel image, for the tests of
+    a transformer's chosen layer; the same weights each call."""
+    from captioning.models.encoders import EncoderConfig
+    from captioning.models.spec import ModelSpec, build_model
+
+    torch.manual_seed(0)
+    decoder = (
+        DecoderConfig(kind="transformer", embed_dim=16, hidden_dim=16, heads=2, layers=2, dropout=0.0)
+        if kind == "transformer"
+        else DecoderConfig(8, 16, 8, dropout=0.0)
+    )
+    spec = ModelSpec(
+        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
+        decoder,
+        image_size=32,
+        generation=GenerationConfig(num_beams=1, max_new_tokens=5, min_new_tokens=4),
+    )
+    return build_model(spec, Vocabulary.build([LAYERED_WORDS], min_freq=1)).eval()
+
+
 def tiny_problem():
     torch.manual_seed(0)
     dec = ShowAttendTellDecoder(

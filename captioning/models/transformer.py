@@ -388,6 +388,20 @@ class TransformerDecoder(nn.Module):
         )
 
 
+def transformer_members(model) -> list:
+    """The transformer models of ``model`` (itself, or an Ensemble's members); [] for an LSTM."""
+    return [
+        m for m in getattr(model, "members", [model]) if isinstance(getattr(m, "decoder", None), TransformerDecoder)
+    ]
+
+
+def maps_layer(model) -> int | str | None:
+    """The layer whose cross-attention maps ``model`` returns (a number, or "mean"): its first
+    transformer member's; None for a model without one."""
+    transformers = transformer_members(model)
+    return transformers[0].decoder.attention_layer if transformers else None
+
+
 def choose_attention_layer(model, layer: int | str | None, option: str = "--layer"):
     """``model`` (a ShowAttendTell, or an Ensemble: each transformer member) returning the
     cross-attention maps of ``layer`` ("mean": their mean over the layers) from now on (None: as it
@@ -398,7 +412,7 @@ def choose_attention_layer(model, layer: int | str | None, option: str = "--laye
     import dataclasses
 
     members = list(getattr(model, "members", [model]))
-    transformers = [m for m in members if isinstance(m.decoder, TransformerDecoder)]
+    transformers = transformer_members(model)
     if not transformers:
         raise ConfigError(
             f"{option}: chooses a transformer decoder's layer; this model's decoder is kind "

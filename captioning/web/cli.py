@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from captioning.cli.options import at_least
+from captioning.cli.options import at_least, layer_arg
 from captioning.errors import ConfigError
 from captioning.web.gifs import DEFAULT_GIF_PIXELS
 from captioning.web.server import DEFAULT_HOST, DEFAULT_MAX_PIXELS, DEFAULT_PORT
@@ -130,6 +130,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "always are): the names clients use to reach the server, *.example.org for a domain, "
         "* for any (this turns off the DNS-rebinding guard)",
     )
+    layer_arg(p, "shown on the page and returned by the API")
     p.add_argument("--threads", type=at_least(1), default=None, help="torch threads (default: torch's, one per core)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
@@ -169,4 +170,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
         threads=args.threads,
         log_level=args.log_level,
         limits=limits,
+        layer=args.layer,
     )

@@ -253,10 +253,12 @@ function fmt(value) {
 function describe(model) {
   const d = model.description || {}, rows = [
     ["attention", d.attention], ["encoder", d.encoder], ["vocabulary", d.vocab_size], ["image size", d.image_size],
-    ["attention grid", model.grid ? model.grid.join(" x ") : null], ["training data", d.training_data],
+    ["attention grid", model.grid ? model.grid.join(" x ") : null],
+    ["maps of", d.attention_layer === undefined ? null : d.attention_layer === "mean" ? "the mean over the layers" : `layer ${d.attention_layer}`],
+    ["training data", d.training_data],
     ["test scores", d.test_scores || "not recorded in the checkpoint"], ["parameters", d.parameters], ["checkpoint", d.checkpoint]];
   const table = el("table", { class: "description" });
-  for (const [k, v] of rows) if (!(k === "attention grid" && v === null)) table.append(el("tr", {}, el("th", { text: k }), el("td", { text: fmt(v) })));
+  for (const [k, v] of rows) if (!((k === "attention grid" || k === "maps of") && v === null)) table.append(el("tr", {}, el("th", { text: k }), el("td", { text: fmt(v) })));
   return table;
 }
 function card(model) {

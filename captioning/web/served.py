@@ -62,14 +62,22 @@ class ServedModel:
         self.focus_problem = focus_problem(captioner)  # why a focus is refused (one line), None: it is not
 
     @classmethod
-    def load(cls, name: str | None, checkpoint, device: str = "cpu", examples: Sequence[Path] = ()) -> ServedModel:
+    def load(
+        cls, name: str | None, checkpoint, device: str = "cpu", examples: Sequence[Path] = (), layer=None
+    ) -> ServedModel:
+        """``layer`` (a number or "mean"; None: the model's own): the layer whose cross-attention maps a
+        transformer's page and API show; a model without a transformer decoder is left as it is."""
         from captioning.api import Captioner
+        from captioning.models.transformer import choose_attention_layer, transformer_members
 
         members = ensemble_members(str(checkpoint))
         if len(members) > 1:  # A+B: an ensemble, one model on the page (its training config: the first member's)
-            return cls(name or "", Captioner.from_checkpoints(members, device=device), Path(members[0]), examples)
-        captioner = Captioner.from_checkpoint(checkpoint, device=device)
-        return cls(name or "", captioner, Path(checkpoint), examples)
+            captioner, first = Captioner.from_checkpoints(members, device=device), Path(members[0])
+        else:
+            captioner, first = Captioner.from_checkpoint(checkpoint, device=device), Path(checkpoint)
+        if layer is not None and transformer_members(captioner.model):
+            choose_attention_layer(captioner.model, layer)
+        return cls(name or "", captioner, first, examples)
 
     def _describe(self, config: dict | None) -> dict:
         """attention, encoder, vocab_size, image_size, training_data, test_scores (+ checkpoint, parameters):

@@ -45,9 +45,14 @@ def _name_models(models: list[ServedModel], labels: list[str | None]) -> None:
         model.name = name
 
 
-def load_models(checkpoints: Sequence[str], device: str = "cpu", examples: Sequence[str] = ()) -> list[ServedModel]:
-    """The models of ``NAME=PATH`` / ``PATH`` specs, named, warmed up (one caption each)."""
+def load_models(
+    checkpoints: Sequence[str], device: str = "cpu", examples: Sequence[str] = (), layer=None
+) -> list[ServedModel]:
+    """The models of ``NAME=PATH`` / ``PATH`` specs, named, warmed up (one caption each); ``layer``:
+    ``--layer``, the transformers' maps shown (a one-line error when no model is a transformer)."""
     from PIL import Image
+
+    from captioning.models.transformer import choose_attention_layer, transformer_members
 
     if not checkpoints:
         raise ConfigError("no checkpoint to serve: pass --checkpoint PATH (several for a comparison)")
@@ -55,8 +60,10 @@ def load_models(checkpoints: Sequence[str], device: str = "cpu", examples: Seque
     models, labels = [], []
     for spec in checkpoints:
         label, path = split_spec(spec)
-        models.append(ServedModel.load(label, path, device=device, examples=example_paths))
+        models.append(ServedModel.load(label, path, device=device, examples=example_paths, layer=layer))
         labels.append(label)
+    if layer is not None and not any(transformer_members(m.captioner.model) for m in models):
+        choose_attention_layer(models[0].captioner.model, layer)  # its one-line error: not a transformer
     _name_models(models, labels)
     blank = Image.new("RGB", (64, 64), (127, 127, 127))
     for model in models:  # the first beam search allocates what later ones reuse; it also tells the grid
@@ -109,6 +116,7 @@ def serve(
     threads: int | None = None,
     log_level: str = "info",
     limits=None,
+    layer=None,
 ) -> int:
     """Load the checkpoints and serve the page and the API until interrupted.
 
@@ -135,7 +143,7 @@ def serve(
     if threads:
         torch.set_num_threads(threads)
     limits = dataclasses.replace(limits or Limits(), max_active=max_connections)
-    models = load_models(checkpoints, device=device, examples=examples)
+    models = load_models(checkpoints, device=device, examples=examples, layer=layer)
     app = create_app(
         models,
         max_upload_bytes=int(max_upload_mb * MB),

@@ -6,38 +6,16 @@ import torch
 
 from captioning.api import Captioner
 from captioning.cli import main
-from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
-from captioning.models.decoder import DecoderConfig
-from captioning.models.encoders import EncoderConfig
-from captioning.models.spec import ModelSpec, build_model
 from captioning.models.transformer import choose_attention_layer
 from captioning.storage.folder import save_folder
-from captioning.vocab import Vocabulary
-
-WORDS = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
-
-
-def model(kind="transformer"):
-    torch.manual_seed(0)
-    decoder = (
-        DecoderConfig(kind="transformer", embed_dim=16, hidden_dim=16, heads=2, layers=2, dropout=0.0)
-        if kind == "transformer"
-        else DecoderConfig(8, 16, 8, dropout=0.0)
-    )
-    spec = ModelSpec(
-        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-        decoder,
-        image_size=32,
-        generation=GenerationConfig(num_beams=1, max_new_tokens=5, min_new_tokens=4),
-    )
-    return build_model(spec, Vocabulary.build([WORDS], min_freq=1)).eval()
+from tests.helpers import tiny_layered_model
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("attend_layer")
-    return {kind: save_folder(root / kind, model(kind)) for kind in ("transformer", "lstm")}
+    return {kind: save_folder(root / kind, tiny_layered_model(kind)) for kind in ("transformer", "lstm")}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +35,7 @@ def test_each_layer_gives_its_own_maps():
     images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     maps = []
     for layer in (0, 1, -1):
-        m = choose_attention_layer(model(), layer)
+        m = choose_attention_layer(tiny_layered_model(), layer)
         assert m.decoder.attention_layer == layer % 2 and m.spec.decoder.attention_layer == layer % 2
         maps.append(m.generate(images, config=m.spec.generation).alphas)
     assert not torch.allclose(maps[0], maps[1]) and torch.equal(maps[1], maps[2])
@@ -69,7 +47,7 @@ def test_the_mean_over_layers_is_the_layers_maps_averaged():
     images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     decoded, forced = [], []
     for layer in (0, 1, "mean"):
-        m = choose_attention_layer(model(), layer)
+        m = choose_attention_layer(tiny_layered_model(), layer)
         assert m.decoder.attention_layer == layer and m.spec.decoder.attention_layer == layer
         out = m.generate(images, config=m.spec.generation)
         decoded.append(out.alphas)
@@ -85,7 +63,7 @@ def test_the_mean_over_layers_is_the_layers_maps_averaged():
 def test_a_folder_keeps_the_mean_over_layers(tmp_path):
     from captioning.storage.load import load_model
 
-    folder = save_folder(tmp_path / "mean", choose_attention_layer(model(), "mean"))
+    folder = save_folder(tmp_path / "mean", choose_attention_layer(tiny_layered_model(), "mean"))
     loaded = load_model(folder)
     assert loaded.decoder.attention_layer == "mean" and loaded.spec.decoder.attention_layer == "mean"
 
@@ -143,14 +121,16 @@ def test_evaluate_scores_the_chosen_layers_maps(folders, tiny_shapes, tmp_path, 
 def test_the_api_gives_the_chosen_layers_maps():
     image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(2))
     first, last = (
-        Captioner(choose_attention_layer(model(), layer))([image], return_attention=True, max_new_tokens=5)[0]
+        Captioner(choose_attention_layer(tiny_layered_model(), layer))(
+            [image], return_attention=True, max_new_tokens=5
+        )[0]
         for layer in (0, 1)
     )
     assert first["generated_text"] == last["generated_text"]  # the words do not depend on the drawn layer
     assert first["attention"].shape == last["attention"].shape and first["head_attention"].shape[1] == 2
     assert abs(first["attention"] - last["attention"]).max() > 1e-4
     with pytest.raises(ConfigError):
-        choose_attention_layer(model("lstm"), 1)
+        choose_attention_layer(tiny_layered_model("lstm"), 1)
 
 
 def test_attend_draws_one_head_and_refuses_a_head_the_model_lacks(folders, image, tmp_path, capsys):

@@ -36,16 +36,26 @@ class ThreadServer:
 
 
 @pytest.fixture
-def served(tmp_path):
+def serve_models(tmp_path):
+    """``start(models, **app_kwargs)``: a :class:`ThreadServer` of ServedModel objects, stopped after the test."""
     servers = []
 
-    def start(captioner, model_class=None, **kwargs):
-        from captioning.web.served import ServedModel
-
-        model = (model_class or ServedModel)("fake", captioner)
-        servers.append(ThreadServer([model], workdir=str(tmp_path), **kwargs))
+    def start(models, **kwargs):
+        servers.append(ThreadServer(models, workdir=str(tmp_path), **kwargs))
         return servers[-1]
 
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture
+def served(serve_models):
+    """``start(captioner)``: a server of one captioner, named "fake"."""
+
+    def start(captioner, model_class=None, **kwargs):
+        from captioning.web.served import ServedModel
+
+        return serve_models([(model_class or ServedModel)("fake", captioner)], **kwargs)
+
+    return start
