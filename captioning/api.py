@@ -29,6 +29,7 @@ from captioning.decoding.generation import GenerationConfig, generation_options
 from captioning.decoding.steering import focus_biases, focus_boxes, generate_focused
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
+from captioning.models.transformer import attention_layer_field
 
 ImageInput = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
 
@@ -216,15 +217,8 @@ class Captioner:
             "training_data": self.description.get("training_data"),
             "test_scores": self.description.get("test_scores"),
             **({"ensemble": self.description["ensemble"]} if self.description.get("ensemble") else {}),
-            **self._maps_layer(),
+            **attention_layer_field(self.model),
         }
-
-    def _maps_layer(self) -> dict:
-        """{"attention_layer": L or "mean"} for a transformer (the layer whose maps are returned), else {}."""
-        from captioning.models.transformer import maps_layer
-
-        layer = maps_layer(self.model)
-        return {} if layer is None else {"attention_layer": layer}
 
     @torch.no_grad()
     def __call__(

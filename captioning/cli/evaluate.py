@@ -37,12 +37,6 @@ if TYPE_CHECKING:
     from captioning.data.captions import CaptionData
 
 
-def attention_layer_of(model) -> dict:
-    """``{"attention_layer": L}`` for a transformer (the layer whose maps were read, or "mean"), else {}."""
-    layer = getattr(getattr(model, "decoder", None), "attention_layer", None)
-    return {} if layer is None else {"attention_layer": layer}
-
-
 def evaluate(
     model,
     annotations: str,
@@ -101,6 +95,7 @@ def evaluate(
         training_captions,
     )
     from captioning.metrics.clip_score import ClipScoring
+    from captioning.models.transformer import attention_layer_field
 
     model = getattr(model, "model", model)  # a CaptioningModule holds its ShowAttendTell as .model
     generation = generation or model.spec.generation
@@ -153,7 +148,7 @@ def evaluate(
         "split": split,
         "num_images": len(predictions),
         "attention_kind": model.attention_kind,
-        **attention_layer_of(model),
+        **attention_layer_field(model),
         "generation": {k: v for k, v in vars(generation).items()},
         "decode_seconds": round(decode_seconds, 2),
         "scores": scores,

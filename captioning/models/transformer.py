@@ -395,11 +395,11 @@ def transformer_members(model) -> list:
     ]
 
 
-def maps_layer(model) -> int | str | None:
-    """The layer whose cross-attention maps ``model`` returns (a number, or "mean"): its first
-    transformer member's; None for a model without one."""
+def attention_layer_field(model) -> dict:
+    """``{"attention_layer": L}``: the layer whose cross-attention maps ``model`` returns (a number, or
+    "mean"; an ensemble's first transformer member's), for descriptions and reports; {} without one."""
     transformers = transformer_members(model)
-    return transformers[0].decoder.attention_layer if transformers else None
+    return {"attention_layer": transformers[0].decoder.attention_layer} if transformers else {}
 
 
 def choose_attention_layer(model, layer: int | str | None, option: str = "--layer"):

@@ -105,12 +105,16 @@ def test_evaluate_scores_the_chosen_layers_maps(folders, tiny_shapes, tmp_path, 
 
     def evaluate(kind, layer, out):
         args = ["--annotations", str(tiny_shapes), "--grounding", "--num-beams", "1", "--layer", layer]
-        return main(["evaluate", "--checkpoint", str(folders[kind]), *args, "--out", str(out), "--device", "cpu"])
+        checkpoints = [a for k in kind.split("+") for a in ("--checkpoint", str(folders[k]))]
+        return main(["evaluate", *checkpoints, *args, "--out", str(out), "--device", "cpu"])
 
     for layer, recorded in (("mean", "mean"), ("-1", 1)):
         assert evaluate("transformer", layer, tmp_path / "t.json") == 0
         report = json.loads((tmp_path / "t.json").read_text())
         assert report["attention_layer"] == recorded and "grounding" in report["scores"]
+    # an ensemble's report names its transformer member's layer
+    assert evaluate("lstm+transformer", "mean", tmp_path / "e.json") == 0
+    assert json.loads((tmp_path / "e.json").read_text())["attention_layer"] == "mean"
     capsys.readouterr()
     assert evaluate("lstm", "0", tmp_path / "l.json") != 0
     err = capsys.readouterr().err.strip()
