@@ -27,6 +27,7 @@ from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, pixels_to_floa
 from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.generation import GenerationConfig, generation_options
 from captioning.decoding.steering import focus_biases, focus_boxes, generate_focused
+from captioning.fast import fast_model
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
 from captioning.models.transformer import attention_layer_field
@@ -60,7 +61,7 @@ class Captioner:
         spec: ModelSpec | None = None,
     ):
         self.device = default_device(device)
-        self.model = model.eval().to(self.device)
+        self.model = fast_model(model.eval().to(self.device))  # its fast twin where it has one (captioning/fast/)
         self.spec = spec or getattr(model, "spec", None)  # the model's description, for save_pretrained
         if image_size is None and self.spec is None:
             raise ValueError("Captioner needs the image size of a model without a spec (image_size=...)")

@@ -9,6 +9,10 @@ holds each promise against its reader):
   (``ModelSpec.from_dict``, for checkpoints, model folders and ONNX folders alike);
 - a model file that records no decoder kind: :data:`UNRECORDED_DECODER_KIND`, the paper's LSTM
   (``DecoderConfig.kind``'s default);
+- a decoder config of the time when every kind shared one config: the other kinds' fields it
+  holds at their unset or only accepted values are dropped (:data:`SHARED_DECODER_FIELDS`,
+  :func:`decoder_fields`; models/kinds.py);
+- an LSTM decoder's weights stored fused under earlier names: storage/paper_names.py;
 - a vocabulary that records no tokenizer: :data:`UNRECORDED_TOKENIZER` (``Vocabulary.from_dict``);
 - a checkpoint's names of the model description's fields, ``test_generation`` for the default
   decoding: :data:`CHECKPOINT_SPEC_KEYS` (storage/checkpoint.py);
@@ -39,6 +43,38 @@ UNRECORDED_DECODER_KIND = "lstm"
 UNRECORDED_TOKENIZER = "words"
 #: the stored dtype of a feature cache whose index records none (before --dtype every cache was float16)
 UNRECORDED_FEATURE_DTYPE = "float16"
+
+#: fields every decoder config held when the kinds shared one config: kind -> {field: the values
+#: it could hold there} (None: unset); a field of the other kind at such a value is dropped
+SHARED_DECODER_FIELDS = {
+    "lstm": {
+        f: (None,) for f in ("layers", "ff_dim", "positions", "tie_embeddings", "max_positions", "attention_layer")
+    },
+    "transformer": {
+        "attention_kind": ("soft",),
+        "placement": ("bahdanau",),
+        "window": ("global",),
+        "score": ("additive",),
+        "prev2out": (True,),
+        "ctx2out": (True,),
+        "compile_step": (False,),
+        "local_sigma": (1.5,),
+        "attention_dim": "any",
+        **{f: (None,) for f in ("layers", "positions", "tie_embeddings", "max_positions")},
+    },
+}
+
+
+def decoder_fields(data: dict) -> dict:
+    """A decoder config dictionary without the fields :data:`SHARED_DECODER_FIELDS` drops (and a
+    transformer's ``embed_dim``, which had to equal its ``hidden_dim``)."""
+    kind = data.get("kind", UNRECORDED_DECODER_KIND)
+    shared = SHARED_DECODER_FIELDS.get(kind, {})
+    out = {k: v for k, v in data.items() if not (k in shared and (shared[k] == "any" or v in shared[k]))}
+    if kind == "transformer" and "embed_dim" in out and out["embed_dim"] == out.get("hidden_dim", 512):
+        del out["embed_dim"]
+    return out
+
 
 #: a checkpoint's hyperparameter names -> the ModelSpec fields they hold (the module's
 #: ``test_generation`` is the model's default decoding)

@@ -9,7 +9,7 @@ hard attention's samples) are graph-safe: each replay draws new ones from the cu
 state (torch.manual_seed before a replay is honoured).
 
 Elsewhere (the CPU, or CUDA graphs unavailable) ``fn`` simply runs: the same results, no capture.
-The training step (training/captured_step.py) and the decoding loops (decoding/loops.py) use this; the callers keep
+The training step (training/captured_step.py) and the decoding loops (decoding/search.py) use this; the callers keep
 what they need of the outputs before the next call, since a replay overwrites them.
 """
 

@@ -18,12 +18,35 @@ from PIL import Image
 
 from captioning.decoding.generation import GenerationConfig
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.transformer import TransformerConfig
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.vocab import Vocabulary
 from captioning.web.client import encode_multipart, wait_for_server
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
+
+#: the sizes of conftest.py's builders (make_decoder, make_batch): a vocabulary of V tokens, D-wide
+#: annotation vectors (the LSTM's width too, for the dot score) on a GRID x GRID grid
+V, D, GRID = 13, 12, 3
+
+#: every variant of models/attention/ and some of their combinations ({} is the paper's model)
+VARIANTS = {
+    "paper": {},
+    "dot": dict(score="dot"),
+    "general": dict(score="general"),
+    "scaled_dot": dict(score="scaled_dot"),
+    "multihead": dict(heads=2),
+    "multihead_dot": dict(score="dot", heads=3),
+    "luong": dict(placement="luong"),
+    "local": dict(window="local", local_sigma=0.8),
+    "refiner": dict(refiner_layers=1, refiner_heads=2),
+    "luong_local_heads": dict(placement="luong", window="local", heads=2, score="scaled_dot"),
+    "aoa": dict(aoa=True),
+    "refiner_aoa": dict(refiner_layers=1, refiner_heads=2, refiner_aoa=True),
+    "luong_aoa_heads": dict(placement="luong", aoa=True, heads=2),
+    "no_deep_output_extras": dict(prev2out=False, ctx2out=False),
+}
 
 
 # ---------------------------------------------------------------------- captions and training runs
@@ -159,7 +182,7 @@ def make_aichallenger(annotations: Path, root: Path, split: str = "val") -> tupl
 
 # ---------------------------------------------------------------------- a hard-attention problem small enough to enumerate
 PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
-V, D, L = 7, 5, 3
+HARD_V, HARD_D, HARD_L = 7, 5, 3  # the enumerable problem: vocabulary, feature width, locations
 
 
 LAYERED_WORDS = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
@@ -173,7 +196,7 @@ def tiny_layered_model(kind: str = "transformer"):
 
     torch.manual_seed(0)
     decoder = (
-        DecoderConfig(kind="transformer", embed_dim=16, hidden_dim=16, heads=2, layers=2, dropout=0.0)
+        TransformerConfig(hidden_dim=16, heads=2, layers=2, dropout=0.0)
         if kind == "transformer"
         else DecoderConfig(8, 16, 8, dropout=0.0)
     )
@@ -189,9 +212,9 @@ def tiny_layered_model(kind: str = "transformer"):
 def tiny_problem():
     torch.manual_seed(0)
     dec = ShowAttendTellDecoder(
-        V, D, DecoderConfig(embed_dim=4, hidden_dim=6, attention_dim=4, dropout=0.0, attention_kind="hard")
+        HARD_V, HARD_D, DecoderConfig(embed_dim=4, hidden_dim=6, attention_dim=4, dropout=0.0, attention_kind="hard")
     )
-    features = torch.randn(1, L, D) * 2
+    features = torch.randn(1, HARD_L, HARD_D) * 2
     captions = torch.tensor([[BOS, 4, EOS]])  # two decoding steps: 3^2 = 9 location sequences
     lengths = torch.tensor([3])
     return dec, features, captions, lengths
@@ -204,7 +227,7 @@ def flat_grad(loss, params):
 
 def exact_gradient(dec, features, captions, lengths):
     """Gradient of E_s[log p(y | s, a)] = sum_s p(s | a) log p(y | s, a), every s enumerated."""
-    seqs = torch.tensor(list(itertools.product(range(L), repeat=2)))  # (9, 2)
+    seqs = torch.tensor(list(itertools.product(range(HARD_L), repeat=2)))  # (9, 2)
     n = len(seqs)
     out = dec(features.expand(n, -1, -1), captions.expand(n, -1), lengths.expand(n), mode="sample", locations=seqs)
     log_py = caption_log_likelihood(out.logits, captions.expand(n, -1)[:, 1:], out.mask)  # (9,)

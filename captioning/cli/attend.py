@@ -115,7 +115,7 @@ def check_head(captioner, head: int) -> None:
     model = getattr(captioner, "model", None)
     if model is None or hasattr(model, "members"):
         raise ConfigError("--head: one model's heads; not an ONNX folder's or an ensemble's (--members each)")
-    heads = int(getattr(model.decoder, "heads", 1))
+    heads = int(getattr(model.decoder.config, "heads", 1))
     if heads < 2:
         raise ConfigError(f"--head: this model attends with one head (decoder.heads is {heads})")
     if not 0 <= head < heads:

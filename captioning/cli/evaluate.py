@@ -94,13 +94,14 @@ def evaluate(
         split_images,
         training_captions,
     )
+    from captioning.fast import fast_model
     from captioning.metrics.clip_score import ClipScoring
     from captioning.models.transformer import attention_layer_field
 
     model = getattr(model, "model", model)  # a CaptioningModule holds its ShowAttendTell as .model
     generation = generation or model.spec.generation
     dev = default_device(device)
-    model = model.eval().to(dev)
+    model = fast_model(model.eval().to(dev))  # its fast twin, where it has one (captioning/fast/)
     data = CaptionData(
         annotations,
         images_root,

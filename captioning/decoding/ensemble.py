@@ -8,7 +8,7 @@ weighted mean of its members' scores. Members may mix soft and hard attention: e
 own kind, the config's ``attention_mode`` / ``attention_temperature`` / ``location_samples`` apply to
 the hard members.
 
-The loops (loops.py) see an :class:`EnsembleDecoder` as a decoder: ``initial_state`` over the
+The search loops (search.py) see an :class:`EnsembleDecoder` as a decoder: ``initial_state`` over the
 members' features (one tensor per member) gives an :class:`EnsembleState`, whose carried tensors
 are the members' one after the other (an LSTM's h, c; a transformer's position and key/value cache:
 members of both kinds mix), and ``step`` gives the averaged log-probabilities, the new state and a
@@ -35,11 +35,10 @@ from torch import Tensor, nn
 
 from captioning.common import grid_shape
 from captioning.decoding.generation import GenerationConfig
-from captioning.decoding.loops import state_layout
-from captioning.decoding.parts import GenerationOutput
-from captioning.decoding.search import generate
+from captioning.decoding.search import GenerationOutput, generate, state_layout
 from captioning.errors import ConfigError
-from captioning.models.attention import Glimpse
+from captioning.fast import fast_decoder
+from captioning.models.decoder import Glimpse
 
 
 def ensemble_weights(weights: Sequence[float] | None, members: int) -> tuple[float, ...]:
@@ -77,7 +76,7 @@ class EnsembleState:
 class EnsembleDecoder:
     """The members' decoders as one decoder for the search loops: the averaged log-probabilities.
 
-    ``state_layout`` is itself: how loops.py takes an :class:`EnsembleState` apart (each member's
+    ``state_layout`` is itself: how search.py takes an :class:`EnsembleState` apart (each member's
     carried tensors and constants, member after member, by the member's own layout) and puts it
     back together."""
 
@@ -110,7 +109,7 @@ class EnsembleDecoder:
             raise ValueError(f"an ensemble of {len(self.decoders)} models needs as many priors, got {len(biases)}")
         return EnsembleDecoder([Focused(d, b) for d, b in zip(self.decoders, biases)], self.weights)
 
-    # loops.py's state layout
+    # search.py's state layout
     def carried(self, state: EnsembleState) -> list[Tensor]:
         """The members' carried tensors, member after member."""
         return [t for layout, m in zip(self.layouts, state.members) for t in layout.carried(m)]
@@ -212,7 +211,7 @@ class Ensemble(nn.Module):
         self.spec = dataclasses.replace(first.spec, image_size=max(self.image_sizes))
         kinds = {m.attention_kind for m in models}
         self.attention_kind = kinds.pop() if len(kinds) == 1 else "mixed"
-        self.decoder = EnsembleDecoder([m.decoder for m in models], self.weights)
+        self.decoder = EnsembleDecoder([fast_decoder(m.decoder) for m in models], self.weights)  # their fast twins
 
     def features(self, batch: dict) -> list[Tensor]:
         """Each member's annotation vectors of a batch's ``images`` (B, 3, S, S), resized to the

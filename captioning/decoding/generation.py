@@ -300,7 +300,7 @@ class GenerationConfig:
       is then "sample") and keeps the caption of the best score
       (:func:`captioning.decoding.search.best_of_k`). Soft-attention models ignore it.
     - cuda_graphs: on a CUDA device each step is captured as a CUDA graph per (batch, beams) shape
-      and replayed (decoding/loops.py: the same captions; sampling is not captured); elsewhere the
+      and replayed (decoding/search.py: the same captions; sampling is not captured); elsewhere the
       same fixed-shape loop runs without capture.
     - num_beam_groups: diverse beam search (Vijayakumar et al. 2016): the num_beams beams form
       this many groups of num_beams / num_beam_groups, searched in turn at each step; a group's

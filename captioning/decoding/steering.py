@@ -124,11 +124,9 @@ def steer_problem(decoder) -> str | None:
     members = getattr(decoder, "decoders", None)
     if members is not None:  # an EnsembleDecoder
         return next((p for p in map(steer_problem, members) if p), None)
-    if getattr(decoder, "takes_attention_bias", False):  # its state's bias reaches its scores (a transformer's)
+    if getattr(decoder, "takes_attention_bias", False):  # its state's bias reaches its scores
         return None
-    if not hasattr(decoder, "cell") or not hasattr(decoder.cell, "attend"):
-        return f"focus: a {type(decoder).__name__} has no attention scores to steer"
-    return None
+    return f"focus: a {type(decoder).__name__} has no attention scores to steer"
 
 
 class Focused:
@@ -146,7 +144,7 @@ class Focused:
         return getattr(self.decoder, name)
 
     def _with_bias(self, state):
-        from captioning.decoding.loops import state_layout
+        from captioning.decoding.search import state_layout
 
         images = state_layout(self.decoder).constants(state)[0]  # a row per image: features, a transformer's memory
         rows = images.size(0)

@@ -1,46 +1,25 @@
 """``captioning export --format onnx``: the encoder and the decoder's time step as ONNX graphs.
 
-Two graphs make a captioner (onnx_captioner.py runs them with onnxruntime and numpy only):
+Two graphs make a captioner (onnx_captioner.py runs them with onnxruntime and numpy only). The LSTM's:
 
     encoder.onnx        images (B, 3, S, S) in [0, 1] -> features a (B, L, D), projected W_a a + b
-                        (B, L, A), h_0 and c_0 (B, H): everything that depends only on the image,
-                        once per image (normalisation included)
-    decoder_step.onnx   tokens y_{t-1} (N,), h_{t-1}, c_{t-1} (N, H), features (B, L, D), projected
-                        (B, L, A) -> log p(y_t) (N, V), h_t, c_t (N, H), alpha_t (N, L)
+                        (B, L, A), h_0 and c_0 (B, H): what depends only on the image, once per image
+    decoder_step.onnx   tokens y_{t-1} (N,), h_{t-1}, c_{t-1} (N, H), features, projected
+                        -> log p(y_t) (N, V), h_t, c_t (N, H), alpha_t (N, L)
 
-N = B * K: the K beams of image k are rows k*K ... (k+1)*K - 1 and share its features (the graph
-reads K from the shapes). Batch sizes are dynamic.
-
-A transformer decoder (``decoder.kind: transformer``, models/transformer.py) exports the same two
-files over its own state:
-
-    encoder.onnx        images -> memory (B, layers, 2, L, d): each layer's cross-attention keys
-                        and values of the grid, once per image
-    decoder_step.onnx   tokens (N,), position (N,), cache (N, layers, 2, T, d), memory -> log p (N, V),
-                        position_next, cache_next (the step's self-attention keys and values
-                        written at its position), alpha (N, L) (the heads' mean of the maps'
-                        layer) and, with several heads, head_alpha (N, heads, L)
-
-The cache is TransformerState's, of fixed length T (the search's max_new_tokens, a dynamic axis
-of the graph): the captioner makes it, zeros, per search. config.json's ``onnx.state`` says how
-the search carries a kind's state (the step's inputs carried row by row, reordered with the beams,
-and what each starts as; the encoder's outputs every step reads per image); folders written before
-it have the LSTM's. A hard-attention model gets a second step,
-decoder_step_argmax.onnx (the context at the likeliest location); decoder_step.onnx takes the
-expected context (the model's default mode), for a hard model at its generation's
-``attention_temperature`` (softmax(log alpha / tau), a constant of the graph, recorded in config.json's
-"onnx" section). Sampling is not exported.
-
-Both graphs trace the decoder's own code: decoder.initial_state, and decoder.step (its cell's step,
-models/cells.py, and the deep output); traced, the attention scores take their one-product form
-(not the CPU loop's chunks), so that one graph serves every batch size. Adaptive average pooling to a fixed grid, which
-ONNX cannot express when the grid does not divide the input, is exported as the two averaging
-matrix products it is.
+N = B * K rows: image k's K beams are rows k*K ... (k+1)*K - 1 (the graph reads K from the shapes;
+batch sizes are dynamic). A hard-attention model gets decoder_step_argmax.onnx too; decoder_step.onnx
+takes the expected context at the generation's ``attention_temperature`` (recorded in config.json's
+"onnx" section, with ``state``: how the search carries the step's state). The step traces the fast
+path's step (captioning/fast/), whose scores take their one-product form when traced. Each decoder
+kind has its exporter in :data:`EXPORTERS` (onnx_transformer.py: the transformer's, its cache carried).
+Adaptive average pooling to a grid that does not divide the input is exported as two matrix products.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import warnings
 from pathlib import Path
@@ -50,16 +29,14 @@ from torch import Tensor, nn
 
 from captioning.export.onnx_captioner import LSTM_STATE
 from captioning.files import atomic_write_json, atomic_write_text
-from captioning.models.cells import DecoderState
+from captioning.models.decoder import DecoderState
 from captioning.models.encoders import Encoder
+from captioning.registry import Registry
 from captioning.storage.layout import CARD_FILE, CONFIG_FILE, ENCODER_ONNX, STEP_ONNX, VOCAB_FILE
 
 OPSET = 17
 ENCODER_INPUTS, ENCODER_OUTPUTS = ["images"], ["features", "projected", "h0", "c0"]
 STEP_INPUTS, STEP_OUTPUTS = ["tokens", "h", "c", "features", "projected"], ["log_probs", "h_next", "c_next", "alpha"]
-TRANSFORMER_ENCODER_OUTPUTS = ["memory"]
-TRANSFORMER_STEP_INPUTS = ["tokens", "position", "cache", "memory"]
-TRANSFORMER_STEP_OUTPUTS = ["log_probs", "position_next", "cache_next", "alpha"]
 
 
 def _pool_matrix(size_in: int, size_out: int) -> Tensor:
@@ -129,8 +106,10 @@ class StepGraph(nn.Module):
     serves every batch size and beam count."""
 
     def __init__(self, decoder, mode: str = "expected", attention_temperature: float = 1.0):
+        from captioning.fast import fast_decoder
+
         super().__init__()
-        self.decoder = decoder
+        self.plain, self.decoder = decoder, fast_decoder(decoder)  # the plain module holds the parameters
         self.mode = mode
         self.attention_temperature = attention_temperature  # mode "expected": softmax(log alpha / tau)
 
@@ -138,36 +117,6 @@ class StepGraph(nn.Module):
         state = DecoderState(h, c, features, projected, beams=h.size(0) // features.size(0))
         log_probs, state, g = self.decoder.step(tokens, state, self.mode, self.attention_temperature)
         return log_probs, state.h, state.c, g.alpha
-
-
-class TransformerEncoderGraph(nn.Module):
-    """A transformer's image side: each layer's cross-attention keys and values of the grid
-    (decoder.memory: the refiner, the projection, the 2-D positions), once per image."""
-
-    def __init__(self, model, image_size: int):
-        super().__init__()
-        self.encoder = exportable_encoder(model.encoder, image_size)
-        self.decoder = model.decoder
-
-    def forward(self, images: Tensor) -> Tensor:
-        return self.decoder.memory(self.encoder(images))  # (B, layers, 2, L, d)
-
-
-class TransformerStepGraph(nn.Module):
-    """One transformer step (decoder.step) for N = B * K rows over B images: the cache
-    (N, layers, 2, T, d) in and out, T read from its shape like K."""
-
-    def __init__(self, decoder):
-        super().__init__()
-        self.decoder = decoder
-
-    def forward(self, tokens: Tensor, position: Tensor, cache: Tensor, memory: Tensor):
-        from captioning.models.transformer import TransformerState
-
-        state = TransformerState(position, cache, memory, beams=tokens.size(0) // memory.size(0))
-        log_probs, state, g = self.decoder.step(tokens, state)
-        heads = (g.head_alpha,) if g.head_alpha is not None else ()
-        return (log_probs, state.position, state.cache, g.alpha, *heads)
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: list, axes: dict, opset: int) -> None:
@@ -196,8 +145,13 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: l
     os.replace(tmp, path)
 
 
+#: ONNX exporters by decoder kind: kind -> (export(model, spec, S, out, opset) -> config.json's
+#: "onnx" section, unsupported(config) -> the settings its graphs do not reproduce, as text)
+EXPORTERS = Registry("ONNX export", field="model.decoder.kind")
+#: the modules of the built-in kinds' exporters besides the LSTM's (each registers itself)
+BUILT_IN = ("captioning.export.onnx_transformer",)
+
 PAPER_ATTENTION = {
-    "kind": "lstm",
     "score": "additive",
     "heads": 1,
     "placement": "bahdanau",
@@ -207,12 +161,27 @@ PAPER_ATTENTION = {
 }
 
 
-def onnx_unsupported(config) -> str:
-    """The decoder settings (attention variants) that the ONNX step graph does not reproduce, as text; '' if none.
-    A transformer's step graph is its own decoder.step, every option included."""
-    if config.kind == "transformer":
-        return ""
+def lstm_unsupported(config) -> str:
+    """The LSTM settings (attention variants) the ONNX step graph does not reproduce, as text; '' if none."""
     return ", ".join(f"{k}={getattr(config, k)!r}" for k, v in PAPER_ATTENTION.items() if getattr(config, k) != v)
+
+
+def exporter(config):
+    """(export, unsupported) of ``config``'s decoder kind; a one-line ConfigError for a kind without one."""
+    from captioning.errors import ConfigError
+
+    for module in BUILT_IN:
+        importlib.import_module(module)
+    if config.kind not in EXPORTERS:
+        raise ConfigError(
+            f"export --format onnx: decoder kind {config.kind!r} has no ONNX export; export a safetensors folder"
+        )
+    return EXPORTERS.get(config.kind)
+
+
+def onnx_unsupported(config) -> str:
+    """The decoder settings its kind's ONNX step graph does not reproduce, as text; '' if none."""
+    return exporter(config)[1](config)
 
 
 def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Path:
@@ -225,11 +194,11 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
         import onnx  # noqa: F401  (torch.onnx writes the graphs through it)
     except ImportError:
         raise ConfigError("export --format onnx needs the onnx package: pip install -e '.[onnx]'") from None
-    unsupported = onnx_unsupported(model.decoder.config)
-    if unsupported:
+    export, unsupported = exporter(model.decoder.config)
+    if unsupported(model.decoder.config):
         raise ConfigError(
-            f"export --format onnx: the ONNX step graph is the paper's attention (additive score, one head, "
-            f"Bahdanau placement, global, no refiner) or the transformer decoder; this model has {unsupported}: "
+            f"export --format onnx: the LSTM's ONNX step graph is the paper's attention (additive score, one head, "
+            f"Bahdanau placement, global, no refiner); this model has {unsupported(model.decoder.config)}: "
             "export it as a safetensors folder (the default format) instead"
         )
     out = Path(out)
@@ -238,7 +207,6 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
     model = copy.deepcopy(model).cpu().float().eval()
     S = int(spec.image_size)
     config = model_config(model, card, spec)
-    export = _export_transformer if spec.decoder.kind == "transformer" else _export_lstm
     with torch.no_grad():
         config["onnx"] = {"opset": opset, "encoder": ENCODER_ONNX, **export(model, spec, S, out, opset)}
     atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())
@@ -250,7 +218,7 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
 B, K = 2, 3  # the example sizes the graphs are traced at, distinct so that no size is mistaken for another
 
 
-def _export_lstm(model, spec, S: int, out: Path, opset: int) -> dict:
+def export_lstm(model, spec, S: int, out: Path, opset: int) -> dict:
     """encoder.onnx and decoder_step*.onnx of an LSTM decoder; config.json's onnx section."""
     encoder = EncoderGraph(model, S).eval()
     images = torch.rand(B, 3, S, S)
@@ -284,7 +252,7 @@ def _export_lstm(model, spec, S: int, out: Path, opset: int) -> dict:
     }
     for mode in modes:
         _export(
-            StepGraph(model.decoder, mode, tau).eval(),
+            StepGraph(model.decoder, mode, tau).eval(),  # the fast twin's step (captioning/fast/)
             args,
             out / STEP_ONNX[mode],
             STEP_INPUTS,
@@ -303,58 +271,4 @@ def _export_lstm(model, spec, S: int, out: Path, opset: int) -> dict:
     }
 
 
-def _export_transformer(model, spec, S: int, out: Path, opset: int) -> dict:
-    """encoder.onnx and decoder_step.onnx of a transformer decoder; config.json's onnx section."""
-    decoder = model.decoder
-    encoder = TransformerEncoderGraph(model, S).eval()
-    images = torch.rand(B, 3, S, S)
-    memory = encoder(images)
-    _export(
-        encoder,
-        (images,),
-        out / ENCODER_ONNX,
-        ENCODER_INPUTS,
-        TRANSFORMER_ENCODER_OUTPUTS,
-        {"images": {0: "images"}, "memory": {0: "images"}},
-        opset,
-    )
-    T = 5  # the example cache length, distinct from B, K and the layers
-    cache = torch.randn(B * K, decoder.num_layers, 2, T, decoder.hidden_dim)
-    args = (torch.full((B * K,), 1, dtype=torch.long), torch.full((B * K,), 2, dtype=torch.long), cache, memory)
-    outputs = TRANSFORMER_STEP_OUTPUTS + (["head_alpha"] if decoder.heads > 1 else [])
-    axes = {
-        "tokens": {0: "rows"},
-        "position": {0: "rows"},
-        "cache": {0: "rows", 3: "steps"},
-        "memory": {0: "images"},
-        "cache_next": {0: "rows", 3: "steps"},
-        **{name: {0: "rows"} for name in outputs if name != "cache_next"},
-    }
-    _export(
-        TransformerStepGraph(decoder).eval(),
-        args,
-        out / STEP_ONNX["expected"],
-        TRANSFORMER_STEP_INPUTS,
-        outputs,
-        axes,
-        opset,
-    )
-    learned = decoder.position_embedding is not None
-    return {
-        "steps": {"expected": STEP_ONNX["expected"]},
-        "attention_temperature": 1.0,
-        "encoder_inputs": ENCODER_INPUTS,
-        "encoder_outputs": TRANSFORMER_ENCODER_OUTPUTS,
-        "step_inputs": TRANSFORMER_STEP_INPUTS,
-        "step_outputs": outputs,
-        "state": {
-            # "steps": the search's max_new_tokens (the cache's fixed length, as TransformerState's)
-            "carried": {
-                "position": {"zeros": [], "dtype": "int64"},
-                "cache": {"zeros": [decoder.num_layers, 2, "steps", decoder.hidden_dim], "dtype": "float32"},
-            },
-            "constants": ["memory"],
-            # learned positions end at max_positions: a longer search needs the PyTorch model to say so too
-            "max_steps": decoder.max_positions if learned else None,
-        },
-    }
+EXPORTERS.add("lstm", (export_lstm, lstm_unsupported))

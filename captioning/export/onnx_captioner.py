@@ -12,13 +12,13 @@ or ``captioning caption --onnx model_onnx photo.jpg``. The results are those of
 file checks, EXIF, modes, the bilinear resize) and the same search: decoding/search.py's batched
 greedy decoding and beam search, step for step in numpy (scores in float32, the same finished-beam
 rule and length normalisation), with the same processing of the log-probabilities (banned
-endings, no_repeat_ngram_size, repetition_penalty, min_new_tokens, suppress_tokens: decoding/parts.py's
+endings, no_repeat_ngram_size, repetition_penalty, min_new_tokens, suppress_tokens: decoding/processors.py's
 LogitsProcessor in numpy). Sampling (``do_sample`` and so ``top_p``, attention_mode "sample",
 ``location_samples``) and diverse beam search (``num_beam_groups``) are PyTorch's only:
 :data:`ONNX_OPTIONS` records the decision for every decoding option.
 
 The search carries the decoder's state as named arrays, as config.json's ``onnx.state`` describes
-it (decoding/loops.py's state layouts in numpy): the step graph's inputs ``carried`` from step to
+it (decoding/search.py's state layouts in numpy): the step graph's inputs ``carried`` from step to
 step (one row per caption, reordered with the beams; the graph's output ``<name>_next`` is the next
 value), each starting as an encoder output or as zeros of a shape ("steps": the search's
 max_new_tokens), and the encoder outputs every step reads once per image (``constants``). The LSTM
@@ -307,7 +307,7 @@ class OnnxCaptioner:
         config: GenerationConfig,
         ban: np.ndarray | None,
     ) -> np.ndarray:
-        """decoding/parts.py's LogitsProcessor: logp (N, V), previous tokens (N,), tokens so far
+        """decoding/processors.py's LogitsProcessor: logp (N, V), previous tokens (N,), tokens so far
         (N,), prefix (N, T) holding them."""
         N = logp.shape[0]
         if config.repetition_penalty != 1.0:

@@ -1,53 +1,21 @@
-"""The Show, Attend and Tell decoder: an LSTM that attends over annotation vectors (paper Section 3.1.2).
+"""The Show, Attend and Tell decoder (Xu et al. 2015, Sections 3.1.2 and 4), written as its equations.
 
-One time step t, given the previous word y_{t-1}, the state (h_{t-1}, c_{t-1}) and the annotation
-vectors a (B, L, D):
+a (B, L, D) the annotation vectors, E y (M,) a word's embedding, h, c (H,) the LSTM's state:
 
-    alpha_t = f_att(a, h_{t-1})                              Eq. 4-5 (attention.py)
-    z_t     = beta_t * phi(a, alpha_t),  beta_t = sigmoid(f_beta(h_{t-1}))   Section 4.2.1: ONE scalar per step
-    i,f,g,o = W [E y_{t-1}; h_{t-1}; z_t] + b                Eq. 1 (the gates, in this order in the code)
-    c_t     = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)      Eq. 2-3
-    p(y_t)  = softmax(L_o(tanh(E y_{t-1} + L_h h_t + L_z z_t)))   Eq. 7, the deep output layer
+    h_0, c_0 = tanh(W_init mean_i a_i)                                     initial_state
+    e_ti     = w^T tanh(W_a a_i + W_h h_{t-1})                  Eq. 4      AdditiveScore
+    alpha_t  = softmax(e_t)                                      Eq. 5      attend
+    soft: z_t = sum_i alpha_ti a_i;  hard: s_t ~ Cat(alpha_t), z_t = a_{s_t}   Eq. 13, 8-9   glimpse
+    beta_t   = sigmoid(f_beta h_{t-1}),  z_t <- beta_t z_t        Sec. 4.2.1 attend
+    i, f, g, o = T [E y_{t-1}; h_{t-1}; z_t]                     Eq. 1      recur
+    c_t = sig(f) c_{t-1} + sig(i) tanh(g),  h_t = sig(o) tanh(c_t)   Eq. 2-3    recur
+    p(y_t)   = softmax(L_o tanh(E y_{t-1} + L_h h_t + L_z z_t))  Eq. 7      deep_output
+    loss     = -log p(y) + lambda sum_i (1 - sum_t alpha_ti)^2   Eq. 14     objectives/cross_entropy.py
 
-with h_0 = f_init,h(mean_i a_i), c_0 = f_init,c(mean_i a_i) (tanh layers). The tanh inside Eq. 7
-and the dropout follow the authors' code, not the paper's text: dropout on the input of the
-initialisation layers, on h_t before the output layer and on the deep output.
-
-models/reference.py writes this model plainly, equation by equation, and is the tests' oracle.
-The fast code is in four files: this one holds the layers (their names are the checkpoints' keys),
-the initial state, the deep output and the entry points (:meth:`ShowAttendTellDecoder.forward`, a
-teacher-forced pass; :meth:`~ShowAttendTellDecoder.step`, one generation step); cells.py the time
-step, one cell per placement, and what it gives (StepOutput); unroll.py the teacher-forced
-unrollings of the step (the shrinking batch, Luong's whole-sequence pass, static shapes,
-scheduled sampling); attention.py the score functions and glimpses.
-
-What makes it fast, apart from the equations (each computes the same function):
-
-- done once, not per step: the image-side attention projection W_a a (``Score.project``) and the
-  embedding's share of the LSTM gates, for all steps before the loop;
-- fused products: the products of h_{t-1} (W_h, f_beta, the LSTM's recurrent weights) are one
-  matrix, ``from_hidden`` (one matrix product per step instead of three);
-- the shrinking batch: the captions sorted by length, only those still running take part in a step,
-  and the output layer runs once, after the loop, over the real (non-padded) steps (unroll.py);
-- one weight gradient per repeated product (deferred.py: fewer, larger matrix products backward);
-- the additive score in its sigmoid form and chunked on the CPU (attention.py, section "Speed").
-
-Decoder kinds are registered in :data:`DECODERS` (``DecoderConfig.kind``): this LSTM is "lstm".
-
-The attention variants (docs/ARCHITECTURE.md; the paper's model is every default):
-
-- ``score`` and ``heads``: the score function and multi-head attention (attention.py); with
-  several heads the heads' contexts are joined and projected to D, z_t = beta_t W_o [z_t^1; ...; z_t^k].
-- ``placement``: ``bahdanau`` attends from h_{t-1} before the LSTM (the paper); ``luong`` attends
-  from h_t after it (Luong et al. 2015, without input feeding): the LSTM reads E y_{t-1} only,
-  alpha_t = f_att(a, h_t), z_t = beta_t phi(a, alpha_t) with beta_t = sigmoid(f_beta(h_t)), the
-  attentional state h~_t = tanh(W_c [z_t; h_t]) takes h_t's place in the deep output. Attention no
-  longer feeds the recurrence, so the teacher-forced pass runs the LSTM over all steps in one call
-  (nn.LSTM, cuDNN/fused) and attends for all steps in one batched product.
-- ``window``: ``global`` (every location) or ``local`` (Luong's local-p on the 2-D grid: a
-  predicted centre and a Gaussian window of ``local_sigma`` cells, the alignment renormalised).
-- ``refiner_layers``: Transformer encoder layers (self-attention) over the L annotation vectors,
-  with 2-D sinusoidal position embeddings, applied once per batch before decoding.
+The tanh in Eq. 7 and the dropout follow the authors' code. Every default of :class:`DecoderConfig`
+is the paper; each variant is a file of models/attention/ named by an option, reached from the
+lines marked "variant". captioning/fast/ runs the same function faster (fused products, a
+shrinking batch); the tests hold the two equal. Shapes: N = B x beams rows, V words, A attention.
 """
 
 from __future__ import annotations
@@ -61,99 +29,49 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from captioning.common import grid_shape
 from captioning.errors import ConfigError
-from captioning.models import unroll
-from captioning.models.attention import ATTENTION_MODES, SCORES, Glimpse, LocalCentre, build_attention
-from captioning.models.cells import Attend, BahdanauCell, DecoderState, LuongCell
-from captioning.models.multihead import MultiHeadAttention
-from captioning.models.unroll import DecoderOutput
+from captioning.models import ATTENTION_MODES
+from captioning.models.kinds import DECODERS
 from captioning.registry import Registry
 from captioning.vocab import Vocabulary
 
-__all__ = [
-    "DECODERS",
-    "DecoderConfig",
-    "DecoderOutput",
-    "DecoderState",
-    "ShowAttendTellDecoder",
-    "TRAINING_MODES",
-    "build_decoder",
-    "list_decoders",
-]
+#: score functions e_ti = score(a_i, h) (``DecoderConfig.score``); the variants in models/attention/
+SCORES: Registry[type[Score]] = Registry("attention score", field="model.decoder.score")
+#: windows over the grid (``DecoderConfig.window``; "global", the paper's, is none)
+WINDOWS: Registry[type[nn.Module]] = Registry("attention window", field="model.decoder.window")
+#: where the decoder attends from (``DecoderConfig.placement``): the decoder class of each
+PLACEMENTS: Registry[type[ShowAttendTellDecoder]] = Registry("attention placement", field="model.decoder.placement")
+#: hard attention's ways of turning alpha_t into a context beyond the paper's three (training estimators)
+GLIMPSES: Registry = Registry("attention mode")
 
-#: The decoder kinds, by the name ``DecoderConfig.kind`` gives. A kind is an ``nn.Module`` built as
-#: ``cls(vocab_size, feature_dim, config)`` with ``forward`` (a teacher-forced pass -> DecoderOutput),
-#: ``initial_state``, ``step`` (one generation step), ``vocab_size`` and ``bad_ending_ids``, as
-#: :class:`ShowAttendTellDecoder` ("lstm") has them.
-DECODERS: Registry[type[nn.Module]] = Registry("decoder kind", field="model.decoder.kind")
-
-
-#: built-in decoder kinds of their own modules, registered when first named (their modules import
-#: this one, so this one cannot import them at its top): kind -> module
-BUILT_IN_KINDS = {"transformer": "captioning.models.transformer"}
-
-
-def load_built_in_kinds() -> None:
-    """Import the modules of the built-in decoder kinds (each registers itself in :data:`DECODERS`)."""
-    for module in BUILT_IN_KINDS.values():
-        importlib.import_module(module)
-
-
-def list_decoders() -> list[str]:
-    """The names of the registered decoder kinds (``DecoderConfig.kind``'s choices)."""
-    load_built_in_kinds()
-    return DECODERS.names()
-
-
-#: attention modes of a teacher-forced training pass only: "gumbel", straight-through Gumbel-softmax
-#: (an alternative to REINFORCE, not the paper's estimator; see objectives/reinforce.py)
+#: training-only attention modes, registered by the objectives that use them (objectives/gumbel.py)
 TRAINING_MODES = ("gumbel",)
 
-#: the DecoderConfig fields of the transformer alone (None: not given; models/transformer.py)
-TRANSFORMER_ONLY = ("layers", "ff_dim", "positions", "tie_embeddings", "max_positions", "attention_layer")
+
+def load_variants() -> None:
+    """Import the built-in variants (models/attention/), so that their names are registered."""
+    importlib.import_module("captioning.models.attention")
 
 
+@DECODERS.register("lstm")
 @dataclass
 class DecoderConfig:
-    """The attention LSTM decoder (sizes as in the paper's notation).
+    """The LSTM decoder (``kind: lstm``): sizes in the paper's notation, its attention and its variants.
 
     Args:
-        embed_dim: M, the word embedding.
-        hidden_dim: H, the LSTM state.
-        attention_dim: A, the attention network's hidden layer.
-        dropout: dropout probability where the authors' code puts it (0.5 in the paper's runs).
-        attention_kind: "soft" (deterministic, Eq. 13) or "hard" (stochastic, Eq. 8-12, trained with REINFORCE).
-        prev2out: add the previous word's embedding E y_{t-1} inside the deep output layer (Eq. 7).
-        ctx2out: add the context L_z z_t inside the deep output layer (Eq. 7).
-        compile_step: ``torch.compile`` the time step that training and decoding repeat (dynamic
-            shapes; compiles on first use; tools/benchmarks/benchmark.py --compile measures what it gains).
-        score: the attention score function, a name registered in models/attention.py's ``SCORES``
-            (``list_scores()``): "additive" is the paper's (Eq. 4).
-        heads: attention heads (1: the paper's single alpha per step).
-        placement: "bahdanau" (attend from h_{t-1} before the LSTM, the paper) or "luong" (from
-            h_t after it, with the attentional state tanh(W_c [z_t; h_t]) in the deep output).
-        window: "global" attention over every location, or "local" (a predicted centre and a
-            2-D Gaussian window over the grid).
-        local_sigma: the local window's standard deviation, in grid cells.
-        refiner_layers: Transformer encoder layers over the annotation vectors before decoding (0: none).
-        refiner_heads: attention heads of those layers.
-        refiner_aoa: the refiner's self-attention with Attention on Attention's output (AoANet's refiner).
-        kind: the decoder, a name registered in :data:`DECODERS` (``list_decoders()``): "lstm" is
-            the paper's, :class:`ShowAttendTellDecoder` (model files that record no kind hold one);
-            "transformer" the Transformer decoder (models/transformer.py), of width ``hidden_dim``
-            and ``heads`` heads, whose embeddings are ``hidden_dim`` wide too.
-        aoa: Attention on Attention (Huang et al. 2019) on the attended vector: the LSTM's context
-            (either placement) and the transformer's cross-attention.
-        layers: transformer only (None: 3): decoder layers.
-        ff_dim: transformer only (None: 4 x hidden_dim): the feed-forward layers' width.
-        positions: transformer only (None: "sinusoidal"): "sinusoidal" or "learned" word positions.
-        tie_embeddings: transformer only (None: false): the output layer's weights are the embedding's.
-        max_positions: transformer only (None: 64): the learned positions' count, the longest caption
-            a model with learned positions reads or writes (and the default cache length).
-        attention_layer: transformer only (None: the first): the layer whose cross-attention maps
-            decoding returns (the pictures, grounding, the API's maps), or "mean": their mean over
-            the layers.
+        embed_dim: M.  hidden_dim: H.  attention_dim: A, f_att's hidden layer.
+        dropout: where the authors' code puts it (0.5 in the paper's runs).
+        attention_kind: "soft" (Eq. 13) or "hard" (Eq. 8-12, trained with REINFORCE).
+        prev2out, ctx2out: E y_{t-1} and L_z z_t inside the deep output layer (Eq. 7).
+        compile_step: ``torch.compile`` the fast path's time step (captioning/fast/).
+        score: a name in :data:`SCORES` ("additive", Eq. 4, is the paper's).
+        heads: attention heads, their contexts joined by W_o (models/attention/heads.py).
+        placement: "bahdanau" attends from h_{t-1} (the paper); "luong" from h_t (attention/luong.py).
+        window: "global" (the paper) or a name in :data:`WINDOWS` ("local": attention/local.py).
+        local_sigma: the local window's width in grid cells.
+        refiner_layers, refiner_heads, refiner_aoa: self-attention over the grid first (attention/refiner.py).
+        aoa: Attention on Attention over the context (attention/aoa.py).
+        kind: "lstm" (models/kinds.py lists the kinds).
     """
 
     embed_dim: int = 512
@@ -166,22 +84,19 @@ class DecoderConfig:
     compile_step: bool = False
     score: str = "additive"
     heads: int = 1
-    placement: Literal["bahdanau", "luong"] = "bahdanau"
-    window: Literal["global", "local"] = "global"
+    placement: str = "bahdanau"
+    window: str = "global"
     local_sigma: float = 1.5
     refiner_layers: int = 0
     refiner_heads: int = 4
     kind: str = "lstm"
     refiner_aoa: bool = False
     aoa: bool = False
-    layers: int | None = None
-    ff_dim: int | None = None
-    positions: Literal["sinusoidal", "learned"] | None = None
-    tie_embeddings: bool | None = None
-    max_positions: int | None = None
-    attention_layer: int | str | None = None
 
     def __post_init__(self):
+        load_variants()
+        if DECODERS.get(self.kind) is not type(self):
+            raise ConfigError(f"model.decoder.kind: {type(self).__name__} is the config of another kind than {self.kind!r}")
         if self.attention_kind not in ("soft", "hard"):
             raise ConfigError(f"model.decoder.attention_kind: expected 'soft' or 'hard', got {self.attention_kind!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -189,268 +104,349 @@ class DecoderConfig:
         for field in ("embed_dim", "hidden_dim", "attention_dim", "heads", "refiner_heads"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"model.decoder.{field}: expected an integer >= 1, got {getattr(self, field)!r}")
-        if self.kind in BUILT_IN_KINDS and self.kind not in DECODERS:
-            load_built_in_kinds()
-        DECODERS.check(self.kind)
         SCORES.check(self.score)
-        for field, choices in (("placement", ("bahdanau", "luong")), ("window", ("global", "local"))):
-            if getattr(self, field) not in choices:
-                raise ConfigError(
-                    f"model.decoder.{field}: expected one of {', '.join(choices)}, got {getattr(self, field)!r}"
-                )
+        PLACEMENTS.check(self.placement)
+        if self.window != "global" and self.window not in WINDOWS:
+            raise WINDOWS.unknown(self.window, extra="'global'")
         if not (self.local_sigma > 0 and math.isfinite(self.local_sigma)):
             raise ConfigError(
-                f"model.decoder.local_sigma: expected a finite number > 0 (grid cells), got {self.local_sigma!r}"
+                f"model.decoder.local_sigma: expected a number > 0 (grid cells), got {self.local_sigma!r}"
             )
         if self.refiner_layers < 0:
             raise ConfigError(f"model.decoder.refiner_layers: expected an integer >= 0, got {self.refiner_layers!r}")
         if self.refiner_aoa and not self.refiner_layers:
             raise ConfigError("model.decoder.refiner_aoa: an option of the grid refiner; set refiner_layers >= 1")
-        check = getattr(DECODERS.get(self.kind), "check_config", None)  # a kind's own checks
-        if check is not None:
-            check(self)
-        elif self.kind == "lstm":
-            for name in TRANSFORMER_ONLY:
-                if getattr(self, name) is not None:
-                    raise ConfigError(
-                        f"model.decoder.{name}: a transformer option; this decoder is kind 'lstm' "
-                        f"(set kind: transformer, or remove {name})"
-                    )
+
+    def build(self, vocab_size: int, feature_dim: int) -> ShowAttendTellDecoder:
+        """The decoder of this config's placement (its class in :data:`PLACEMENTS`)."""
+        return PLACEMENTS.get(self.placement)(vocab_size, feature_dim, self)
 
     @property
     def variant(self) -> str:
-        """A short name of the variant ("additive" for the paper's model; another decoder kind leads the name)."""
-        if self.kind == "transformer":
-            return "+".join(
-                [f"transformer{self.layers or 3}"]
-                + ([f"{self.heads}heads"] if self.heads > 1 else [])
-                + (["aoa"] if self.aoa else [])
-                + ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
-            )
+        """A short name of the variant: "additive" for the paper's model."""
         parts = (
-            ([self.kind] if self.kind != "lstm" else [])
+            [self.kind] * (self.kind != "lstm")
             + [self.score]
-            + ([f"{self.heads}heads"] if self.heads > 1 else [])
-            + (["luong"] if self.placement == "luong" else [])
-            + (["local"] if self.window == "local" else [])
-            + ([f"refiner{self.refiner_layers}"] if self.refiner_layers else [])
-            + (["aoarefiner"] if self.refiner_aoa else [])
-            + (["aoa"] if self.aoa else [])
+            + [f"{self.heads}heads"] * (self.heads > 1)
+            + [self.placement] * (self.placement != "bahdanau")
+            + [self.window] * (self.window != "global")
+            + [f"refiner{self.refiner_layers}"] * bool(self.refiner_layers)
+            + ["aoarefiner"] * self.refiner_aoa
+            + ["aoa"] * self.aoa
         )
         return "+".join(parts)
 
 
-@DECODERS.register("lstm")
-class ShowAttendTellDecoder(nn.Module):
-    """Attention LSTM decoder with soft or hard attention over annotation vectors of width D
-    (``feature_dim``), writing words of a vocabulary of V = ``vocab_size`` tokens.
+@dataclass
+class DecoderState:
+    """The recurrent state of N rows (images, or images x beams) while decoding."""
 
-    It holds the layers (their names are the checkpoints' keys) and the step of its placement,
-    :attr:`cell` (cells.py); :meth:`forward` unrolls the step over a batch of captions
-    (unroll.py), :meth:`step` takes one generation step."""
+    h: Tensor  # (N, H)
+    c: Tensor  # (N, H)
+    features: Tensor  # (N / beams, L, D): a
+    projected: Tensor  # (N / beams, L, K): the score's image side, once per batch (W_a a)
+    beams: int = 1  # rows per image: rows k * beams ... (k + 1) * beams - 1 read image k
+    bias: Tensor | None = None  # (N / beams, L): a prior added to the scores (decoding/steering.py's focus)
+
+    def select(self, index) -> DecoderState:
+        """Rows ``index`` of every tensor (one row per image only)."""
+        if self.beams != 1:
+            raise ValueError("select() needs one row per image; beams share their image's features")
+        bias = None if self.bias is None else self.bias[index]
+        return DecoderState(self.h[index], self.c[index], self.features[index], self.projected[index], bias=bias)
+
+    def with_recurrent(self, h: Tensor, c: Tensor) -> DecoderState:
+        return DecoderState(h, c, self.features, self.projected, self.beams, self.bias)
+
+    def expand_beams(self, beams: int) -> DecoderState:
+        """Each image's (h, c) copied to ``beams`` rows; the features stay one copy per image."""
+        if self.beams != 1:
+            raise ValueError("expand_beams() of a state that already has beams")
+        h, c = self.h.repeat_interleave(beams, 0), self.c.repeat_interleave(beams, 0)
+        return DecoderState(h, c, self.features, self.projected, beams, self.bias)
+
+
+class DecoderStates:
+    """How the search loops (decoding/search.py) take a :class:`DecoderState` apart: (h, c) carried
+    row by row and reordered with the beams; (features, projected) per image."""
+
+    n_carried, n_constants = 2, 2
+
+    @staticmethod
+    def carried(state: DecoderState) -> list[Tensor]:
+        return [state.h, state.c]
+
+    @staticmethod
+    def constants(state: DecoderState) -> list[Tensor]:
+        return [state.features, state.projected]
+
+    @staticmethod
+    def state(carried: list[Tensor], constants: list[Tensor], beams: int = 1) -> DecoderState:
+        return DecoderState(*carried, *constants, beams)
+
+    @staticmethod
+    def reorder(carried: list[Tensor], rows: Tensor) -> list[Tensor]:
+        return [x[rows] for x in carried]
+
+
+@dataclass
+class Glimpse:
+    """What one attention step gives: the context before the gate and how alpha was used."""
+
+    context: Tensor | None  # (N, D)
+    alpha: Tensor  # (N, L): the weights (the heads' mean with several heads)
+    location: Tensor  # (N,): the sampled location, or alpha's argmax; (N, heads) for hard multi-head
+    log_prob: Tensor | None = None  # (N,): log p(s_t | a) of a sampled location, 0 where the expected context was used
+    entropy: Tensor | None = None  # (N,): H[alpha_t], when sampling
+    head_alpha: Tensor | None = None  # (N, heads, L) with several heads
+
+
+@dataclass
+class DecoderOutput:
+    """A teacher-forced pass over B captions of T + 1 tokens (T steps); zero at padded steps."""
+
+    logits: Tensor  # (B, T, V); the fast path's shrinking batch gives (N, V), the real steps in mask order
+    mask: Tensor  # (B, T) bool: the real steps
+    alphas: Tensor  # (B, T, L)
+    betas: Tensor  # (B, T): beta_t
+    locations: Tensor  # (B, T), or (B, T, heads) for hard multi-head
+    location_log_probs: Tensor | None = None  # (B, T): log p(s_t | a), when sampling
+    entropies: Tensor | None = None  # (B, T): H[alpha_t], when sampling
+    head_alphas: Tensor | None = None  # (B, T, heads, L) with several heads
+
+
+class Score(nn.Module):
+    """A score function's contract: ``project(a)`` once per batch, ``query(h)`` and ``scores(...)``
+    each step. A subclass is built as ``cls(feature_dim, hidden_dim, attention_dim, heads)`` and
+    registered with ``@SCORES.register("name")`` (docs/CONTRIBUTING.md has a worked example)."""
+
+    heads: int = 1
+
+    def project(self, features: Tensor) -> Tensor:
+        """The image side, once per batch: (B, L, D) -> (B, L, K)."""
+        raise NotImplementedError
+
+    def query(self, h: Tensor) -> Tensor:
+        """The state side, each step: (N, H) -> (N, Q); h itself unless a subclass projects it."""
+        return h
+
+    def scores(self, projected: Tensor, query: Tensor, beams: int = 1) -> Tensor:
+        """e_t: (N, L), or (N, heads, L); rows k * beams ... (k + 1) * beams - 1 belong to image k."""
+        raise NotImplementedError
+
+    def forward(self, projected: Tensor, h: Tensor, beams: int = 1) -> Tensor:
+        return self.scores(projected, self.query(h), beams)
+
+
+@SCORES.register("additive")
+class AdditiveScore(Score):
+    """Eq. 4, f_att: e_ti = w^T tanh(W_a a_i + W_h h + b). With several heads, head k scores with its
+    own A / heads columns and its own w_k (a row of ``w``)."""
+
+    def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
+        super().__init__()
+        if attention_dim % heads:
+            raise ConfigError(
+                f"model.decoder.heads: attention_dim ({attention_dim}) must be a multiple of heads ({heads})"
+            )
+        self.heads = heads
+        self.W_a = nn.Linear(feature_dim, attention_dim)  # W_a and b
+        self.W_h = nn.Linear(hidden_dim, attention_dim, bias=False)
+        bound = (heads / attention_dim) ** 0.5
+        self.w = nn.Parameter(torch.empty(heads, attention_dim // heads).uniform_(-bound, bound))  # (heads, A / heads)
+
+    def project(self, features: Tensor) -> Tensor:
+        return self.W_a(features)  # (B, L, A)
+
+    def query(self, h: Tensor) -> Tensor:
+        return self.W_h(h)  # (N, A)
+
+    def scores(self, projected: Tensor, query: Tensor, beams: int = 1) -> Tensor:
+        B, L, A = projected.shape
+        y = torch.tanh(projected.unsqueeze(1) + query.view(B, beams, 1, A))  # (B, beams, L, A)
+        e = (y.view(B, beams, L, self.heads, -1) * self.w).sum(-1)  # (B, beams, L, heads)
+        return e.view(B * beams, L) if self.heads == 1 else e.transpose(2, 3).reshape(B * beams, self.heads, L)
+
+
+def per_row(x: Tensor, beams: int) -> Tensor:
+    """One image's (B, ...) values repeated for its ``beams`` rows: (B * beams, ...)."""
+    return x if beams == 1 else x.repeat_interleave(beams, 0)
+
+
+def expected_context(alpha: Tensor, features: Tensor, beams: int = 1) -> Tensor:
+    """sum_i alpha_ti a_i (Eq. 13): alpha (B * beams, L), features (B, L, D) -> (B * beams, D)."""
+    B, L, D = features.shape
+    return torch.bmm(alpha.view(B, beams, L), features).view(B * beams, D)
+
+
+def glimpse(
+    alpha: Tensor,
+    features: Tensor,
+    mode: str = "expected",
+    use_expected: Tensor | None = None,
+    location: Tensor | None = None,
+    beams: int = 1,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Glimpse:
+    """alpha_t (N, L) -> the context. "expected" (soft, Eq. 13; ``temperature`` != 1 takes it under
+    softmax(log alpha / temperature)); "argmax"; "sample" (hard, Eq. 8-9: s_t ~ Cat(alpha_t), or
+    the given ``location``; rows where ``use_expected`` take the expected context, Section 4.1)."""
+    if mode not in ATTENTION_MODES:
+        return GLIMPSES.get(mode)(alpha, features, use_expected, generator, beams, temperature)
+    if mode == "expected":
+        weights = alpha if temperature == 1.0 else torch.softmax(alpha.clamp_min(1e-12).log() / temperature, -1)
+        return Glimpse(expected_context(weights, features, beams), alpha, alpha.argmax(-1))
+    if mode == "argmax":
+        location = alpha.argmax(-1)
+    elif location is None:
+        location = torch.multinomial(alpha.detach().float(), 1, generator=generator).squeeze(-1)  # s_t ~ Cat(alpha_t)
+    image = torch.arange(location.size(0), device=location.device) // beams
+    context = features[image, location]  # a_{s_t}: (N, D)
+    if mode == "argmax":
+        return Glimpse(context, alpha, location)
+    log_alpha = alpha.clamp_min(1e-12).log()
+    log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)  # log p(s_t | a)
+    entropy = -(alpha * log_alpha).sum(-1)  # H[alpha_t]
+    if use_expected is not None:  # the paper's variance reduction: these rows take the expected context
+        context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
+        log_prob = log_prob.masked_fill(use_expected, 0.0)
+    return Glimpse(context, alpha, location, log_prob, entropy)
+
+
+def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """Eq. 2-3 from Eq. 1's pre-activations (N, 4H), gates in the order i, f, g, o -> h_t, c_t (N, H)."""
+    i, f, g, o = gates.chunk(4, dim=-1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+@PLACEMENTS.register("bahdanau")
+class ShowAttendTellDecoder(nn.Module):
+    """The paper's decoder: attends from h_{t-1} before the LSTM step. Built as
+    ``cls(vocab_size, feature_dim, config)``; ``forward`` is teacher forcing, ``step`` one
+    generation step (the search loops of decoding/ call it)."""
+
+    #: the LSTM reads the context z_t (Eq. 1); a placement that attends after it does not
+    reads_context = True
+    #: a focus prior (``DecoderState.bias``, decoding/steering.py) reaches the scores
+    takes_attention_bias = True
+    state_layout = DecoderStates
 
     def __init__(self, vocab_size: int, feature_dim: int, config: DecoderConfig | None = None):
         super().__init__()
         config = config if config is not None else DecoderConfig()
-        embed_dim, hidden_dim, attention_dim = config.embed_dim, config.hidden_dim, config.attention_dim
-        self.config = config
-        self.attention_kind = config.attention_kind
-        self.vocab_size, self.hidden_dim, self.attention_dim = vocab_size, hidden_dim, attention_dim
-        self.prev2out = config.prev2out
-        #: the token ids after which EOS may be forbidden (``GenerationConfig.forbid_bad_endings``):
-        #: set from the vocabulary by ShowAttendTell (the decoder does not know its words); None: unknown
+        D, M, H, A = feature_dim, config.embed_dim, config.hidden_dim, config.attention_dim
+        self.config, self.attention_kind, self.prev2out = config, config.attention_kind, config.prev2out
+        self.vocab_size, self.hidden_dim = vocab_size, H
+        #: token ids after which EOS may be forbidden (GenerationConfig.forbid_bad_endings); set by ShowAttendTell
         self.bad_ending_ids: tuple[int, ...] | None = None
-        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=Vocabulary.pad_id)  # E
-        self.init_state = nn.Linear(feature_dim, 2 * hidden_dim)  # f_init,h and f_init,c side by side
-        self.f_att = build_attention(config.score, feature_dim, hidden_dim, attention_dim, config.heads)
-        self.heads, self.luong, self.local = config.heads, config.placement == "luong", config.window == "local"
-        # The widths of what the decoder computes from h for attention: the query (W_h h; 0 where
-        # the query is h itself), the gate f_beta (1), W_p h of the local window's centre (A or 0).
-        self.attention_splits = [self.f_att.query_dim, 1, attention_dim if self.local else 0]
-        if not self.luong:
-            # Every product of h_{t-1} in one matrix: [W_h (A) | f_beta (1) | (W_p) | LSTM recurrent weights (4H)].
-            self.from_hidden = nn.Linear(hidden_dim, sum(self.attention_splits) + 4 * hidden_dim)
-            self.embed_gates = nn.Linear(embed_dim, 4 * hidden_dim, bias=False)  # LSTM input weights for E y_{t-1}
-            self.context_gates = nn.Linear(feature_dim, 4 * hidden_dim, bias=False)  # LSTM input weights for z_t
-        self.out_hidden = nn.Linear(hidden_dim, embed_dim)  # L_h
-        self.out_context = nn.Linear(feature_dim, embed_dim) if config.ctx2out else None  # L_z
-        self.out_logits = nn.Linear(embed_dim, vocab_size)  # L_o
+        self.E = nn.Embedding(vocab_size, M, padding_idx=Vocabulary.pad_id)
+        self.W_init = nn.Linear(D, 2 * H)  # f_init,h and f_init,c side by side
+        self.f_att = SCORES.get(config.score)(D, H, A, config.heads)  # Eq. 4
+        self.f_beta = nn.Linear(H, 1)
+        self.T = nn.Linear(M + H + D * self.reads_context, 4 * H)  # Eq. 1: [E y; h; z] -> i, f, g, o
+        self.L_h = nn.Linear(H, M)
+        self.L_z = nn.Linear(D, M) if config.ctx2out else None
+        self.L_o = nn.Linear(M, vocab_size)
         self.dropout = nn.Dropout(config.dropout)
-        # The variants' own layers (none for the paper's model, made after its layers so that its
-        # initialisation draws the same numbers).
-        if self.luong:
-            self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True)  # reads E y_{t-1} only
-            self.from_output = nn.Linear(hidden_dim, sum(self.attention_splits))  # [W_h | f_beta | (W_p)] of h_t
-            self.combine = nn.Linear(feature_dim + hidden_dim, hidden_dim)  # W_c: h~_t = tanh(W_c [z_t; h_t])
-        self.local_centre = LocalCentre(attention_dim) if self.local else None
-        self.head_proj = (
-            nn.Linear(config.heads * feature_dim, feature_dim, bias=False) if config.heads > 1 else None
-        )  # W_o
+        variant = importlib.import_module  # the variants' layers (none for the paper), each from its file
+        self.window = None if config.window == "global" else WINDOWS.get(config.window)(H, A, config)
+        self.multi_head = (
+            variant("captioning.models.attention.heads").MultiHead(D, config.heads) if config.heads > 1 else None
+        )
         self.refiner = (
-            GridRefiner(feature_dim, config.refiner_layers, config.refiner_heads, config.dropout, config.refiner_aoa)
-            if config.refiner_layers
-            else None
+            variant("captioning.models.attention.refiner").refiner(D, config) if config.refiner_layers else None
         )
-        # Attention on Attention: [W_i; W_g] over [context; h] (made last: the other layers draw as before)
-        self.aoa = nn.Linear(feature_dim + hidden_dim, 2 * feature_dim) if config.aoa else None
-        attend = Attend(self.f_att, self.local_centre, self.head_proj, config.local_sigma, self.aoa)
-        #: the time step (cells.py), holding the layers above
-        self.cell = (
-            LuongCell(self.lstm, self.from_output, self.combine, attend)
-            if self.luong
-            else BahdanauCell(self.from_hidden, self.embed_gates, self.context_gates, attend)
-        )
-        #: the step every pass calls: the cell's, or with ``compile_step`` its torch.compile (dynamic
-        #: shapes: the number of running captions shrinks from step to step)
-        self.cell_step = torch.compile(self.cell.step, dynamic=True) if config.compile_step else self.cell.step
+        self.aoa = variant("captioning.models.attention.aoa").AttentionOnAttention(D, H) if config.aoa else None
 
-    # ------------------------------------------------------------------ building blocks
     def initial_state(self, features: Tensor, max_steps: int | None = None) -> DecoderState:
-        """h_0, c_0 from the mean annotation vector; W_a a once (and the refiner). features: (B, L, D).
-        ``max_steps`` (the search's length) sizes a decoder's cache; the LSTM has none."""
-        if self.refiner is not None:
+        """h_0, c_0 from the mean annotation vector (Section 3.1.2); the score's image side once.
+        features (B, L, D); ``max_steps`` sizes other kinds' caches (the LSTM has none)."""
+        if self.refiner is not None:  # variant: attention/refiner.py
             features = self.refiner(features)
-        h0, c0 = torch.tanh(self.init_state(self.dropout(features.mean(1)))).chunk(2, dim=-1)  # (B, D) -> 2 x (B, H)
+        h0, c0 = torch.tanh(self.W_init(self.dropout(features.mean(1)))).chunk(2, dim=-1)
         return DecoderState(h0, c0, features, self.f_att.project(features))
 
-    def deep_output(self, embedded: Tensor, h: Tensor, z: Tensor) -> Tensor:
-        """Eq. 7 as in the authors' code: L_o(tanh(E y_{t-1} + L_h h_t + L_z z_t)) with dropout: (N, M), (N, H), (N, D) -> (N, V).
-        h: the state the cell's ``readout`` gives (Luong: the attentional state)."""
-        x = self.out_hidden(self.dropout(h))
-        if self.prev2out:
-            x = x + embedded
-        if self.out_context is not None:
-            x = x + self.out_context(z)
-        return self.out_logits(self.dropout(torch.tanh(x)))
+    def attend(self, h: Tensor, state: DecoderState, mode: str, use_expected=None, location=None, temperature=1.0):
+        """Eq. 4-5, 13 or 8-9 and the gate (Section 4.2.1) from the state ``h`` (N, H) the placement
+        attends from -> (the glimpse, beta_t (N,), z_t (N, D))."""
+        e = self.f_att(state.projected, h, state.beams)  # Eq. 4: (N, L), or (N, heads, L)
+        if state.bias is not None:  # a prior over the locations, per image
+            bias = per_row(state.bias, state.beams)
+            e = e + (bias.unsqueeze(1) if e.dim() == 3 else bias)
+        alpha = torch.softmax(e, -1) if self.window is None else self.window(e, h, state)  # Eq. 5; variant: a window
+        if self.multi_head is None:
+            g = glimpse(alpha, state.features, mode, use_expected, location, state.beams, temperature)
+        else:  # variant: one context per head, joined by W_o (attention/heads.py)
+            g = self.multi_head(alpha, state.features, mode, use_expected, location, state.beams, temperature)
+        context = g.context if self.aoa is None else self.aoa(g.context, h)  # variant: attention/aoa.py
+        beta = torch.sigmoid(self.f_beta(h))  # (N, 1): the gating scalar
+        return g, beta.squeeze(-1), beta * context
 
-    def _mode(self, mode: str | None) -> str:
-        if self.attention_kind == "soft":
+    def recur(self, Ey: Tensor, state: DecoderState, mode: str, use_expected=None, location=None, temperature=1.0):
+        """One step of the recurrence from E y_{t-1} (N, M) -> h_t, c_t, z_t, beta_t and the glimpse."""
+        g, beta, z = self.attend(state.h, state, mode, use_expected, location, temperature)
+        h, c = lstm_cell(self.T(torch.cat([Ey, state.h, z], -1)), state.c)  # Eq. 1-3
+        return h, c, z, beta, g
+
+    def deep_output(self, Ey: Tensor, h: Tensor, z: Tensor) -> Tensor:
+        """Eq. 7 with the authors' tanh and dropout: (N, M), (N, H), (N, D) -> logits (N, V)."""
+        x = self.L_h(self.dropout(h))
+        if self.prev2out:
+            x = x + Ey
+        if self.L_z is not None:
+            x = x + self.L_z(z)
+        return self.L_o(self.dropout(torch.tanh(x)))
+
+    def attention_mode(self, mode: str | None) -> str:
+        """How alpha becomes the context: always "expected" for soft attention; hard's default too."""
+        if self.attention_kind == "soft" or mode is None:
             return "expected"
-        mode = mode or "expected"
-        if mode not in ATTENTION_MODES + TRAINING_MODES:
+        if mode not in ATTENTION_MODES and mode not in GLIMPSES:
             raise ValueError(f"unknown attention mode {mode!r}; expected one of {ATTENTION_MODES + TRAINING_MODES}")
         return mode
 
-    # ------------------------------------------------------------------ teacher forcing
-    def forward(
-        self,
-        features: Tensor,
-        captions: Tensor,
-        lengths: Tensor,
-        mode: str | None = None,
-        use_expected: Tensor | None = None,
-        locations: Tensor | None = None,
-        temperature: float = 1.0,
-        static: bool = False,
-        sample_prob: float = 0.0,
-    ) -> DecoderOutput:
-        """A teacher-forced pass (unroll.py).
+    def forward(self, features, captions, lengths, mode=None, use_expected=None, locations=None, temperature=1.0,
+                static=False, sample_prob=0.0) -> DecoderOutput:  # fmt: skip
+        """Teacher forcing: features (B, L, D), captions (B, T + 1) as [BOS, w_1, ..., EOS, PAD...],
+        lengths (B,) with BOS and EOS; step t reads captions[:, t] and scores captions[:, t + 1].
+        Hard attention: ``mode`` "sample" with ``use_expected`` (B,) rows, or given ``locations``
+        (B, T). ``sample_prob`` > 0: scheduled sampling. ``static`` changes nothing here (every
+        row runs every step); the fast path's passes differ."""
+        mode = self.attention_mode(mode)
+        B, T = captions.shape[0], captions.size(1) - 1
+        mask = torch.arange(T, device=captions.device) < (lengths - 1).clamp(0, T).unsqueeze(1)  # (B, T)
+        state, tokens, logits, steps = self.initial_state(features), captions[:, 0], [], []
+        for t in range(T):
+            if t > 0:
+                tokens = captions[:, t]
+                if sample_prob > 0:  # scheduled sampling (Bengio et al. 2015): the model's own word
+                    sampled = torch.multinomial(torch.softmax(logits[-1].detach().float(), -1), 1).squeeze(1)
+                    tokens = torch.where(torch.rand(B, device=tokens.device) < sample_prob, sampled, tokens)
+            Ey = self.E(tokens)
+            where = None if locations is None else locations[:, t]
+            h, c, z, beta, g = self.recur(Ey, state, mode, use_expected, where, temperature)
+            state = state.with_recurrent(h, c)
+            logits.append(self.deep_output(Ey, h, z))
+            steps.append((g.alpha, beta, g.location, g.log_prob, g.entropy, g.head_alpha))
 
-        features: (B, L, D); captions: (B, T + 1) as [BOS, w_1, ..., EOS, PAD...];
-        lengths: (B,) tokens per caption including BOS and EOS. Step t reads captions[:, t] and
-        predicts captions[:, t + 1]. mode: for hard attention "sample" (training), "expected" or
-        "argmax"; use_expected (B,) bool marks rows that take the expected context while sampling;
-        ``locations`` (B, T) replaces the samples by given locations (to enumerate them exactly).
-        mode "gumbel" samples by straight-through Gumbel-softmax at ``temperature`` (training only).
-        ``static``: the static-shape pass (:func:`unroll.static`: every row at every step, nothing
-        read back to the host, for CUDA graphs; logits (B, T, V)); otherwise the cell's default,
-        the shrinking batch (Bahdanau) or the whole-sequence pass (Luong).
-        ``sample_prob`` > 0: scheduled sampling (:func:`unroll.scheduled`): each step reads, with this
-        probability per caption, the word sampled from the previous step's output instead of the
-        caption's (soft attention, either placement); logits (B, T, V).
-        """
-        mode = self._mode(mode)
-        if sample_prob > 0:
-            if self.attention_kind != "soft":
-                raise ConfigError(
-                    "model.objective.scheduled_sampling_start: scheduled sampling trains soft attention only"
-                )
-            return unroll.scheduled(self, features, captions, lengths, sample_prob)
-        if static:
-            run = unroll.static
-        else:
-            run = unroll.whole_sequence if self.cell.whole_sequence else unroll.packed
-        return run(self, features, captions, lengths, mode, use_expected, locations, temperature)
+        def stacked(i: int) -> Tensor | None:  # every step's values (B, T, ...), zero at padded steps
+            if steps[0][i] is None:
+                return None
+            x = torch.stack([s[i] for s in steps], 1)
+            m = mask.view(B, T, *[1] * (x.dim() - 2))
+            return x * m if x.is_floating_point() else x.masked_fill(~m, 0)
 
-    # ------------------------------------------------------------------ generation
-    def step(
-        self, tokens: Tensor, state: DecoderState, mode: str | None = None, attention_temperature: float = 1.0
-    ) -> tuple[Tensor, DecoderState, Glimpse]:
-        """One generation step: previous tokens (N,) -> log p(y_t) (N, V), the new state, the glimpse.
+        return DecoderOutput(torch.stack(logits, 1), mask, *map(stacked, range(6)))
 
-        ``attention_temperature``: a hard-attention model in mode "expected" takes the expected
-        context under softmax(log alpha / tau) (see :func:`glimpse`); soft models ignore it.
-        log p is computed in the model's precision, at least float32 (float32 under bf16 autocast)."""
-        embedded = self.embedding(tokens)  # (N, M)
-        mode = self._mode(mode)
+    def step(self, tokens: Tensor, state: DecoderState, mode: str | None = None, attention_temperature: float = 1.0):
+        """One generation step: tokens (N,) -> log p(y_t) (N, V) (at least float32), the new state, the glimpse.
+        ``attention_temperature``: a hard model's expected context under softmax(log alpha / tau)."""
+        mode = self.attention_mode(mode)
+        Ey = self.E(tokens)
         tau = attention_temperature if self.attention_kind == "hard" and mode == "expected" else 1.0
-        out = self.cell_step(self.cell.inputs(embedded), state, mode, temperature=tau)
-        logits = self.deep_output(embedded, self.cell.readout(out.h, out.z), out.z)  # (N, V)
+        h, c, z, beta, g = self.recur(Ey, state, mode, temperature=tau)
+        logits = self.deep_output(Ey, h, z)
         log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-        return log_probs, state.with_recurrent(out.h, out.c), out.glimpse
-
-
-def build_decoder(vocab_size: int, feature_dim: int, config: DecoderConfig) -> nn.Module:
-    """The decoder of the kind ``config.kind`` names (:data:`DECODERS`)."""
-    return DECODERS.get(config.kind)(vocab_size, feature_dim, config)
-
-
-def grid_position_embedding(gh: int, gw: int, dim: int, device=None, dtype=torch.float32) -> Tensor:
-    """2-D sinusoidal position embeddings (L, dim): the first half of the channels encode the row,
-    the second half the column, each as Vaswani et al.'s sin/cos pairs."""
-    half = dim // 2
-    freqs = torch.exp(torch.arange(0, half, 2, device=device, dtype=dtype) * (-math.log(10000.0) / half))  # (half / 2,)
-
-    def encode(pos: Tensor) -> Tensor:  # (n,) -> (n, half)
-        x = pos.to(dtype).unsqueeze(1) * freqs
-        return torch.stack([x.sin(), x.cos()], dim=-1).flatten(1)[:, :half]
-
-    rows = encode(torch.arange(gh, device=device)).repeat_interleave(gw, 0)  # (L, half)
-    cols = encode(torch.arange(gw, device=device)).repeat(gh, 1)
-    emb = torch.cat([rows, cols], dim=1)
-    return F.pad(emb, (0, dim - emb.size(1)))
-
-
-class GridRefiner(nn.Module):
-    """Self-attention over the L annotation vectors before decoding: ``layers`` Transformer encoder
-    layers (pre-norm, feed-forward 2D) over a_i + pos(row_i, col_i). (B, L, D) -> (B, L, D).
-    ``aoa``: AoANet's refiner (Huang et al. 2019): each layer's self-attention output is Attention
-    on Attention's, i * sigmoid(g) from [v^; a] (:class:`AoARefinerLayer`)."""
-
-    def __init__(self, dim: int, layers: int, heads: int, dropout: float, aoa: bool = False):
-        super().__init__()
-        if dim % heads:
-            raise ConfigError(
-                f"model.decoder.refiner_heads: the feature width ({dim}) must be a multiple of refiner_heads ({heads})"
-            )
-        if aoa:
-            self.layers = nn.Sequential(*(AoARefinerLayer(dim, heads, dropout) for _ in range(layers)))
-        else:
-            layer = nn.TransformerEncoderLayer(
-                dim, heads, dim_feedforward=2 * dim, dropout=dropout, batch_first=True, norm_first=True
-            )
-            self.layers = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-
-    def forward(self, features: Tensor) -> Tensor:
-        gh, gw = grid_shape(features.size(1))
-        pos = grid_position_embedding(gh, gw, features.size(-1), features.device, features.dtype)
-        return self.layers(features + pos)
-
-
-class AoARefinerLayer(nn.Module):
-    """One layer of the AoA refiner: x + Dropout(AoA-MultiHead(LN(x))), then x + Dropout(FF(LN(x)))
-    with FF of width 2D, as the plain refiner's layers. (B, L, D) -> (B, L, D)."""
-
-    def __init__(self, dim: int, heads: int, dropout: float):
-        super().__init__()
-        self.norm_attention, self.attention = nn.LayerNorm(dim), MultiHeadAttention(dim, heads, aoa=True)
-        self.norm_ff = nn.LayerNorm(dim)
-        self.feed_forward = nn.Sequential(
-            nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(2 * dim, dim)
-        )
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor) -> Tensor:
-        y = self.norm_attention(x)
-        x = x + self.dropout(self.attention(y, self.attention.keys_values(y))[0])
-        return x + self.dropout(self.feed_forward(self.norm_ff(x)))
+        return log_probs, state.with_recurrent(h, c), g

@@ -15,9 +15,9 @@ from torch import Tensor, nn
 
 from captioning.decoding.generation import bad_ending_ids
 from captioning.decoding.search import GenerationConfig, GenerationOutput, generate
-from captioning.models.decoder import DecoderConfig, DecoderOutput, build_decoder
+from captioning.models.decoder import DecoderOutput
 from captioning.models.encoders import EncoderConfig, build_encoder
-from captioning.models.transformer import TransformerDecoder  # noqa: F401 (registers decoder kind "transformer")
+from captioning.models.kinds import build_decoder, decoder_config
 from captioning.vocab import Vocabulary
 
 
@@ -32,7 +32,7 @@ class ShowAttendTell(nn.Module):
     was read from; what its model card says), None for a model built here.
     """
 
-    def __init__(self, encoder: EncoderConfig, decoder: DecoderConfig, vocab: Vocabulary, spec=None):
+    def __init__(self, encoder: EncoderConfig, decoder, vocab: Vocabulary, spec=None):
         super().__init__()
         self.vocab = vocab
         self.spec = spec
@@ -41,7 +41,7 @@ class ShowAttendTell(nn.Module):
         #: the model card load_model read (training_data, global_step, scores, training...), None if built here
         self.card: dict | None = None
         self.encoder = build_encoder(encoder)
-        self.decoder = build_decoder(len(vocab), self.encoder.out_dim, decoder)
+        self.decoder = build_decoder(len(vocab), self.encoder.out_dim, decoder_config(decoder))
         self.decoder.bad_ending_ids = bad_ending_ids(vocab)  # for GenerationConfig.forbid_bad_endings
 
     @property
@@ -68,7 +68,7 @@ class ShowAttendTell(nn.Module):
         return features
 
     def forward(self, features: Tensor, captions: Tensor, lengths: Tensor, **kwargs) -> DecoderOutput:
-        """The teacher-forced pass of the decoder (see ShowAttendTellDecoder.forward)."""
+        """The teacher-forced pass of the decoder (models/decoder.py: ShowAttendTellDecoder.forward)."""
         return self.decoder(features, captions, lengths, **kwargs)
 
     @torch.no_grad()

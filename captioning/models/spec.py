@@ -22,11 +22,10 @@ field of :class:`~captioning.models.decoder.DecoderConfig`, read and written her
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any
 
+from captioning.checked import from_dict
 from captioning.compat import UNRECORDED_INTERPOLATION
 from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation
 from captioning.decoding.generation import GenerationConfig
@@ -34,7 +33,7 @@ from captioning.errors import ConfigError
 from captioning.files import plain_json
 from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
-from captioning.models.transformer import TransformerDecoder  # noqa: F401 (registers decoder kind "transformer")
+from captioning.models.kinds import decoder_config
 
 #: settings that change how a model trains or runs, not what its weights mean (see ModelSpec.architecture)
 NOT_ARCHITECTURE = {
@@ -49,7 +48,8 @@ class ModelSpec:
 
     Args:
         encoder: the image encoder (backbone, grid).
-        decoder: the attention LSTM decoder (sizes, attention kind and variant).
+        decoder: the decoder's config, of the kind its ``kind`` names (models/kinds.py; the paper's
+            LSTM, :class:`~captioning.models.decoder.DecoderConfig`, by default).
         image_size: the side S images are resized to, (B, 3, S, S).
         generation: the model's default decoding (``captioning test``'s, and the API's beams and
             caption length unless a call says otherwise).
@@ -59,7 +59,7 @@ class ModelSpec:
     """
 
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
-    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    decoder: Any = field(default_factory=DecoderConfig)
     image_size: int = 224
     generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(num_beams=3))
     interpolation: str | None = None
@@ -84,7 +84,9 @@ class ModelSpec:
         (captioning/compat.py)."""
         if isinstance(data, dict) and "interpolation" not in data:
             data = {**data, "interpolation": UNRECORDED_INTERPOLATION}
-        return _from_dict(cls, data, where)
+        if isinstance(data, dict):  # the decoder's config is of the kind it names
+            data = {**data, "decoder": decoder_config(data.get("decoder"), f"{where}.decoder")}
+        return from_dict(cls, data, where)
 
     def without_pretrained(self) -> ModelSpec:
         """This spec with an encoder that downloads nothing (the weights come from a model file)."""
@@ -146,83 +148,6 @@ def encoder_interpolation(encoder: EncoderConfig) -> str:
         }
         return preprocess.get("interpolation") or "bicubic"
     return DEFAULT_INTERPOLATION
-
-
-# ---------------------------------------------------------------------- checked reading
-def _kind(hint) -> str:
-    """A type hint in words, for errors."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Literal:
-        return "one of " + ", ".join(map(repr, args))
-    if origin in (Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else _kind(a) for a in args)
-    if origin is tuple:
-        return f"a list of {_kind(args[0])}s"
-    if dataclasses.is_dataclass(hint):
-        return "a mapping of settings"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
-
-
-def _checked(value: Any, hint, where: str) -> Any:
-    """``value`` if it has the type ``hint`` (converted: int -> float, list -> tuple, dict -> dataclass),
-    else a one-line ConfigError naming ``where``."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        return _from_dict(hint, value, where)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return _checked(value, option, where)
-            except ConfigError:
-                pass
-    elif origin is Literal:
-        if value in args and not isinstance(value, bool):
-            return value
-    elif origin is tuple:
-        if isinstance(value, (list, tuple)):
-            return tuple(_checked(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
-    elif hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    else:
-        return value
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-    raise ConfigError(f"{where}: expected {_kind(hint)}, got {shown}")
-
-
-def _from_dict(cls, data: Any, where: str):
-    """An instance of the dataclass ``cls`` from a dictionary of its fields, each checked."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__} {_short(data)}")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(str(k) if str(k).isidentifier() else repr(str(k)) for k in data if k not in names)  # one line
-    if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)} (this version knows {', '.join(names)})")
-    hints = typing.get_type_hints(cls)
-    values = {name: _checked(data[name], hints[name], f"{where}.{name}") for name in names if name in data}
-    try:
-        return cls(**values)
-    except ConfigError as err:  # the dataclass's own range checks name "model.decoder.x" or "x"
-        message = str(err)
-        raise ConfigError(
-            message if message.startswith(where) or message.startswith("model.") else f"{where}.{message}"
-        ) from None
-
-
-def _short(value: Any) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 __all__ = ["ModelSpec", "build_model", "encoder_interpolation", "NOT_ARCHITECTURE"]

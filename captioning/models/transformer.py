@@ -1,31 +1,18 @@
-"""The Transformer decoder over the annotation grid (Vaswani et al. 2017): ``decoder.kind: transformer``.
+"""The Transformer decoder over the annotation grid (Vaswani et al. 2017), ``decoder.kind: transformer``.
 
-The LSTM's place taken by N pre-LayerNorm decoder layers (width d = ``hidden_dim``), each
+N pre-LayerNorm layers of width d (``hidden_dim``) over x_0 = Dropout(sqrt(d) E y + pos(t)):
 
-    x = x + Dropout(SelfAttention(LN(x)))            masked multi-head self-attention over the words so far
-    x = x + Dropout(CrossAttention(LN(x), m))        multi-head attention from the words to the grid
-    x = x + Dropout(FF(LN(x)))                       FF(x) = W_2 Dropout(ReLU(W_1 x))
+    x = x + Dropout(SelfAttention(LN(x)))       masked, over the words so far
+    x = x + Dropout(CrossAttention(LN(x), m))   from the words to the grid m = LN(W_m a + pos(row, col))
+    x = x + Dropout(FF(LN(x)))                  FF(x) = W_2 Dropout(ReLU(W_1 x))
+    log p(y_{t+1}) = log_softmax(W_o LN(x_N))   W_o optionally E itself (tied embeddings)
 
-over x_0 = Dropout(sqrt(d) E y + pos(t)) (sinusoidal or learned positions), and
-log p(y_{t+1}) = log_softmax(W_o LN(x_N)) with W_o optionally E itself (tied embeddings). The grid
-is the annotation vectors a (B, L, D) projected to the model width with 2-D sinusoidal positions,
-m = LN(W_m a + pos(row, col)) (after the optional grid refiner); each layer's cross-attention keys
-and values of m are computed once per image.
-
-With ``aoa`` (Attention on Attention, Huang et al. 2019) the cross-attention's output projection
-is AoA's: from the attended vector v^ (the heads joined) and the query q, i = W_i [v^; q] + b_i and
-g = sigmoid(W_g [v^; q] + b_g), output g * i.
-
-Teacher forcing runs every position at once under the causal mask (:meth:`TransformerDecoder.forward`).
-Decoding (:meth:`TransformerDecoder.step`) keeps each layer's self-attention keys and values of the
-words decoded so far in a cache of fixed length (the search's ``max_new_tokens``), written at the
-step's position, so that the search loops (decoding/loops.py) carry fixed shapes (capturable as
-CUDA graphs) and reorder the cache with the beams like any carried tensor
-(:class:`TransformerStates`). The attention maps the search and the pictures read are the
-cross-attention weights of one layer (``attention_layer``, default the first, docs/studies/TRANSFORMER.md
-says which layers' maps point at the objects named) or their mean over the layers (``"mean"``), their
-mean over heads as ``alpha`` and per head as ``head_alpha``. A focus prior (decoding/steering.py,
-``TransformerState.bias``) is added to every layer's and head's cross-attention scores.
+``aoa``: the cross-attention's output is Attention on Attention's, g * i from [v^; q] (Huang et al.
+2019). Teacher forcing runs every position at once under the causal mask. Decoding keeps each
+layer's self-attention keys and values in a cache of fixed length, written at the step's position
+and reordered with the beams like any carried tensor (:class:`TransformerStates`). The maps the
+search returns are one layer's cross-attention (``attention_layer``, the first by default) or the
+layers' mean, averaged over heads as ``alpha``. A focus prior reaches every layer's and head's scores.
 """
 
 from __future__ import annotations
@@ -33,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -40,63 +28,96 @@ from torch import Tensor, nn
 
 from captioning.common import grid_shape
 from captioning.errors import ConfigError
-from captioning.models.attention import Glimpse
-from captioning.models.decoder import DECODERS, DecoderConfig, GridRefiner, grid_position_embedding
+from captioning.models.attention.refiner import GridRefiner, grid_position_embedding
+from captioning.models.decoder import DecoderOutput, Glimpse
+from captioning.models.kinds import DECODERS
 from captioning.models.multihead import MultiHeadAttention
-from captioning.models.unroll import DecoderOutput
 from captioning.vocab import Vocabulary
 
-#: what a transformer decoder takes when its config leaves an option at None
-DEFAULTS = {"layers": 3, "positions": "sinusoidal", "tie_embeddings": False, "max_positions": 64}
 
-#: the DecoderConfig fields of the LSTM alone, with the values a transformer accepts for them
-LSTM_ONLY = {
-    "attention_kind": "soft",
-    "placement": "bahdanau",
-    "window": "global",
-    "score": "additive",
-    "prev2out": True,
-    "ctx2out": True,
-    "compile_step": False,
-    "local_sigma": 1.5,
-}
+@DECODERS.register("transformer")
+@dataclass
+class TransformerConfig:
+    """The Transformer decoder (``kind: transformer``).
 
+    Args:
+        hidden_dim: d, the model width (the word embeddings' too).
+        heads: attention heads (d must be a multiple).
+        layers: decoder layers.
+        ff_dim: the feed-forward layers' width (None: 4 d).
+        dropout: dropout probability.
+        positions: "sinusoidal" or "learned" word positions.
+        tie_embeddings: the output layer's weights are the embedding's.
+        max_positions: the learned positions' count (the longest caption read or written) and the
+            default cache length.
+        attention_layer: the layer whose cross-attention maps decoding returns (None: the first), or
+            "mean" (their mean over the layers): the pictures, grounding, the API's maps.
+        aoa: Attention on Attention on the cross-attention's output (Huang et al. 2019).
+        refiner_layers, refiner_heads, refiner_aoa: self-attention over the grid first (attention/refiner.py).
+        kind: "transformer".
+    """
 
-def check_config(config: DecoderConfig) -> None:
-    """A transformer's config: one-line ConfigErrors for the LSTM's options, or a width the heads
-    do not divide (DecoderConfig's own checks refuse the transformer's options on an LSTM)."""
-    for name, accepted in LSTM_ONLY.items():
-        if getattr(config, name) != accepted:
+    hidden_dim: int = 512
+    heads: int = 8
+    layers: int = 3
+    ff_dim: int | None = None
+    dropout: float = 0.1
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    tie_embeddings: bool = False
+    max_positions: int = 64
+    attention_layer: int | str | None = None
+    aoa: bool = False
+    refiner_layers: int = 0
+    refiner_heads: int = 4
+    refiner_aoa: bool = False
+    kind: str = "transformer"
+
+    #: the transformer attends softly (objectives and decoding read this as the LSTM's field)
+    attention_kind = "soft"
+
+    def __post_init__(self):
+        if self.kind != "transformer":
+            raise ConfigError(f"model.decoder.kind: this config is the transformer's, got {self.kind!r}")
+        for name in ("hidden_dim", "heads", "layers", "max_positions", "refiner_heads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.decoder.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
+        if self.ff_dim is not None and self.ff_dim < 1:
+            raise ConfigError(f"model.decoder.ff_dim: expected an integer >= 1, got {self.ff_dim!r}")
+        if self.refiner_layers < 0:
+            raise ConfigError(f"model.decoder.refiner_layers: expected an integer >= 0, got {self.refiner_layers!r}")
+        if self.refiner_aoa and not self.refiner_layers:
+            raise ConfigError("model.decoder.refiner_aoa: an option of the grid refiner; set refiner_layers >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.decoder.dropout: expected a probability in [0, 1), got {self.dropout!r}")
+        if self.positions not in ("sinusoidal", "learned"):
+            raise ConfigError(f"model.decoder.positions: expected 'sinusoidal' or 'learned', got {self.positions!r}")
+        if self.hidden_dim % self.heads:
             raise ConfigError(
-                f"model.decoder.{name}: an LSTM option ({getattr(config, name)!r}); the transformer "
-                f"decoder takes only {accepted!r} (it attends by scaled dot products, softly)"
+                f"model.decoder.heads: the transformer's width hidden_dim ({self.hidden_dim}) must be a "
+                f"multiple of heads ({self.heads})"
             )
-    if config.hidden_dim % config.heads:
-        raise ConfigError(
-            f"model.decoder.heads: the transformer's width hidden_dim ({config.hidden_dim}) must be a "
-            f"multiple of heads ({config.heads})"
-        )
-    if config.embed_dim != config.hidden_dim:
-        raise ConfigError(
-            f"model.decoder.embed_dim: the transformer embeds words at its width hidden_dim "
-            f"({config.hidden_dim}); got {config.embed_dim}"
-        )
-    for name in ("layers", "ff_dim", "max_positions"):
-        value = getattr(config, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"model.decoder.{name}: expected an integer >= 1, got {value!r}")
-    if config.positions not in (None, "sinusoidal", "learned"):
-        raise ConfigError(f"model.decoder.positions: expected 'sinusoidal' or 'learned', got {config.positions!r}")
-    layers = config.layers or DEFAULTS["layers"]
-    chosen = config.attention_layer
-    if (
-        chosen is not None
-        and chosen != "mean"
-        and (isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < layers)
-    ):
-        raise ConfigError(
-            f"model.decoder.attention_layer: expected a layer in 0..{layers - 1} (the model has {layers}) "
-            f"or 'mean', got {chosen!r}"
+        chosen = self.attention_layer
+        if (
+            chosen is not None
+            and chosen != "mean"
+            and (isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < self.layers)
+        ):
+            raise ConfigError(
+                f"model.decoder.attention_layer: expected a layer in 0..{self.layers - 1} (the model has "
+                f"{self.layers}) or 'mean', got {chosen!r}"
+            )
+
+    def build(self, vocab_size: int, feature_dim: int) -> TransformerDecoder:
+        return TransformerDecoder(vocab_size, feature_dim, self)
+
+    @property
+    def variant(self) -> str:
+        """A short name: "transformer3", "+4heads", "+aoa", "+refiner2"."""
+        return "+".join(
+            [f"transformer{self.layers}"]
+            + [f"{self.heads}heads"] * (self.heads > 1)
+            + ["aoa"] * self.aoa
+            + [f"refiner{self.refiner_layers}"] * bool(self.refiner_layers)
         )
 
 
@@ -181,7 +202,7 @@ class TransformerState:
 
 
 class TransformerStates:
-    """How the search loops (decoding/loops.py) take a :class:`TransformerState` apart: carried
+    """How the search loops (decoding/search.py) take a :class:`TransformerState` apart: carried
     (position, cache), reordered with the beams row by row; constant per image (memory)."""
 
     n_carried, n_constants = 2, 1
@@ -203,29 +224,24 @@ class TransformerStates:
         return [x[rows] for x in carried]
 
 
-@DECODERS.register("transformer")
 class TransformerDecoder(nn.Module):
     """N pre-LN Transformer decoder layers over the projected annotation grid (module docstring).
     Built as ``cls(vocab_size, feature_dim, config)``; the model width is ``config.hidden_dim``."""
 
-    #: the loops' view of the state (decoding/loops.py)
+    #: the loops' view of the state (decoding/search.py)
     state_layout = TransformerStates
-    check_config = staticmethod(check_config)
     #: a focus prior (TransformerState.bias, decoding/steering.py) reaches every layer's and head's
     #: cross-attention scores
     takes_attention_bias = True
 
-    def __init__(self, vocab_size: int, feature_dim: int, config: DecoderConfig | None = None):
+    def __init__(self, vocab_size: int, feature_dim: int, config: TransformerConfig | None = None):
         super().__init__()
-        config = config if config is not None else DecoderConfig(kind="transformer")
-        check_config(config)
+        config = config if config is not None else TransformerConfig()
         self.config = config
         d = config.hidden_dim
         self.vocab_size, self.hidden_dim, self.heads = vocab_size, d, config.heads
         self.attention_kind = "soft"
-        self.num_layers = config.layers or DEFAULTS["layers"]
-        self.positions = config.positions or DEFAULTS["positions"]
-        self.max_positions = config.max_positions or DEFAULTS["max_positions"]
+        self.num_layers, self.positions, self.max_positions = config.layers, config.positions, config.max_positions
         #: the layer whose cross-attention maps decoding returns (the first by default; "mean": the
         #: mean over the layers)
         self.attention_layer = 0 if config.attention_layer is None else config.attention_layer

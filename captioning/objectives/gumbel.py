@@ -18,9 +18,29 @@ from torch import Tensor
 
 from captioning.compat import GUMBEL_DROPPED_STATE
 from captioning.errors import ConfigError
+from captioning.models.decoder import GLIMPSES, Glimpse, expected_context
 from captioning.objectives.base import OBJECTIVES, ObjectiveOutput
 from captioning.objectives.hard import HardAttentionObjective, anneal, caption_reward, check_steps, weighted_sum_mean
 
+
+@GLIMPSES.register("gumbel")
+def gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected, generator, beams: int, temperature: float) -> Glimpse:
+    """The decoder's attention mode "gumbel": straight-through Gumbel-softmax (Jang et al. 2017), one
+    location forward (a one-hot weight vector), the gradient of softmax((log alpha + g) / temperature)
+    backward. alpha (N, L), features (B, L, D) -> the glimpse."""
+    log_alpha = torch.log(alpha.clamp_min(1e-12))
+    u = torch.rand(alpha.shape, device=alpha.device, dtype=torch.float32, generator=generator)
+    gumbel = -torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))
+    soft = torch.softmax((log_alpha + gumbel.to(log_alpha.dtype)) / temperature, dim=-1)
+    location = soft.detach().argmax(dim=-1)  # s_t ~ Cat(alpha_t)
+    hard = torch.zeros_like(soft).scatter_(1, location.unsqueeze(1), 1.0)
+    context = expected_context(hard + (soft - soft.detach()), features, beams)  # a_{s_t} forward
+    log_prob = log_alpha.gather(1, location.unsqueeze(1)).squeeze(1)
+    entropy = -(alpha * log_alpha).sum(-1)
+    if use_expected is not None:
+        context = torch.where(use_expected.unsqueeze(1), expected_context(alpha, features, beams), context)
+        log_prob = log_prob.masked_fill(use_expected, 0.0)
+    return Glimpse(context, alpha, location, log_prob, entropy)
 
 @OBJECTIVES.register("gumbel")
 class HardAttentionGumbel(HardAttentionObjective):

@@ -27,6 +27,7 @@ from captioning.compat import CHECKPOINT_SPEC_KEYS
 from captioning.errors import CaptioningError, CheckpointError
 from captioning.files import safe_torch_load
 from captioning.models.spec import ModelSpec
+from captioning.storage.paper_names import to_paper_names
 from captioning.vocab import Vocabulary
 
 #: settings of how a model was trained that a checkpoint keeps besides its spec (config.json's "training")
@@ -179,7 +180,9 @@ def read_checkpoint_file(path: str, source: ModelSource | None = None) -> ModelF
     return ModelFile(
         spec=spec,
         vocab=vocab,
-        weights={k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")},
+        weights=to_paper_names(
+            {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}, spec.decoder
+        ),
         card={**card, **({"training": training} if training else {})},
         source=source or ModelSource(path, "checkpoint", path),
         files={"config": path, "weights": path},

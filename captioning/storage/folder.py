@@ -33,6 +33,7 @@ from captioning.storage.layout import (
     read_config,
     read_vocab,
 )
+from captioning.storage.paper_names import to_paper_names
 
 
 def model_config(model, card: dict | None = None, spec: ModelSpec | None = None) -> dict:
@@ -261,7 +262,7 @@ def read_folder(folder: str, source: ModelSource | None = None) -> ModelFile:
     return ModelFile(
         spec=spec,
         vocab=vocab,
-        weights=weights,
+        weights=to_paper_names(weights, spec.decoder),
         card={**card, **({"training": training} if training else {})},
         source=source or ModelSource(folder, "folder", folder),
         files={"config": config_path, "weights": path},

@@ -159,7 +159,7 @@ class ValidationExamples(Callback):
                     problems[0],
                 )
             return
-        model = pl_module.model
+        model = pl_module.fast
         batch = torch.stack([to_tensor(p, pl_module.image_size, model.spec.interpolation) for p in pictures]).to(
             pl_module.device
         )

@@ -82,6 +82,20 @@ class ShortUsageParser(LightningArgumentParser):
     def error(self, message: str, ex=None):
         super().error(one_line_parser_error(message), ex)
 
+    def dump(self, cfg: Namespace, *args, **kwargs) -> str:
+        """The configuration as YAML (``--print_config``, each run's config.yaml), the decoder's
+        settings in full: the fields of its kind's config, given or default (models/kinds.py)."""
+        decoder = cfg.get("model.decoder", "absent") if isinstance(cfg, Namespace) else "absent"
+        if decoder != "absent":
+            import dataclasses
+
+            from captioning.models.kinds import decoder_config
+
+            plain = decoder.as_dict() if isinstance(decoder, Namespace) else decoder
+            cfg = cfg.clone()
+            cfg["model.decoder"] = dataclasses.asdict(decoder_config(plain))
+        return super().dump(cfg, *args, **kwargs)
+
 
 class CaptioningCLI(LightningCLI):
     def init_parser(self, **kwargs) -> LightningArgumentParser:

@@ -13,7 +13,7 @@ storage/ rebuilds the model without running code.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 from torch import Tensor
@@ -21,9 +21,10 @@ from torch import Tensor
 from captioning.decoding.evaluator import Evaluator, known_training_captions, split_images
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
+from captioning.fast import fast_model
 from captioning.metrics.clip_score import ClipScoreConfig, ClipScoring
-from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
+from captioning.models.kinds import decoder_config
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec, build_model
 from captioning.objectives import Objective, objective_for
@@ -71,7 +72,9 @@ class CaptioningModule(L.LightningModule):
 
     Args:
         encoder: the image encoder.
-        decoder: the attention LSTM decoder; ``attention_kind`` chooses soft or hard attention.
+        decoder: the decoder's settings: ``kind`` (models/kinds.py; "lstm", the paper's, by default)
+            and that kind's fields (models/decoder.py: DecoderConfig; models/transformer.py:
+            TransformerConfig). The LSTM's ``attention_kind`` chooses soft or hard attention.
         objective: the training objective (default: the paper's for the decoder's attention kind:
             CrossEntropy for soft, HardAttentionReinforce for hard).
         optimizer: Adam's settings, its learning-rate schedule and the weights' moving average.
@@ -100,7 +103,7 @@ class CaptioningModule(L.LightningModule):
     def __init__(
         self,
         encoder: EncoderConfig = EncoderConfig(),
-        decoder: DecoderConfig = DecoderConfig(),
+        decoder: dict[str, Any] | None = None,
         objective: Objective | None = None,
         optimizer: OptimizerConfig = OptimizerConfig(),
         val_generation: GenerationConfig = GenerationConfig(num_beams=1),
@@ -115,6 +118,7 @@ class CaptioningModule(L.LightningModule):
         clip_score: ClipScoreConfig | None = None,
     ):
         super().__init__()
+        decoder = decoder_config(decoder)
         self.encoder_config, self.decoder_config, self.optimizer_config = encoder, decoder, optimizer
         self.val_generation, self.test_generation = val_generation, test_generation
         self.image_size, self.init_from, self.tf32 = image_size, init_from, tf32
@@ -140,6 +144,8 @@ class CaptioningModule(L.LightningModule):
             }
         )
         self.model: ShowAttendTell | None = None  # built once the vocabulary is known (set_vocab)
+        #: what the steps and the evaluators run: the model's fast twin (captioning/fast/), or the model
+        self.fast = None
         self.evaluators = split_evaluators(clip_score)
 
     @property
@@ -150,6 +156,7 @@ class CaptioningModule(L.LightningModule):
         """Build the model for ``vocab`` (once; the vocabulary must not change afterwards)."""
         if self.model is None:
             self.model = build_model(self.spec, vocab)
+            self.fast = fast_model(self.model)
         elif vocab != self.model.vocab:
             raise ConfigError(
                 f"the data's vocabulary ({len(vocab)} words) differs from the model's ({len(self.vocab)} words)"
@@ -209,10 +216,10 @@ class CaptioningModule(L.LightningModule):
         return out.loss if self.automatic_optimization else None
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.evaluators["val"].add(self.model, batch, self.val_generation)
+        self.evaluators["val"].add(self.fast, batch, self.val_generation)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        self.evaluators["test"].add(self.model, batch, self.test_generation)
+        self.evaluators["test"].add(self.fast, batch, self.test_generation)
 
     def _score(self, split: str) -> dict[str, float]:
         evaluator, dm = self.evaluators[split], self.trainer.datamodule

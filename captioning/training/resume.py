@@ -19,6 +19,7 @@ import torch
 
 from captioning.errors import CheckpointError, ConfigError
 from captioning.storage.checkpoint import state_mismatch
+from captioning.storage.paper_names import is_fused, to_paper_names
 
 #: the settings a run's continuation depends on, and the option that sets each
 SETTINGS = {
@@ -112,6 +113,23 @@ def check_checkpoint(module, checkpoint: dict) -> None:
                 "or start a new run from its weights with model.init_from"
             )
     weights = checkpoint.get("state_dict")
+    model_weights = (
+        {k[len("model.") :]: v for k, v in weights.items() if k.startswith("model.")}
+        if isinstance(weights, dict)
+        else {}
+    )
+    if is_fused(model_weights):  # an earlier version's LSTM decoder: its weights in the paper's names
+        if trainer is not None and trainer.state.fn == "fit":
+            raise CheckpointError(
+                f"{path}: written by an earlier version (its decoder's parameters fused): a run cannot be "
+                f"resumed from it; start a new run from its weights with --model.init_from {path}"
+            )
+        converted = to_paper_names(model_weights, module.spec.decoder)
+        weights = {
+            **{k: v for k, v in weights.items() if not k.startswith("model.")},
+            **{f"model.{k}": v for k, v in converted.items()},
+        }
+        checkpoint["state_dict"] = weights
     if isinstance(weights, dict):
         optional = {f"objective.{k}" for k in module.objective.optional_state}
         expected = {k: v for k, v in module.state_dict().items() if k not in optional}

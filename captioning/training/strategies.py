@@ -45,7 +45,7 @@ class EagerStep:
         return []
 
     def __call__(self, module, batch: dict, batch_idx: int) -> ObjectiveOutput | None:
-        model = module.model
+        model = module.fast  # the model's fast twin where it has one (captioning/fast/)
         return self.guard(
             module, batch_idx, lambda: self.objective(model, model.features(batch), batch, static=self.static)
         )
@@ -103,7 +103,7 @@ class CapturedStep(StaticStep):
         if not capture:
             reason = "not a CUDA device" if not graphs_available(module.device) else "several processes (DDP)"
             log.info("model.cuda_graphs: %s; the static-shape step runs without capture", reason)
-        model = module.model
+        model = module.fast  # the model's fast twin where it has one (captioning/fast/)
         encode = lambda x, b: model.features({**b, ("features" if x.dim() == 3 else "images"): x})  # noqa: E731
         params = [p for p in module.parameters() if p.requires_grad]
         return GraphedTrainingStep(model, self.objective, params, self.clip_val, capture, encode)

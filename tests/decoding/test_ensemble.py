@@ -37,7 +37,7 @@ def model(seed: int, kind: str = "soft", image_size: int = 32, hidden: int = 16,
     )
     m = build_model(spec, vocab(words)).eval()
     with torch.no_grad():  # sharper than at initialisation: captions that vary with the features and in length
-        m.decoder.out_logits.bias[EOS] += 0.5
+        m.decoder.L_o.bias[EOS] += 0.5
         for p in m.decoder.parameters():
             p.mul_(3.0)
     return m

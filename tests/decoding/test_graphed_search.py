@@ -1,4 +1,4 @@
-"""The search with GenerationConfig.cuda_graphs (decoding/loops.py, the loop of every search:
+"""The search with GenerationConfig.cuda_graphs (decoding/search.py, the loop of every search:
 captured on CUDA, run as it is on a CPU) gives the same captions, scores, lengths and attention maps
 as without it; and the capture helper runs plain functions off CUDA. (On a CPU both configs run the
 same loop: what these tests check there is that the option changes nothing; the search itself is
@@ -11,20 +11,18 @@ import torch
 
 from captioning.cuda_graphs import ShapeGraphs, graphs_available
 from captioning.decoding.search import GenerationConfig, generate
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 
 V, D, L = 17, 12, 9
 EOS_LUONG = 2.5
 
 
-def make_decoder(eos=1.0, **variant):
-    torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=6, hidden_dim=D, attention_dim=8, dropout=0.0, **variant))
-    with torch.no_grad():  # sharper words, EOS likelier: captions end at different steps
-        dec.out_logits.weight.mul_(4.0)
-        dec.out_logits.bias[2] += eos
-    dec.bad_ending_ids = (5, 6)
-    return dec.eval()
+@pytest.fixture
+def decoder_of(make_decoder):
+    """conftest's make_decoder at this file's sizes, float32, sharper words and EOS likelier (captions
+    that end at different steps), with bad endings."""
+    return lambda eos=1.0, **variant: make_decoder(
+        dtype=torch.float32, vocab_size=V, sharpen=4.0, eos=eos, bad_endings=(5, 6), **variant
+    )
 
 
 CASES = [
@@ -41,8 +39,8 @@ CASES = [
 
 @pytest.mark.parametrize("name,variant,generation", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("beams", [1, 3, 5])
-def test_graphed_search_equals_the_plain_search(name, variant, generation, beams):
-    decoder = make_decoder(**variant)
+def test_graphed_search_equals_the_plain_search(decoder_of, name, variant, generation, beams):
+    decoder = decoder_of(**variant)
     features = torch.randn(7, L, D, generator=torch.Generator().manual_seed(1))
     config = GenerationConfig(num_beams=beams, max_new_tokens=14, **generation)
     plain = generate(decoder, features, config)
@@ -58,8 +56,8 @@ def test_graphed_search_equals_the_plain_search(name, variant, generation, beams
             torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7, msg=field.name)
 
 
-def test_graphed_beam_search_returns_several_sequences():
-    decoder = make_decoder()
+def test_graphed_beam_search_returns_several_sequences(decoder_of):
+    decoder = decoder_of()
     features = torch.randn(4, L, D, generator=torch.Generator().manual_seed(2))
     config = GenerationConfig(num_beams=4, num_return_sequences=3, max_new_tokens=10)
     plain, graphed = generate(decoder, features, config), generate(decoder, features, config.replace(cuda_graphs=True))
@@ -67,8 +65,8 @@ def test_graphed_beam_search_returns_several_sequences():
     torch.testing.assert_close(plain.beam_scores, graphed.beam_scores)
 
 
-def test_graphed_diverse_beam_search():
-    decoder = make_decoder()
+def test_graphed_diverse_beam_search(decoder_of):
+    decoder = decoder_of()
     features = torch.randn(5, L, D, generator=torch.Generator().manual_seed(3))
     config = GenerationConfig(
         num_beams=4,
@@ -84,8 +82,8 @@ def test_graphed_diverse_beam_search():
     torch.testing.assert_close(plain.alphas, graphed.alphas, rtol=1e-6, atol=1e-7)
 
 
-def test_sampling_is_not_captured_and_keeps_its_draws():
-    decoder = make_decoder()
+def test_sampling_is_not_captured_and_keeps_its_draws(decoder_of):
+    decoder = decoder_of()
     features = torch.randn(3, L, D)
     config = GenerationConfig(do_sample=True, max_new_tokens=8, top_p=0.8)
     a = generate(decoder, features, config, torch.Generator().manual_seed(5))

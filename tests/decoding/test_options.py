@@ -1,4 +1,4 @@
-"""Decoding options with Hugging Face's names (decoding/generation.py, parts.py, loops.py): diverse beam
+"""Decoding options with Hugging Face's names (decoding/generation.py, processors.py, search.py): diverse beam
 search, n-gram blocking, repetition penalty, top-p, min_new_tokens, suppress_tokens; their checks,
 their metadata and their CLI flags (the ONNX captioner's numpy twin: tests/export/test_onnx_parity.py)."""
 
@@ -10,7 +10,7 @@ import torch
 
 from captioning.cli import main
 from captioning.decoding.generation import GenerationConfig, generation_option, generation_options
-from captioning.decoding.parts import ngram_bans, top_p_filter
+from captioning.decoding.processors import ngram_bans, top_p_filter
 from captioning.decoding.search import beam_search, generate, greedy_search
 from captioning.errors import ConfigError
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
@@ -20,14 +20,19 @@ PAD, BOS, EOS, UNK = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id, Vo
 V, D, L = 12, 10, 6
 
 
-def make_decoder(eos: float = 2.5) -> ShowAttendTellDecoder:
-    torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0)).eval()
-    with torch.no_grad():
-        dec.out_logits.weight.mul_(3.0)
-        dec.out_logits.bias[EOS] += eos  # captions of varied lengths
-    dec.bad_ending_ids = (5, 6)
-    return dec
+@pytest.fixture
+def decoder_of(make_decoder):
+    """conftest's make_decoder at this file's sizes, float32, sharper words (captions of varied lengths)."""
+    return lambda eos=2.5: make_decoder(
+        dtype=torch.float32,
+        vocab_size=V,
+        feature_dim=D,
+        sharpen=3.0,
+        eos=eos,
+        bad_endings=(5, 6),
+        embed_dim=8,
+        hidden_dim=16,
+    )
 
 
 class CycleDecoder(ShowAttendTellDecoder):
@@ -108,7 +113,7 @@ def test_do_sample_with_groups_is_refused():
         )
 
 
-def test_suppress_words_resolve_through_the_vocabulary():
+def test_suppress_words_resolve_through_the_vocabulary(decoder_of):
     vocab = Vocabulary(list(Vocabulary.SPECIALS) + ["a", "dog", "cat"])
     config = GenerationConfig(suppress_tokens=["<unk>", "dog", 6])
     assert config.suppress_tokens == ("<unk>", "dog", 6)
@@ -118,7 +123,7 @@ def test_suppress_words_resolve_through_the_vocabulary():
     with pytest.raises(ConfigError, match="id 9 is beyond the vocabulary"):
         GenerationConfig(suppress_tokens=(9,)).resolve_tokens(vocab)
     with pytest.raises(ConfigError, match="need the model's vocabulary"):
-        generate(make_decoder(), torch.randn(1, L, D), GenerationConfig(suppress_tokens=("dog",)))
+        generate(decoder_of(), torch.randn(1, L, D), GenerationConfig(suppress_tokens=("dog",)))
 
 
 # ---------------------------------------------------------------------- the options' metadata
@@ -208,8 +213,8 @@ def reference_greedy(decoder, features, max_new_tokens):
     return rows
 
 
-def test_defaults_give_todays_captions(features):
-    decoder = make_decoder()
+def test_defaults_give_todays_captions(decoder_of, features):
+    decoder = decoder_of()
     out = generate(decoder, features, GenerationConfig(max_new_tokens=15))
     assert [caption(out, i) for i in range(len(features))] == reference_greedy(decoder, features, 15)
     neutral = dict(no_repeat_ngram_size=0, repetition_penalty=1.0, min_new_tokens=0, suppress_tokens=())
@@ -226,8 +231,8 @@ def test_defaults_give_todays_captions(features):
 
 
 # ---------------------------------------------------------------------- diverse beam search
-def test_one_group_is_plain_beam_search(features):
-    decoder = make_decoder()
+def test_one_group_is_plain_beam_search(decoder_of, features):
+    decoder = decoder_of()
     a = beam_search(decoder, features, GenerationConfig(num_beams=4, num_return_sequences=4, max_new_tokens=15))
     b = beam_search(
         decoder, features, GenerationConfig(num_beams=4, num_beam_groups=1, num_return_sequences=4, max_new_tokens=15)
@@ -235,8 +240,8 @@ def test_one_group_is_plain_beam_search(features):
     assert torch.equal(a.beam_sequences, b.beam_sequences) and torch.equal(a.beam_scores, b.beam_scores)
 
 
-def test_diverse_groups_choose_different_words(features):
-    decoder = make_decoder(eos=-3.0)
+def test_diverse_groups_choose_different_words(decoder_of, features):
+    decoder = decoder_of(eos=-3.0)
     plain = beam_search(decoder, features, GenerationConfig(num_beams=3, num_return_sequences=3, max_new_tokens=8))
     out = beam_search(
         decoder,
@@ -254,8 +259,8 @@ def test_diverse_groups_choose_different_words(features):
     assert any(len({b[0] for b in plain.beam_sequences[i].tolist()}) < 3 for i in range(len(features)))
 
 
-def test_diverse_penalty_enters_the_scores_as_huggingface():
-    decoder = make_decoder(eos=-3.0)
+def test_diverse_penalty_enters_the_scores_as_huggingface(decoder_of):
+    decoder = decoder_of(eos=-3.0)
     features = torch.randn(2, L, D, generator=torch.Generator().manual_seed(3))
     small = beam_search(
         decoder,
@@ -316,8 +321,8 @@ def test_repetition_penalty_discourages_repeats(features):
 
 
 @pytest.mark.parametrize("beams", [1, 3])
-def test_min_new_tokens(beams, features):
-    decoder = make_decoder(eos=6.0)  # EOS is the likeliest first word
+def test_min_new_tokens(decoder_of, beams, features):
+    decoder = decoder_of(eos=6.0)  # EOS is the likeliest first word
     free = generate(decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15))
     assert (free.lengths < 5).any()
     out = generate(decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15, min_new_tokens=5))
@@ -327,8 +332,8 @@ def test_min_new_tokens(beams, features):
 
 
 @pytest.mark.parametrize("beams", [1, 3])
-def test_suppressed_tokens_never_appear(beams, features):
-    decoder = make_decoder()
+def test_suppressed_tokens_never_appear(decoder_of, beams, features):
+    decoder = decoder_of()
     free = generate(decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=15))
     common = sorted({t for i in range(len(features)) for t in caption(free, i) if t != EOS})[:2]
     out = generate(
@@ -351,8 +356,8 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     torch.testing.assert_close(top_p_filter(logits, 0.5)[0, [1, 3]], logits[0, [1, 3]])  # kept logits unchanged
 
 
-def test_top_p_sampling_draws_only_in_the_nucleus(features):
-    decoder = make_decoder()
+def test_top_p_sampling_draws_only_in_the_nucleus(decoder_of, features):
+    decoder = decoder_of()
     config = GenerationConfig(do_sample=True, top_p=0.3, max_new_tokens=1, min_new_tokens=0)
     first = generate(decoder, features.repeat(40, 1, 1), config, torch.Generator().manual_seed(0)).sequences[:, 0]
     logp, _, _ = decoder.step(torch.full((len(features),), BOS), decoder.initial_state(features))
@@ -375,10 +380,10 @@ OPTIONS = [
 
 @pytest.mark.parametrize("beams", [1, 3])
 @pytest.mark.parametrize("options", OPTIONS + [dict(num_beam_groups=3, diversity_penalty=0.7)], ids=str)
-def test_batched_equals_one_at_a_time(beams, options, features):
+def test_batched_equals_one_at_a_time(decoder_of, beams, options, features):
     if options.get("num_beam_groups", 1) > beams:
         pytest.skip("groups need as many beams")
-    decoder = make_decoder()
+    decoder = decoder_of()
     config = GenerationConfig(num_beams=beams, max_new_tokens=12, num_return_sequences=beams, **options)
     batched = generate(decoder, features, config)
     for i in range(len(features)):
@@ -393,9 +398,9 @@ def test_batched_equals_one_at_a_time(beams, options, features):
 
 
 @pytest.mark.parametrize("beams", [1, 4])
-def test_options_in_the_graphed_loop(beams, features):
+def test_options_in_the_graphed_loop(decoder_of, beams, features):
     """The fixed-shape loop (captured on CUDA, run as it is on a CPU) gives the same captions with every option."""
-    decoder = make_decoder()
+    decoder = decoder_of()
     for options in OPTIONS + ([dict(num_beam_groups=2, diversity_penalty=0.5)] if beams > 1 else []):
         config = GenerationConfig(num_beams=beams, max_new_tokens=12, **options)
         plain, graphed = (

@@ -17,7 +17,7 @@ def decoder():
     torch.manual_seed(0)
     dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0)).eval()
     with torch.no_grad():
-        dec.out_logits.bias[EOS] += 2.5  # captions of varied lengths, most ending well before the limit
+        dec.L_o.bias[EOS] += 2.5  # captions of varied lengths, most ending well before the limit
     return dec
 
 
@@ -71,7 +71,7 @@ def test_score_is_the_normalised_log_likelihood_of_the_returned_caption(decoder,
 
 def test_beam_search_finds_likelier_captions_than_greedy(decoder, features):
     with torch.no_grad():
-        decoder.out_logits.bias[EOS] -= 10.0  # no caption ends: all have max_new_tokens tokens
+        decoder.L_o.bias[EOS] -= 10.0  # no caption ends: all have max_new_tokens tokens
     g = generate(decoder, features, GenerationConfig(num_beams=1, max_new_tokens=6, length_penalty=0.0))
     b = generate(decoder, features, GenerationConfig(num_beams=5, max_new_tokens=6, length_penalty=0.0))
     assert (b.scores >= g.scores - 1e-5).all() and (b.scores > g.scores + 1e-4).any()
@@ -105,10 +105,10 @@ def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cel
     """A hard model's tempered expected context: tau 1 is the expected context, a tiny tau the argmax
     cell's (the same captions and scores as "argmax" mode), a middle tau neither; the maps returned are
     the model's alpha in every case, and soft models ignore it."""
-    from captioning.models.attention import glimpse, tempered
+    from captioning.models.decoder import glimpse
 
     alpha = torch.tensor([[0.5, 0.3, 0.2, 0.0, 0.0, 0.0]])
-    sharp = tempered(alpha, 0.5)
+    sharp = torch.softmax(alpha.clamp_min(1e-12).log() / 0.5, -1)
     torch.testing.assert_close(sharp, (alpha**2) / (alpha**2).sum())  # softmax(2 log alpha) = alpha^2 / sum
     feats = torch.randn(1, L, D)
     g = glimpse(alpha, feats, "expected", temperature=0.5)
@@ -120,7 +120,7 @@ def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cel
         V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")
     ).eval()
     with torch.no_grad():
-        dec.out_logits.bias[EOS] += 2.5
+        dec.L_o.bias[EOS] += 2.5
 
     def run(**kw):
         return generate(dec, features, GenerationConfig(num_beams=3, max_new_tokens=8, **kw))

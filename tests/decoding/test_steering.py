@@ -224,7 +224,7 @@ def _folder(tmp_path, name: str, seed: int, kind: str = "soft", image_size: int 
     words = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
     model = build_model(spec, Vocabulary.build([words], min_freq=1)).eval()
     with torch.no_grad():
-        model.decoder.out_logits.bias[EOS] += 0.5
+        model.decoder.L_o.bias[EOS] += 0.5
         for p in model.decoder.parameters():
             p.mul_(3.0)
     return save_folder(tmp_path / name, model, {}, model.spec)

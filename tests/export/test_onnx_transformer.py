@@ -16,9 +16,9 @@ from captioning.api import Captioner
 from captioning.cli import main
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import CheckpointError, ConfigError
-from captioning.models.decoder import DecoderConfig
 from captioning.models.encoders import EncoderConfig
 from captioning.models.spec import ModelSpec, build_model
+from captioning.models.transformer import TransformerConfig
 from captioning.vocab import Vocabulary
 
 pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
@@ -40,10 +40,10 @@ VARIANTS = {  # (seed, decoder options)
 def built(seed: int = 0, **changes):
     """A tiny transformer captioner of a chars vocabulary, sharpened (the grid weighing more) so that
     its captions vary with the image."""
-    decoder = dict(kind="transformer", embed_dim=16, hidden_dim=16, heads=2, layers=2, dropout=0.0)
+    decoder = dict(hidden_dim=16, heads=2, layers=2, dropout=0.0)
     spec = ModelSpec(
         EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-        DecoderConfig(**{**decoder, **changes}),
+        TransformerConfig(**{**decoder, **changes}),
         image_size=32,
         generation=GenerationConfig(num_beams=3, max_new_tokens=10),
     )

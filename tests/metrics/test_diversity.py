@@ -151,7 +151,7 @@ class _FixedModel:
     def generate(self, features, config):
         import torch
 
-        from captioning.decoding.parts import GenerationOutput
+        from captioning.decoding.search import GenerationOutput
 
         B = features.size(0)
         alphas = torch.eye(4)[[0, 1, 2]].expand(B, 3, 4).clone()

@@ -14,16 +14,19 @@ from torch import Tensor, nn
 
 from captioning.decoding.search import GenerationConfig
 from captioning.errors import ConfigError
-from captioning.models import attention, decoder, encoders
-from captioning.models.attention import SCORES, Score, list_scores
-from captioning.models.decoder import DECODERS, DecoderConfig, ShowAttendTellDecoder, list_decoders
+from captioning.fast import fast_decoder
+from captioning.fast.lstm import FastLSTM
+from captioning.models import decoder, encoders
+from captioning.models.decoder import SCORES, DecoderConfig, Score, ShowAttendTellDecoder, load_variants
 from captioning.models.encoders import ENCODERS, EncoderConfig, SmallCNN, build_encoder, list_encoders
+from captioning.models.kinds import DECODERS, list_decoders
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec, build_model
 from captioning.objectives.cross_entropy import CrossEntropy
 from captioning.vocab import Vocabulary
 
 V, D, L = 12, 10, 9
+load_variants()
 VOCAB = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
 
 
@@ -43,7 +46,7 @@ def batch(seed: int = 0):
 @pytest.mark.parametrize(
     "make,field,names",
     [
-        (lambda: DecoderConfig(score="cosine"), "model.decoder.score", list_scores),
+        (lambda: DecoderConfig(score="cosine"), "model.decoder.score", SCORES.names),
         (lambda: DecoderConfig(kind="gru"), "model.decoder.kind", list_decoders),
         (lambda: EncoderConfig("alexnet"), "model.encoder.name", list_encoders),
     ],
@@ -57,12 +60,12 @@ def test_an_unknown_name_is_one_line_listing_the_registered_names(make, field, n
 
 
 def test_the_lists_are_the_registries():
-    assert list_scores() == ["additive", "dot", "general", "scaled_dot"] == SCORES.names()
-    assert list_decoders() == ["lstm", "transformer"] and DECODERS.get("lstm") is ShowAttendTellDecoder
+    assert SCORES.names() == ["additive", "dot", "general", "scaled_dot"]
+    assert list_decoders() == ["lstm", "transformer"] and DECODERS.get("lstm") is DecoderConfig
     assert list_encoders()[0] == "small_cnn" and {"resnet101", "vgg19", "efficientnet_lite0"} <= set(list_encoders())
     assert "timm:<model> or open_clip:<model>" in str(encoders.ENCODERS.unknown("x", extra=encoders.PREFIXED_FORMS))
-    for name in list_scores():  # each name builds its own class, which states the Score interface
-        f_att = attention.build_attention(name, D, D, 8)
+    for name in SCORES.names():  # each name builds its own class, which states the Score interface
+        f_att = DecoderConfig(score=name, hidden_dim=D).build(V, D).f_att
         assert isinstance(f_att, Score) and SCORES.get(name) is type(f_att)
 
 
@@ -71,11 +74,14 @@ class CosineScore(Score):
 
     def __init__(self, feature_dim: int, hidden_dim: int, attention_dim: int, heads: int = 1):
         super().__init__()
-        self.query_dim = attention_dim
         self.keys = nn.Linear(feature_dim, attention_dim)
+        self.W_q = nn.Linear(hidden_dim, attention_dim)
 
     def project(self, features: Tensor) -> Tensor:
         return nn.functional.normalize(self.keys(features), dim=-1)  # (B, L, A)
+
+    def query(self, h: Tensor) -> Tensor:
+        return self.W_q(h)
 
     def scores(self, keys: Tensor, query: Tensor, beams: int = 1) -> Tensor:
         B, L_, A = keys.shape
@@ -85,7 +91,7 @@ class CosineScore(Score):
 
 def test_a_registered_score_trains_and_decodes_by_name(registries):
     SCORES.register("cosine")(CosineScore)
-    assert "cosine" in list_scores()
+    assert "cosine" in SCORES.names()
     spec = ModelSpec.from_dict(
         {
             "encoder": {"name": "small_cnn", "pretrained": False, "channels": [4], "dim": D},
@@ -97,8 +103,15 @@ def test_a_registered_score_trains_and_decodes_by_name(registries):
     torch.manual_seed(0)
     model = build_model(spec, VOCAB)
     assert isinstance(model.decoder.f_att, CosineScore)
-    assert model.decoder.from_hidden.out_features == 8 + 1 + 4 * 8  # its query_dim in the fused product
     features, captions, lengths = batch()
+    twin = fast_decoder(model.decoder)  # the fast path takes a score it does not know through its contract
+    assert isinstance(twin, FastLSTM)
+    model.eval()  # (no dropout: the same function)
+    torch.testing.assert_close(
+        CrossEntropy()(twin, features, {"captions": captions, "lengths": lengths}).loss,
+        CrossEntropy()(model.decoder, features, {"captions": captions, "lengths": lengths}).loss,
+    )
+    model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     before = model.decoder.f_att.keys.weight.detach().clone()
     loss = CrossEntropy()(model.decoder, features, {"captions": captions, "lengths": lengths}).loss
@@ -123,11 +136,18 @@ def test_a_registered_encoder_builds_by_name(registries):
 
 
 def test_a_registered_decoder_kind_is_what_the_model_builds(registries):
-    @DECODERS.register("lstm_twin")
     class Twin(ShowAttendTellDecoder):
         pass
 
-    config = DecoderConfig(embed_dim=6, hidden_dim=8, attention_dim=8, kind="lstm_twin")
+    @DECODERS.register("lstm_twin")
+    @dataclasses.dataclass
+    class TwinConfig(DecoderConfig):
+        kind: str = "lstm_twin"
+
+        def build(self, vocab_size, feature_dim):
+            return Twin(vocab_size, feature_dim, self)
+
+    config = TwinConfig(embed_dim=6, hidden_dim=8, attention_dim=8)
     model = ShowAttendTell(EncoderConfig("small_cnn", channels=(4,), dim=D), config, VOCAB)
     assert type(model.decoder) is Twin and model.decoder.bad_ending_ids is not None
     assert config.variant == "lstm_twin+additive" and DecoderConfig().variant == "additive"

@@ -9,20 +9,19 @@ from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.generation import GenerationConfig
 from captioning.decoding.search import generate
 from captioning.errors import ConfigError
-from captioning.models.attention import Glimpse
-from captioning.models.decoder import DecoderConfig
+from captioning.models.decoder import DecoderConfig, Glimpse
 from captioning.models.encoders import EncoderConfig
+from captioning.models.kinds import decoder_config
 from captioning.models.spec import ModelSpec, build_model
-from captioning.models.transformer import TransformerDecoder, TransformerStates
+from captioning.models.transformer import TransformerConfig, TransformerDecoder, TransformerStates
 from captioning.vocab import Vocabulary
 
 BOS, EOS = Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 23, 12, 16
 
 
-def config(**changes) -> DecoderConfig:
-    base = dict(kind="transformer", embed_dim=16, hidden_dim=16, heads=4, layers=2, dropout=0.0)
-    return DecoderConfig(**{**base, **changes})
+def config(**changes) -> TransformerConfig:
+    return decoder_config({"kind": "transformer", "hidden_dim": 16, "heads": 4, "layers": 2, "dropout": 0.0, **changes})
 
 
 def decoder(seed: int = 0, **changes) -> TransformerDecoder:
@@ -178,26 +177,34 @@ def test_sampling_runs_through_the_same_loop():
 @pytest.mark.parametrize(
     "changes, words",
     [
-        (dict(kind="lstm", layers=2), "model.decoder.layers: a transformer option; this decoder is kind 'lstm'"),
-        (dict(kind="lstm", tie_embeddings=True), "model.decoder.tie_embeddings: a transformer option"),
-        (dict(placement="luong"), "model.decoder.placement: an LSTM option ('luong')"),
-        (dict(attention_kind="hard"), "model.decoder.attention_kind: an LSTM option ('hard')"),
-        (dict(score="dot"), "model.decoder.score: an LSTM option ('dot')"),
+        (
+            dict(kind="lstm", layers=2),
+            "model.decoder.layers: an option of decoder kind 'transformer'; this decoder is kind 'lstm'",
+        ),
+        (
+            dict(kind="lstm", tie_embeddings=True),
+            "model.decoder.tie_embeddings: an option of decoder kind 'transformer'",
+        ),
+        (
+            dict(placement="luong"),
+            "model.decoder.placement: an option of decoder kind 'lstm'; this decoder is kind 'transformer'",
+        ),
+        (dict(attention_kind="hard"), "model.decoder.attention_kind: an option of decoder kind 'lstm'"),
+        (dict(score="dot"), "model.decoder.score: an option of decoder kind 'lstm'"),
         (dict(heads=3), "model.decoder.heads: the transformer's width hidden_dim (16) must be a multiple of heads (3)"),
-        (dict(embed_dim=8), "model.decoder.embed_dim: the transformer embeds words at its width hidden_dim (16)"),
+        (dict(embed_dim=8), "model.decoder.embed_dim: an option of decoder kind 'lstm'"),
         (dict(attention_layer=2), "model.decoder.attention_layer: expected a layer in 0..1 (the model has 2)"),
         (
             dict(attention_layer="last"),
             "model.decoder.attention_layer: expected a layer in 0..1 (the model has 2) or 'mean'",
         ),
-        (dict(positions="relative"), "model.decoder.positions: expected 'sinusoidal' or 'learned'"),
+        (dict(positions="relative"), "model.decoder.positions: expected one of 'sinusoidal', 'learned'"),
     ],
 )
 def test_an_option_of_the_other_kind_is_one_line(changes, words):
-    base = {} if changes.get("kind") == "lstm" else None
     with pytest.raises(ConfigError) as err:
-        if base is not None:
-            DecoderConfig(**changes)
+        if changes.get("kind") == "lstm":
+            decoder_config(changes)
         else:
             config(**changes)
     assert str(err.value).startswith(words) and "\n" not in str(err.value)
@@ -214,9 +221,7 @@ def test_learned_positions_beyond_their_count_are_one_line():
 def spec(**changes) -> ModelSpec:
     return ModelSpec(
         EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-        DecoderConfig(
-            **{**dict(kind="transformer", embed_dim=16, hidden_dim=16, heads=2, layers=2, dropout=0.0), **changes}
-        ),
+        TransformerConfig(**{**dict(hidden_dim=16, heads=2, layers=2, dropout=0.0), **changes}),
         image_size=32,
         generation=GenerationConfig(num_beams=3, max_new_tokens=10),
     )
@@ -279,7 +284,7 @@ def test_an_ensemble_mixes_transformer_and_lstm_members():
 
 
 def test_the_aoa_refiner_layer_is_attention_on_attention_over_the_grid():
-    from captioning.models.decoder import GridRefiner
+    from captioning.models.attention.refiner import GridRefiner
 
     torch.manual_seed(0)
     refiner = GridRefiner(8, 1, 2, 0.0, aoa=True).double().eval()

@@ -14,8 +14,7 @@ from captioning.data import shapes
 from captioning.data.karpathy import load_karpathy
 from captioning.decoding.search import GenerationConfig, generate
 from captioning.errors import ConfigError
-from captioning.models.attention import glimpse
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder, glimpse
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.objectives.gumbel import HardAttentionGumbel
 from captioning.objectives.reinforce import (

@@ -91,7 +91,7 @@ class _FixedPass(torch.nn.Module):
         self.cells = torch.tensor([cells])
 
     def forward(self, features, captions, lengths, mode=None, use_expected=None, static=False, **_):
-        from captioning.models.unroll import DecoderOutput
+        from captioning.models.decoder import DecoderOutput
 
         T = self.logits.size(0)
         log_alpha = torch.log_softmax(self.theta, -1).unsqueeze(0)  # (1, T, L)

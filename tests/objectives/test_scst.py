@@ -205,7 +205,7 @@ def test_bad_ending_rate_and_forbidding_bad_endings():
     vocab = model.vocab
     features = torch.randn(16, 4, model.encoder.out_dim)
     with torch.no_grad():  # make "a" likely everywhere, and EOS likely right after it
-        bias = model.decoder.out_logits.bias
+        bias = model.decoder.L_o.bias
         bias.zero_()
         bias[vocab.stoi["a"]] = 4.0
         bias[vocab.eos_id] = 3.0

@@ -111,9 +111,9 @@ def test_build_model_sets_the_bad_ending_ids():
     assert model.spec == small_spec()
     assert model.decoder.bad_ending_ids == bad_ending_ids(vocab) and len(model.decoder.bad_ending_ids) == 3
     with torch.no_grad():  # "a" likely everywhere, EOS likely right after it
-        model.decoder.out_logits.bias.zero_()
-        model.decoder.out_logits.bias[vocab.stoi["a"]] = 4.0
-        model.decoder.out_logits.bias[vocab.eos_id] = 3.0
+        model.decoder.L_o.bias.zero_()
+        model.decoder.L_o.bias[vocab.stoi["a"]] = 4.0
+        model.decoder.L_o.bias[vocab.eos_id] = 3.0
     images = torch.rand(16, 3, 32, 32)
     config = GenerationConfig(max_new_tokens=6, do_sample=True)
     plain = model.generate(images=images, config=config, generator=torch.Generator().manual_seed(0)).sequences

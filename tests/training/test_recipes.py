@@ -201,7 +201,7 @@ def test_scheduled_sampling_at_p_1_reads_only_sampled_words():
     torch.manual_seed(5)
     sampled = decoder(features, CAPTIONS, LENGTHS, sample_prob=1.0)
     sampled.logits.sum().backward()  # the draws are detached: the pass is differentiable
-    assert decoder.embedding.weight.grad is not None
+    assert decoder.E.weight.grad is not None
 
 
 def test_scheduled_sampling_refuses_hard_attention():
@@ -267,7 +267,7 @@ def test_the_weight_average_equals_a_hand_computed_average(tiny_shapes, tmp_path
         torch.testing.assert_close(
             ckpt["current_model_state"][f"model.{k}"], w[3][k]
         )  # the training weights, to resume
-    assert not torch.equal(hand["decoder.out_logits.weight"], w[3]["decoder.out_logits.weight"])
+    assert not torch.equal(hand["decoder.L_o.weight"], w[3]["decoder.L_o.weight"])
 
 
 def test_before_the_average_starts_the_training_weights_are_the_model(tiny_shapes, tmp_path):
@@ -299,7 +299,7 @@ def test_before_the_average_starts_the_training_weights_are_the_model(tiny_shape
         torch.testing.assert_close(early["state_dict"][f"model.{k}"], v)  # not the initial weights
     # updates after the optimizer steps of 0-based index >= 4 (global steps 5 and 6); the first copies
     late = safe_torch_load(os.path.join(folder, "step=6.ckpt"))
-    for k in ("decoder.out_logits.weight", "encoder.body.0.weight"):
+    for k in ("decoder.L_o.weight", "encoder.body.0.weight"):
         torch.testing.assert_close(late["state_dict"][f"model.{k}"], decay * w[5][k] + (1 - decay) * w[6][k])
 
 

@@ -1,4 +1,4 @@
-"""The static-shape training pass (issue 15): every row at every step, padded to a length bucket,
+"""The static-shape training pass (the fast path's): every row at every step, padded to a length bucket,
 masked in the losses, with nothing read back to the host, gives the same loss and gradients as the
 shrinking-batch pass (float64), for soft and hard attention and the attention variants; and the
 training module runs it (option static_shapes) with the same losses as today's pass."""
@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from captioning.models.attention import glimpse
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.fast.lstm import FastLSTM
+from captioning.models.decoder import DecoderConfig
 from captioning.objectives.cross_entropy import CrossEntropy
 from captioning.objectives.reinforce import HardAttentionReinforce
+from tests.helpers import GRID
 
-V, D, GRID = 13, 12, 3
 L = GRID * GRID
 
 CASES = {
@@ -27,31 +27,13 @@ CASES = {
 }
 
 
-def make_decoder(**variant) -> ShowAttendTellDecoder:
-    torch.manual_seed(0)
-    config = DecoderConfig(embed_dim=6, hidden_dim=D, attention_dim=8, dropout=0.0, **variant)
-    return ShowAttendTellDecoder(V, D, config).to(torch.float64)
-
-
-def make_batch(B=5, pad_to=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    features = torch.randn(B, L, D, generator=g, dtype=torch.float64)
-    lengths = torch.tensor([7, 4, 6, 3, 5][:B])
-    width = pad_to or int(lengths.max())
-    captions = torch.zeros(B, width, dtype=torch.long)
-    for b, n in enumerate(lengths.tolist()):
-        captions[b, 0] = 1
-        captions[b, 1 : n - 1] = torch.randint(4, V, (n - 2,), generator=g)
-        captions[b, n - 1] = 2
-    return features, captions, lengths
-
-
 def loss_and_grads(decoder, features, captions, lengths, static, **kwargs):
+    """The fast path's pass (captioning/fast/: the shrinking batch, or the static pass): its loss,
+    the features' gradient and the parameters'."""
     decoder.zero_grad()
     f = features.clone().requires_grad_(True)
-    out = decoder(f, captions, lengths, static=static, **kwargs)
-    objective = CrossEntropy()
-    loss, ll, _ = objective.likelihood_terms(out, captions)
+    out = FastLSTM(decoder)(f, captions, lengths, static=static, **kwargs)
+    loss, ll, _ = CrossEntropy().likelihood_terms(out, captions)
     if out.location_log_probs is not None:  # the REINFORCE-shaped terms of hard attention
         loss = loss - (out.location_log_probs * ll.detach().unsqueeze(1)).sum(1).mean() - 0.01 * out.entropies.sum()
     loss.backward()
@@ -61,13 +43,13 @@ def loss_and_grads(decoder, features, captions, lengths, static, **kwargs):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("pad_to", [None, 11])
-def test_static_pass_equals_the_shrinking_batch_pass(case, pad_to):
+def test_static_pass_equals_the_shrinking_batch_pass(case, pad_to, make_decoder, make_batch):
     decoder = make_decoder(**CASES[case])
-    features, captions, lengths = make_batch()
+    features, captions, lengths = make_batch(B=5)
     kwargs = {}
     if decoder.attention_kind == "hard":  # the same locations in both passes: given, and some rows expected
         g = torch.Generator().manual_seed(1)
-        shape = (5, captions.size(1) - 1) + ((decoder.heads,) if decoder.heads > 1 else ())
+        shape = (5, captions.size(1) - 1) + ((decoder.config.heads,) if decoder.config.heads > 1 else ())
         kwargs = dict(
             mode="sample",
             use_expected=torch.tensor([False, True, False, False, True]),
@@ -97,58 +79,16 @@ def test_static_pass_equals_the_shrinking_batch_pass(case, pad_to):
             assert not a[:, T:].any(), field  # zero at padded steps
 
 
-def test_graph_safe_sampling_draws_from_alpha():
-    """argmax alpha / Exp(1) is a draw from Cat(alpha): the frequencies match alpha."""
-    alpha = torch.softmax(torch.randn(3, L, generator=torch.Generator().manual_seed(0)), -1)
-    features = torch.randn(3, L, D)
-    torch.manual_seed(0)
-    n = 20000
-    counts = torch.zeros(3, L)
-    g = glimpse(alpha.repeat(n, 1), features.repeat(n, 1, 1), "sample", graph_safe=True)
-    counts.scatter_add_(1, g.location.view(n, 3).T, torch.ones(3, n))
-    assert (counts / n - alpha).abs().max() < 0.015
-    torch.manual_seed(0)
-    plain = glimpse(alpha, features, "sample").location
-    torch.manual_seed(0)
-    assert torch.equal(glimpse(alpha, features, "sample").location, plain)  # multinomial outside
-
-
-@pytest.mark.parametrize("case", ["hard", "luong_hard_heads"])
-def test_static_pass_samples_graph_safely_and_the_default_pass_with_multinomial(case, monkeypatch):
-    """The static pass hands graph_safe down to the glimpse: torch.multinomial (which a CUDA graph
-    cannot replay) is never called in it; the shrinking-batch pass still draws with it."""
-    decoder = make_decoder(**CASES[case])
-    features, captions, lengths = make_batch()
-    calls = []
-    multinomial = torch.multinomial
-    monkeypatch.setattr(torch, "multinomial", lambda *a, **k: calls.append(1) or multinomial(*a, **k))
-    out = decoder(features, captions, lengths, mode="sample", static=True)
-    assert not calls and out.location_log_probs is not None
-    decoder(features, captions, lengths, mode="sample")
-    assert calls
-
-
-def test_hard_objective_reads_nothing_back_in_the_static_pass():
+def test_hard_objective_reads_nothing_back_in_the_static_pass(make_decoder, make_batch):
     """The REINFORCE objective's loss and logs are the same with the static pass (given locations)."""
-    decoder = make_decoder(attention_kind="hard")
-
-    class Model(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.decoder = decoder
-
-        def forward(self, *args, **kwargs):
-            return self.decoder(*args, **kwargs)
-
-    model = Model()
-    features, captions, lengths = make_batch()
+    twin = FastLSTM(make_decoder(attention_kind="hard"))
+    features, captions, lengths = make_batch(B=5)
     batch = {"captions": captions, "lengths": lengths}
     results = []
     for static in (False, True):
         objective = HardAttentionReinforce(semi_sampling_per="image").double()
         torch.manual_seed(3)  # the same draws of use_expected; the locations are sampled: compare given ones below
-        out = objective(model, features, batch, static=static)
-        results.append(out)
+        results.append(objective(twin, features, batch, static=static))
     assert set(results[0].logs) <= set(results[1].logs)
     # The sampled locations differ between the passes (different samplers), so compare what does
     # not depend on them: the use_expected draw and the logged fraction

@@ -60,8 +60,8 @@ def test_a_transformer_trains_and_its_checkpoint_captions(config, extra, tiny_sh
 def test_the_static_step_of_a_transformer_equals_the_eager_step():
     """StaticStep (fixed shapes, padded to a length bucket: what CUDA graphs capture) gives a
     transformer the eager step's loss and gradients (float64)."""
-    from captioning.models.decoder import DecoderConfig
     from captioning.models.encoders import EncoderConfig
+    from captioning.models.transformer import TransformerConfig
     from captioning.training.module import CaptioningModule
     from captioning.training.strategies import EagerStep, StaticStep
     from captioning.vocab import Vocabulary
@@ -74,7 +74,7 @@ def test_the_static_step_of_a_transformer_equals_the_eager_step():
     for static in (False, True):
         module = CaptioningModule(
             EncoderConfig(channels=(4, 8, 8), dim=8),
-            DecoderConfig(kind="transformer", embed_dim=16, hidden_dim=16, heads=4, layers=2, dropout=0.0, aoa=True),
+            TransformerConfig(hidden_dim=16, heads=4, layers=2, dropout=0.0, aoa=True),
             image_size=16,
             static_shapes=static,
             length_buckets=(12,),

@@ -88,7 +88,8 @@ import torch
 import torch.nn.functional as F
 
 from captioning.decoding.search import GenerationConfig, beam_search, greedy_search  # noqa: E402
-from captioning.models.attention import list_scores
+from captioning.fast import fast_decoder, fast_model  # noqa: E402
+from captioning.fast.lstm import FastLSTM  # noqa: E402
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder  # noqa: E402
 from captioning.objectives import CrossEntropy, HardAttentionReinforce  # noqa: E402
 from captioning.vocab import Vocabulary
@@ -218,8 +219,10 @@ def build_decoder(attention: str, D: int, V: int, dim: int, device) -> ShowAtten
     ).to(device)
 
 
-def train_step_fn(dec, opt, features, captions, lengths, amp):
-    """Forward with the paper's objective (the module's objective classes) + backward + Adam step."""
+def train_step_fn(dec, opt, features, captions, lengths, amp, plain: bool = False):
+    """Forward with the paper's objective (the module's objective classes) + backward + Adam step, on
+    the fast path's twin of ``dec`` as ``fit`` runs it (``plain``: the plain decoder itself)."""
+    runner = dec if plain else fast_decoder(dec)
     objective = (HardAttentionReinforce if dec.attention_kind == "hard" else CrossEntropy)(doubly_stochastic=1.0).to(
         features.device
     )
@@ -228,7 +231,7 @@ def train_step_fn(dec, opt, features, captions, lengths, amp):
     def step():
         opt.zero_grad(set_to_none=True)
         with amp:
-            out = objective(dec, features, batch)  # the decoder stands in for the model: objectives call model(...)
+            out = objective(runner, features, batch)  # the decoder stands in for the model: objectives call model(...)
         out.loss.backward()
         opt.step()
         objective.commit(out)
@@ -246,17 +249,18 @@ def bench_train(device, quick: bool, peaks: dict, amp_modes: list, compile_step:
     for D in (512,) if quick else (2048, 512):
         features = torch.randn(B, L, D, generator=g).to(device)
         flops = 3 * needed_forward_flops(lengths.cpu(), L, D, dim, dim, dim, V)
-        variants = [(attention, amp_name, False) for attention in ("soft", "hard") for amp_name in amp_modes]
+        variants = [(attention, amp_name, False, False) for attention in ("soft", "hard") for amp_name in amp_modes]
+        variants += [(attention, "fp32", False, True) for attention in ("soft", "hard")]  # the plain model, as written
         if compile_step:  # the decoder step under torch.compile (model.compile_decoder), soft attention
-            variants += [("soft", amp_name, True) for amp_name in amp_modes]
-        for attention, amp_name, compiled in variants:
+            variants += [("soft", amp_name, True, False) for amp_name in amp_modes]
+        for attention, amp_name, compiled, plain in variants:
             dec = build_decoder(attention, D, V, dim, device).train()
             if compiled:
                 torch.manual_seed(0)  # the step compiled once, at construction (DecoderConfig.compile_step)
                 dec = ShowAttendTellDecoder(V, D, dataclasses.replace(dec.config, compile_step=True)).to(device).train()
             opt = torch.optim.Adam(dec.parameters(), lr=1e-4, fused=True)  # as CaptioningModule
             amp = torch.autocast(device.type, dtype=torch.bfloat16) if amp_name == "bf16" else nullcontext()
-            fn = train_step_fn(dec, opt, features, captions, lengths, amp)
+            fn = train_step_fn(dec, opt, features, captions, lengths, amp, plain)
             with Memory(device) as mem:
                 # two warm-up steps: the first allocates Adam's state, the second still page-faults on CPU
                 s = timed(
@@ -271,6 +275,7 @@ def bench_train(device, quick: bool, peaks: dict, amp_modes: list, compile_step:
                 "attention": attention,
                 "precision": amp_name,
                 "compiled": compiled,
+                "model": "plain" if plain else "fast path",
                 "B": B,
                 "L": L,
                 "D": D,
@@ -296,18 +301,20 @@ def step_matmuls(dec: ShowAttendTellDecoder, rows: int, device) -> Callable[[], 
     hidden products (attention, gate, LSTM), the LSTM's embedding and context inputs, and the deep
     output layer: the work whose weights a one-image loop reads afresh at every step.
     """
-    M, H, D = dec.embedding.embedding_dim, dec.hidden_dim, dec.context_gates.in_features
+    with torch.no_grad():
+        w = FastLSTM(dec).weights()  # the fast path's fused products
+    M, H, D = dec.E.embedding_dim, dec.hidden_dim, w.context.size(1)
     g = torch.Generator().manual_seed(2)
     e, h, z = (torch.randn(rows, n, generator=g).to(device) for n in (M, H, D))
     layers = [
-        (dec.from_hidden, h),
-        (dec.embed_gates, e),
-        (dec.context_gates, z),
-        (dec.out_hidden, h),
-        (dec.out_logits, e),
+        (lambda x: F.linear(x, *w.hidden), h),
+        (lambda x: F.linear(x, w.embed), e),
+        (lambda x: F.linear(x, w.context), z),
+        (dec.L_h, h),
+        (dec.L_o, e),
     ]
-    if dec.out_context is not None:
-        layers.append((dec.out_context, z))
+    if dec.L_z is not None:
+        layers.append((dec.L_z, z))
 
     def fn():
         with torch.no_grad():
@@ -323,7 +330,8 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
     L = Lside * Lside
     max_new = 8 if quick else 20
     batches = (1, 8) if quick else (1, 16, 64)
-    dec = build_decoder("soft", D, V, dim, device).eval()
+    plain = build_decoder("soft", D, V, dim, device).eval()
+    dec = fast_decoder(plain)  # what caption and evaluate run
     g = torch.Generator().manual_seed(1)
     feats = torch.randn(max(batches), L, D, generator=g).to(device)
     cpu = device.type == "cpu"
@@ -344,7 +352,7 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
                 lambda: run(feats[[next(images)]]), device, warmup=1, iters=4 if quick else (8 if cpu else 32)
             )
             with amp:
-                mm_one = timed(step_matmuls(dec, beams, device), device, warmup=2, iters=10 if cpu else 50)
+                mm_one = timed(step_matmuls(plain, beams, device), device, warmup=2, iters=10 if cpu else 50)
             for B in batches:
                 if amp_name == "bf16" and B != 64:
                     continue  # bf16 only where it could matter: the largest batch
@@ -352,7 +360,7 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
                 with Memory(device) as mem:
                     s = timed(lambda: run(x), device, warmup=1, iters=1 if quick else 3)
                 with amp:
-                    mm_batch = timed(step_matmuls(dec, B * beams, device), device, warmup=1, iters=5 if cpu else 50)
+                    mm_batch = timed(step_matmuls(plain, B * beams, device), device, warmup=1, iters=5 if cpu else 50)
                 row = {
                     "search": "greedy" if beams == 1 else f"beam{beams}",
                     "precision": amp_name,
@@ -373,7 +381,7 @@ def bench_decode(device, quick: bool, amp_modes: list) -> list[dict]:
 def bench_decoding_options(device, quick: bool, rounds: int) -> list[dict]:
     V, dim, D, Lside = (2000, 256, 512, 7) if quick else (10000, 512, 2048, 14)
     max_new, B = (8 if quick else 20), 64
-    dec = build_decoder("soft", D, V, dim, device).eval()
+    dec = fast_decoder(build_decoder("soft", D, V, dim, device).eval())
     feats = torch.randn(B, Lside * Lside, D, generator=torch.Generator().manual_seed(1)).to(device)
     beam = GenerationConfig(num_beams=3, max_new_tokens=max_new)
     sample = GenerationConfig(do_sample=True, max_new_tokens=max_new)
@@ -641,7 +649,7 @@ def bench_scst(device, quick: bool) -> list[dict]:
     return rows
 
 
-VARIANTS = ("soft", "hard", *(s for s in list_scores() if s != "additive"), "multihead", "luong", "local", "refiner")
+VARIANTS = ("soft", "hard", "dot", "general", "scaled_dot", "multihead", "luong", "local", "refiner")
 
 
 def variant_config(name: str) -> dict:
@@ -691,7 +699,7 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
             device
         )
         with torch.no_grad():  # untrained models end their captions at random: this one never does,
-            decoding.decoder.out_logits.bias[EOS] = -1e4  # so every variant decodes max_new_tokens steps
+            decoding.decoder.L_o.bias[EOS] = -1e4  # so every variant decodes max_new_tokens steps
         obj = objective_from_spec(objective).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         batch = {"captions": captions, "lengths": lengths}
@@ -701,7 +709,7 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
             for _ in range(steps_per_round):
                 opt.zero_grad(set_to_none=True)
                 x = features if coco else model.encoder(images)
-                out = obj(model, x, batch)
+                out = obj(fast_model(model), x, batch)
                 out.loss.backward()
                 opt.step()
                 obj.commit(out)
@@ -710,7 +718,7 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
             model.eval()
             with torch.no_grad():
                 x = features if coco else model.encoder(images)
-                beam_search(model.decoder, x, GenerationConfig(num_beams=3, max_new_tokens=max_new))
+                beam_search(fast_decoder(model.decoder), x, GenerationConfig(num_beams=3, max_new_tokens=max_new))
 
         runs[name] = (train, decode, decoder, sum(p.numel() for p in model.parameters()))
         train(), decode()  # warm-up
@@ -753,7 +761,7 @@ def luong_stepwise_loss(dec: ShowAttendTellDecoder, features, captions, lengths)
     steps = (lengths - 1).clamp(min=0, max=T)
     steps_sorted, order = steps.sort(descending=True)
     features, captions = features[order], captions[order]
-    embedded = dec.embedding(captions[:, :-1])
+    embedded = dec.E(captions[:, :-1])
     state = dec.initial_state(features)
     active = (steps_sorted.unsqueeze(0) > torch.arange(T, device=steps.device).unsqueeze(1)).sum(1).tolist()
     logits = []
@@ -762,9 +770,9 @@ def luong_stepwise_loss(dec: ShowAttendTellDecoder, features, captions, lengths)
             break
         if n < state.h.size(0):
             state = state.select(slice(0, n))
-        out = dec.cell.step(embedded[:n, t], state, "expected")
-        state = state.with_recurrent(out.h, out.c)
-        logits.append(dec.deep_output(embedded[:n, t], dec.cell.readout(out.h, out.z), out.z))
+        h, c, z, _, _ = dec.recur(embedded[:n, t], state, "expected")
+        state = state.with_recurrent(h, c)
+        logits.append(dec.deep_output(embedded[:n, t], h, z))
     mask = torch.arange(T, device=steps.device).unsqueeze(0) < steps_sorted.unsqueeze(1)
     # step-major rows -> mask (row-major) order
     step_of = torch.cat([torch.full((n,), t) for t, n in enumerate(active) if n])
@@ -806,7 +814,7 @@ def bench_luong(device, quick: bool, rounds: int) -> list[dict]:
                 if stepwise:
                     loss = luong_stepwise_loss(dec, features, captions, lengths)
                 else:
-                    out = dec(features, captions, lengths)
+                    out = fast_decoder(dec)(features, captions, lengths)
                     loss = -caption_log_likelihood(out.logits, captions[:, 1:], out.mask).sum()
                 loss.backward()
                 return loss.detach()
@@ -873,14 +881,16 @@ def graphs_step_fn(dec, opt, features, captions, lengths, amp, how: str):
     bucket = next(n for n in (16, 24, 32, 48, 64) if n >= captions.size(1))  # CaptioningModule.length_buckets
     captions = F.pad(captions, (0, bucket - captions.size(1)), value=PAD)
 
-    class Autocast(torch.nn.Module):  # the objective calls model(...): run the decoder under autocast
+    twin = fast_decoder(dec)
+
+    class Autocast(torch.nn.Module):  # the objective calls model(...): run the decoder's twin under autocast
         def __init__(self):
             super().__init__()
             self.decoder = dec
 
         def forward(self, *a, **k):
             with amp:
-                return dec(*a, **k)
+                return twin(*a, **k)
 
     step = GraphedTrainingStep(
         Autocast(), objective, [p for p in dec.parameters() if p.requires_grad], clip=5.0, capture=(how == "graph")
@@ -947,7 +957,7 @@ def bench_graphs(device, quick: bool, amp_modes: list, load_rows: list) -> list[
     # decoding: plain and graphed search at batch 64
     from captioning.decoding.search import generate
 
-    dec = build_decoder("soft", D, V, dim, device).eval()
+    dec = fast_decoder(build_decoder("soft", D, V, dim, device).eval())
     B = 8 if quick else 64
     feats = torch.randn(B, L, D, generator=g).to(device)
     max_new = 8 if quick else 20

@@ -39,6 +39,7 @@ import yaml
 from captioning.data.captions import CaptionData  # noqa: E402
 from captioning.decoding.evaluator import Evaluator  # noqa: E402
 from captioning.decoding.generation import GenerationConfig  # noqa: E402
+from captioning.fast import fast_model  # noqa: E402
 from captioning.models.decoder import DecoderConfig  # noqa: E402
 from captioning.models.encoders import EncoderConfig  # noqa: E402
 from captioning.models.spec import ModelSpec, build_model  # noqa: E402
@@ -97,6 +98,7 @@ def main(argv=None) -> dict:
     model = build_model(ModelSpec(encoder, decoder, image_size, GenerationConfig()), plain_data.vocab)
     objective_args = model_cfg.get("objective", {}).get("init_args", {})
     objective = objective_for(decoder.attention_kind, CrossEntropy(**objective_args))
+    fast = fast_model(model)  # what fit runs (captioning/fast/)
     optimizer = torch.optim.Adam(model.parameters(), lr=model_cfg.get("optimizer", {}).get("lr", 1e-3))
     clip = config.get("trainer", {}).get("gradient_clip_val")
     channels_last = build_model(
@@ -126,11 +128,11 @@ def main(argv=None) -> dict:
 
     def decoder_pass(b, features):
         model.zero_grad(set_to_none=True)
-        objective(model, features, b).loss.backward()
+        objective(fast, features, b).loss.backward()
 
     def whole_step(b):
         optimizer.zero_grad(set_to_none=True)
-        objective(model, model.features(b), b).loss.backward()
+        objective(fast, model.features(b), b).loss.backward()
         if clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
@@ -151,7 +153,7 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             for b in val_loader:
                 b.pop("bad_images", None)
-                evaluator.add(model, b, val_generation)
+                evaluator.add(fast, b, val_generation)
         model.train()
         evaluator.score(evaluator.predictions(model.vocab), references)
 

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "captioning.__init__",
             "captioning.errors",
             "captioning.registry",
+            "captioning.checked",
             "captioning.compat",
             "captioning.vocab",
             "captioning.tokenizers",
@@ -42,8 +43,9 @@ LAYERS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("data", ["captioning.data", "captioning.metrics", "captioning.viz"]),
-    # one layer: ShowAttendTell.generate calls the decoding loops, which run the model's parts
-    ("models", ["captioning.models", "captioning.decoding"]),
+    # one layer: ShowAttendTell.generate calls the decoding loops, which run the model's parts; the fast
+    # path is the models' twin, which the decoding of ensembles uses
+    ("models", ["captioning.models", "captioning.decoding", "captioning.fast"]),
     ("objectives", ["captioning.objectives"]),
     # captioning.onnx_captioner: the import path of earlier versions of export.onnx_captioner
     ("storage", ["captioning.storage", "captioning.export", "captioning.onnx_captioner"]),
@@ -58,6 +60,7 @@ INFERENCE: list[str] = [
     "captioning.__init__",
     "captioning.errors",
     "captioning.registry",
+    "captioning.checked",
     "captioning.compat",
     "captioning.vocab",
     "captioning.tokenizers",
@@ -69,6 +72,7 @@ INFERENCE: list[str] = [
     "captioning.viz",
     "captioning.models",
     "captioning.decoding",
+    "captioning.fast",
     "captioning.storage",
     "captioning.export",
     "captioning.onnx_captioner",

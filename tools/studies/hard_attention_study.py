@@ -583,7 +583,7 @@ def cmd_likelihood(args) -> None:
     for ckpt in args.checkpoints:
         model = load_model(ckpt)
         dec = model.decoder
-        if dec.luong or dec.attention_splits != [dec.attention_dim, 1, 0] or dec.heads != 1:
+        if dec.config.placement != "bahdanau" or dec.config.heads != 1:
             raise SystemExit(
                 f"{ckpt}: the likelihood measure supports the paper's attention only (one head, Bahdanau placement)"
             )
@@ -609,10 +609,8 @@ def cmd_likelihood(args) -> None:
                 real = target != Vocabulary.pad_id
                 if not real.any():
                     break
-                embedded = dec.embedding(words)
-                x_gates = dec.embed_gates(embedded)
-                step = dec.cell.step(x_gates, state, "expected")
-                h, c, z, g = step.h, step.c, step.z, step.glimpse
+                embedded = dec.E(words)
+                h, c, z, _, g = dec.recur(embedded, state, "expected")
                 logp = F.log_softmax(dec.deep_output(embedded, h, z).float(), -1).gather(1, target[:, None]).squeeze(1)
                 # every cell of every image: B * L rows, the context a_i (times beta_t)
                 rows = DecoderState(
@@ -621,8 +619,7 @@ def cmd_likelihood(args) -> None:
                     state.features.repeat_interleave(L, 0),
                     state.projected.repeat_interleave(L, 0),
                 )
-                at_cell = dec.cell.step(x_gates.repeat_interleave(L, 0), rows, "sample", location=every)
-                h_i, z_i = at_cell.h, at_cell.z
+                h_i, _, z_i, _, _ = dec.recur(embedded.repeat_interleave(L, 0), rows, "sample", location=every)
                 logp_i = F.log_softmax(dec.deep_output(embedded.repeat_interleave(L, 0), h_i, z_i).float(), -1)
                 logp_i = logp_i.gather(1, target.repeat_interleave(L, 0)[:, None]).view(B, L)
                 marginal = torch.logsumexp(logp_i + g.alpha.clamp_min(1e-12).log(), 1)

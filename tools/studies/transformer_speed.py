@@ -37,17 +37,19 @@ import torch.nn.functional as F
 
 from captioning.decoding.generation import GenerationConfig
 from captioning.decoding.search import generate
-from captioning.models.decoder import DecoderConfig, build_decoder
+from captioning.models.decoder import DecoderConfig
+from captioning.models.kinds import build_decoder
+from captioning.models.transformer import TransformerConfig
 
 SHAPES = {
     "lstm": DecoderConfig(embed_dim=128, hidden_dim=256, attention_dim=128, dropout=0.1),
-    "transformer2": DecoderConfig(kind="transformer", embed_dim=128, hidden_dim=128, heads=4, layers=2, dropout=0.1),
-    "transformer3": DecoderConfig(kind="transformer", embed_dim=128, hidden_dim=128, heads=4, layers=3, dropout=0.1),
+    "transformer2": TransformerConfig(hidden_dim=128, heads=4, layers=2, dropout=0.1),
+    "transformer3": TransformerConfig(hidden_dim=128, heads=4, layers=3, dropout=0.1),
 }
 COCO = {
     "lstm": DecoderConfig(),  # the paper's: 512 / 512 / 512
-    "transformer3": DecoderConfig(kind="transformer", heads=8, layers=3, dropout=0.1),
-    "transformer6": DecoderConfig(kind="transformer", heads=8, layers=6, dropout=0.1),
+    "transformer3": TransformerConfig(heads=8, layers=3, dropout=0.1),
+    "transformer6": TransformerConfig(heads=8, layers=6, dropout=0.1),
 }
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AOA = ["--model.decoder.aoa", "true"]

@@ -1,4 +1,4 @@
-"""Speed only: the gradients of what a recurrent loop reads at every step, made once per pass.
+"""The gradients of what the fast path's loops read at every step, made once per pass.
 
 Nothing here changes a number (up to the order of float additions); the tests compare each with
 plain autograd. Reason: plain autograd makes, at every step's backward, a gradient of the whole
@@ -14,16 +14,16 @@ backward reaches W (after every step, since every step reads it) makes its gradi
 
 The numbers are those of plain autograd (up to the order of the float additions).
 
-    layer = DeferredLinear(decoder.context_gates)   # once per forward pass
+    layer = DeferredLinear(weight, bias)   # once per forward pass
     for t in ...:
-        y = layer(x_t)                               # as decoder.context_gates(x_t)
+        y = layer(x_t)                      # as F.linear(x_t, weight, bias)
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 
 class _Rows:
@@ -82,23 +82,32 @@ class _StepLinear(torch.autograd.Function):
 
 
 class DeferredLinear:
-    """``layer`` for the steps of one forward pass, its weight gradient made in one product."""
+    """``F.linear(x, weight, bias)`` for the steps of one forward pass, its weight gradient made in one product."""
 
-    def __init__(self, layer: nn.Linear):
+    def __init__(self, weight: Tensor, bias: Tensor | None = None):
         self.rows = _Rows()
-        params = (layer.weight,) + ((layer.bias,) if layer.bias is not None else ())
-        self.params = _Tap.apply(self.rows, *params)
+        self.params = _Tap.apply(self.rows, weight, *(() if bias is None else (bias,)))
 
-    @torch.compiler.disable  # inside a compiled step (model.compile_decoder) this runs eagerly
+    @torch.compiler.disable  # inside a compiled step (compile_step) this runs eagerly
     def __call__(self, x: Tensor) -> Tensor:
         return _StepLinear.apply(x, self.rows, *self.params)
 
 
-def deferred_linear(layer: nn.Linear) -> nn.Linear | DeferredLinear:
-    """Its :class:`DeferredLinear` when ``layer`` will get a gradient, else ``layer`` itself."""
-    if torch.is_grad_enabled() and layer.weight.requires_grad:
-        return DeferredLinear(layer)
-    return layer
+class Linear:
+    """``F.linear(x, weight, bias)`` (the products the loops repeat when no gradient is made)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None = None):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+def deferred_linear(weight: Tensor, bias: Tensor | None = None) -> Linear | DeferredLinear:
+    """A :class:`DeferredLinear` when ``weight`` will get a gradient, else a plain product."""
+    if torch.is_grad_enabled() and weight.requires_grad:
+        return DeferredLinear(weight, bias)
+    return Linear(weight, bias)
 
 
 class _Sum:
@@ -144,7 +153,7 @@ class _FirstRows(torch.autograd.Function):
 
 class FirstRows:
     """The first n rows of a tensor (B, ...), for a loop whose step t reads rows [:n_t] (the
-    shrinking batch's features and W_a a, unroll.packed), with ONE gradient buffer.
+    shrinking batch's features and W_a a in the fast path's packed pass), with ONE gradient buffer.
 
     Plain slicing gives every step's backward a zero tensor of the whole (B, ...) shape with the
     rows' gradient copied in, and adds it to the running sum: three passes over the whole tensor per

@@ -1,24 +1,21 @@
-"""What the plain search (search.py) and the graphed search (loops.py) share: the
-output type, the processing of the decoder's log-probabilities (banned endings, n-gram blocking,
-repetition penalty, min_new_tokens, suppressed tokens), sampling (temperature, top-k, top-p), the
-length normalisation and beam backtracking."""
+"""The processing of the decoder's log-probabilities at each search step (search.py), in Hugging
+Face's order: repetition penalty, n-gram blocking, min_new_tokens, suppressed tokens, bad endings,
+a forced prefix; and sampling a word (temperature, top-k, top-p). Fixed shapes and no host reads,
+so that a step can be captured as a CUDA graph."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
-from captioning.models.decoder import ShowAttendTellDecoder
 from captioning.vocab import Vocabulary
 
 EOS, PAD = Vocabulary.eos_id, Vocabulary.pad_id
 
 
-def _ban_table(decoder: ShowAttendTellDecoder, config: GenerationConfig, device) -> Tensor | None:
+def _ban_table(decoder, config: GenerationConfig, device) -> Tensor | None:
     """(V,) bool: after which tokens EOS is forbidden (None unless ``config.forbid_bad_endings``).
 
     The ids come from the decoder's ``bad_ending_ids`` (None until ShowAttendTell sets them from its
@@ -92,7 +89,7 @@ class LogitsProcessor:
     suppressed tokens, bad endings. ``needs_prefix``: whether it reads the tokens generated so far
     (then the loops carry them, (N, max_new_tokens), through the steps)."""
 
-    def __init__(self, decoder: ShowAttendTellDecoder, config: GenerationConfig, device):
+    def __init__(self, decoder, config: GenerationConfig, device):
         V = decoder.vocab_size
         self.ban = _ban_table(decoder, config, device)
         self.ngram, self.penalty, self.min_new = (
@@ -159,34 +156,7 @@ def extend_prefix(prefix: Tensor, lengths: Tensor, tokens: Tensor) -> Tensor:
     return prefix.scatter(1, lengths.clamp(max=prefix.size(1) - 1).unsqueeze(1), tokens.unsqueeze(1))
 
 
-@dataclass
-class GenerationOutput:
-    sequences: Tensor  # (B, T) token ids without BOS: the words, EOS, then PAD
-    alphas: Tensor  # (B, T, L) alpha_t of each generated token, zero after EOS
-    locations: Tensor  # (B, T) the location each token looked at (argmax for soft attention); (B, T, heads) for hard multi-head
-    scores: Tensor  # (B,) length-normalised log-probability
-    lengths: Tensor  # (B,) tokens generated, EOS included
-    # With num_return_sequences N > 1: the N best beams of each image, best first (the first is the above).
-    beam_sequences: Tensor | None = None  # (B, N, T)
-    beam_scores: Tensor | None = None  # (B, N)
-    beam_lengths: Tensor | None = None  # (B, N)
-    # Each returned beam's row among its image's K beams: with diverse beam search (G groups of
-    # K / G rows) its group is beam_indices // (K / G).
-    beam_indices: Tensor | None = None  # (B, N)
-    head_alphas: Tensor | None = None  # (B, T, heads, L) with multi-head attention (alphas is their mean)
-
-
-def _score_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of scores and returned attention maps: the model's, at least float32 (bf16 under
-    autocast gives float32; a float64 model keeps float64)."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _normalise(scores: Tensor, lengths: Tensor, length_penalty: float) -> Tensor:
-    return scores / lengths.clamp(min=1).to(scores.dtype).pow(length_penalty)
-
-
-def _sample_token(
+def sample_token(
     logp: Tensor, temperature: float, top_k: int, generator: torch.Generator | None, top_p: float = 1.0
 ) -> Tensor:
     """Draw one token per row from softmax(log p / temperature), restricted to the top k if k > 0
@@ -197,46 +167,3 @@ def _sample_token(
         logits = logits.masked_fill(logits < kth, float("-inf"))
     logits = top_p_filter(logits, top_p)
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
-
-
-def backtrack(
-    history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: int, config: GenerationConfig
-) -> GenerationOutput:
-    """The returned beams of a beam search: the best by length-normalised score, their words and
-    attention maps read back through the parent pointers of ``history`` (per step: parent rows,
-    tokens, alpha, location[, head alphas]). beam_scores (B, K), lengths (B*K,)."""
-    N, device = config.num_return_sequences, beam_scores.device
-    base = (torch.arange(B, device=device) * K).unsqueeze(1)
-    normalised = _normalise(beam_scores.view(-1), lengths, config.length_penalty).view(B, K)
-    top_scores, top = normalised.topk(N, dim=1)  # (B, N): the returned beams, best first
-    row = (base + top).view(-1)  # (B*N,) their rows
-    out_lengths = lengths[row].view(B, N)
-    seq, alpha, loc, heads = [], [], [], []
-    for parent, tok, a, cell, *ha in reversed(history):  # follow the parent pointers back to the start
-        seq.append(tok[row])
-        alpha.append(a[row])
-        loc.append(cell[row])
-        if ha:
-            heads.append(ha[0][row])
-        row = parent[row]
-    sequences = torch.stack(seq[::-1], 1).view(B, N, -1)  # (B, N, T)
-    alphas = torch.stack(alpha[::-1], 1).to(_score_dtype(alpha[0].dtype)).view(B, N, len(history), -1)  # (B, N, T, L)
-    locations = torch.stack(loc[::-1], 1).view((B, N, len(history)) + loc[0].shape[1:])
-    head_alphas = (
-        torch.stack(heads[::-1], 1).to(_score_dtype(heads[0].dtype)).view((B, N, len(history)) + heads[0].shape[1:])
-        if heads
-        else None
-    )
-    return GenerationOutput(
-        sequences=sequences[:, 0],
-        alphas=alphas[:, 0],
-        locations=locations[:, 0],
-        scores=top_scores[:, 0],
-        lengths=out_lengths[:, 0],
-        head_alphas=None if head_alphas is None else head_alphas[:, 0],
-        **(
-            dict(beam_sequences=sequences, beam_scores=top_scores, beam_lengths=out_lengths, beam_indices=top)
-            if N > 1
-            else {}
-        ),
-    )
