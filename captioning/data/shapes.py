@@ -485,7 +485,7 @@ def grounding(records: dict, alignments: dict, images_root: str | None = None) -
             if t >= len(alphas) or not unused.get(triple):
                 continue
             bbox = unused[triple].pop(0).get("bbox")
-            if bbox is None:  # an object without a box (data/annotation_format.py: check_objects) is not scored
+            if bbox is None:  # an object without a box (data/formats/base.py: check_objects) is not scored
                 continue
             soft.append((alphas[t].reshape(gh, gw), size, bbox))
             if locations is not None:

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from captioning.cli import main
-from captioning.data.coco import load_coco
-from captioning.data.folder import load_folder
-from captioning.data.karpathy import load_karpathy
+from captioning.data.formats.coco import load_coco
+from captioning.data.formats.folder import load_folder
+from captioning.data.formats.karpathy import load_karpathy
 from captioning.errors import AnnotationError
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, image_path
 from captioning.data.captions import CaptionData
 from captioning.data.formats import default_images_root, detect_format, list_formats, load_records, read_annotations
+from captioning.data.formats.base import FORMATS, AnnotationFormat, image_path
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError, ConfigError
 from captioning.tokenizers import tokenize

@@ -12,7 +12,7 @@ import pytest
 
 from captioning.cli import main
 from captioning.data.formats import default_images_root, detect_format, load_records
-from captioning.data.karpathy import load_karpathy
+from captioning.data.formats.karpathy import load_karpathy
 from captioning.errors import AnnotationError
 from tests.helpers import fit_args
 

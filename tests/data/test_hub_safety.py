@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from captioning.data.formats import load_records
-from captioning.data.hub import load_hub
+from captioning.data.formats.hub import load_hub
 from captioning.errors import AnnotationError
 
 datasets = pytest.importorskip("datasets", reason="the ecosystem extra: pip install -e '.[ecosystem]'")

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from captioning.data.karpathy import load_karpathy
+from captioning.data.formats.karpathy import load_karpathy
 from captioning.data.records import ImageRecord, split_records
 from captioning.errors import AnnotationError, ConfigError
 
@@ -220,8 +220,8 @@ IMAGES = [
 
 def whole_file(path, **kwargs):
     """The records as read from the whole file's parse (what the streamed reading must equal)."""
-    from captioning.data.annotation_format import read_json
-    from captioning.data.karpathy import _records
+    from captioning.data.formats.base import read_json
+    from captioning.data.formats.karpathy import _records
 
     return _records(
         str(path), read_json(str(path))["images"], kwargs.get("merge_restval", True), kwargs.get("problems")

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from captioning.cli import main
-from captioning.data.coco import load_coco
 from captioning.data.datamodule import CaptionDataModule
-from captioning.data.folder import load_folder
 from captioning.data.formats import detect_format, load_records
-from captioning.data.karpathy import load_karpathy
+from captioning.data.formats.coco import load_coco
+from captioning.data.formats.folder import load_folder
+from captioning.data.formats.karpathy import load_karpathy
 from captioning.errors import AnnotationError
 from tests.helpers import make_coco, make_karpathy, write_jpeg
 

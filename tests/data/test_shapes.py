@@ -161,7 +161,7 @@ def test_bad_arguments_raise_config_error(tmp_path, kwargs):
 
 
 def test_loads_with_karpathy_reader(dataset):
-    karpathy = pytest.importorskip("captioning.data.karpathy")
+    karpathy = pytest.importorskip("captioning.data.formats.karpathy")
     root, _ = dataset
     records = karpathy.load_karpathy(root / "dataset_shapes.json")
     assert len(records) == 60

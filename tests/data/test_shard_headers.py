@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from captioning.data import webdataset
-from captioning.data.webdataset import count_expansion, read_index, shard_paths
+from captioning.data.formats import webdataset
+from captioning.data.formats.webdataset import count_expansion, read_index, shard_paths
 from captioning.errors import AnnotationError
 
 braceexpand = pytest.importorskip("braceexpand", reason="the ecosystem extra: pip install -e '.[ecosystem]'")

@@ -12,7 +12,7 @@ import pytest
 from captioning.cli import main
 from captioning.data.captions import CaptionData
 from captioning.data.formats import detect_format, load_records
-from captioning.data.karpathy import load_karpathy
+from captioning.data.formats.karpathy import load_karpathy
 from captioning.errors import AnnotationError, ConfigError
 from tests.helpers import fit_args
 
@@ -101,7 +101,7 @@ def test_clip_scores_read_the_images_from_the_shards(shards, tiny_shapes):
 
 
 def test_the_index_reads_no_image(shards, monkeypatch):
-    import captioning.data.webdataset as module
+    import captioning.data.formats.webdataset as module
 
     def refuse(*args, **kwargs):
         raise AssertionError("an image was decoded")

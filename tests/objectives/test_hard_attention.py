@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from captioning.data import shapes
-from captioning.data.karpathy import load_karpathy
+from captioning.data.formats.karpathy import load_karpathy
 from captioning.decoding.search import GenerationConfig, generate
 from captioning.errors import ConfigError
 from captioning.models.attention import glimpse

@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 
 from captioning.common import PathLike
-from captioning.data.annotation_format import (
+from captioning.data.formats.base import (
     FORMATS,
     AnnotationFormat,
     check_id,

@@ -1,13 +1,13 @@
 """One entry point for every annotation format: ``load_records(path)`` -> list[ImageRecord].
 
-The formats are the classes registered in :data:`FORMATS` (data/annotation_format.py); this module
+The formats are the classes registered in :data:`FORMATS` (data/formats/base.py); this module
 imports the built-in ones, asked in this order (their ``priority``):
 
 - ``hub``: a Hub dataset ``hf://owner/name[@revision]`` or a ``save_to_disk`` folder: hub.py
 - ``webdataset``: shards (a ``.tar`` file, a brace pattern, a folder of ``.tar`` files): webdataset.py
 - ``folder``: a captions CSV (``image,caption[,split]``) or JSON-lines file: folder.py
 - ``aichallenger``: AI Challenger 2017's caption JSON lists: aichallenger.py
-- ``flickr8k`` / ``coco_cn``: numbered caption lines (Flickr8k, Flickr8k-CN, COCO-CN) with split lists: numbered.py
+- ``flickr8k`` / ``coco_cn``: numbered caption lines (Flickr8k, Flickr8k-CN, COCO-CN) with split lists: flickr8k_coco_cn.py
 - ``coco``: raw COCO caption JSON (top-level ``"annotations"``), optionally with a Karpathy split file: coco.py
 - ``karpathy``: a Karpathy split JSON (top-level ``"images"``), any other file: karpathy.py
 
@@ -21,8 +21,8 @@ import os
 from collections.abc import Sequence
 
 from captioning.common import PathLike
-from captioning.data import aichallenger, coco, folder, hub, karpathy, numbered, webdataset  # noqa: F401  (they register their formats)
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, Annotations
+from captioning.data.formats import aichallenger, coco, flickr8k_coco_cn, folder, hub, karpathy, webdataset  # noqa: F401  (they register their formats)
+from captioning.data.formats.base import FORMATS, AnnotationFormat, Annotations
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError
 

@@ -10,7 +10,7 @@ folder.py, hub.py, webdataset.py)::
         def detect(self, path): ...
         def load(self, paths, split_file, merge_restval, problems): ...
 
-data/formats.py imports the built-in formats and answers from the registry (``detect_format``,
+data/formats/__init__.py imports the built-in formats and answers from the registry (``detect_format``,
 ``read_annotations``, ``load_records``, ``default_images_root``); :class:`CaptionData` asks the
 :class:`Annotations` it read where each image comes from. A user's format registers when the user
 imports its module.

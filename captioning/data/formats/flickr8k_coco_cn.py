@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, check_text, image_path
+from captioning.data.formats.base import FORMATS, AnnotationFormat, check_text, image_path
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError
 from captioning.files import require_file

@@ -17,7 +17,7 @@ import random
 import sys
 
 from captioning.common import PathLike
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, check_text, image_path
+from captioning.data.formats.base import FORMATS, AnnotationFormat, check_text, image_path
 from captioning.data.records import SPLITS, ImageRecord
 from captioning.errors import AnnotationError
 from captioning.tokenizers import tokenize

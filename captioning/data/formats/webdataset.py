@@ -58,7 +58,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from captioning.data.annotation_format import (
+from captioning.data.datasets import Collate, ImageDataset
+from captioning.data.formats.base import (
     FORMATS,
     AnnotationFormat,
     Annotations,
@@ -68,7 +69,6 @@ from captioning.data.annotation_format import (
     check_texts,
     is_int,
 )
-from captioning.data.datasets import Collate, ImageDataset
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError, ConfigError, ImageError, ImageTooLargeError, NotAnImageError
 from captioning.tokenizers import tokenize

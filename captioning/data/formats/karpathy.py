@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from captioning.data.annotation_format import (
+from captioning.data.formats.base import (
     FORMATS,
     AnnotationFormat,
     check_id,

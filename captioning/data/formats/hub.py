@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, check_id, check_text, is_int, shown
+from captioning.data.formats.base import FORMATS, AnnotationFormat, check_id, check_text, is_int, shown
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError
 from captioning.tokenizers import tokenize

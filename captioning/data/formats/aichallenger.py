@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from captioning.data.annotation_format import (
+from captioning.data.formats.base import (
     FORMATS,
     AnnotationFormat,
     Annotations,
