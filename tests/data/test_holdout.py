@@ -1,4 +1,4 @@
-"""Held-out colour-shape pairs (make-shapes --holdout, data/holdout.py)."""
+"""Held-out colour-shape pairs (make-shapes --holdout, data/shapes/holdout.py)."""
 
 import json
 import re
@@ -6,9 +6,9 @@ import re
 import pytest
 
 from captioning.cli.main import main
-from captioning.data.holdout import read_holdout
-from captioning.data.novel_pairs import novel_pair_scores
 from captioning.data.records import ImageRecord
+from captioning.data.shapes.holdout import read_holdout
+from captioning.data.shapes.novel_pairs import novel_pair_scores
 
 
 def _mentions(text: str, colour: str, shape: str) -> bool:

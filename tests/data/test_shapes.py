@@ -1,4 +1,4 @@
-"""Tests of the synthetic shapes dataset generator (captioning/data/shapes.py)."""
+"""Tests of the synthetic shapes dataset generator (captioning/data/shapes/__init__.py)."""
 
 import json
 from collections import Counter

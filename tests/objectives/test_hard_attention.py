@@ -1,5 +1,5 @@
 """Hard attention's estimator options (objectives/reinforce.py), Gumbel straight-through (attention.py),
-best-of-K decoding (search.py) and the hard shapes preset (data/shapes.py)."""
+best-of-K decoding (search.py) and the hard shapes preset (data/shapes/__init__.py)."""
 
 import hashlib
 import json

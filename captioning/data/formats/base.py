@@ -184,7 +184,7 @@ def check_texts(values: Sequence[str], where: str) -> None:
 def check_objects(objects: Any, where: str) -> list[dict]:
     """An image's ``objects`` (the shapes data's: each a ``words`` list of strings, or ``size``,
     ``color`` and ``shape`` strings, and optionally a ``bbox`` [x0, y0, x1, y1] of finite numbers),
-    checked at reading so that scoring (data/shapes.py) never meets one it cannot use; None is no objects."""
+    checked at reading so that scoring (data/shapes/__init__.py) never meets one it cannot use; None is no objects."""
     objects = [] if objects is None else objects
     if not isinstance(objects, list):
         raise AnnotationError(f"{where}: expected a list of objects, got {type(objects).__name__}")

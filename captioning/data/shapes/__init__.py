@@ -29,9 +29,9 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from captioning.data.holdout import NOVEL_SPLIT, holds_novel, parse_holdout
-from captioning.data.shape_layout import centre, grid_cell, pair_order
-from captioning.data.shapes_zh import captions_zh, locate_objects_zh
+from captioning.data.shapes.chinese import captions_zh, locate_objects_zh
+from captioning.data.shapes.holdout import NOVEL_SPLIT, holds_novel, parse_holdout
+from captioning.data.shapes.layout import centre, grid_cell, pair_order
 from captioning.errors import ConfigError
 from captioning.tokenizers import cjk_share
 
@@ -298,8 +298,8 @@ def generate(
     objects). ``preset``: a name of :data:`PRESETS` ("demo", "hard") or a :class:`ShapesStyle`.
     ``holdout``: colour-shape pairs ("red:circle,blue:square") kept out of the train, val and test
     images; ``n_test_novel`` images (default ``n_test``) holding at least one of them form the
-    ``test_novel`` split (data/holdout.py). Without a holdout the images are the same as before.
-    ``language``: "en" or "zh" (data/shapes_zh.py: the same images, Chinese captions).
+    ``test_novel`` split (data/shapes/holdout.py). Without a holdout the images are the same as before.
+    ``language``: "en" or "zh" (data/shapes/chinese.py: the same images, Chinese captions).
     """
     if language not in LANGUAGES:
         raise ConfigError(f"--language: expected one of {', '.join(LANGUAGES)}, got {language!r}")
@@ -400,7 +400,7 @@ def locate_objects(tokens: Sequence[str]) -> list[tuple[int, Triple]]:
     shape word (case-insensitive); partial mentions do not count.
     """
     tokens = [str(t).lower() for t in tokens]
-    if cjk_share(tokens) > 0.5:  # Chinese captions (data/shapes_zh.py), in any tokenizer's tokens
+    if cjk_share(tokens) > 0.5:  # Chinese captions (data/shapes/chinese.py), in any tokenizer's tokens
         return locate_objects_zh(tokens)
     found, i = [], 0
     while i + 2 < len(tokens):

@@ -1,12 +1,12 @@
-"""What a model says about the held-out colour-shape pairs of a ``test_novel`` split (data/holdout.py)."""
+"""What a model says about the held-out colour-shape pairs of a ``test_novel`` split (data/shapes/holdout.py)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
 
-from captioning.data.holdout import Pair
 from captioning.data.shapes import parse_objects, record_objects
+from captioning.data.shapes.holdout import Pair
 
 
 def novel_pair_scores(records: Sequence, predictions: dict, holdout: Sequence[Pair] | None = None) -> dict:

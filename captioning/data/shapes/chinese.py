@@ -1,6 +1,6 @@
 """The shapes data's captions in Chinese (``captioning make-shapes --language zh``), and their objects.
 
-The same scenes as the English captions (data/shapes.py), described in Chinese word order rather
+The same scenes as the English captions (data/shapes/__init__.py), described in Chinese word order rather
 than word for word: an object is "<colour>的<size><shape>" ("红色的大圆形", a large red circle),
 counted with the classifier 个 ("一个红色的大圆形"); a place comes first as the topic of an
 existential 有 ("左上角有一个红色的大圆形", there is ... in the top left); a relation is
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from captioning.data.shape_layout import centre, grid_cell, pair_order
+from captioning.data.shapes.layout import centre, grid_cell, pair_order
 
 SIZES_ZH = {"small": "小", "medium": "中", "large": "大"}
 COLOURS_ZH = {
@@ -68,7 +68,7 @@ def _listing(names: Sequence[str]) -> str:
 
 def captions_zh(rng: np.random.Generator, objects: list[dict], size: int) -> list[str]:
     """Five reference captions in Chinese: the canonical phrasing first, then four others drawn at
-    random (as many choices as data/shapes.py's English ones, so the same random numbers are drawn)."""
+    random (as many choices as data/shapes/__init__.py's English ones, so the same random numbers are drawn)."""
     ltr = sorted(objects, key=lambda o: centre(o))  # left to right, then top down
     names = [name_zh(o) for o in ltr]
     if len(objects) == 1:

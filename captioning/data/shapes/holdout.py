@@ -3,7 +3,7 @@
 ``make-shapes --holdout red:circle,blue:square`` keeps those pairs out of every training,
 validation and test image (and so out of their captions) and writes a ``test_novel`` split whose
 images each hold at least one of them: a test of whether a model composes a colour and a shape it
-has only seen apart. :func:`~captioning.data.novel_pairs.novel_pair_scores` reads a model's captions
+has only seen apart. :func:`~captioning.data.shapes.novel_pairs.novel_pair_scores` reads a model's captions
 of that split: the share of the held-out objects it names with the right colour and shape, and
 what it says instead.
 """

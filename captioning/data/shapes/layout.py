@@ -1,5 +1,5 @@
-"""Where the shapes data's objects lie, for the captions of every language (data/shapes.py,
-data/shapes_zh.py): an object's centre, its cell of a 3 x 3 grid, and the order a caption names
+"""Where the shapes data's objects lie, for the captions of every language (data/shapes/__init__.py,
+data/shapes/chinese.py): an object's centre, its cell of a 3 x 3 grid, and the order a caption names
 two objects in."""
 
 from __future__ import annotations
