@@ -22,7 +22,7 @@ holds each promise against its reader):
 - a checkpoint that does not record a setting ``--ckpt_path`` resuming compares: that setting is not
   compared (training/resume.py ``SETTINGS``);
 - import paths of earlier versions: :data:`OLD_IMPORT_PATHS`;
-- a feature-cache index that records no stored dtype: :data:`UNRECORDED_FEATURE_DTYPE` (data/features.py:
+- a feature-cache index that records no stored dtype: :data:`UNRECORDED_FEATURE_DTYPE` (data/features/reader.py:
   the reader before ``extract-features --dtype`` took every cache as float16 ``.f16`` files, whatever
   its index said); caches of that version read as they are, unpooled.
 

@@ -37,7 +37,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Collate, ImageDataset
-from captioning.data.features import FeatureCache
+from captioning.data.features.reader import FeatureCache
 from captioning.data.formats import default_images_root, read_annotations
 from captioning.data.formats.base import Annotations
 from captioning.data.images import check_decode_device, check_interpolation

@@ -7,9 +7,9 @@ import shutil
 import pytest
 import torch
 
-from captioning.cli.extract import extract_features
 from captioning.data.datamodule import CaptionDataModule
-from captioning.data.features import FeatureCache
+from captioning.data.features.reader import FeatureCache
+from captioning.data.features.writer import extract_features
 from captioning.data.formats import load_records
 from captioning.errors import ConfigError
 from captioning.models.encoders import EncoderConfig, build_encoder

@@ -13,9 +13,9 @@ import torch
 
 from captioning import compat
 from captioning.cli import main
-from captioning.cli.extract import extract_features, pool_grid
 from captioning.data.datamodule import CaptionDataModule
-from captioning.data.features import FeatureCache
+from captioning.data.features.reader import FeatureCache
+from captioning.data.features.writer import extract_features, pool_grid
 from captioning.data.formats import load_records
 from captioning.errors import ConfigError
 from captioning.models.encoders import EncoderConfig, build_encoder

@@ -8,9 +8,9 @@ import torch
 import yaml
 
 from captioning.cli import main
-from captioning.cli.extract import extract_features, parse_shard
 from captioning.data.datamodule import CaptionDataModule
-from captioning.data.features import FeatureCache
+from captioning.data.features.reader import FeatureCache
+from captioning.data.features.writer import extract_features, parse_shard
 from captioning.data.formats import load_records
 from captioning.errors import ConfigError, ImageError
 from captioning.models.encoders import EncoderConfig, build_encoder

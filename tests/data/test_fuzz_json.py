@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from captioning.data.features import FeatureCache
+from captioning.data.features.reader import FeatureCache
 from captioning.data.formats.coco import load_coco, read_split_file
 from captioning.data.formats.folder import load_folder
 from captioning.data.formats.karpathy import load_karpathy

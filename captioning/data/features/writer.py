@@ -1,5 +1,5 @@
 """``captioning extract-features``: a training config's frozen encoder over all its images, once,
-into a feature cache (the layout is described in data/features.py, which reads it).
+into a feature cache (the layout is described in data/features/reader.py, which reads it).
 
 The config is read by the same parser as ``captioning fit`` (LightningCLI), so its defaults and
 overrides are exactly those of training: the model's encoder settings pick the encoder, the data
@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from captioning.common import PathLike, default_device, grid_shape
 from captioning.data.datasets import Collate, ImageDataset
-from captioning.data.features import DTYPES
+from captioning.data.features.reader import DTYPES
 from captioning.data.records import ImageRecord
 from captioning.errors import ConfigError
 from captioning.models.encoders import build_encoder
@@ -42,7 +42,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def check_dtype(dtype: str) -> str:
-    """``dtype`` if a cache can store it (data/features.py: DTYPES), else one line of ConfigError."""
+    """``dtype`` if a cache can store it (data/features/reader.py: DTYPES), else one line of ConfigError."""
     if dtype not in DTYPES:
         raise ConfigError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
     return dtype
@@ -64,7 +64,7 @@ def _open_part(
     suffix = DTYPES[check_dtype(dtype)]
     os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
     if os.path.exists(index_path):
-        from captioning.data.features import check_meta, index_dtype, read_index
+        from captioning.data.features.reader import check_meta, index_dtype, read_index
 
         index = read_index(index_path)  # one line for a damaged index
         if index["image_ids"] != image_ids or tuple(index["grid"]) != tuple(grid):
@@ -127,7 +127,7 @@ def extract_features(
     or WebDataset shards, resized with the model's interpolation); default: the files under
     ``images_root``, resized with the encoder's interpolation.
 
-    ``dtype``: the stored type (data/features.py: DTYPES; float16 halves the cache; a value that
+    ``dtype``: the stored type (data/features/reader.py: DTYPES; float16 halves the cache; a value that
     float16 cannot hold is a one-line error naming the image). ``pool``: average-pool the grid to
     ``pool`` x ``pool`` (recorded as the meta's ``grid_size`` and ``pool``: a model trained on the
     cache needs ``encoder.grid_size`` ``pool``, so that it pools new images' grids alike).

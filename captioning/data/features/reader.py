@@ -16,7 +16,7 @@ extract-features --pool N``), which a run reading the cache must share.
 
 The index is written first (atomically); a row's done flag is set and flushed only after the row's
 data was flushed, so an interrupted extraction resumes at the rows whose flag is 0 and a half-written
-row is never read as valid. This file reads caches; captioning/cli/extract.py writes them. Readers
+row is never read as valid. This file reads caches; captioning/data/features/writer.py writes them. Readers
 merge every part of the folder.
 
 Memory does not grow with the cache: a row is read when a sample asks for it, with one positional
