@@ -65,7 +65,6 @@ GUMBEL_CLASS_PATH = "captioning.objectives.HardAttentionGumbel"
 
 #: import paths of earlier versions that still work: old module (or module.name) -> where it lives now
 OLD_IMPORT_PATHS = {
-    "captioning.onnx_captioner.OnnxCaptioner": "captioning.export.onnx_captioner.OnnxCaptioner",
     "captioning.decoding.search.GenerationConfig": "captioning.decoding.generation.GenerationConfig",
     "captioning.decoding.search.BAD_ENDINGS": "captioning.decoding.generation.BAD_ENDINGS",
     "captioning.decoding.search.bad_ending_ids": "captioning.decoding.generation.bad_ending_ids",

@@ -45,8 +45,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     # one layer: ShowAttendTell.generate calls the decoding loops, which run the model's parts
     ("models", ["captioning.models", "captioning.decoding"]),
     ("objectives", ["captioning.objectives"]),
-    # captioning.onnx_captioner: the import path of earlier versions of export.onnx_captioner
-    ("storage", ["captioning.storage", "captioning.export", "captioning.onnx_captioner"]),
+    ("storage", ["captioning.storage", "captioning.export"]),
     # the feature-cache writer runs an encoder over the images of a training config, read as `fit` reads it
     ("training", ["captioning.training", "captioning.data.features.writer"]),
     ("api", ["captioning.api"]),
@@ -72,7 +71,6 @@ INFERENCE: list[str] = [
     "captioning.decoding",
     "captioning.storage",
     "captioning.export",
-    "captioning.onnx_captioner",
     "captioning.api",
     "captioning.web",
 ]
