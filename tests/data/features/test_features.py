@@ -148,7 +148,7 @@ def test_cache_memory_is_lazy(full_cache):
 
 
 def write_config(path: Path, data: Path) -> Path:
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "flickr8k_soft.yaml").read_text())
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs" / "flickr8k_soft.yaml").read_text())
     cfg["model"]["encoder"].update(name="resnet50", pretrained=False, grid_size=2)
     cfg["data"].update(annotations=str(data), images_root=str(data.parent), image_size=SIZE, pin_memory=False)
     path.write_text(yaml.safe_dump(cfg))

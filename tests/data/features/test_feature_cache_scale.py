@@ -23,7 +23,7 @@ from captioning.training.cli import run_lightning_cli
 from tests.helpers import make_karpathy
 
 SIZE = 32
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "feature_cache_6af4865"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "feature_cache_6af4865"
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,7 @@ def test_an_index_that_records_no_dtype_reads_as_float16(tmp_path):
 def write_config(path: Path, data: Path) -> Path:
     import yaml
 
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "flickr8k_soft.yaml").read_text())
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs" / "flickr8k_soft.yaml").read_text())
     cfg["model"]["encoder"].update(name="resnet50", pretrained=False, grid_size=2)
     cfg["data"].update(annotations=str(data), images_root=str(data.parent), image_size=SIZE, pin_memory=False)
     path.write_text(yaml.safe_dump(cfg))

@@ -255,7 +255,7 @@ def test_prepare_reports_every_problem_of_coco_caption_files(tmp_path, capsys, c
 # tests/models/test_timm_encoders.py's)
 REAL_CONFIGS = sorted(
     p.name
-    for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")
+    for p in (Path(__file__).resolve().parents[3] / "configs").glob("*.yaml")
     if p.stem.split("_")[0] in ("flickr8k", "flickr30k", "coco") and p.stem.split("_")[-1] in ("soft", "hard")
 )
 
