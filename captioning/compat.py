@@ -26,7 +26,7 @@ holds each promise against its reader):
 - a checkpoint that does not record a setting ``--ckpt_path`` resuming compares: that setting is not
   compared (training/resume.py ``SETTINGS``);
 - import paths of earlier versions: :data:`OLD_IMPORT_PATHS`;
-- a feature-cache index that records no stored dtype: :data:`UNRECORDED_FEATURE_DTYPE` (data/features.py:
+- a feature-cache index that records no stored dtype: :data:`UNRECORDED_FEATURE_DTYPE` (data/features/reader.py:
   the reader before ``extract-features --dtype`` took every cache as float16 ``.f16`` files, whatever
   its index said); caches of that version read as they are, unpooled.
 
@@ -101,7 +101,6 @@ GUMBEL_CLASS_PATH = "captioning.objectives.HardAttentionGumbel"
 
 #: import paths of earlier versions that still work: old module (or module.name) -> where it lives now
 OLD_IMPORT_PATHS = {
-    "captioning.onnx_captioner.OnnxCaptioner": "captioning.export.onnx_captioner.OnnxCaptioner",
     "captioning.decoding.search.GenerationConfig": "captioning.decoding.generation.GenerationConfig",
     "captioning.decoding.search.BAD_ENDINGS": "captioning.decoding.generation.BAD_ENDINGS",
     "captioning.decoding.search.bad_ending_ids": "captioning.decoding.generation.bad_ending_ids",

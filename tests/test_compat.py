@@ -80,7 +80,7 @@ def test_a_feature_cache_index_without_a_dtype(tmp_path):
     import shutil
     from pathlib import Path
 
-    from captioning.data.features import FeatureCache
+    from captioning.data.features.reader import FeatureCache
 
     fixture = Path(__file__).parent / "fixtures" / "feature_cache_6af4865"  # written by commit 6af4865's writer
     shutil.copytree(fixture, tmp_path / "cache")

@@ -110,7 +110,7 @@ def run_demo(
     )
 
     print("[4/4] captioning example images and writing attention GIFs")
-    from captioning.data.karpathy import load_karpathy
+    from captioning.data.formats.karpathy import load_karpathy
 
     test = [r for r in load_karpathy(str(annotations)) if r.split == "test"][:examples]
     captioner = Captioner.from_model(model, device="cpu", card={**model.card, "training_data": str(annotations)})

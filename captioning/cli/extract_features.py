@@ -1,5 +1,5 @@
 """``captioning extract-features``: a training config's frozen encoder run once over all its images
-into a feature cache (the work is cli/extract.py's; the cache's layout data/features.py's)."""
+into a feature cache (the work is data/features/writer.py's; the cache's layout data/features/reader.py's)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class ExtractFeatures(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from captioning.cli.extract import extract_from_config, parse_shard
+        from captioning.data.features.writer import extract_from_config, parse_shard
 
         overrides = []
         if args.annotations:

@@ -1,4 +1,4 @@
-"""``captioning make-shapes``: the synthetic shapes dataset (data/shapes.py)."""
+"""``captioning make-shapes``: the synthetic shapes dataset (data/shapes/__init__.py)."""
 
 from __future__ import annotations
 

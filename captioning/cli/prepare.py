@@ -3,7 +3,7 @@
 Counts images and captions per split, tries to read every image (``load_image``) and lists ALL
 missing or unreadable files, builds and saves the vocabulary from the training captions, and prints
 the caption length distribution. Problems (an annotation error, unreadable images) make it exit 1.
-With ``to_webdataset`` it then writes the dataset as WebDataset shards (data/webdataset.py), unless
+With ``to_webdataset`` it then writes the dataset as WebDataset shards (data/formats/webdataset.py), unless
 it has problems: data in any format the project reads is moved once.
 """
 
@@ -69,11 +69,11 @@ def lost_words_warning(words: Counter, vocab, min_word_freq: int) -> str | None:
 
 def check_images(records, images_root: str, progress: bool = True, shards=None) -> list[str]:
     """Messages of every missing or unreadable image (each file tried once); ``shards``: the
-    :class:`~captioning.data.webdataset.ShardIndex` the records' images are read from."""
+    :class:`~captioning.data.formats.webdataset.ShardIndex` the records' images are read from."""
     from tqdm.auto import tqdm
 
+    from captioning.data.formats.webdataset import decode_image
     from captioning.data.images import load_image
-    from captioning.data.webdataset import decode_image
 
     problems = []
     for r in tqdm(records, desc="checking images", unit="img", disable=None if progress else True):
@@ -107,8 +107,8 @@ def prepare(
     ``tokenizer`` / ``vocab_size``: as ``data.tokenizer`` / ``data.vocab_size`` (captioning/tokenizers.py);
     none named picks one for mostly-CJK captions, as training does (data/tokens.py)."""
     from captioning.data.formats import default_images_root, detect_format, load_records
+    from captioning.data.formats.webdataset import is_shards, read_index
     from captioning.data.tokens import fit_tokenizer
-    from captioning.data.webdataset import is_shards, read_index
     from captioning.tokenizers import DEFAULT_TOKENIZER, build_tokenizer
     from captioning.vocab import Vocabulary
 
@@ -181,7 +181,7 @@ def prepare(
     if problems:
         return 1
     if to_webdataset:  # a dataset with problems is not written
-        from captioning.data.webdataset import write_shards
+        from captioning.data.formats.webdataset import write_shards
 
         if shards is not None:
             print("error: the dataset is WebDataset shards already", file=sys.stderr)

@@ -2,7 +2,7 @@
 and tools use :class:`CaptionData` itself; training uses its LightningDataModule,
 data/datamodule.py's :class:`CaptionDataModule`).
 
-The annotation file may be of any registered format (data/formats.py: a Karpathy split JSON, raw
+The annotation file may be of any registered format (data/formats/: a Karpathy split JSON, raw
 COCO caption JSON with an optional Karpathy split file, a captions CSV / JSON-lines file next to a
 folder of images, a Hub dataset, WebDataset shards); the :class:`Annotations` its format reads say
 where the images come from (image files, or the shards: training streams them, evaluation reads
@@ -36,10 +36,10 @@ from typing import Literal
 import torch
 from torch.utils.data import DataLoader
 
-from captioning.data.annotation_format import Annotations
 from captioning.data.datasets import CaptionGroupDataset, CaptionPairDataset, Collate, ImageDataset
-from captioning.data.features import FeatureCache
+from captioning.data.features.reader import FeatureCache
 from captioning.data.formats import default_images_root, read_annotations
+from captioning.data.formats.base import Annotations
 from captioning.data.images import check_decode_device, check_interpolation
 from captioning.data.records import CaptionTable, ImageRecord, split_records
 from captioning.data.sampling import ResumableLoader, SharingLoader
@@ -57,7 +57,7 @@ class CaptionData:
     Args:
         annotations: a Karpathy split JSON, COCO caption JSON (or a list of them), a captions
             CSV / JSON-lines file, a Hub dataset or WebDataset shards; the format is told from the
-            path (data/formats.py).
+            path (data/formats/__init__.py).
         split_file: for COCO caption files, a Karpathy split file (dataset_coco.json) assigning splits by cocoid.
         images_root: folder the records' paths are relative to (default: the annotation file's folder).
         batch_size: training batch size (caption pairs); eval_batch_size: val/test batch size (images),
@@ -81,7 +81,7 @@ class CaptionData:
         vocabulary: a vocabulary JSON (``captioning prepare --out FILE``) to use instead of
             building one from the training captions (e.g. to share one across runs).
         shuffle_buffer: with WebDataset shards, the (image, caption) pairs each loader worker mixes
-            its stream through (data/webdataset.py).
+            its stream through (data/formats/webdataset.py).
         cache_images: keep each decoded, resized image in memory (uint8, 3 x S x S bytes) after its
             first read instead of decoding it again every epoch, for data that fits in memory; each
             loader worker holds its own copy.

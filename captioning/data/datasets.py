@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
-from captioning.data.features import FeatureCache
+from captioning.data.features.reader import FeatureCache
 from captioning.data.images import (
     DEFAULT_INTERPOLATION,
     check_interpolation,

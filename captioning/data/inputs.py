@@ -35,9 +35,9 @@ from typing import Any, NamedTuple
 from captioning.data.images import IMAGE_SUFFIXES
 from captioning.errors import CaptioningError, ConfigError, ImageError
 
-#: image members of a shard read as images (file suffixes, as data/webdataset.py's IMAGE_EXTS)
+#: image members of a shard read as images (file suffixes, as data/formats/webdataset.py's IMAGE_EXTS)
 SHARD_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff")
-#: the most bytes one shard member may hold to be read as an image (as data/webdataset.py's)
+#: the most bytes one shard member may hold to be read as an image (as data/formats/webdataset.py's)
 MAX_MEMBER_BYTES = 1 << 30
 _BRACES = re.compile(r"\{[^{}]*\}")
 
@@ -117,7 +117,7 @@ def shard_files(item: str) -> list[str]:
     """The shard files of a ``.tar`` item (a brace pattern expanded as webdataset does)."""
     if not _BRACES.search(item):
         return [item]
-    from captioning.data.webdataset import shard_paths
+    from captioning.data.formats.webdataset import shard_paths
 
     return shard_paths(item)
 
@@ -197,7 +197,7 @@ def read_source(source: Source):
         return load_image(source.name)
     if source.size > MAX_MEMBER_BYTES:
         raise ImageError(f"{source.name}: member of {source.size:,} bytes, over the limit of {MAX_MEMBER_BYTES:,}")
-    from captioning.data.webdataset import decode_image
+    from captioning.data.formats.webdataset import decode_image
 
     try:
         with open(source.shard, "rb") as f:

@@ -13,7 +13,7 @@ import numpy as np
 
 from captioning.errors import ConfigError
 
-SPLITS = ("train", "val", "test", "restval", "test_novel")  # test_novel: data/holdout.py
+SPLITS = ("train", "val", "test", "restval", "test_novel")  # test_novel: data/shapes/holdout.py
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """What ``evaluate`` adds about attention and composition: faithfulness curves over a split
 (decoding/faithfulness.py) and, for shapes data made with ``--holdout``, the held-out pairs'
-recall on the ``test_novel`` split (data/holdout.py)."""
+recall on the ``test_novel`` split (data/shapes/holdout.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import itertools
 
 import torch
 
-from captioning.data.holdout import NOVEL_SPLIT, read_holdout
-from captioning.data.novel_pairs import novel_pair_scores
 from captioning.data.records import split_records
+from captioning.data.shapes.holdout import NOVEL_SPLIT, read_holdout
+from captioning.data.shapes.novel_pairs import novel_pair_scores
 from captioning.decoding.faithfulness import FRACTIONS, attention_faithfulness
 
 

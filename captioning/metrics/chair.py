@@ -291,7 +291,7 @@ def chair_images(
 
 def shapes_chair_images(mentions: Mapping[int, Sequence[tuple]], truth: Mapping[int, Sequence[tuple]]) -> dict:
     """CHAIR's per-image entries for the shapes data: ``mentions`` (image_id -> the caption's
-    (size, colour, shape) triples, data/shapes.py's parse_objects) against ``truth`` (the objects
+    (size, colour, shape) triples, data/shapes/__init__.py's parse_objects) against ``truth`` (the objects
     field's triples). Counts: :data:`CHAIR_COUNTS` then one per :data:`SHAPES_ERRORS`."""
     out = {}
     for i, held_list in truth.items():

@@ -15,8 +15,8 @@ and the middlewares: Host header, requests handled, body deadline, upload limit)
 (a model behind the page: description, settings check, JSON), ``service`` (the bounded batching
 queue; no HTTP), ``images`` (reading an upload, data URIs), ``gifs`` (the GIF pixel budget),
 ``examples`` (example images, the run's config), ``protocol`` (uvicorn's h11 protocol with a
-headers deadline and a socket cap), ``page`` (the HTML), ``server`` (loading and uvicorn), ``cli``
-(the ``serve`` subcommand), ``client`` (a standard-library client).
+headers deadline and a socket cap), ``page`` (the HTML), ``server`` (loading and uvicorn),
+``client`` (a standard-library client). The ``serve`` command's flags and run are cli/serve.py's.
 """
 
 from captioning.web.server import serve, serve_command

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from captioning.cli.serve import add_serve_arguments, cmd_serve
 from captioning.errors import CaptioningError
-from captioning.web.cli import add_serve_arguments, cmd_serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -92,7 +92,7 @@ def test_attend_writes_a_gif_with_a_frame_per_word(tiny_checkpoint, tiny_shapes,
 
 
 def test_evaluate_writes_metrics_and_results(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
-    from captioning.data.karpathy import load_karpathy
+    from captioning.data.formats.karpathy import load_karpathy
     from captioning.data.shapes import parse_objects, record_objects
     from captioning.metrics import CocoScorer, object_f1
 

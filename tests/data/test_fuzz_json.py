@@ -12,12 +12,12 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from captioning.data.coco import load_coco, read_split_file
-from captioning.data.features import FeatureCache
-from captioning.data.folder import load_folder
-from captioning.data.karpathy import load_karpathy
+from captioning.data.features.reader import FeatureCache
+from captioning.data.formats.coco import load_coco, read_split_file
+from captioning.data.formats.folder import load_folder
+from captioning.data.formats.karpathy import load_karpathy
+from captioning.data.formats.webdataset import read_index
 from captioning.data.shapes import record_objects
-from captioning.data.webdataset import read_index
 from captioning.errors import CaptioningError
 from captioning.models.spec import ModelSpec
 from captioning.vocab import Vocabulary
@@ -219,7 +219,7 @@ def test_shard_samples(tmp_path, value, text):
 def test_hub_rows(monkeypatch, tmp_path, captions, ids, splits):
     """A Hub dataset's rows of any values arrow can hold, through a column mapping."""
     datasets = pytest.importorskip("datasets", reason="the ecosystem extra")
-    from captioning.data import hub
+    from captioning.data.formats import hub
 
     monkeypatch.setenv("CAPTIONING_IMAGE_CACHE", str(tmp_path / "images"))
     try:

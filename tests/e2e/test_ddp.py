@@ -88,7 +88,7 @@ def run(tmp: Path, annotations: Path, devices: int, ckpt: str) -> dict:
 
 @pytest.mark.slow
 def test_ddp_two_processes_caption_each_test_image_once(tmp_path):
-    from captioning.data.karpathy import load_karpathy
+    from captioning.data.formats.karpathy import load_karpathy
     from captioning.data.shapes import generate
 
     annotations = generate(tmp_path / "data", n_train=48, n_val=4, n_test=7, seed=5, image_size=64, progress=False)

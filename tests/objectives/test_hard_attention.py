@@ -1,5 +1,5 @@
 """Hard attention's estimator options (objectives/reinforce.py), Gumbel straight-through (attention.py),
-best-of-K decoding (search.py) and the hard shapes preset (data/shapes.py)."""
+best-of-K decoding (search.py) and the hard shapes preset (data/shapes/__init__.py)."""
 
 import hashlib
 import json
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from captioning.data import shapes
-from captioning.data.karpathy import load_karpathy
+from captioning.data.formats.karpathy import load_karpathy
 from captioning.decoding.search import GenerationConfig, generate
 from captioning.errors import ConfigError
 from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder, glimpse

@@ -23,7 +23,7 @@ Sections (each a list of rows in the JSON, and a table on stdout):
 - ``encode``: resnet101 and vgg16 (random weights) at 224 and 256 px; then, with the ecosystem
   extra, timm and OpenCLIP backbones (timm:<model>, open_clip:<model>) and resnet101 again at
   224 px, batch 16.
-- ``load``: DataLoader throughput from JPEG files and from a feature cache (captioning.data.features).
+- ``load``: DataLoader throughput from JPEG files and from a feature cache (captioning.data.features.reader).
 - ``scst``: one self-critical training step (captioning.objectives.SCST: K = 5 samples of B = 48
   images decoded at once, the greedy captions, the teacher-forced pass over the samples, backward,
   Adam) at the shapes demo's sizes and at COCO's, and inside it the CIDEr-D rewards of the 5 x 48
@@ -513,9 +513,9 @@ def bench_load(device, quick: bool, workers: int) -> list[dict]:
     from PIL import Image
     from torch.utils.data import DataLoader
 
-    from captioning.cli.extract import extract_features
     from captioning.data.datasets import Collate, ImageDataset
-    from captioning.data.features import FeatureCache
+    from captioning.data.features.reader import FeatureCache
+    from captioning.data.features.writer import extract_features
     from captioning.data.records import ImageRecord
 
     rows = []

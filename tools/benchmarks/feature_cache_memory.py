@@ -29,7 +29,7 @@ def build(out: str, n: int, jpegs: int = 0) -> str:
     """A cache of n random grids (written in chunks, all rows done) and its annotation file."""
     from PIL import Image
 
-    from captioning.cli.extract import _open_part
+    from captioning.data.features.writer import _open_part
 
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -79,7 +79,7 @@ class PeakMemory:
 
     getrusage's ru_maxrss is not used: Linux carries it over a fork + exec from the parent.
     RssAnon is the memory the process really owns; RssFile counts the file pages mapped into it
-    (libraries; the cache's pages too before data/features.py read rows instead of mapping them).
+    (libraries; the cache's pages too before data/features/reader.py read rows instead of mapping them).
     """
 
     def __init__(self):

@@ -6,7 +6,7 @@ from disk (the file's pages dropped from the page cache first) and from the page
 Writes three caches of the same ``--images`` rows (docs/PERFORMANCE.md, Feature cache): the
 ``--grid`` (default 14x14x2048, ResNet-101's at COCO's settings) in float32 and float16, and the
 grid pooled to ``--pool`` x ``--pool`` in float16. Then, for each, reads every row once through
-:class:`~captioning.data.features.FeatureCache` (what a loader worker does for each sample: one
+:class:`~captioning.data.features.reader.FeatureCache` (what a loader worker does for each sample: one
 positional read into a fresh array) in random order, a random tenth of them, and in file order, cold (``posix_fadvise``
 DONTNEED drops the file's pages first, so the rows come from the disk) and warm (a second pass; the
 file is in the page cache), and reports rows/s, MB/s, CPU seconds per row and the MB the pass made
@@ -32,7 +32,7 @@ import numpy as np
 def write_cache(folder: str, n: int, grid: tuple[int, int], dtype: str) -> str:
     """A cache of ``n`` rows of ``grid`` in ``dtype`` (every row done), written in chunks of real
     (non-zero) values so that every block is on the disk."""
-    from captioning.cli.extract import _open_part
+    from captioning.data.features.writer import _open_part
 
     base = os.path.join(folder, "part-000-of-001")
     if os.path.exists(base + ".index.json"):
@@ -77,7 +77,7 @@ def disk_bytes_read() -> int:
 def read_all(folder: str, order: np.ndarray, memmap: bool) -> tuple[float, float, int]:
     """(wall s, CPU s, bytes fetched from storage) of reading every row of ``order`` (image ids) once,
     through a freshly opened cache (its own file descriptors, as a new loader worker has)."""
-    from captioning.data.features import FeatureCache
+    from captioning.data.features.reader import FeatureCache
 
     cache = FeatureCache(folder)
     maps = cache.arrays() if memmap else None
@@ -102,7 +102,7 @@ def measure(folder: str, memmap: bool, repeats: int, seed: int = 0) -> list[dict
     median of each. ``random tenth`` reads a tenth of the rows in random order: as from a cache larger
     than memory, where the neighbours a read pulls in are gone before they are asked for (its
     ``disk_mb_read`` against the MB asked for is the read amplification)."""
-    from captioning.data.features import DTYPES, FeatureCache
+    from captioning.data.features.reader import DTYPES, FeatureCache
 
     cache = FeatureCache(folder)
     n, row_mb = len(cache), cache.row_bytes / 1e6

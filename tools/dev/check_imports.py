@@ -47,9 +47,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     # path is the models' twin, which the decoding of ensembles uses
     ("models", ["captioning.models", "captioning.decoding", "captioning.fast"]),
     ("objectives", ["captioning.objectives"]),
-    # captioning.onnx_captioner: the import path of earlier versions of export.onnx_captioner
-    ("storage", ["captioning.storage", "captioning.export", "captioning.onnx_captioner"]),
-    ("training", ["captioning.training"]),
+    ("storage", ["captioning.storage", "captioning.export"]),
+    # the feature-cache writer runs an encoder over the images of a training config, read as `fit` reads it
+    ("training", ["captioning.training", "captioning.data.features.writer"]),
     ("api", ["captioning.api"]),
     ("commands", ["captioning.cli", "captioning.web"]),
 ]
@@ -75,7 +75,6 @@ INFERENCE: list[str] = [
     "captioning.fast",
     "captioning.storage",
     "captioning.export",
-    "captioning.onnx_captioner",
     "captioning.api",
     "captioning.web",
 ]
@@ -86,6 +85,7 @@ LIGHTNING: list[str] = ["lightning", "pytorch_lightning", "lightning_fabric", "c
 TRAINING_SIDE: dict[str, str] = {
     "captioning.data.datamodule": "the LightningDataModule",
     "captioning.data.sampling": "the training loader whose position Lightning saves in checkpoints and restores",
+    "captioning.data.features.writer": "feature extraction reads its training config through LightningCLI",
 }
 
 
