@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "captioning.files",
             "captioning.common",
             "captioning.cuda_graphs",
+            "captioning.plugins",
         ],
     ),
     ("data", ["captioning.data", "captioning.metrics", "captioning.viz"]),
@@ -47,6 +48,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("objectives", ["captioning.objectives"]),
     # captioning.onnx_captioner: the import path of earlier versions of export.onnx_captioner
     ("storage", ["captioning.storage", "captioning.export", "captioning.onnx_captioner"]),
+    # decoding a split and scoring it with the registered metrics: validation's, test's and evaluate's
+    ("evaluation", ["captioning.evaluation"]),
     ("training", ["captioning.training"]),
     ("api", ["captioning.api"]),
     ("commands", ["captioning.cli", "captioning.web"]),
@@ -64,6 +67,7 @@ INFERENCE: list[str] = [
     "captioning.files",
     "captioning.common",
     "captioning.cuda_graphs",
+    "captioning.plugins",
     "captioning.data",
     "captioning.metrics",
     "captioning.viz",
@@ -72,6 +76,7 @@ INFERENCE: list[str] = [
     "captioning.storage",
     "captioning.export",
     "captioning.onnx_captioner",
+    "captioning.evaluation",
     "captioning.api",
     "captioning.web",
 ]
