@@ -15,9 +15,9 @@ lists them for help texts and ``list_*()`` functions. Nothing else keeps a list 
 
 A registry only knows the implementations whose modules were imported: the module that owns a
 registry imports its built-in implementations (so ``from captioning.models.attention import
-SCORES`` sees all of them); a user's own implementation registers when the user imports it, or when
-it is a plugin (captioning/plugins.py: ``CAPTIONING_PLUGINS``, the ``captioning.plugins`` entry
-points), which a registry imports when asked for a name it does not hold.
+SCORES`` sees all of them); a user's own implementation registers when the user imports it. A
+plugin's (captioning/plugins.py: ``CAPTIONING_PLUGINS``, the ``captioning.plugins`` entry points)
+registers when the plugins are imported, which a registry does when asked for a name it lacks.
 """
 
 from __future__ import annotations

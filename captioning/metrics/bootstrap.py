@@ -1,9 +1,9 @@
 """Comparing two systems image by image: paired bootstrap intervals and permutation p-values.
 
 Every metric ``compare`` resamples is a function of per-image statistics summed over the images
-(a ratio of sums, so the same function of their mean): each registered metric gives its statistics
+(a ratio of sums, so the same function of their mean). Each registered metric gives its statistics
 (N, K) and that function (a :class:`Statistic`; captioning/metrics/metric.py), computed once per
-system, and a resample of the images is a vector of counts (how often each image was drawn), so a
+system. A resample of the images is a vector of counts (how often each image was drawn), so a
 thousand resamples are one product of a (R, N) count matrix with the (N, K) statistics.
 docs/EVALUATION.md lists each built-in metric's statistics.
 
