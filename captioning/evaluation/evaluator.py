@@ -73,7 +73,9 @@ class Evaluator:
         validation: bool = False,
     ):
         self.metrics = chosen_metrics(metrics, spice=spice, validation=validation)
-        self.keep_alignments = keep_alignments
+        self.spice, self.keep_alignments, self.tokenizer, self.clip = spice, keep_alignments, tokenizer, clip
+        self.dominant_share = dominant_share
+        #: what every metric is built with (captioning/metrics/metric.py: Metric's options)
         self.options = {"tokenizer": tokenizer, "dominant_share": dominant_share, "clip": clip}
         self.set_training_captions(training_captions)
         self.health = AttentionHealth(uniform_ratio, movement_floor)
