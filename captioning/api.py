@@ -31,6 +31,7 @@ from captioning.fast import fast_model
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
 from captioning.models.transformer import attention_layer_field
+from captioning.plugins import load_plugins
 
 ImageInput = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
 
@@ -165,6 +166,7 @@ class Captioner:
         from captioning.storage.hub import looks_like_hub_id
         from captioning.storage.load import load_model, model_of
 
+        load_plugins()  # the folder may name a plugin's attention score, decoder kind or encoder
         name = os.fspath(name_or_path)
         if looks_like_hub_id(name):
             return cls.from_model(

@@ -15,7 +15,9 @@ lists them for help texts and ``list_*()`` functions. Nothing else keeps a list 
 
 A registry only knows the implementations whose modules were imported: the module that owns a
 registry imports its built-in implementations (so ``from captioning.models.attention import
-SCORES`` sees all of them); a user's own implementation registers when the user imports it.
+SCORES`` sees all of them); a user's own implementation registers when the user imports it. A
+plugin's (captioning/plugins.py: ``CAPTIONING_PLUGINS``, the ``captioning.plugins`` entry points)
+registers when the plugins are imported, which a registry does when asked for a name it lacks.
 """
 
 from __future__ import annotations
@@ -62,6 +64,12 @@ class Registry(Generic[T]):
         return list(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is registered, after importing the plugins not imported yet when it is not
+        (a plugin may register it, in a process that has not imported them: DDP's, a spawned worker)."""
+        if isinstance(name, str) and name not in self._entries:
+            from captioning.plugins import load_plugins
+
+            load_plugins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
@@ -76,11 +84,14 @@ class Registry(Generic[T]):
         prefix = f"{where}: " if where else ""
         choices = ", ".join(self._entries)
         more = f", or {extra}" if extra else ""
-        return ConfigError(f"{prefix}unknown {self.kind} {name!r}; expected one of {choices}{more}")
+        return ConfigError(
+            f"{prefix}unknown {self.kind} {name!r}; expected one of {choices}{more} "
+            "(a plugin's: name its module in CAPTIONING_PLUGINS)"
+        )
 
     def check(self, name: object, field: str | None = None) -> str:
-        """``name`` if it is registered, else :meth:`unknown`'s error."""
-        if not isinstance(name, str) or name not in self._entries:
+        """``name`` if it is registered (``in``: plugins included), else :meth:`unknown`'s error."""
+        if not isinstance(name, str) or name not in self:
             raise self.unknown(name, field)
         return name
 

@@ -43,7 +43,7 @@ def run_captions(
 ):
     """({image id: caption}, the model or None) of one run: a results file read, or a checkpoint's captions
     of the split; the images named as a results file names them (the dataset's own ids: ``names``)."""
-    from captioning.decoding.evaluator import read_results
+    from captioning.evaluation.results_files import read_results
 
     if is_results_file(path):
         return read_results(path), None
@@ -91,8 +91,7 @@ def compare_runs(
     per side a list of (path, captions, SplitScores, model or None)."""
     from captioning.cli.score import score_results
     from captioning.data.captions import CaptionData
-    from captioning.decoding.evaluator import cover_split, dataset_ids
-    from captioning.metrics import METRICS
+    from captioning.evaluation.results_files import cover_split, dataset_ids
     from captioning.metrics.bootstrap import compare_statistics
     from captioning.metrics.chair import read_instances
 
@@ -121,7 +120,7 @@ def compare_runs(
             images_root,
             split,
             instances=objects,
-            metrics=metrics or METRICS,
+            metrics=metrics,
             tokenizer=tokenizer,
             predictions={names.get(i, i): got[i] for i in ids},
         )

@@ -1,7 +1,7 @@
 """``captioning evaluate``: a checkpoint's coco-caption scores on a split, from the images.
 
-The decoding, the scoring and the dataset's own scores (object F1, grounding) are the
-:class:`~captioning.decoding.evaluator.Evaluator`'s, as in validation and ``captioning test``; this file
+The decoding and the scoring (every registered metric: captioning/metrics/metric.py) are the
+:class:`~captioning.evaluation.evaluator.Evaluator`'s, as in validation and ``captioning test``; this file
 adds the plain loop over the split, the COCO results file and the report. Unreadable images are
 skipped, reported by name and counted; the rest are scored. The captions are written before they
 are scored, so a scorer failure never loses them.
@@ -31,7 +31,6 @@ from captioning.common import default_device
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
 from captioning.files import atomic_write_json
-from captioning.metrics import METRICS
 
 if TYPE_CHECKING:
     from captioning.data.captions import CaptionData
@@ -54,7 +53,7 @@ def evaluate(
     progress: bool = True,
     clip_model: str | None = None,
     clip_weights: str | None = None,
-    metrics: Sequence[str] = METRICS,
+    metrics: Sequence[str] | None = None,
     tokenizer: str = "auto",
     instances: str | dict | None = None,
     per_image_path: str | None = None,
@@ -67,33 +66,28 @@ def evaluate(
     ``model``: a ShowAttendTell with its ``spec`` (storage/load.py's load_model gives one), whose
     image size the images are resized to, or a trained CaptioningModule (its model is taken).
     ``generation``: the decoding settings (default: the spec's, the model's test decoding). The report holds
-    "scores" (BLEU-1..4, METEOR, ROUGE_L, CIDEr, SPICE when it can run, object F1 for datasets
-    with object annotations, grounding scores if asked), "notes" (why a metric is missing), the
+    "scores" (every registered metric's: BLEU-1..4, METEOR, ROUGE_L, CIDEr, SPICE when it can run, object
+    F1 for datasets with object annotations, grounding scores if asked, ...), "notes" (why a metric is missing), the
     decoding settings and the images skipped. ``results_path`` gets the COCO results file
     [{"image_id", "caption"}], each image named by the dataset's own id (AI Challenger: its file name;
-    decoding/evaluator.py's results_items). ``clip_model`` (``MODEL/TAG``, or ``MODEL`` with ``clip_weights``, a
+    evaluation/results_files.py's results_items). ``clip_model`` (``MODEL/TAG``, or ``MODEL`` with ``clip_weights``, a
     local file): CLIPScore and RefCLIPScore (metrics/clip_score.py), or a note saying why not.
-    ``metrics`` and ``tokenizer``: the coco-caption scores to compute and the PTB tokenizer ("auto":
+    ``metrics`` and ``tokenizer``: the coco-caption scores to compute (None: BLEU, METEOR, ROUGE_L, CIDEr) and the PTB tokenizer ("auto":
     Java where present; "python": metrics/ptb.py's, the same tokens without a JVM), as the Evaluator takes them.
     ``instances``: a COCO instances file for CHAIR (metrics/chair.py); ``per_image_path``: every image's
     scores, caption and references as JSON lines (:func:`write_per_image`). The scoring is
-    :func:`~captioning.decoding.evaluator.score_split`'s, which ``captioning score`` calls too.
+    :func:`~captioning.evaluation.split_scores.score_split`'s, which ``captioning score`` calls too.
     Shapes data made with ``--holdout`` adds "novel_pairs" (the test_novel split's held-out pairs);
     ``faithfulness`` adds "faithfulness" over ``faithfulness_images`` images of the split
-    (decoding/attention_checks.py).
+    (evaluation/attention_reports.py).
     """
     from tqdm.auto import tqdm
 
     from captioning.data.captions import CaptionData
-    from captioning.decoding.attention_checks import attention_reports
-    from captioning.decoding.evaluator import (
-        Evaluator,
-        dataset_ids,
-        results_items,
-        score_split,
-        split_images,
-        training_captions,
-    )
+    from captioning.evaluation.attention_reports import attention_reports
+    from captioning.evaluation.evaluator import Evaluator
+    from captioning.evaluation.results_files import dataset_ids, results_items
+    from captioning.evaluation.split_scores import score_split, split_images, training_captions
     from captioning.fast import fast_model
     from captioning.metrics.clip_score import ClipScoring
     from captioning.models.transformer import attention_layer_field
@@ -184,7 +178,7 @@ def clip_scores(
 ) -> None:
     """CLIPScore and RefCLIPScore of the captions into ``scores``, or into ``notes`` why they are missing
     (the data is read only once a CLIP model has loaded). ``evaluate`` has its Evaluator compute them."""
-    from captioning.decoding.evaluator import split_images
+    from captioning.evaluation.split_scores import split_images
     from captioning.metrics.clip_score import ClipScoring
 
     clip = ClipScoring(clip_model, clip_weights, device)
@@ -312,7 +306,7 @@ class Evaluate(Command):
         p.add_argument("--server-dir", default=".", help="the folder the submission file is written to")
 
     def run(self, args: argparse.Namespace) -> int:
-        from captioning.decoding.attention_checks import attention_summary
+        from captioning.evaluation.attention_reports import attention_summary
         from captioning.storage.load import load_model
 
         apply_image_limit(args)

@@ -3,7 +3,9 @@
 
 Training goes through LightningCLI (``fit``, ``validate``, ``test``: ``--config``, ``--print_config``,
 ``--model.x`` / ``--data.x`` / ``--trainer.x`` overrides); everything else is a plain subcommand.
-User errors end in one line on stderr and a non-zero exit, never a traceback.
+User errors end in one line on stderr and a non-zero exit, never a traceback. The plugins
+(captioning/plugins.py: ``CAPTIONING_PLUGINS``, entry points) are imported first: a plugin's command
+is listed by ``--help``, and its scores, formats and metrics are there for every command.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from captioning.cli import extract_features  # noqa: F401
 from captioning.cli.commands import COMMANDS
 from captioning.cli.options import ShortErrorParser
 from captioning.errors import CaptioningError
+from captioning.plugins import load_plugins
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +68,7 @@ def _captioning_cause(err: BaseException) -> CaptioningError | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        load_plugins()  # before the parser: a plugin's command is one of its subcommands
         if argv and argv[0] == "predict":
             raise CaptioningError(
                 "`captioning predict` is not a command: caption images or folders with "

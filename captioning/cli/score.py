@@ -1,9 +1,10 @@
 """``captioning score``: any system's captions (a COCO results file) scored as ``evaluate`` scores a model's.
 
 The results file [{"image_id", "caption"}] may come from any code (ruotianluo's, BLIP, a human
-baseline); its captions go through :func:`~captioning.decoding.evaluator.score_split`, the function
-``evaluate`` scores its decoded captions with: coco-caption metrics, diversity, object F1 and CHAIR
-where the data has objects, CHAIR with a COCO instances file, CLIPScore with a CLIP model.
+baseline); its captions go through :func:`~captioning.evaluation.split_scores.score_split`, the function
+``evaluate`` scores its decoded captions with (every registered metric): coco-caption metrics,
+diversity, object F1 and CHAIR where the data has objects, CHAIR with a COCO instances file,
+CLIPScore with a CLIP model.
 Captions for images the split does not have, and images of the split without a caption, are
 reported in one line each and left out; the report says how many images were scored.
 """
@@ -18,7 +19,6 @@ from collections.abc import Sequence
 
 from captioning.cli.commands import COMMANDS, Command
 from captioning.cli.evaluate import score_args, shown_scores
-from captioning.metrics import METRICS
 
 
 def score_results(
@@ -30,7 +30,7 @@ def score_results(
     spice: bool = False,
     clip_model: str | None = None,
     clip_weights: str | None = None,
-    metrics: Sequence[str] = METRICS,
+    metrics: Sequence[str] | None = None,
     tokenizer: str = "auto",
     metrics_path: str | None = None,
     per_image_path: str | None = None,
@@ -42,19 +42,13 @@ def score_results(
     the dataset's own (COCO's integers; AI Challenger's file names, with or without ".jpg"). Returns the
     report written to ``metrics_path`` (evaluate's keys: "scores", "notes", "num_images"; and
     "split_images", the split's size, "coverage", the lines about captions left out) with "predictions"
-    (by the records' image_ids) and the :class:`~captioning.decoding.evaluator.SplitScores` ("scored") added."""
+    (by the records' image_ids) and the :class:`~captioning.evaluation.split_scores.SplitScores` ("scored") added."""
     from captioning.cli.evaluate import write_per_image
     from captioning.common import default_device
     from captioning.data.captions import CaptionData
-    from captioning.decoding.evaluator import (
-        Evaluator,
-        cover_split,
-        dataset_ids,
-        read_results,
-        score_split,
-        split_images,
-        training_captions,
-    )
+    from captioning.evaluation.evaluator import Evaluator
+    from captioning.evaluation.results_files import cover_split, dataset_ids, read_results
+    from captioning.evaluation.split_scores import score_split, split_images, training_captions
     from captioning.files import atomic_write_json
     from captioning.metrics.chair import read_instances
     from captioning.metrics.clip_score import ClipScoring

@@ -252,7 +252,8 @@ class CaptionData:
         return {r.image_id: list(r.captions) for r in self.records(split)}
 
     def dataset_scores(self, split: str, predictions: dict[int, str], alignments: dict | None = None) -> dict:
-        """Scores that only this dataset can give (the hook the evaluator calls after coco-caption).
+        """Scores that only this dataset can give (evaluation computes them as the registered metrics
+        "objects" and "grounding": metrics/shapes_metrics.py).
 
         For data whose images list their objects (the shapes data): object F1 and, given the
         captions' ``alignments`` (words, alphas, locations), attention grounding. Otherwise none.

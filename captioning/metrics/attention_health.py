@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from captioning.metrics.metric import METRICS, Captions, Metric, MetricResult
+
 UNIFORM_RATIO = 0.95
 MOVEMENT_FLOOR = 0.05
 
@@ -93,3 +95,15 @@ def attention_health(
         m = np.asarray(m, dtype=np.float64)
         health.add(m[None], np.array([m.shape[0]]))
     return health.scores()
+
+
+@METRICS.register("attention")
+class AttentionMaps(Metric):
+    """The decoded captions' attention entropy and movement (:class:`AttentionHealth`, gathered by
+    the Evaluator as it decodes; a results file has none), and the warnings on them."""
+
+    def score(self, captions: Captions) -> MetricResult | None:
+        if captions.attention is None:
+            return None
+        scores, warnings = captions.attention.scores()
+        return MetricResult(scores=scores, warnings=warnings) if scores else None

@@ -1,20 +1,11 @@
 """Comparing two systems image by image: paired bootstrap intervals and permutation p-values.
 
-Every corpus metric here is a function of per-image statistics summed over the images (a ratio of
-sums, so the same function of their mean): the statistics are computed once per system, and a
-resample of the images is a vector of counts (how often each image was drawn), so a thousand
-resamples are one product of a (R, N) count matrix with the (N, K) statistics. The statistics:
-
-* BLEU-1..4: per image the clipped n-gram matches and the n-gram counts for n = 1..4, the
-  caption's length and its closest reference length (coco-caption's ``closest``); the corpus BLEU
-  recombines their sums exactly as pycocoevalcap's BleuScorer does (its smoothing constants
-  included), so the full sample gives coco-caption's number.
-* CIDEr (CIDEr-D), ROUGE-L: per-image scores, averaged; CIDEr-D's document frequencies are those of
-  the whole split's references, kept fixed for every resample (docs/EVALUATION.md says why).
-* METEOR: the mean of its per-image scores, named ``METEOR_image_mean`` (coco-caption's corpus METEOR
-  is Java's aggregate of all the segments' matches, which per-image scores cannot recombine).
-* object F1 / precision / recall: the matched, mentioned and held objects per image (micro average).
-* CHAIR: the counts of metrics/chair.py's ``CHAIR_COUNTS``.
+Every metric ``compare`` resamples is a function of per-image statistics summed over the images
+(a ratio of sums, so the same function of their mean). Each registered metric gives its statistics
+(N, K) and that function (a :class:`Statistic`; captioning/metrics/metric.py), computed once per
+system. A resample of the images is a vector of counts (how often each image was drawn), so a
+thousand resamples are one product of a (R, N) count matrix with the (N, K) statistics.
+docs/EVALUATION.md lists each built-in metric's statistics.
 
 Paired bootstrap (Koehn 2004): the same images drawn for both systems; with several seeds per
 system, the seeds are drawn too (each side's, with replacement) and the drawn seeds' statistics
@@ -30,9 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: pycocoevalcap's BleuScorer constants (bleu_scorer.py: compute_score)
-_TINY, _SMALL = 1e-15, 1e-9
-
 
 @dataclass
 class Statistic:
@@ -40,37 +28,6 @@ class Statistic:
 
     values: np.ndarray
     score: Callable[[np.ndarray], np.ndarray]
-
-
-def bleu_statistics(references: Mapping, predictions: Mapping, ids: Sequence) -> np.ndarray:
-    """(N, 10): per image, clipped matches for n = 1..4, n-gram counts for n = 1..4, the caption's
-    length and its closest reference length, from PTB-tokenised ``references`` {id: [str]} and
-    ``predictions`` {id: [str]} (pycocoevalcap's cook_refs / cook_test)."""
-    from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
-
-    rows = []
-    for i in ids:
-        comps = cook_test(predictions[i][0], cook_refs(references[i]))
-        testlen = comps["testlen"]
-        reflen = min((abs(r - testlen), r) for r in comps["reflen"])[1]
-        rows.append([*comps["correct"], *comps["guess"], testlen, reflen])
-    return np.asarray(rows, dtype=np.float64).reshape(len(rows), 10)
-
-
-def bleu_score(n: int) -> Callable[[np.ndarray], np.ndarray]:
-    """Corpus BLEU-n of summed :func:`bleu_statistics` (..., 10), as pycocoevalcap computes it."""
-
-    def score(s: np.ndarray) -> np.ndarray:
-        bleu = np.ones(s.shape[:-1])
-        for k in range(n):
-            bleu = bleu * (s[..., k] + _TINY) / (s[..., 4 + k] + _SMALL)
-        bleu = bleu ** (1.0 / n)
-        ratio = (s[..., 8] + _TINY) / (s[..., 9] + _SMALL)
-        with np.errstate(divide="ignore", over="ignore"):
-            penalty = np.where(ratio < 1, np.exp(1 - 1 / np.minimum(ratio, 1)), 1.0)
-        return bleu * penalty
-
-    return score
 
 
 def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -86,27 +43,6 @@ def per_image_mean(values: Sequence[float]) -> np.ndarray:
     """(N, 2) statistics of a metric that is the mean of its per-image scores."""
     v = np.asarray(values, dtype=np.float64)
     return np.stack([v, np.ones_like(v)], axis=1)
-
-
-def object_score(which: str) -> Callable[[np.ndarray], np.ndarray]:
-    """Micro object precision, recall or F1 from summed (matched, mentioned, held) counts (..., 3)."""
-
-    def score(s: np.ndarray) -> np.ndarray:
-        precision, recall = _ratio(s[..., 0], s[..., 1]), _ratio(s[..., 0], s[..., 2])
-        if which == "precision":
-            return precision
-        if which == "recall":
-            return recall
-        return _ratio(2 * precision * recall, precision + recall)
-
-    return score
-
-
-def chair_score(name: str) -> Callable[[np.ndarray], np.ndarray]:
-    """One CHAIR score of summed CHAIR counts (metrics/chair.py: chair_from_counts)."""
-    from captioning.metrics.chair import chair_from_counts
-
-    return lambda s: chair_from_counts(s)[name]
 
 
 def paired_bootstrap(

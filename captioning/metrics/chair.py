@@ -49,13 +49,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 
 from captioning.errors import AnnotationError
+from captioning.metrics.bootstrap import Statistic
+from captioning.metrics.metric import METRICS, Captions, Metric, MetricResult
 
 DATA = Path(__file__).with_name("data")
 SYNONYMS_FILE = DATA / "chair_synonyms.txt"
@@ -344,3 +346,40 @@ def chair_scores(images: Mapping[int, dict]) -> dict[str, float]:
         return {}
     total = np.sum([v["counts"] for v in images.values()], axis=0)
     return {k: float(v) for k, v in chair_from_counts(total).items()}
+
+
+def chair_score(name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """One CHAIR score of summed counts (..., 6 or 9) (:func:`chair_from_counts`)."""
+    return lambda s: chair_from_counts(s)[name]
+
+
+@METRICS.register("CHAIR")
+class Chair(Metric):
+    """CHAIR-i, CHAIR-s and object recall: against a COCO instances file (``--instances``), or the
+    shapes data's objects (with the kinds of error); compare resamples the per-image counts."""
+
+    def score(self, captions: Captions) -> MetricResult | None:
+        if captions.instances is not None:
+            images = chair_images(captions.predictions, captions.references, captions.instances)
+        else:
+            from captioning.metrics.shapes_metrics import shapes_objects
+
+            mentions, truth = shapes_objects(captions)
+            images = shapes_chair_images(mentions, truth) if truth else {}
+        if not images:
+            return None
+        result = MetricResult(scores=chair_scores(images))
+        for i, entry in images.items():
+            row = {
+                "CHAIR_s": int(bool(entry["hallucinated"])),
+                "CHAIR_i": float(chair_from_counts(entry["counts"])["CHAIR_i"]),
+                "hallucinated": entry["hallucinated"],
+                "mentioned": entry["mentioned"],
+            }
+            if "errors" in entry:
+                row["hallucination_errors"] = entry["errors"]
+            result.rows[i] = row
+        if all(i in images for i in captions.ids):
+            counts = np.asarray([images[i]["counts"] for i in captions.ids], dtype=np.float64)  # (N, 6 or 9)
+            result.statistics = {name: Statistic(counts, chair_score(name)) for name in result.scores}
+        return result

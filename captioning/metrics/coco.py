@@ -1,14 +1,13 @@
-"""coco-caption scores through the COCO caption evaluation code (PyPI ``pycocoevalcap``).
+"""The coco-caption metrics through the COCO caption evaluation code (PyPI ``pycocoevalcap``),
+registered in METRICS: BLEU (BLEU-1..4), METEOR (Java), ROUGE_L, CIDEr (in fact CIDEr-D) and, when
+asked, SPICE (Java). These are the numbers of the paper's Table 1 (there shown x100).
 
-Both sides are PTB-tokenised, then scored with BLEU-1..4, METEOR (Java), ROUGE-L, CIDEr (in fact
-CIDEr-D) and, when asked and available, SPICE (Java). These are the numbers of the paper's Table 1
-(there shown x100).
-
-pycocoevalcap's PTBTokenizer runs Stanford's tokenizer in Java (:func:`java_tokenize` runs the same
-command, quietly); :mod:`.ptb` gives the same tokens in pure Python. With ``tokenizer="auto"`` (the default) :class:`CocoScorer` uses Java when ``java`` is
-on PATH and Python otherwise, so without Java BLEU, ROUGE-L and CIDEr (pure Python in pycocoevalcap)
-are the same numbers, and METEOR and SPICE are reported unavailable (``"METEOR": None,
-"METEOR_error": why``) instead of raising.
+Both sides are PTB-tokenised once per scoring (:func:`coco_tokens`): in Java as pycocoevalcap's
+PTBTokenizer does (:func:`java_tokenize`, quietly), or with the same tokens in pure Python
+(:mod:`.ptb`); with the tokenizer "auto" (the default) Java when ``java`` is on PATH. Without Java,
+BLEU, ROUGE-L and CIDEr (pure Python in pycocoevalcap) are the same numbers, and METEOR and SPICE are
+reported unavailable (``"METEOR": None, "METEOR_error": why``) instead of raising. :class:`CocoScorer`
+computes these metrics alone, outside the Evaluator.
 """
 
 from __future__ import annotations
@@ -17,12 +16,19 @@ import os
 import shutil
 import textwrap
 import threading
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from captioning.metrics import languages
+from captioning.metrics.bootstrap import Statistic, mean_score, per_image_mean
 from captioning.metrics.languages import scoring_tokenizer
+from captioning.metrics.metric import METRICS, Captions, Metric, MetricResult, build_metrics
+from captioning.tokenizers import Tokenizer
 
-METRICS = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
+#: the coco-caption metrics computed unless asked otherwise (SPICE: when asked)
+COCO_METRICS = ("BLEU", "METEOR", "ROUGE_L", "CIDEr")
 TOKENIZERS = ("auto", "java", "python")
 
 
@@ -43,17 +49,236 @@ def _show(ids: list, n: int = 10) -> str:
     return ", ".join(map(repr, ids[:n])) + (", ..." if len(ids) > n else "")
 
 
-class CocoScorer:
-    """coco-caption scores of predicted captions against references. Create once per run.
+@dataclass
+class CocoTokens:
+    """The tokens the coco-caption metrics score: ``references`` {id: [str]} and ``predictions``
+    {id: [str]} (one each), PTB-tokenised or split by ``language`` (CJK references: metrics/languages.py)."""
 
-    The scorers are made on first use and kept: METEOR and SPICE start a JVM (about 7 s for
-    METEOR), so reuse one CocoScorer across validation epochs and call :meth:`close` (or use it
-    as a context manager) to stop METEOR's Java process.
+    references: dict
+    predictions: dict
+    language: Tokenizer | None = None
+
+    @property
+    def name(self) -> str:
+        """What was counted: "ptb", or the language's tokenizer."""
+        return self.language.name if self.language is not None else languages.PTB
+
+
+def coco_tokens(references: Mapping, predictions: Mapping, tokenizer: str = "auto") -> CocoTokens:
+    """Both sides' tokens in one call: the PTB tokenizer of ``tokenizer`` ("java", "python" or "auto":
+    Java where ``java`` is on PATH), or the language's for mostly-CJK references. ValueError unless
+    ``predictions`` covers exactly the ids of ``references``, each with a non-empty list of captions."""
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; choose from {list(TOKENIZERS)}")
+    if not references:
+        raise ValueError("no references to score against")
+    _check_ids(references, predictions)
+    for i, refs in references.items():
+        if isinstance(refs, str) or not refs:
+            raise ValueError(f"references[{i!r}] must be a non-empty list of captions")
+    language = scoring_tokenizer(c for refs in references.values() for c in refs)  # None: PTB (English)
+    if language is not None:
+        ids = list(references)
+        gts = languages.tokenize_corpus(language, {i: list(references[i]) for i in ids})
+        res = {i: languages.tokenize_corpus(language, {0: [predictions[i]]})[0] for i in ids}
+        return CocoTokens(gts, res, language)
+    java = shutil.which("java") is not None
+    if tokenizer == "java" and not java:
+        raise RuntimeError("tokenizer='java' needs Java (no 'java' on PATH); use tokenizer='auto' or 'python'")
+    if tokenizer == "java" or (tokenizer == "auto" and java):
+        tokenize = java_tokenize
+    else:
+        from captioning.metrics.ptb import tokenize_corpus as tokenize
+
+    def clean(text) -> str:  # one line per caption: the tokenizer reads the file line by line
+        if not isinstance(text, str):
+            raise ValueError(f"captions must be strings, got {type(text).__name__}: {text!r}")
+        return " ".join(text.split())
+
+    ids = list(references)
+    both = {("ref", k): [{"caption": clean(c)} for c in references[i]] for k, i in enumerate(ids)}
+    both.update({("pred", k): [{"caption": clean(predictions[i])}] for k, i in enumerate(ids)})
+    tokens = tokenize(both)
+    return CocoTokens(
+        {i: tokens[("ref", k)] for k, i in enumerate(ids)}, {i: tokens[("pred", k)] for k, i in enumerate(ids)}
+    )
+
+
+# --------------------------------------------------------------------------- the registered metrics
+class CocoMetric(Metric):
+    """What the coco-caption metrics share: chosen by name (``optional``), scored on the tokens of
+    :func:`coco_tokens`, computed once per scoring for all of them (the "tokenizer" option)."""
+
+    optional = True
+
+    def tokens(self, captions: Captions) -> CocoTokens:
+        tokenizer = self.options.get("tokenizer", "auto")
+        return captions.shared(
+            ("coco_tokens", tokenizer), lambda: coco_tokens(captions.references, captions.predictions, tokenizer)
+        )
+
+    def per_image_scores(
+        self, captions: Captions, tokens: CocoTokens, name: str, score: float, each, statistic: str | None = None
+    ) -> MetricResult:
+        """The corpus ``score``, the per-image scores ``each`` (their column and, the corpus score
+        being their mean, the statistic named ``statistic`` or ``name``) and the note "tokens"."""
+        each = [float(x) for x in each]
+        return MetricResult(
+            scores={name: float(score)},
+            notes={"tokens": tokens.name},
+            statistics={statistic or name: Statistic(per_image_mean(each), mean_score)},
+            per_image={name: each},
+            rows={i: {name: v} for i, v in zip(captions.ids, each)},
+        )
+
+
+#: pycocoevalcap's BleuScorer constants (bleu_scorer.py: compute_score)
+_TINY, _SMALL = 1e-15, 1e-9
+
+
+@METRICS.register("BLEU")
+class Bleu(CocoMetric):
+    """BLEU-1..4 (pycocoevalcap's BleuScorer, its "closest" reference length)."""
+
+    def score(self, captions: Captions) -> MetricResult:
+        from pycocoevalcap.bleu.bleu import Bleu as CocoBleu
+
+        tokens = self.tokens(captions)
+        score, each = CocoBleu(4).compute_score(tokens.references, tokens.predictions, verbose=0)
+        values = bleu_statistics(tokens.references, tokens.predictions, captions.ids)
+        result = MetricResult(notes={"tokens": tokens.name})
+        for n in range(1, 5):
+            result.scores[f"BLEU-{n}"] = float(score[n - 1])
+            result.per_image[f"BLEU-{n}"] = [float(x) for x in each[n - 1]]
+            result.statistics[f"BLEU-{n}"] = Statistic(values, bleu_score(n))
+        result.rows = {i: {"BLEU-4": v} for i, v in zip(captions.ids, result.per_image["BLEU-4"])}
+        return result
+
+
+def bleu_statistics(references: Mapping, predictions: Mapping, ids: Sequence) -> np.ndarray:
+    """(N, 10): per image, clipped matches for n = 1..4, n-gram counts for n = 1..4, the caption's
+    length and its closest reference length, from tokenised ``references`` {id: [str]} and
+    ``predictions`` {id: [str]} (pycocoevalcap's cook_refs / cook_test)."""
+    from pycocoevalcap.bleu.bleu_scorer import cook_refs, cook_test
+
+    rows = []
+    for i in ids:
+        comps = cook_test(predictions[i][0], cook_refs(references[i]))
+        testlen = comps["testlen"]
+        reflen = min((abs(r - testlen), r) for r in comps["reflen"])[1]
+        rows.append([*comps["correct"], *comps["guess"], testlen, reflen])
+    return np.asarray(rows, dtype=np.float64).reshape(len(rows), 10)
+
+
+def bleu_score(n: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Corpus BLEU-n of summed :func:`bleu_statistics` (..., 10), as pycocoevalcap computes it (its
+    smoothing constants included): on every image, coco-caption's number."""
+
+    def score(s: np.ndarray) -> np.ndarray:
+        bleu = np.ones(s.shape[:-1])
+        for k in range(n):
+            bleu = bleu * (s[..., k] + _TINY) / (s[..., 4 + k] + _SMALL)
+        bleu = bleu ** (1.0 / n)
+        ratio = (s[..., 8] + _TINY) / (s[..., 9] + _SMALL)
+        with np.errstate(divide="ignore", over="ignore"):
+            penalty = np.where(ratio < 1, np.exp(1 - 1 / np.minimum(ratio, 1)), 1.0)
+        return bleu * penalty
+
+    return score
+
+
+@METRICS.register("METEOR")
+class Meteor(CocoMetric):
+    """METEOR (Java; without it, or for CJK references, None and "METEOR_error": why). compare
+    resamples the mean of its per-image scores, ``METEOR_image_mean``: the corpus METEOR is Java's
+    aggregate of every segment's matches, which per-image scores cannot recombine."""
+
+    validation = False  # a JVM, about 7 s to start
+
+    def __init__(self, name: str, options: Mapping | None = None):
+        super().__init__(name, options)
+        self._meteor: _SafeMeteor | None = None  # started on first use, kept until close()
+        self._lock = threading.Lock()
+
+    def score(self, captions: Captions) -> MetricResult:
+        tokens = self.tokens(captions)
+        reason = meteor_unavailable_reason()
+        if reason is None and tokens.language is not None:
+            reason = languages.meteor_reason(tokens.language)
+        if reason is not None:
+            return MetricResult(notes={"METEOR": None, "METEOR_error": reason, "tokens": tokens.name})
+        with self._lock:
+            if self._meteor is None:
+                self._meteor = _SafeMeteor()
+            score, each = self._meteor.compute_score(tokens.references, tokens.predictions)
+        return self.per_image_scores(captions, tokens, "METEOR", score, each, statistic="METEOR_image_mean")
+
+    def close(self) -> None:
+        with self._lock:
+            meteor, self._meteor = self._meteor, None
+        if meteor is not None:
+            meteor.close()
+
+
+@METRICS.register("ROUGE_L")
+class RougeL(CocoMetric):
+    """ROUGE-L: the mean of the images' ROUGE-L (pycocoevalcap's Rouge)."""
+
+    validation = False
+
+    def score(self, captions: Captions) -> MetricResult:
+        from pycocoevalcap.rouge.rouge import Rouge
+
+        tokens = self.tokens(captions)
+        score, each = Rouge().compute_score(tokens.references, tokens.predictions)
+        return self.per_image_scores(captions, tokens, "ROUGE_L", score, each)
+
+
+@METRICS.register("CIDEr")
+class Cider(CocoMetric):
+    """CIDEr-D (pycocoevalcap's Cider): the mean of the images' CIDEr-D, the document frequencies
+    those of the scored references (kept for every resample of ``compare``; docs/EVALUATION.md)."""
+
+    def score(self, captions: Captions) -> MetricResult:
+        from pycocoevalcap.cider.cider import Cider as CocoCider
+
+        tokens = self.tokens(captions)
+        score, each = CocoCider().compute_score(tokens.references, tokens.predictions)
+        return self.per_image_scores(captions, tokens, "CIDEr", score, each)
+
+
+@METRICS.register("SPICE")
+class Spice(CocoMetric):
+    """SPICE (Java and Stanford CoreNLP; where it cannot run, None and "SPICE_error": why)."""
+
+    default = False  # --spice
+    validation = False
+
+    def score(self, captions: Captions) -> MetricResult:
+        tokens = self.tokens(captions)
+        reason = spice_unavailable_reason()
+        if reason is None:
+            try:
+                from pycocoevalcap.spice.spice import Spice as CocoSpice
+
+                score, _ = CocoSpice().compute_score(tokens.references, tokens.predictions)
+                return MetricResult(scores={"SPICE": float(score)}, notes={"tokens": tokens.name})
+            except Exception as err:  # Java out of memory, failed parse, ...
+                detail = textwrap.shorten(f"{type(err).__name__}: {err}", 200, placeholder=" ...")
+                reason = f"SPICE failed: {detail}"
+        return MetricResult(notes={"SPICE": None, "SPICE_error": reason, "tokens": tokens.name})
+
+
+class CocoScorer:
+    """coco-caption scores of predicted captions against references, alone (the registered metrics
+    BLEU, METEOR, ROUGE_L, CIDEr and SPICE above, without the Evaluator). Create once per run.
+
+    METEOR and SPICE start a JVM (about 7 s for METEOR), kept between calls: reuse one CocoScorer
+    across validation epochs and call :meth:`close` (or use it as a context manager) to stop it.
 
     Args:
         metrics: any of "BLEU" (gives BLEU-1..BLEU-4), "METEOR", "ROUGE_L", "CIDEr" ("SPICE" is
-            the same as ``spice=True``). Validation uses ("BLEU", "CIDEr"), which needs no JVM
-            beyond the tokenizer's.
+            the same as ``spice=True``).
         spice: also compute SPICE. It needs Stanford CoreNLP 3.6.0, which pycocoevalcap downloads
             on first use; offline (or if it fails for any other reason) the result holds
             ``"SPICE": None`` and ``"SPICE_error"``: the reason, instead of raising.
@@ -66,21 +291,20 @@ class CocoScorer:
     scale (0-1; CIDEr about 0-10): keys "BLEU-1".."BLEU-4", "METEOR", "ROUGE_L", "CIDEr".
     """
 
-    def __init__(self, metrics: Sequence[str] = METRICS, spice: bool = False, tokenizer: str = "auto"):
+    def __init__(self, metrics: Sequence[str] = COCO_METRICS, spice: bool = False, tokenizer: str = "auto"):
         metrics = tuple(metrics)
-        unknown = [m for m in metrics if m not in METRICS + ("SPICE",)]
+        unknown = [m for m in metrics if m not in COCO_METRICS + ("SPICE",)]
         if unknown:
-            raise ValueError(f"unknown metric(s) {unknown}; choose from {list(METRICS + ('SPICE',))}")
+            raise ValueError(f"unknown metric(s) {unknown}; choose from {list(COCO_METRICS + ('SPICE',))}")
         if tokenizer not in TOKENIZERS:
             raise ValueError(f"unknown tokenizer {tokenizer!r}; choose from {list(TOKENIZERS)}")
-        self.metrics = tuple(m for m in METRICS if m in metrics)  # canonical order
+        self.metrics = tuple(m for m in COCO_METRICS if m in metrics)  # canonical order
         self.spice = spice or "SPICE" in metrics
         self.tokenizer = tokenizer
-        self._scorers: dict = {}  # name -> pycocoevalcap scorer, made on first use
+        self._metrics = build_metrics(self.metrics + (("SPICE",) if self.spice else ()), {"tokenizer": tokenizer})
         self.scored_tokens: str | None = None  # the last call's tokens: "ptb", or a tokenizer's name (languages.py)
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------ scoring
     def __call__(self, references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Hashable, str]) -> dict:
         return self.score_images(references, predictions)[0]
 
@@ -89,109 +313,32 @@ class CocoScorer:
     ) -> tuple[dict, dict]:
         """(the scores of ``__call__``, per image): per image, {"ids": the ids in order, each metric's
         list of per-image scores in that order ("BLEU-1".."BLEU-4", "METEOR", "ROUGE_L", "CIDEr"; CIDEr-D
-        with the document frequencies of all these references), "tokens": (the PTB-tokenised
-        references {id: [str]}, predictions {id: [str]})} (metrics/bootstrap.py resamples them)."""
-        if not references:
-            raise ValueError("no references to score against")
-        _check_ids(references, predictions)
-        for i, refs in references.items():
-            if isinstance(refs, str) or not refs:
-                raise ValueError(f"references[{i!r}] must be a non-empty list of captions")
-        language = scoring_tokenizer(c for refs in references.values() for c in refs)  # None: PTB (English)
-        meteor_reason = meteor_unavailable_reason() if "METEOR" in self.metrics else None
-        if language is not None and meteor_reason is None and "METEOR" in self.metrics:
-            meteor_reason = languages.meteor_reason(language)
-        gts, res = self._tokenize(references, predictions, language)
-        images: dict = {"ids": list(gts), "tokens": (gts, res)}
+        with the document frequencies of all these references), "tokens": (the tokenised
+        references {id: [str]}, predictions {id: [str]})}."""
+        tokens = coco_tokens(references, predictions, self.tokenizer)  # (its checks first)
+        captions = Captions({i: predictions[i] for i in references}, dict(references))
+        captions.shared(("coco_tokens", self.tokenizer), lambda: tokens)
+        scores: dict = {}
+        images: dict = {"ids": captions.ids, "tokens": (tokens.references, tokens.predictions)}
         with self._lock:
-            scores: dict = {}
-            for name in self.metrics:
-                if name == "METEOR" and meteor_reason is not None:
-                    scores.update({"METEOR": None, "METEOR_error": meteor_reason})
-                    continue
-                score, each = self._scorer(name).compute_score(gts, res, **({"verbose": 0} if name == "BLEU" else {}))
-                if name == "BLEU":
-                    scores.update({f"BLEU-{n + 1}": float(s) for n, s in enumerate(score)})
-                    images.update({f"BLEU-{n + 1}": [float(x) for x in e] for n, e in enumerate(each)})
-                else:
-                    scores[name] = float(score)
-                    images[name] = [float(x) for x in each]
-            if self.spice:
-                scores.update(self._spice(gts, res))
-            self.scored_tokens = language.name if language is not None else languages.PTB  # what was counted
-            if language is not None:  # (English scores keep their keys)
-                scores["tokens"] = language.name
+            for metric in self._metrics:
+                result = metric.score(captions)
+                scores.update(result.scores)
+                scores.update({k: v for k, v in result.notes.items() if k != "tokens"})
+                images.update(result.per_image)
+            self.scored_tokens = tokens.name  # what was counted
+            if tokens.language is not None:  # (English scores keep their keys)
+                scores["tokens"] = tokens.language.name
         return scores, images
 
-    def _tokenize(self, references: Mapping, predictions: Mapping, language=None) -> tuple[dict, dict]:
-        """PTB-tokenise both sides in one call (of Java, or of :mod:`.ptb`: the same tokens), or split
-        them with ``language`` (a Tokenizer, for CJK references: metrics/languages.py).
-        Returns ({id: [ref, ...]}, {id: [pred]})."""
-        if language is not None:
-            ids = list(references)
-            return languages.tokenize_corpus(language, {i: list(references[i]) for i in ids}), {
-                i: languages.tokenize_corpus(language, {0: [predictions[i]]})[0] for i in ids
-            }
-        java = shutil.which("java") is not None
-        if self.tokenizer == "java" and not java:
-            raise RuntimeError("tokenizer='java' needs Java (no 'java' on PATH); use tokenizer='auto' or 'python'")
-        if self.tokenizer == "java" or (self.tokenizer == "auto" and java):
-            tokenize = java_tokenize
-        else:
-            from captioning.metrics.ptb import tokenize_corpus as tokenize
+    def running(self) -> dict:
+        """The scorers that hold a Java process now, by metric (METEOR's once it has scored)."""
+        return {m.name: m._meteor for m in self._metrics if isinstance(m, Meteor) and m._meteor is not None}
 
-        def clean(text) -> str:  # one line per caption: the tokenizer reads the file line by line
-            if not isinstance(text, str):
-                raise ValueError(f"captions must be strings, got {type(text).__name__}: {text!r}")
-            return " ".join(text.split())
-
-        ids = list(references)
-        both = {("ref", k): [{"caption": clean(c)} for c in references[i]] for k, i in enumerate(ids)}
-        both.update({("pred", k): [{"caption": clean(predictions[i])}] for k, i in enumerate(ids)})
-        tokens = tokenize(both)
-        gts = {i: tokens[("ref", k)] for k, i in enumerate(ids)}
-        res = {i: tokens[("pred", k)] for k, i in enumerate(ids)}
-        return gts, res
-
-    def _scorer(self, name: str):
-        if name not in self._scorers:
-            if name == "BLEU":
-                from pycocoevalcap.bleu.bleu import Bleu
-
-                self._scorers[name] = Bleu(4)
-            elif name == "METEOR":
-                self._scorers[name] = _SafeMeteor()
-            elif name == "ROUGE_L":
-                from pycocoevalcap.rouge.rouge import Rouge
-
-                self._scorers[name] = Rouge()
-            elif name == "CIDEr":
-                from pycocoevalcap.cider.cider import Cider
-
-                self._scorers[name] = Cider()
-        return self._scorers[name]
-
-    def _spice(self, gts: dict, res: dict) -> dict:
-        """{"SPICE": float} or {"SPICE": None, "SPICE_error": reason}; never raises."""
-        reason = spice_unavailable_reason()
-        if reason is None:
-            try:
-                from pycocoevalcap.spice.spice import Spice
-
-                score, _ = Spice().compute_score(gts, res)
-                return {"SPICE": float(score)}
-            except Exception as err:  # Java out of memory, failed parse, ...
-                detail = textwrap.shorten(f"{type(err).__name__}: {err}", 200, placeholder=" ...")
-                reason = f"SPICE failed: {detail}"
-        return {"SPICE": None, "SPICE_error": reason}
-
-    # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Stop METEOR's Java process (a later call starts a new one)."""
-        with self._lock:
-            meteor = self._scorers.pop("METEOR", None)
-        if meteor is not None:
-            meteor.close()
+        for metric in self._metrics:
+            metric.close()
 
     def __enter__(self) -> CocoScorer:
         return self

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Set
 
+from captioning.metrics.metric import METRICS, Captions, Metric, MetricResult
 from captioning.tokenizers import tokenize
 from captioning.vocab import Vocabulary
 
@@ -93,3 +94,19 @@ def diversity_scores(
 def _shortened(text: str, limit: int = 60) -> str:
     """``text``, or its first ``limit`` characters and "..." (a degenerate caption can be 30 words long)."""
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+@METRICS.register("diversity")
+class Diversity(Metric):
+    """distinct-1/2, vocabulary used, unique, distinct, top and novel captions, mean length
+    (:func:`diversity_scores`); the warning when one caption covers too many images. The option
+    "dominant_share" sets that share."""
+
+    def score(self, captions: Captions) -> MetricResult:
+        scores, warnings = diversity_scores(
+            captions.predictions,
+            captions.vocab_size,
+            dominant_share=self.options.get("dominant_share", DOMINANT_SHARE),
+            known=captions.known,
+        )
+        return MetricResult(scores=scores, warnings=warnings)

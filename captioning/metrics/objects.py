@@ -1,9 +1,12 @@
-"""Object F1: the (size, colour, shape) objects a caption names against the image's objects."""
+"""Object F1: the (size, colour, shape) objects a caption names against the image's objects (the
+shapes data's metric "objects": metrics/shapes_metrics.py)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 
 def object_f1(
@@ -48,3 +51,21 @@ def object_counts(
         true = Counter(tuple(str(w).lower() for w in t) for t in truth)
         counts[i] = (sum((said & true).values()), sum(said.values()), sum(true.values()))
     return counts
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.divide(a, b, out=np.zeros(np.broadcast(a, b).shape), where=b > 0)
+
+
+def object_score(which: str) -> Callable[[np.ndarray], np.ndarray]:
+    """Micro object precision, recall or F1 from summed (matched, mentioned, held) counts (..., 3)."""
+
+    def score(s: np.ndarray) -> np.ndarray:
+        precision, recall = _ratio(s[..., 0], s[..., 1]), _ratio(s[..., 0], s[..., 2])
+        if which == "precision":
+            return precision
+        if which == "recall":
+            return recall
+        return _ratio(2 * precision * recall, precision + recall)
+
+    return score

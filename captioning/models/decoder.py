@@ -96,7 +96,9 @@ class DecoderConfig:
     def __post_init__(self):
         load_variants()
         if DECODERS.get(self.kind) is not type(self):
-            raise ConfigError(f"model.decoder.kind: {type(self).__name__} is the config of another kind than {self.kind!r}")
+            raise ConfigError(
+                f"model.decoder.kind: {type(self).__name__} is the config of another kind than {self.kind!r}"
+            )
         if self.attention_kind not in ("soft", "hard"):
             raise ConfigError(f"model.decoder.attention_kind: expected 'soft' or 'hard', got {self.attention_kind!r}")
         if not 0.0 <= self.dropout < 1.0:

@@ -42,6 +42,7 @@ def gumbel_glimpse(alpha: Tensor, features: Tensor, use_expected, generator, bea
         log_prob = log_prob.masked_fill(use_expected, 0.0)
     return Glimpse(context, alpha, location, log_prob, entropy)
 
+
 @OBJECTIVES.register("gumbel")
 class HardAttentionGumbel(HardAttentionObjective):
     """Hard attention with straight-through Gumbel-softmax locations (not the paper's estimator).

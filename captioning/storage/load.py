@@ -23,6 +23,7 @@ from captioning.common import PathLike
 from captioning.errors import CaptioningError, CheckpointError
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import build_model
+from captioning.plugins import load_plugins
 from captioning.storage.checkpoint import ModelFile, ModelSource, read_checkpoint_file, state_mismatch
 from captioning.storage.folder import read_folder
 from captioning.storage.hub import looks_like_hub_id, resolve_folder
@@ -34,6 +35,7 @@ def read_model_file(
     """The :class:`ModelFile` of a checkpoint file, a model folder or a Hub id ``owner/name`` (fetched
     into, or found in, huggingface_hub's cache; the other arguments are for it: see
     :func:`~captioning.storage.hub.resolve_folder`)."""
+    load_plugins()  # the file may name a plugin's attention score, decoder kind or encoder
     path = os.fspath(path)
     if looks_like_hub_id(path):
         local = resolve_folder(path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir)

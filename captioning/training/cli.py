@@ -22,6 +22,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from captioning.data.datamodule import CaptionDataModule
 from captioning.objectives import current_spelling
+from captioning.plugins import load_plugins
 from captioning.training.allocator import keep_freed_memory
 from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 from captioning.training.checkpoint_io import DurableCheckpointIO
@@ -179,6 +180,7 @@ class CaptioningCLI(LightningCLI):
 def run_lightning_cli(args: Sequence[str], run: bool = True) -> CaptioningCLI:
     """The CLI on ``args`` as if typed: a subcommand and its arguments, or with ``run=False`` the
     arguments alone (parse and build the model, data and trainer without running anything)."""
+    load_plugins()  # a plugin's score, decoder kind, format or objective is a value the config may name
     quiet_third_party()
     keep_freed_memory()  # the step's large tensors reuse the last step's memory (training/allocator.py)
     argv, sys.argv = sys.argv, sys.argv[:1] + list(args)  # LightningCLI reads sys.argv

@@ -5,7 +5,7 @@ Everything else is a component it is given, or chooses once from its options: th
 description (models/spec.py: ModelSpec, build_model), the objective (objectives/), the training
 step (strategies.py: eager, static-shape or captured as CUDA graphs), per-step seeding, the
 non-finite-loss guards and TF32 (guards.py), the optimizer (optim.py), the starting weights
-(init_from.py), the decoding of validation and test and their scoring (decoding/evaluator.py). The
+(init_from.py), the decoding of validation and test and their scoring (evaluation/evaluator.py). The
 checkpoint describes itself: these settings as plain values and the vocabulary are inside, so
 storage/ rebuilds the model without running code.
 """
@@ -18,9 +18,10 @@ from typing import Any, Literal
 import lightning as L
 from torch import Tensor
 
-from captioning.decoding.evaluator import Evaluator, known_training_captions, split_images
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
+from captioning.evaluation.evaluator import Evaluator
+from captioning.evaluation.split_scores import known_training_captions, split_images
 from captioning.fast import fast_model
 from captioning.metrics.clip_score import ClipScoreConfig, ClipScoring
 from captioning.models.encoders import EncoderConfig
@@ -38,14 +39,16 @@ from captioning.vocab import Vocabulary
 
 
 def split_evaluators(clip_score: ClipScoreConfig | None = None) -> dict[str, Evaluator]:
-    """The scoring of each split: validation picks the best checkpoint, with no Java (metrics/ptb.py's
-    tokens); test scores with Java's. CLIPScore in test, and in validation when ``clip_score`` says so."""
+    """The scoring of each split, every registered metric's: validation picks the best checkpoint
+    with those cheap enough for each epoch (no METEOR: no Java; metrics/ptb.py's tokens), test
+    scores with all those chosen by default and Java's tokens. CLIPScore in test, and in validation
+    when ``clip_score`` says so."""
     clip = ClipScoring.of(clip_score)
     return {
         "val": Evaluator(
-            ("BLEU", "CIDEr"), tokenizer="python", clip=clip if clip_score and clip_score.validation else None
+            tokenizer="python", clip=clip if clip_score and clip_score.validation else None, validation=True
         ),
-        "test": Evaluator(("BLEU", "METEOR", "ROUGE_L", "CIDEr"), clip=clip),
+        "test": Evaluator(clip=clip),
     }
 
 
@@ -224,12 +227,7 @@ class CaptioningModule(L.LightningModule):
     def _score(self, split: str) -> dict[str, float]:
         evaluator, dm = self.evaluators[split], self.trainer.datamodule
         predictions = evaluator.predictions(self.vocab, self.all_gather if self.trainer.world_size > 1 else None)
-        scores, _ = evaluator.score(
-            predictions,
-            dm.references(split),
-            lambda p, a: dm.dataset_scores(split, p, a),
-            images=split_images(dm, split),
-        )
+        scores, _ = evaluator.score(predictions, dm.references(split), dm, split, images=split_images(dm, split))
         return {k: v for k, v in scores.items() if isinstance(v, float)}
 
     def on_validation_epoch_end(self) -> None:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from captioning.errors import ConfigError
+from captioning.plugins import load_plugins
 from captioning.web.examples import expand_examples
 from captioning.web.served import ServedModel
 from captioning.web.settings import Settings
@@ -54,6 +55,7 @@ def load_models(
 
     from captioning.models.transformer import choose_attention_layer, transformer_members
 
+    load_plugins()  # (python -m captioning.web does not go through the command line's main)
     if not checkpoints:
         raise ConfigError("no checkpoint to serve: pass --checkpoint PATH (several for a comparison)")
     example_paths = expand_examples(examples)

@@ -35,11 +35,11 @@ def test_data_without_a_novel_split_is_not_read_again(tiny_checkpoint, tiny_shap
     """The held-out pairs are read from the annotation file only for data with a test_novel split
     (a second parse of a COCO-sized file costs seconds and most of a gigabyte)."""
     from captioning.data.captions import CaptionData
-    from captioning.decoding import attention_checks
+    from captioning.evaluation import attention_reports
 
     def refuse(annotations):
         raise AssertionError(f"{annotations} read again")
 
-    monkeypatch.setattr(attention_checks, "read_holdout", refuse)
+    monkeypatch.setattr(attention_reports, "read_holdout", refuse)
     data = CaptionData(str(tiny_shapes))
-    assert attention_checks.novel_pair_report(None, data, str(tiny_shapes), None, "cpu") is None
+    assert attention_reports.novel_pair_report(None, data, str(tiny_shapes), None, "cpu") is None

@@ -19,7 +19,7 @@ SCRIPT = r'''
 import json, sys
 import torch
 import torch.distributed as dist
-from captioning.decoding.evaluator import Evaluator
+from captioning.evaluation.evaluator import Evaluator
 
 out_dir, annotations, devices, ckpt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 original = Evaluator.predictions

@@ -24,7 +24,7 @@ SCRIPT = r'''
 import json, os, sys
 import torch
 from lightning.pytorch.callbacks import Callback
-from captioning.decoding.evaluator import Evaluator
+from captioning.evaluation.evaluator import Evaluator
 from captioning.training.cli import run_lightning_cli
 
 out_dir, shards = sys.argv[1], sys.argv[2]

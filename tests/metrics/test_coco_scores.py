@@ -29,7 +29,7 @@ def test_identical_captions_score_high_and_beat_wrong_ones():
     assert all(isinstance(v, float) for v in right.values())
     assert right["BLEU-4"] > 0.99 and right["ROUGE_L"] > 0.99
     assert right["CIDEr"] > wrong["CIDEr"] and right["BLEU-4"] > wrong["BLEU-4"]
-    assert "METEOR" not in scorer._scorers  # made only when asked
+    assert "METEOR" not in scorer.running()  # made only when asked
 
 
 @needs_java
@@ -111,13 +111,13 @@ def test_spice_unavailable_is_reported_not_raised(monkeypatch):
 def test_meteor_is_reused_and_closed():
     scorer = CocoScorer()
     right = scorer(REFS, RIGHT)
-    process = scorer._scorers["METEOR"]._meteor.meteor_p
+    process = scorer.running()["METEOR"]._meteor.meteor_p
     wrong = scorer(REFS, WRONG)
-    assert scorer._scorers["METEOR"]._meteor.meteor_p is process  # one JVM for both calls
+    assert scorer.running()["METEOR"]._meteor.meteor_p is process  # one JVM for both calls
     assert set(right) == {"BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE_L", "CIDEr"}
     assert 0.9 < right["METEOR"] <= 1.0 and 0 <= wrong["METEOR"] < right["METEOR"]
     scorer.close()
-    assert process.poll() is not None and "METEOR" not in scorer._scorers
+    assert process.poll() is not None and "METEOR" not in scorer.running()
 
 
 # --------------------------------------------------------------------------- object F1

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from captioning.cli import main
-from captioning.decoding.evaluator import Evaluator
+from captioning.evaluation.evaluator import Evaluator
 from captioning.metrics.attention_health import AttentionHealth, attention_health
 from captioning.metrics.diversity import diversity_scores
 
@@ -85,12 +85,11 @@ def test_attention_health_ignores_steps_beyond_each_caption():
 
 
 def test_the_evaluator_scores_and_warns(caplog):
-    evaluator = Evaluator(training_captions=["a cat"], dominant_share=0.2)
-    evaluator._scorer = lambda refs, preds: {"CIDEr": 0.5}  # no coco-caption metrics here
+    evaluator = Evaluator((), training_captions=["a cat"], dominant_share=0.2)  # no coco-caption metrics here
     evaluator.health.add(np.full((4, 3, 9), 1 / 9), np.array([3, 3, 2, 1]))
     with caplog.at_level(logging.WARNING):
         scores, notes = evaluator.score(CAPTIONS, {i: ["x"] for i in CAPTIONS})
-    assert scores["CIDEr"] == 0.5 and scores["novel_captions"] == pytest.approx(3 / 4)
+    assert "CIDEr" not in scores and scores["novel_captions"] == pytest.approx(3 / 4)
     assert scores["attention_entropy_ratio"] == pytest.approx(1.0)
     assert all(isinstance(v, float) for v in scores.values())  # validation logs every float
     assert "one caption covers" in notes["diversity_warning"] and "near uniform" in notes["attention_warning"]
@@ -209,8 +208,7 @@ def test_validation_logs_novel_captions_and_says_why_clip_scores_are_missing(tin
 
 def test_the_evaluator_warns_once_per_kind_and_keeps_every_note(caplog):
     """A training run validates many times: each kind of warning is logged once, every score's notes keep it."""
-    evaluator = Evaluator(dominant_share=0.2)
-    evaluator._scorer = lambda refs, preds: {"CIDEr": 0.5}
+    evaluator = Evaluator((), dominant_share=0.2)  # no coco-caption metrics here
     long_caption = " ".join(["a red circle to the right of"] * 5)
     captions = {i: long_caption for i in range(4)}
     logged = []

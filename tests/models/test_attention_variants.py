@@ -317,24 +317,41 @@ def test_evaluate_scores_grounding_per_head(tiny_shapes, tmp_path):
             assert 0.0 <= head["attention_correctness"] <= 1.0 and 0.0 <= head["pointing_game"] <= 1.0
 
 
-def test_evaluator_gives_the_dataset_scores_each_heads_maps():
+def test_evaluator_grounds_each_heads_maps():
+    """The grounding metric scores the mean of the heads' maps, then each head's own."""
     import numpy as np
 
-    from captioning.decoding.evaluator import Evaluator
+    from captioning.data.records import ImageRecord
+    from captioning.evaluation.evaluator import Evaluator
+    from captioning.metrics.grounding import grounding_scores
 
-    evaluator = Evaluator(keep_alignments=True)
-    heads = np.random.default_rng(0).random((2, 3, L))  # (T, heads, L)
-    evaluator.alignments = {7: (["a", "b"], heads.mean(1), None)}
+    record = ImageRecord(0, 7, "7.png", "test", ["a small red circle"], [["a", "small", "red", "circle"]])
+    record.objects, record.width, record.height = (
+        [{"words": ["small", "red", "circle"], "bbox": [0, 0, 16, 16]}],
+        48,
+        48,
+    )
+
+    class Data:  # the CaptionData the Evaluator reads the records of
+        images_root = None
+
+        def records(self, split):
+            return [record]
+
+    evaluator = Evaluator((), keep_alignments=True)
+    heads = np.random.default_rng(0).random((4, 3, L))  # (T, heads, L)
+    heads /= heads.sum(-1, keepdims=True)
+    evaluator.alignments = {7: (["a", "small", "red", "circle"], heads.mean(1), None)}
     evaluator.head_alphas = {7: heads}
-    seen = []
+    scores, _ = evaluator.score({7: "a small red circle"}, {7: ["a small red circle"]}, Data(), "test")
+    grounding = scores["grounding"]
 
-    def dataset_scores(predictions, alignments):
-        seen.append(alignments[7][1])
-        return {"grounding": {"count": 1, "first": float(alignments[7][1][0, 0])}}
+    def expected(alphas):  # the shape noun "circle" is word 3
+        return grounding_scores([(alphas[3].reshape(GRID, GRID), (48, 48), [0, 0, 16, 16])])
 
-    evaluator._scorer = lambda refs, preds: {}  # no coco-caption metrics here
-    scores, _ = evaluator.score({7: "a b"}, {7: ["a b"]}, dataset_scores)
-    np.testing.assert_array_equal(seen[0], heads.mean(1))
-    for k in range(3):
-        np.testing.assert_array_equal(seen[1 + k], heads[:, k])
-    assert [h["first"] for h in scores["grounding"]["per_head"]] == [heads[0, k, 0] for k in range(3)]
+    assert grounding["count"] == 1
+    assert grounding["attention_correctness"] == pytest.approx(expected(heads.mean(1))["attention_correctness"])
+    assert [h["attention_correctness"] for h in grounding["per_head"]] == pytest.approx(
+        [expected(heads[:, k])["attention_correctness"] for k in range(3)]
+    )
+    assert len({h["attention_correctness"] for h in grounding["per_head"]}) == 3  # the heads differ

@@ -63,7 +63,15 @@ def measure_peer(peer: Path, steps: int, images: int) -> dict:
     import torch
     from torch.nn.utils.rnn import pack_padded_sequence
 
-    for name in ("matplotlib", "matplotlib.pyplot", "matplotlib.cm", "skimage", "skimage.transform", "scipy", "scipy.misc"):
+    for name in (
+        "matplotlib",
+        "matplotlib.pyplot",
+        "matplotlib.cm",
+        "skimage",
+        "skimage.transform",
+        "scipy",
+        "scipy.misc",
+    ):
         sys.modules.setdefault(name, types.ModuleType(name))
     sys.modules["scipy.misc"].imread = lambda path: torch.zeros(8, 8, 3).numpy()
     sys.modules["scipy.misc"].imresize = lambda img, size: torch.zeros(*size, 3).numpy()

@@ -37,8 +37,8 @@ import torch
 import yaml
 
 from captioning.data.captions import CaptionData  # noqa: E402
-from captioning.decoding.evaluator import Evaluator  # noqa: E402
 from captioning.decoding.generation import GenerationConfig  # noqa: E402
+from captioning.evaluation.evaluator import Evaluator  # noqa: E402
 from captioning.fast import fast_model  # noqa: E402
 from captioning.models.decoder import DecoderConfig  # noqa: E402
 from captioning.models.encoders import EncoderConfig  # noqa: E402

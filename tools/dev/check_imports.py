@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "captioning.files",
             "captioning.common",
             "captioning.cuda_graphs",
+            "captioning.plugins",
         ],
     ),
     ("data", ["captioning.data", "captioning.metrics", "captioning.viz"]),
@@ -48,6 +49,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("models", ["captioning.models", "captioning.decoding", "captioning.fast"]),
     ("objectives", ["captioning.objectives"]),
     ("storage", ["captioning.storage", "captioning.export"]),
+    # decoding a split and scoring it with the registered metrics: validation's, test's and evaluate's
+    ("evaluation", ["captioning.evaluation"]),
     # the feature-cache writer runs an encoder over the images of a training config, read as `fit` reads it
     ("training", ["captioning.training", "captioning.data.features.writer"]),
     ("api", ["captioning.api"]),
@@ -67,6 +70,7 @@ INFERENCE: list[str] = [
     "captioning.files",
     "captioning.common",
     "captioning.cuda_graphs",
+    "captioning.plugins",
     "captioning.data",
     "captioning.metrics",
     "captioning.viz",
@@ -75,6 +79,7 @@ INFERENCE: list[str] = [
     "captioning.fast",
     "captioning.storage",
     "captioning.export",
+    "captioning.evaluation",
     "captioning.api",
     "captioning.web",
 ]

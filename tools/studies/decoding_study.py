@@ -72,7 +72,7 @@ def scores_of(model, data, batches, split: str, generation, seed: int, novel) ->
     """One row's scores: the split decoded with ``generation`` and scored."""
     import torch
 
-    from captioning.decoding.evaluator import Evaluator
+    from captioning.evaluation.evaluator import Evaluator
 
     evaluator = Evaluator(("CIDEr",), tokenizer="python")
     evaluator.set_training_captions(known=novel)
@@ -81,7 +81,7 @@ def scores_of(model, data, batches, split: str, generation, seed: int, novel) ->
         evaluator.add(model, batch, generation)
     predictions = evaluator.predictions(model.vocab)
     try:
-        scores, _ = evaluator.score(predictions, data.references(split), lambda p, a: data.dataset_scores(split, p, a))
+        scores, _ = evaluator.score(predictions, data.references(split), data, split)
     finally:
         evaluator.close()
     return {
@@ -124,7 +124,7 @@ def run(
     round (a warm-up batch first), and its speed is from its fastest round: other jobs on the
     machine only ever slow a round down."""
     from captioning.decoding.ensemble import Ensemble, short_names
-    from captioning.decoding.evaluator import known_training_captions
+    from captioning.evaluation.split_scores import known_training_captions
     from captioning.storage.load import load_model
 
     models = [load_model(p).eval() for p in checkpoints]

@@ -9,7 +9,7 @@ the folder ``caption_<split>_images_<date>/`` beside the file. Several files are
 The sentences have no spaces: the data's tokenizer splits them (``jieba`` is picked for them when
 none is named, data/tokens.py). The records' image ids are their positions; each image's own id, its
 ``image_id`` file name, is kept beside them (``Annotations.dataset_ids``), and results files name the
-images by it (decoding/evaluator.py: results_items, cover_split).
+images by it (evaluation/results_files.py: results_items, cover_split).
 """
 
 from __future__ import annotations

@@ -429,7 +429,7 @@ def shapes_scores(
     caption; ``alignments``: image_id -> (words, alphas (T, L), locations (T,)).
     Returns {"object_f1", "object_precision", "object_recall"} and, with alignments, "grounding".
     """
-    from captioning.metrics import object_f1
+    from captioning.metrics.objects import object_f1
 
     truth = {r.image_id: record_objects(r) for r in records if r.objects}
     f1 = object_f1({i: parse_objects(predictions[i]) for i in truth}, truth)
@@ -467,7 +467,7 @@ def grounding(records: dict, alignments: dict, images_root: str | None = None) -
     the same scores of a one-hot map at the cell each word actually attended.
     """
     from captioning.common import grid_shape
-    from captioning.metrics import grounding_scores
+    from captioning.metrics.grounding import grounding_scores
 
     soft, chosen = [], []
     for image_id, (words, alphas, locations) in alignments.items():

@@ -90,7 +90,7 @@ def test_clip_scores_read_the_images_from_the_shards(shards, tiny_shapes):
     from PIL import ImageChops
 
     from captioning.data.images import load_image
-    from captioning.decoding.evaluator import split_images
+    from captioning.evaluation.split_scores import split_images
 
     data = CaptionData(str(shards), image_size=32, min_word_freq=1)
     files = {r.image_id: r.path for r in load_karpathy(tiny_shapes)}

@@ -1,6 +1,6 @@
-"""What ``evaluate`` adds about attention and composition: faithfulness curves over a split
-(decoding/faithfulness.py) and, for shapes data made with ``--holdout``, the held-out pairs'
-recall on the ``test_novel`` split (data/shapes/holdout.py)."""
+"""What ``evaluate`` reports besides the metrics, about attention and composition: faithfulness
+curves over a split (decoding/faithfulness.py) and, for shapes data made with ``--holdout``, the
+held-out pairs' recall on the ``test_novel`` split (data/shapes/holdout.py)."""
 
 from __future__ import annotations
 
