@@ -17,11 +17,11 @@ import torch
 from captioning import plugins
 from captioning.cli import main
 from captioning.cli.commands import COMMANDS
-from captioning.data.annotation_format import FORMATS
+from captioning.data.formats.base import FORMATS
 from captioning.errors import ConfigError
 from captioning.metrics import METRICS, chosen_metrics
-from captioning.models.attention import SCORES
-from captioning.models.decoder import DECODERS, DecoderConfig
+from captioning.models.decoder import SCORES, DecoderConfig
+from captioning.models.kinds import DECODERS, decoder_config
 from tests.helpers import fit_args, path_without_java
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,17 +32,30 @@ EXTRAS = '''
 from pathlib import Path as _Path
 
 from captioning.cli.commands import COMMANDS, Command
-from captioning.data.annotation_format import FORMATS, AnnotationFormat, image_path
+from captioning.data.formats.base import FORMATS, AnnotationFormat, image_path
 from captioning.data.records import ImageRecord
 from captioning.metrics import METRICS, Metric
 from captioning.metrics.bootstrap import per_image_mean
-from captioning.models.decoder import DECODERS
+from dataclasses import dataclass as _dataclass
+
+from captioning.models.decoder import ShowAttendTellDecoder
+from captioning.models.kinds import DECODERS
 from captioning.tokenizers import tokenize
 
 
-@DECODERS.register("plugin_lstm")
-class PluginLSTM(DECODERS.get("lstm")):
+class PluginLSTM(ShowAttendTellDecoder):
     """The paper's decoder under a name of its own."""
+
+
+@DECODERS.register("plugin_lstm")
+@_dataclass
+class PluginLSTMConfig(DECODERS.get("lstm")):
+    """Its config: the LSTM's settings, kind "plugin_lstm"."""
+
+    kind: str = "plugin_lstm"
+
+    def build(self, vocab_size, feature_dim):
+        return PluginLSTM(vocab_size, feature_dim, self)
 
 
 @FORMATS.register("plugin-tsv")
@@ -123,12 +136,13 @@ def assert_registered() -> None:
     """Everything the plugin registers is there, and the score keeps the Score contract."""
     assert {"cosine" in SCORES, "plugin_lstm" in DECODERS, "plugin-tsv" in FORMATS} == {True}
     assert "caption_words" in chosen_metrics() and "count-words" in COMMANDS
-    assert DecoderConfig(score="cosine", kind="plugin_lstm").variant == "plugin_lstm+cosine"
+    assert decoder_config({"score": "cosine", "kind": "plugin_lstm"}).variant == "plugin_lstm+cosine"
     score = SCORES.get("cosine")(12, 10, 8, 1)
     features, h = torch.randn(2, 9, 12), torch.randn(6, 10)  # B = 2 images, 3 beams each
-    alpha = score(score.project(features), h, beams=3)  # (B * beams, L)
-    assert alpha.shape == (6, 9)
-    torch.testing.assert_close(alpha.sum(-1), torch.ones(6))
+    e = score(score.project(features), h, beams=3)  # the scores e (B * beams, L); the decoder normalises them
+    assert e.shape == (6, 9)
+    cosines = e / score.log_scale.exp()  # s * cos: each within [-s, s]
+    assert (cosines.abs() <= 1 + 1e-6).all() and cosines.abs().max() > 0
 
 
 def test_a_plugin_file_registers_its_score_kind_format_metric_and_command(isolated, tmp_path, monkeypatch, capsys):

@@ -57,7 +57,7 @@ def _last_step_log_probs(decoder, features: Tensor, captions: Tensor, lengths: T
     out = decoder(features, captions, lengths)
     steps = (lengths - 1).clamp(min=1)  # real steps per row; logits come row-major over (N, T)
     last = torch.cumsum(steps, 0) - 1
-    logits = out.logits[last]
+    logits = out.step_logits[last]
     return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1).gather(
         1, tokens.unsqueeze(1)
     )[:, 0]
@@ -67,7 +67,8 @@ def word_rows(decoder, features: Tensor, captions: Tensor, lengths: Tensor) -> W
     """The unperturbed pass: every word's (not EOS's) log-probability and attention ranking."""
     out = decoder(features, captions, lengths)
     B, T = out.mask.shape
-    log_probs = F.log_softmax(out.logits.to(torch.promote_types(out.logits.dtype, torch.float32)), -1)
+    logits = out.step_logits
+    log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1)
     targets = captions[:, 1:][out.mask]  # (M,) in mask.nonzero() order, as the logits
     token_lp = log_probs.gather(1, targets.unsqueeze(1))[:, 0]
     rows, steps = out.mask.nonzero(as_tuple=True)

@@ -29,7 +29,7 @@ MIRRORED = {
     "captioning.models.decoder:ShowAttendTellDecoder.__init__": "e0a700ce1ec70468",
     "captioning.models.decoder:ShowAttendTellDecoder.attend": "8f97e95d96ea5b01",
     "captioning.models.decoder:ShowAttendTellDecoder.recur": "fe07525987ccadbf",
-    "captioning.models.decoder:ShowAttendTellDecoder.forward": "f19e50cd2b838dad",
+    "captioning.models.decoder:ShowAttendTellDecoder.forward": "85277efd498f9327",
     "captioning.models.decoder:ShowAttendTellDecoder.step": "5ff55c4e4aa989c2",
     "captioning.models.decoder:AdditiveScore": "c6abe62804a4793f",
     "captioning.models.attention.luong:LuongDecoder.__init__": "7d2e093209d7735b",

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from captioning.common import grid_shape
+from captioning.errors import ConfigError
 from captioning.fast.gradients import FirstRows, Linear, deferred_linear
 from captioning.models.attention.dot import ScaledDot
 from captioning.models.attention.local import LocalWindow
@@ -205,6 +206,18 @@ class FastLSTM:
     def bad_ending_ids(self):
         return self.plain.bad_ending_ids
 
+    @property
+    def training(self) -> bool:
+        return self.plain.training
+
+    def train(self, mode: bool = True) -> FastLSTM:
+        """Train or eval mode: the plain decoder's (its dropout), which the twin runs."""
+        self.plain.train(mode)
+        return self
+
+    def eval(self) -> FastLSTM:
+        return self.train(False)
+
     def initial_state(self, features: Tensor, max_steps: int | None = None) -> DecoderState:
         return self.plain.initial_state(features, max_steps)
 
@@ -318,6 +331,10 @@ class FastLSTM:
         the static pass with ``static``, or scheduled sampling with ``sample_prob`` > 0."""
         mode = self.plain.attention_mode(mode)
         if sample_prob > 0:
+            if self.attention_kind != "soft":
+                raise ConfigError(
+                    "model.objective.scheduled_sampling_start: scheduled sampling trains soft attention only"
+                )
             return self.every_step(features, captions, lengths, mode, None, None, 1.0, sample_prob=sample_prob)
         if static:
             return self.every_step(features, captions, lengths, mode, use_expected, locations, temperature, True)

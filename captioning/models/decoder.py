@@ -216,6 +216,11 @@ class DecoderOutput:
     entropies: Tensor | None = None  # (B, T): H[alpha_t], when sampling
     head_alphas: Tensor | None = None  # (B, T, heads, L) with several heads
 
+    @property
+    def step_logits(self) -> Tensor:
+        """The real steps' logits (N, V), in mask.nonzero() order, whichever shape ``logits`` has."""
+        return self.logits[self.mask] if self.logits.dim() == 3 else self.logits
+
 
 class Score(nn.Module):
     """A score function's contract: ``project(a)`` once per batch, ``query(h)`` and ``scores(...)``
@@ -417,6 +422,8 @@ class ShowAttendTellDecoder(nn.Module):
         (B, T). ``sample_prob`` > 0: scheduled sampling. ``static`` changes nothing here (every
         row runs every step); the fast path's passes differ."""
         mode = self.attention_mode(mode)
+        if sample_prob > 0 and self.attention_kind != "soft":
+            raise ConfigError("model.objective.scheduled_sampling_start: scheduled sampling trains soft attention only")
         B, T = captions.shape[0], captions.size(1) - 1
         mask = torch.arange(T, device=captions.device) < (lengths - 1).clamp(0, T).unsqueeze(1)  # (B, T)
         state, tokens, logits, steps = self.initial_state(features), captions[:, 0], [], []

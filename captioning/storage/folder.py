@@ -98,10 +98,26 @@ def metrics_card(report: dict) -> dict:
     )
 
 
+#: the decoder settings a model card shows, as they are named there
+DECODER_SIZES = {
+    "hidden_dim": "width",
+    "embed_dim": "embedding",
+    "attention_dim": "attention",
+    "layers": "layers",
+    "heads": "heads",
+}
+
+
+def decoder_summary(decoder: dict) -> str:
+    """ "lstm: width 512, embedding 512, attention 512, heads 1": a decoder's kind and sizes, from its settings."""
+    sizes = ", ".join(f"{name} {decoder[key]}" for key, name in DECODER_SIZES.items() if key in decoder)
+    return f"{decoder.get('kind', 'lstm')}: {sizes}"
+
+
 def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> str:
     """README.md of a model folder: what the model is, its scores and how to load it."""
     m, p, card = config["model"], config["preprocessing"], config.get("card") or {}
-    kind = m["decoder"]["attention_kind"]
+    kind = m["decoder"].get("attention_kind", "soft")  # a transformer attends softly
     onnx = isinstance(config.get("onnx"), dict)
     lines = [
         "---",
@@ -123,7 +139,7 @@ def model_card(config: dict, title: str = "Show, Attend and Tell captioner") -> 
         "|---|---|",
         f"| attention | {kind} |",
         f"| encoder | {m['encoder']['name']}: {m['grid'][0]}x{m['grid'][1]} locations of {m['feature_dim']} features |",
-        f"| decoder | LSTM of {m['decoder']['hidden_dim']}, embedding {m['decoder']['embed_dim']}, attention {m['decoder']['attention_dim']} |",
+        f"| decoder | {decoder_summary(m['decoder'])} |",
         f"| vocabulary | {m['vocab_size']} tokens |",
         f"| input | {p['image_size']}x{p['image_size']} RGB, {p.get('interpolation', 'bilinear')} resize of the whole image (no crop), "
         f"normalised with mean {[round(x, 4) for x in p['mean']]}, std {[round(x, 4) for x in p['std']]} |",

@@ -147,9 +147,13 @@ class CaptioningModule(L.LightningModule):
             }
         )
         self.model: ShowAttendTell | None = None  # built once the vocabulary is known (set_vocab)
-        #: what the steps and the evaluators run: the model's fast twin (captioning/fast/), or the model
-        self.fast = None
+        self._fast: tuple = ()  # (fast_model(model),) once the model is built: not a submodule
         self.evaluators = split_evaluators(clip_score)
+
+    @property
+    def fast(self):
+        """What the steps and the evaluators run: the model's fast twin (captioning/fast/), or the model."""
+        return self._fast[0] if self._fast else None
 
     @property
     def vocab(self) -> Vocabulary | None:
@@ -159,7 +163,7 @@ class CaptioningModule(L.LightningModule):
         """Build the model for ``vocab`` (once; the vocabulary must not change afterwards)."""
         if self.model is None:
             self.model = build_model(self.spec, vocab)
-            self.fast = fast_model(self.model)
+            self._fast = (fast_model(self.model),)
         elif vocab != self.model.vocab:
             raise ConfigError(
                 f"the data's vocabulary ({len(vocab)} words) differs from the model's ({len(self.vocab)} words)"

@@ -61,7 +61,7 @@ def test_removing_all_is_the_image_free_language_model():
     captions, full = teacher_inputs(seqs, lengths, BOS)
     with torch.no_grad():  # the whole captions under zero vectors: the model with no image
         out = dec(torch.zeros_like(features), captions, full)
-    lp = torch.log_softmax(out.logits, -1).gather(1, captions[:, 1:][out.mask].unsqueeze(1))[:, 0]
+    lp = torch.log_softmax(out.step_logits, -1).gather(1, captions[:, 1:][out.mask].unsqueeze(1))[:, 0]
     r, s = out.mask.nonzero(as_tuple=True)
     lm = {(int(i), int(t)): float(v) for i, t, v in zip(r, s, lp)}
     expected = torch.tensor([lm[int(i), int(t)] for i, t in zip(rows.image, rows.step)])
@@ -89,7 +89,7 @@ def test_batched_equals_a_loop_over_words_in_float64():
                     fill = image.mean(0) if removal == "mean" else torch.zeros(D, dtype=torch.float64)
                     image[remove[n]] = fill
                     out = dec(image[None], captions[b : b + 1, : t + 2], torch.tensor([t + 2]))
-                    lp = torch.log_softmax(out.logits[-1], -1)[rows.token[n]]
+                    lp = torch.log_softmax(out.step_logits[-1], -1)[rows.token[n]]
                     assert abs(float(lp) - float(result[removal, order, 4][n])) < 1e-12
 
 

@@ -9,7 +9,7 @@ from captioning.decoding.generation import GenerationConfig
 from captioning.decoding.search import generate
 from captioning.decoding.steering import Focused, cell_coverage, check_box, focus_biases, focus_prior
 from captioning.errors import ConfigError
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.decoder import DecoderConfig, DecoderStates, ShowAttendTellDecoder
 from captioning.vocab import Vocabulary
 
 EOS = Vocabulary.eos_id
@@ -286,8 +286,8 @@ def test_steer_problem_names_the_decoder_that_cannot_be_steered():
     from captioning.decoding.ensemble import EnsembleDecoder
     from captioning.decoding.steering import steer_problem
 
-    class NoScores:  # a decoder without an LSTM cell's attention scores
-        vocab_size, attention_kind = V, "soft"
+    class NoScores:  # a decoder without attention scores to steer
+        vocab_size, attention_kind, state_layout = V, "soft", DecoderStates
 
     assert steer_problem(_decoder()) is None
     assert steer_problem(EnsembleDecoder([_decoder(), _decoder("hard")], (0.5, 0.5))) is None
@@ -314,7 +314,7 @@ def test_every_search_continues_the_prefix(options):
         n = int(out.lengths[i])
         captions = torch.cat([torch.tensor([Vocabulary.bos_id]), out.sequences[i, :n]])[None]
         with torch.no_grad():
-            logits = dec(features[i : i + 1], captions, torch.tensor([n + 1])).logits
+            logits = dec(features[i : i + 1], captions, torch.tensor([n + 1])).step_logits
         logp = torch.log_softmax(logits, -1).gather(1, captions[0, 1:, None])[:, 0]
         assert float(out.scores[i]) * n == pytest.approx(float(logp[3:].sum()), abs=1e-4)
 

@@ -31,7 +31,7 @@ NON_DEFAULT = {
     "no_repeat_ngram_size": dict(no_repeat_ngram_size=1),
     "repetition_penalty": dict(repetition_penalty=1.5),
     "top_p": dict(do_sample=True, top_p=0.9),
-    "min_new_tokens": dict(min_new_tokens=3, num_beams=3, length_penalty=0.2),
+    "min_new_tokens": dict(min_new_tokens=8, num_beams=3, length_penalty=0.2),
     "suppress_tokens": dict(suppress_tokens=("<unk>", "picture")),
     "prefix": dict(prefix=("a",)),
 }
@@ -50,19 +50,36 @@ CHANGES_CAPTIONS = {
 
 
 @pytest.fixture(scope="module")
-def onnx_folder(tiny_checkpoint, tmp_path_factory):
+def checkpoint(tiny_checkpoint, tmp_path_factory):
+    """The tiny checkpoint with its decoder sharpened (weights doubled) and EOS likelier: its beams end
+    at different lengths, so that every option of CHANGES_CAPTIONS bites (a model three steps old
+    hardly ends its captions by itself)."""
+    import torch
+
+    ckpt = torch.load(tiny_checkpoint, weights_only=True)
+    state = ckpt["state_dict"]
+    for name in [k for k in state if k.startswith("model.decoder.") and state[k].is_floating_point()]:
+        state[name] = state[name] * 2.0
+    state["model.decoder.L_o.bias"][2] += 1.0
+    path = tmp_path_factory.mktemp("eos") / "eos.ckpt"
+    torch.save(ckpt, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def onnx_folder(checkpoint, tmp_path_factory):
     pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
     out = tmp_path_factory.mktemp("export") / "onnx"
-    assert main(["export", "--format", "onnx", "--checkpoint", str(tiny_checkpoint), "--out", str(out)]) == 0
+    assert main(["export", "--format", "onnx", "--checkpoint", str(checkpoint), "--out", str(out)]) == 0
     return out
 
 
 @pytest.fixture(scope="module")
-def captioners(tiny_checkpoint, onnx_folder):
+def captioners(checkpoint, onnx_folder):
     from captioning.api import Captioner
     from captioning.export.onnx_captioner import OnnxCaptioner
 
-    return Captioner.from_checkpoint(tiny_checkpoint, "cpu"), OnnxCaptioner(onnx_folder)
+    return Captioner.from_checkpoint(checkpoint, "cpu"), OnnxCaptioner(onnx_folder)
 
 
 @pytest.fixture(scope="module")

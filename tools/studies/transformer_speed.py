@@ -225,7 +225,7 @@ def main() -> None:
     def train_step(name):
         dec = decoders[name].train()
         out = dec(features, captions, lengths)
-        loss = F.cross_entropy(out.logits, captions[:, 1:][out.mask])
+        loss = F.cross_entropy(out.step_logits, captions[:, 1:][out.mask])
         optimizers[name].zero_grad()
         loss.backward()
         optimizers[name].step()
