@@ -17,7 +17,7 @@ $(CORE): pyproject.toml
 
 # ... and every extra, for the tests
 $(STAMP): $(CORE)
-	$(BIN)/pip install --quiet --no-cache-dir -e ".[dev,efficientnet,web,onnx,ecosystem,tracking,zh,subword]"
+	$(BIN)/pip install --quiet --no-cache-dir -e ".[dev,efficientnet,web,onnx,ecosystem,webdataset,tracking,zh,subword]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "captioning.compat",
             "captioning.vocab",
             "captioning.tokenizers",
+            "captioning.word_chars",
             "captioning.files",
             "captioning.common",
             "captioning.cuda_graphs",
