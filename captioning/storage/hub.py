@@ -87,7 +87,7 @@ def resolve_folder(
     repo_id, revision = hub.repo_id, hub.revision or revision
     try:
         import huggingface_hub
-        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+        from huggingface_hub.utils import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
     except ImportError:
         raise CheckpointError(
             f"{name}: no such folder here, and huggingface_hub (pip install huggingface_hub) is "

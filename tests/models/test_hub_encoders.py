@@ -117,7 +117,7 @@ def test_an_open_clip_hub_tower_loads_its_safetensors(hub_cache):
     model_cfg = {
         "embed_dim": 16,
         "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
-        "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 16, "heads": 1, "layers": 1},
+        "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 16, "heads": 1, "layers": 1},
     }
     torch.manual_seed(0)
     clip = open_clip.CLIP(**model_cfg)
@@ -137,6 +137,15 @@ def test_an_open_clip_hub_tower_loads_its_safetensors(hub_cache):
     assert encoder.preprocessing["mean"] == pytest.approx(MEAN) and encoder.input_size == (32, 32)
     assert encoder_interpolation(config) == "bicubic"
     assert encoder(torch.rand(1, 3, 32, 32)).shape == (1, 4, 32)  # 32 px / 16 -> 2 x 2, width 32
+    # CLIPScore with the same model: the whole CLIP's weights, OpenCLIP's tokenizer for it
+    from PIL import Image
+
+    from captioning.metrics.clip_score import ClipScorer
+
+    scorer = ClipScorer.load("hf-hub:someone/tiny-clip")
+    assert all(torch.equal(v, scorer.model.state_dict()[k]) for k, v in clip.state_dict().items())
+    scores = scorer([Image.new("RGB", (40, 40), (200, 20, 20))], ["a red square"], [["a red block"]])
+    assert set(scores) == {"CLIPScore", "RefCLIPScore"} and 0 <= scores["CLIPScore"] <= 2.5
 
 
 @pytest.mark.slow  # a training run and a captioning run in subprocesses (about a minute on 2 cores)

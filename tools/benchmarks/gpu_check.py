@@ -10,8 +10,9 @@ CUDA graphs); the loader's feed rate decoding JPEGs on the CPU and with nvJPEG; 
 present; ``caption`` and ``serve`` on the device. It writes gpu_check.json and gpu_check.md (one row a
 case: what ran, its rate, seconds) in ``--out``, and stops at the first failure with the command that
 reproduces it (exit 1). ``--dry-run`` runs the same cases on the CPU at tiny sizes (CUDA-only ones
-are listed as skipped), so that the script itself is known to work (CI runs it). About 6 minutes on
-one H100/H200 (budget: 8); the dry run about as long on 2 CPU cores.
+are listed as skipped), so that the script itself is known to work (CI runs it). Sized to take at
+most 8 minutes on one H100/H200 (an estimate: not yet run on a GPU); docs/PERFORMANCE.md has the dry
+run's table and time.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ GPU = Sizes(
         "transformer": ("--model.decoder.embed_dim", "512", "--model.decoder.hidden_dim", "512",
                         "--model.decoder.heads", "8", "--model.decoder.layers", "3"),
     },
-    batch=64, steps=60, every=20, images=(1024, 64, 640), decode=(128, 640), jpeg_size=512,
+    batch=64, steps=40, every=10, images=(1024, 64, 640), decode=(128, 640), jpeg_size=512,
     workers=min(8, os.cpu_count() or 1), max_tokens=20,
 )  # fmt: skip
 DRY = Sizes(
@@ -364,7 +365,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="outputs/gpu_check", help="folder for gpu_check.json, gpu_check.md and work/")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU at tiny sizes (no CUDA needed)")
-    parser.add_argument("--steps", type=int, default=None, help="fit steps a case (default: 60 on a GPU, 4 dry)")
+    parser.add_argument("--steps", type=int, default=None, help="fit steps a case (default: 40 on a GPU, 4 dry)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
     args = parser.parse_args(argv)
     import torch

@@ -2,7 +2,8 @@
 
 ``make test-floors`` runs it in a virtual environment with every dependency at its floor
 (tools/dev/floors.py), so that an install at the declared floors is known to fit, evaluate, caption,
-serve, export and caption with onnxruntime. Each step is ``python -m captioning.cli ...`` with the
+serve, export (a model folder, read back as a Hub id from huggingface_hub's cache offline; ONNX) and
+caption with onnxruntime. Each step is ``python -m captioning.cli ...`` with the
 interpreter that runs this script; the first failure prints its command and output, and exits 1.
 
     python -m tools.dev.smoke [--work DIR] [--steps 8] [--skip serve,onnx]
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import os
 import shlex
 import subprocess
 import sys
@@ -22,19 +24,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ("make-shapes", "fit", "evaluate", "caption", "serve", "export-onnx", "caption-onnx")
+STEPS = ("make-shapes", "fit", "evaluate", "caption", "serve", "export", "caption-hub", "export-onnx", "caption-onnx")
 
 
 class StepFailed(RuntimeError):
     """A step exited non-zero; the message holds its command and its output's tail."""
 
 
-def run(name: str, args: list[str], timeout: float = 600) -> str:
-    """``python -m captioning.cli ARGS``; its stdout, or :class:`StepFailed`."""
+def run(name: str, args: list[str], timeout: float = 600, env: dict | None = None) -> str:
+    """``python -m captioning.cli ARGS`` (``env`` added to the environment); its stdout, or :class:`StepFailed`."""
     command = [sys.executable, "-m", "captioning.cli", *map(str, args)]
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+        )
     except subprocess.TimeoutExpired:
         raise StepFailed(f"{name}: no answer within {timeout:.0f} s\n  $ {shlex.join(command)}") from None
     if done.returncode != 0:
@@ -71,6 +75,19 @@ def serve_healthz(checkpoint: str, timeout: float = 180) -> None:
     print(f"smoke: serve ok (/healthz answered, {time.perf_counter() - start:.1f} s)", flush=True)
 
 
+def hub_cache(folder: Path, cache: Path, repo: str) -> Path:
+    """``folder`` laid out as huggingface_hub's cache keeps a download of ``repo`` (a snapshot and the
+    ref ``main``), so that the Hub route reads it with HF_HUB_OFFLINE set: nothing leaves the machine."""
+    import shutil
+
+    revision = "0" * 40
+    root = cache / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(folder, root / "snapshots" / revision)
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text(revision)
+    return cache
+
+
 def smoke(work: Path, steps: int = 8, skip: tuple[str, ...] = ()) -> None:
     data = work / "data"
     annotations = data / "dataset_shapes.json"
@@ -93,6 +110,10 @@ def smoke(work: Path, steps: int = 8, skip: tuple[str, ...] = ()) -> None:
     run("caption", ["caption", *images, "--checkpoint", checkpoint, "--max-new-tokens", 12])
     if "serve" not in skip:
         serve_healthz(checkpoint)
+    run("export", ["export", "--checkpoint", checkpoint, "--out", work / "folder"])
+    cache = hub_cache(work / "folder", work / "hub", "local/smoke")
+    run("caption-hub", ["caption", *images, "--checkpoint", "hf://local/smoke", "--max-new-tokens", 12],
+        env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})  # fmt: skip
     if "onnx" not in skip:
         run("export-onnx", ["export", "--checkpoint", checkpoint, "--out", work / "onnx", "--format", "onnx"])
         run("caption-onnx", ["caption", *images, "--onnx", work / "onnx", "--max-new-tokens", 12])
