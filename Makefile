@@ -9,8 +9,8 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test test-slow test-floors gpu-check lint format install clean browser-setup
 
 # Opt-in: the index PyTorch's wheels come from, installed before the package (which then finds them in
-# place), e.g. the CPU-only build: `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` (~1.2 GB
-# installed instead of ~5.8 GB of the CUDA build PyPI serves on Linux; docs/INSTALL.md). Default: PyPI's.
+# place), e.g. the CPU-only build: `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu`, a fifth
+# of the CUDA build PyPI serves on Linux (docs/INSTALL.md has the sizes). Default: PyPI's.
 TORCH_INDEX ?=
 TORCH_FROM = $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 

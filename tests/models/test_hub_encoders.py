@@ -155,7 +155,9 @@ def test_a_hub_backbone_trains_and_captions_offline_from_the_cache(hub_cache, tm
     save_hub_model(hub_cache, "someone/tiny-resnet")
     env = {**os.environ, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "captioning.cli"]
-    args = fit_args(tiny_shapes, tmp_path / "run", steps=3, extra=["--model.encoder.name", "timm:hf-hub:someone/tiny-resnet"])
+    args = fit_args(
+        tiny_shapes, tmp_path / "run", steps=3, extra=["--model.encoder.name", "timm:hf-hub:someone/tiny-resnet"]
+    )
     done = subprocess.run(cli + [str(a) for a in args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     [checkpoint] = (tmp_path / "run").rglob("last.ckpt")

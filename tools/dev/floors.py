@@ -27,7 +27,7 @@ _REQUIREMENT = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)\s*(?:\[[^\]]*\])?\s*(.
 def _pyproject(path: Path) -> dict:
     text = path.read_text(encoding="utf-8")
     if sys.version_info >= (3, 11):
-        import tomllib
+        import tomllib  # novermin  (the branch of Python 3.11 and later)
     else:  # pragma: no cover - Python 3.10 has no tomllib; pip vendors tomli
         from pip._vendor import tomli as tomllib
     return tomllib.loads(text)
