@@ -165,4 +165,5 @@ def test_a_hub_backbone_trains_and_captions_offline_from_the_cache(hub_cache, tm
     caption = [*cli, "caption", str(image), "--checkpoint", str(checkpoint), "--json"]
     done = subprocess.run(caption, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.splitlines()[-1])["generated_text"].strip()
+    [out] = json.loads(done.stdout)
+    assert out["image"] == str(image) and out["generated_text"].strip()

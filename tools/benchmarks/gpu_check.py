@@ -85,7 +85,7 @@ DRY = Sizes(
     decoder={
         "lstm": ("--model.decoder.embed_dim", "16", "--model.decoder.hidden_dim", "32",
                  "--model.decoder.attention_dim", "16"),
-        "transformer": ("--model.decoder.embed_dim", "16", "--model.decoder.hidden_dim", "32",
+        "transformer": ("--model.decoder.embed_dim", "32", "--model.decoder.hidden_dim", "32",
                         "--model.decoder.heads", "2", "--model.decoder.layers", "1"),
     },
     batch=4, steps=4, every=2, images=(32, 4, 24), decode=(4, 24), jpeg_size=64, workers=1, max_tokens=8,
