@@ -6,18 +6,25 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint format install clean browser-setup
+.PHONY: demo test test-slow test-floors gpu-check lint format install clean browser-setup
+
+# Opt-in: the index PyTorch's wheels come from, installed before the package (which then finds them in
+# place), e.g. the CPU-only build: `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu`, a fifth
+# of the CUDA build PyPI serves on Linux (docs/INSTALL.md has the sizes). Default: PyPI's.
+TORCH_INDEX ?=
+TORCH_FROM = $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
 # The package, its dependencies and the web extra: all that `make demo` needs, its last line (serving the
 # model on the web page) included. The install is part of the demo's 10 minutes.
 $(CORE): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet --no-cache-dir $(TORCH_FROM) torch torchvision)
 	$(BIN)/pip install --quiet --no-cache-dir -e ".[web]"
 	touch $(CORE)
 
 # ... and every extra, for the tests
 $(STAMP): $(CORE)
-	$(BIN)/pip install --quiet --no-cache-dir -e ".[dev,efficientnet,web,onnx,ecosystem,tracking,zh,subword]"
+	$(BIN)/pip install --quiet --no-cache-dir -e ".[dev,efficientnet,web,onnx,ecosystem,webdataset,tracking,zh,subword]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -39,6 +46,29 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PYTEST) -m slow
 
+# Every dependency at its floor (pyproject.toml's >=, pinned by tools/dev/floors.py) in a fresh
+# $(FLOORS_VENV), torch and torchvision at their newest (TORCH_INDEX as above), then the smoke set
+# (tools/dev/smoke.py: fit, evaluate, caption, serve's /healthz, export and caption with ONNX). CI runs it.
+FLOORS_VENV ?= .venv-floors
+FLOORS_EXTRAS := web,onnx
+test-floors:
+	rm -rf $(FLOORS_VENV)
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(PYTHON) -m tools.dev.floors --extras $(FLOORS_EXTRAS) --newest torch,torchvision --out $(FLOORS_VENV)/floors.txt
+	$(FLOORS_VENV)/bin/pip install --quiet --no-cache-dir $(TORCH_FROM) torch torchvision
+	$(FLOORS_VENV)/bin/pip install --quiet --no-cache-dir -c $(FLOORS_VENV)/floors.txt -e ".[$(FLOORS_EXTRAS)]"
+	$(FLOORS_VENV)/bin/pip list --format=freeze > $(FLOORS_VENV)/installed.txt
+	$(FLOORS_VENV)/bin/python -m tools.dev.smoke
+
+# What a GPU user depends on, on the GPU of this machine, in one command (tools/benchmarks/gpu_check.py:
+# fit steps of the soft, hard and Transformer configs in each speed mode, beam-5 decoding, the loader's
+# feed rate, DDP, caption and serve on cuda); a JSON and a Markdown table in GPU_CHECK_OUT. Without
+# CUDA: GPU_CHECK_ARGS=--dry-run (the same script on the CPU at tiny sizes, as CI runs it).
+GPU_CHECK_OUT ?= outputs/gpu_check
+GPU_CHECK_ARGS ?=
+gpu-check: $(STAMP)
+	$(BIN)/python -m tools.benchmarks.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
 # ruff (the lint rules and the format: pyproject.toml's [tool.ruff]; `make format` rewrites the files) and
 # commit subjects of at most 72 characters (tools/dev/check_commits.py)
 lint: $(STAMP)
@@ -55,4 +85,4 @@ browser-setup:
 	.ci/browser-setup
 
 clean:
-	rm -rf $(VENV) outputs lightning_logs
+	rm -rf $(VENV) $(FLOORS_VENV) outputs lightning_logs

@@ -155,12 +155,15 @@ class Captioner:
         revision: str | None = None,
         local_files_only: bool | None = None,
         cache_dir: str | None = None,
+        token: str | bool | None = None,
     ) -> Captioner:
         """The captioner of a model folder (``captioning export``'s) or of a Hugging Face Hub model ``owner/name``.
 
         Only JSON and safetensors are read: nothing is unpickled. A Hub id is fetched into (or found
         in) huggingface_hub's cache; ``local_files_only`` (default: true when ``HF_HUB_OFFLINE`` is
-        set) uses the cache only, and a model not there is a one-line error.
+        set) uses the cache only, and a model not there is a one-line error. ``token``: as
+        huggingface_hub's ``from_pretrained`` takes it, for a private or gated repository (default:
+        the token ``hf auth login`` stored, or ``HF_TOKEN``).
         """
         from captioning.storage.folder import read_folder
         from captioning.storage.hub import looks_like_hub_id
@@ -170,7 +173,10 @@ class Captioner:
         name = os.fspath(name_or_path)
         if looks_like_hub_id(name):
             return cls.from_model(
-                load_model(name, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir), device
+                load_model(
+                    name, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir, token=token
+                ),
+                device,
             )
         return cls.from_model(model_of(read_folder(name)), device)  # a folder only, never a pickle
 

@@ -14,6 +14,8 @@ holds each promise against its reader):
   :func:`decoder_fields`; models/kinds.py);
 - an LSTM decoder's weights stored fused under earlier names: storage/paper_names.py;
 - a vocabulary that records no tokenizer: :data:`UNRECORDED_TOKENIZER` (``Vocabulary.from_dict``);
+- a vocabulary that records no tokenizer version: :data:`UNRECORDED_TOKENIZER_VERSION`, the word
+  pattern of nltk 3.10.4's ``RegexpTokenizer`` (``Vocabulary.from_dict``, tokenizers.py ``word_pattern``);
 - a checkpoint's names of the model description's fields, ``test_generation`` for the default
   decoding: :data:`CHECKPOINT_SPEC_KEYS` (storage/checkpoint.py);
 - ``HardAttentionReinforce`` with ``estimator: gumbel``, the Gumbel objective's earlier spelling, in a
@@ -41,6 +43,9 @@ UNRECORDED_INTERPOLATION = "bilinear"
 UNRECORDED_DECODER_KIND = "lstm"
 #: the tokenizer of every vocabulary written before tokenizers were recorded
 UNRECORDED_TOKENIZER = "words"
+#: the word pattern of every vocabulary written before the version was recorded (nltk 3.10.4's, with the
+#: regex engine's word characters); it applies to words, chars and jieba alike
+UNRECORDED_TOKENIZER_VERSION = 1
 #: the stored dtype of a feature cache whose index records none (before --dtype every cache was float16)
 UNRECORDED_FEATURE_DTYPE = "float16"
 

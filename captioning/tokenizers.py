@@ -16,7 +16,9 @@ API, evaluation, the web page, the ONNX captioner) joins tokens the way they wer
 
 Built in (docs/LANGUAGES.md):
 
-* ``words``: lower-cased words and numbers, punctuation dropped (spaced scripts; the default);
+* ``words``: lower-cased words and numbers, punctuation dropped (spaced scripts; the default); the
+  project's own pattern, versioned (:data:`WORDS_VERSION`, recorded in the vocabulary: a
+  vocabulary splits its captions the same on every machine, an old one as it always did);
 * ``chars``: one token per CJK character (Han, kana), words of spaced scripts and digit runs whole;
 * ``jieba``: Chinese word segmentation by the ``jieba`` package (``pip install -e '.[zh]'``), as AI
   Challenger's evaluation segments;
@@ -30,21 +32,57 @@ Text in CJK scripts is joined without spaces (:func:`join_words`); :func:`pick_t
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-from nltk.tokenize import RegexpTokenizer
-
+from captioning import word_chars
 from captioning.errors import ConfigError
 from captioning.registry import Registry
 
 TOKENIZERS: Registry[type[Tokenizer]] = Registry("tokenizer", field="data.tokenizer")
 DEFAULT_TOKENIZER = "words"  # what vocabularies that name none were built with
 
-# Words and numbers (any script), keeping inner apostrophes and hyphens ("man's", "t-shirt");
-# punctuation-only tokens are dropped, as in the Karpathy splits' own "tokens".
-_WORD = RegexpTokenizer(r"\w+(?:['\-]\w+)*")
+#: the version of the word pattern (``words``, and the spaced-script words of ``chars`` and ``jieba``)
+#: that new vocabularies record; docs/LANGUAGES.md shows what each version does
+WORDS_VERSION = 2
+WORDS_VERSIONS = (1, 2)
+
+
+def _char_class(ranges: str) -> str:
+    """A regular-expression class body of word_chars' "0041-005A 00AA ..." ranges."""
+    parts = []
+    for item in ranges.split():
+        a, _, b = item.partition("-")
+        parts.append(re.escape(chr(int(a, 16))) + (f"-{re.escape(chr(int(b, 16)))}" if b else ""))
+    return "".join(parts)
+
+
+@functools.cache
+def word_pattern(version: int = WORDS_VERSION) -> re.Pattern:
+    """The compiled pattern of a word, by version; inner apostrophes and hyphens join the parts
+    ("man's", "t-shirt") and punctuation-only tokens are dropped, as in the Karpathy splits' own
+    "tokens" (captioning/word_chars.py holds the characters).
+
+    1. nltk 3.10.4's ``RegexpTokenizer(r"\\w+(?:['\\-]\\w+)*")`` (the ``regex`` engine's ``\\w``: letters, marks,
+       decimal digits, letter numbers, connector punctuation, the join controls), reproduced without nltk.
+    2. letters, marks (so that Devanagari, Thai or Arabic words stay whole), every number (digits,
+       fractions, superscripts: "½", "x²") and connector punctuation; a zero-width (non-)joiner stays
+       inside a word, never starts one."""
+    if version == 1:
+        w = f"[{_char_class(word_chars.V1)}]"
+        return re.compile(f"{w}+(?:['\\-]{w}+)*")
+    if version == 2:
+        w, j = _char_class(word_chars.V2), word_chars.JOIN_CONTROLS
+        word = f"[{w}][{w}{j}]*"
+        return re.compile(f"{word}(?:['\\-]{word})*")
+    raise ConfigError(
+        f"vocabulary.tokenizer_version: {version!r} is not a version of the word pattern this release knows "
+        f"({', '.join(map(str, WORDS_VERSIONS))}); a newer release of captioning wrote it"
+    )
+
+
 _PUNCTUATION_GAP = re.compile(r" ([,.;:!?])(?= |$)")  # a space before a punctuation token
 
 # Scripts written without spaces between words: CJK ideographs (and their extensions and
@@ -121,6 +159,9 @@ class Tokenizer:
 
     name: str
     trainable: bool = False  # learned from the training captions (bpe, unigram)
+    #: the versions of its splitting a vocabulary may record (None: one way only), and this one's
+    versions: tuple[int, ...] | None = None
+    version: int | None = None
 
     def __init__(self, vocab_size: int | None = None, size_field: str = "data.vocab_size"):
         if vocab_size is not None:
@@ -164,15 +205,35 @@ class Tokenizer:
         return f"{type(self).__name__}({self.name!r})"
 
 
-def tokenize(text: str) -> list[str]:
+def tokenize(text: str, version: int = WORDS_VERSION) -> list[str]:
     """Lower-cased words of ``text``: ``"A Dog's ball, 2 cafés!"`` -> ``["a", "dog's", "ball", "2", "cafés"]``
-    (the ``words`` tokenizer)."""
-    text = unicodedata.normalize("NFC", text).lower().replace("\u2019", "'")  # NFC: "e" + accent -> "é"
-    return _WORD.tokenize(text)
+    (the ``words`` tokenizer; ``version``: the word pattern's, :func:`word_pattern`)."""
+    return word_pattern(version).findall(_normalise(text))
+
+
+class WordPatternTokenizer(Tokenizer):
+    """A tokenizer that splits words with :func:`word_pattern`, at the version its vocabulary
+    records (new ones: :data:`WORDS_VERSION`)."""
+
+    versions = WORDS_VERSIONS
+
+    def __init__(
+        self, vocab_size: int | None = None, size_field: str = "data.vocab_size", version: int = WORDS_VERSION
+    ):
+        super().__init__(vocab_size, size_field)
+        self.version = version
+        self._word = word_pattern(version)  # (an unknown version: one line)
+
+    def words(self, text: str) -> list[str]:
+        """The words of ``text`` (NFC, lower case, "’" as "'")."""
+        return self._word.findall(_normalise(text))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, version={self.version})"
 
 
 @TOKENIZERS.register("words")
-class WordTokenizer(Tokenizer):
+class WordTokenizer(WordPatternTokenizer):
     """Lower-cased words and numbers (:func:`tokenize`); text is the words joined by spaces, with
     punctuation tokens (which a vocabulary given by hand may hold) attached to the word before them
     ("a cross, a circle")."""
@@ -180,7 +241,7 @@ class WordTokenizer(Tokenizer):
     name = "words"
 
     def tokenize(self, text: str) -> list[str]:
-        return tokenize(text)
+        return self.words(text)
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         return _PUNCTUATION_GAP.sub(r"\1", " ".join(tokens))
@@ -192,7 +253,7 @@ def _split_cjk(word: str) -> list[str]:
 
 
 @TOKENIZERS.register("chars")
-class CharTokenizer(Tokenizer):
+class CharTokenizer(WordPatternTokenizer):
     """One token per CJK character ("左上角" -> 左, 上, 角); words of spaced scripts, digit runs and
     Latin runs inside CJK text kept whole ("3个T恤" -> 3, 个, t, 恤); punctuation dropped as ``words``
     drops it. Text: :func:`join_words`."""
@@ -200,7 +261,7 @@ class CharTokenizer(Tokenizer):
     name = "chars"
 
     def tokenize(self, text: str) -> list[str]:
-        return [piece for word in _WORD.tokenize(_normalise(text)) for piece in _split_cjk(word)]
+        return [piece for word in self.words(text) for piece in _split_cjk(word)]
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         return join_words(tokens)
@@ -224,7 +285,7 @@ def _jieba():
 
 
 @TOKENIZERS.register("jieba")
-class JiebaTokenizer(Tokenizer):
+class JiebaTokenizer(WordPatternTokenizer):
     """Chinese words as the ``jieba`` package segments them ("左上角有一个红色的星形" -> 左上角, 有,
     一个, 红色, 的, 星形), its default dictionary and HMM, as AI Challenger's evaluation segments;
     spaced-script words whole, punctuation dropped. Text: :func:`join_words` (jieba is needed to
@@ -234,7 +295,7 @@ class JiebaTokenizer(Tokenizer):
 
     def tokenize(self, text: str) -> list[str]:
         jieba, tokens = _jieba(), []
-        for word in _WORD.tokenize(_normalise(text)):
+        for word in self.words(text):
             if any(is_cjk(c) for c in word):
                 tokens.extend(t for t in jieba.lcut(word) if t.strip())
             else:
@@ -384,13 +445,17 @@ def build_tokenizer(
     vocab_size: int | None = None,
     state: dict | None = None,
     size_field: str = "data.vocab_size",
+    version: int | None = None,
 ) -> Tokenizer:
     """The tokenizer registered as ``name``; a one-line :class:`ConfigError` naming ``field`` and
     every registered name otherwise. ``vocab_size``: a trained tokenizer's size (the option named
-    ``size_field``); ``state``: a trained tokenizer's stored model (:meth:`Tokenizer.state`)."""
+    ``size_field``); ``state``: a trained tokenizer's stored model (:meth:`Tokenizer.state`);
+    ``version``: the version of its splitting a vocabulary recorded (newest: None)."""
     cls = TOKENIZERS.get(name, field)
     if state is not None and cls.trainable:
         return cls.from_state(state)
+    if version is not None and cls.versions is not None:
+        return cls(vocab_size, size_field, version=version)
     if vocab_size is None and not cls.trainable:
         return cls()  # a user's tokenizer may take no arguments
     return cls(vocab_size, size_field)

@@ -4,7 +4,8 @@ Ids 0-3 are the special tokens ``<pad>``, ``<start>``, ``<end>`` and ``<unk>``; 
 most frequent first (ties alphabetical), so that a vocabulary built from the same captions is
 always the same. Tokens seen fewer than ``min_freq`` times become ``<unk>`` (paper: about 10,000
 words for COCO with a threshold of ~5). The vocabulary holds its tokenizer (captioning/tokenizers.py),
-which turns generated tokens back into text; a stored vocabulary that names none used ``words``.
+which turns generated tokens back into text; a stored vocabulary that names none used ``words``,
+and one that records no ``tokenizer_version`` split its words as nltk 3.10.4 did (captioning/compat.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from captioning.compat import UNRECORDED_TOKENIZER
+from captioning.compat import UNRECORDED_TOKENIZER, UNRECORDED_TOKENIZER_VERSION
 from captioning.errors import ConfigError
 from captioning.files import atomic_write_json
 from captioning.tokenizers import DEFAULT_TOKENIZER, TOKENIZERS, Tokenizer, build_tokenizer
@@ -100,10 +101,16 @@ class Vocabulary:
         return word in self.stoi
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Vocabulary) and self.itos == other.itos and self.tokenizer.name == other.tokenizer.name
+        return (
+            isinstance(other, Vocabulary)
+            and self.itos == other.itos
+            and self.tokenizer.name == other.tokenizer.name
+            and self.tokenizer.version == other.tokenizer.version
+        )
 
     def __repr__(self) -> str:
-        return f"Vocabulary({len(self)} tokens, min_freq={self.min_freq}, tokenizer={self.tokenizer.name!r})"
+        version = "" if self.tokenizer.version is None else f", tokenizer_version={self.tokenizer.version}"
+        return f"Vocabulary({len(self)} tokens, min_freq={self.min_freq}, tokenizer={self.tokenizer.name!r}{version})"
 
     def encode(self, tokens: Sequence[str], max_length: int | None = None) -> list[int]:
         """``[BOS] + ids of the first max_length words + [EOS]``; unknown words -> UNK."""
@@ -132,11 +139,14 @@ class Vocabulary:
     def to_dict(self) -> dict:
         """JSON-able form, stored in checkpoints, model folders and vocabulary files:
         ``{"itos": [...], "min_freq": n}``, plus ``"tokenizer": name`` for a tokenizer other than
-        ``words`` (so that a ``words`` vocabulary is stored as before, and read back the same), and
-        ``"tokenizer_model"``: a trained tokenizer's model (bpe, unigram: plain JSON values)."""
+        ``words`` (so that a ``words`` vocabulary is stored as before, and read back the same),
+        ``"tokenizer_version"``: the version of a versioned tokenizer's splitting (words, chars,
+        jieba), and ``"tokenizer_model"``: a trained tokenizer's model (bpe, unigram: plain JSON values)."""
         d = {"itos": list(self.itos), "min_freq": self.min_freq}
         if self.tokenizer.name != DEFAULT_TOKENIZER:
             d["tokenizer"] = self.tokenizer.name
+        if self.tokenizer.version is not None:
+            d["tokenizer_version"] = self.tokenizer.version
         state = self.tokenizer.state()
         if state is not None:
             d["tokenizer_model"] = state
@@ -150,11 +160,14 @@ class Vocabulary:
         if not isinstance(name, str):
             raise ConfigError(f"vocabulary: 'tokenizer' must be a tokenizer's name, got {name!r}")
         state = d.get("tokenizer_model")
-        tokenizer = build_tokenizer(name, "vocabulary.tokenizer", state=state) if state is not None else name
+        version = d.get("tokenizer_version", UNRECORDED_TOKENIZER_VERSION)  # none recorded: captioning/compat.py
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ConfigError(f"vocabulary: 'tokenizer_version' must be an integer, got {version!r}")
         if state is None and name in TOKENIZERS and TOKENIZERS.get(name).trainable:
             raise ConfigError(
                 f"vocabulary: the {name!r} tokenizer is trained, but its model ('tokenizer_model') is missing"
             )
+        tokenizer = build_tokenizer(name, "vocabulary.tokenizer", state=state, version=version)
         return cls(d["itos"], min_freq=d.get("min_freq"), tokenizer=tokenizer)
 
     def save(self, path: str | os.PathLike[str]) -> None:

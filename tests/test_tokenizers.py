@@ -12,11 +12,13 @@ from captioning.errors import ConfigError
 from captioning.tokenizers import (
     SPECIALS,
     TOKENIZERS,
+    WORDS_VERSION,
     Tokenizer,
     WordTokenizer,
     build_tokenizer,
     list_tokenizers,
     tokenize,
+    word_pattern,
 )
 from captioning.vocab import Vocabulary
 
@@ -59,14 +61,16 @@ def test_an_unknown_tokenizer_is_one_line_naming_the_field_and_the_names():
         Vocabulary.from_dict({"itos": list(Vocabulary.SPECIALS), "tokenizer": "bpe2"})
 
 
-def test_a_words_vocabulary_is_stored_as_before(tmp_path):
+def test_a_words_vocabulary_is_stored_as_before_with_its_word_pattern_version(tmp_path):
     v = Vocabulary.build([["a", "dog"], ["a", "cat"]], min_freq=1)
     assert v.tokenizer.name == "words" and v.to_dict() == {
         "itos": [*Vocabulary.SPECIALS, "a", "cat", "dog"],
         "min_freq": 1,
+        "tokenizer_version": WORDS_VERSION,
     }
     old = {"itos": [*Vocabulary.SPECIALS, "a", "dog", ","], "min_freq": 5}  # a file written before tokenizers
-    assert Vocabulary.from_dict(old).tokenizer.name == "words" and Vocabulary.from_dict(old).to_dict() == old
+    assert Vocabulary.from_dict(old).tokenizer.name == "words"
+    assert Vocabulary.from_dict(old).to_dict() == {**old, "tokenizer_version": 1}  # the version it always had
 
 
 def test_a_registered_tokenizer_builds_records_and_decodes_a_vocabulary(tmp_path):
@@ -269,7 +273,8 @@ def test_words_is_bit_identical_on_the_shapes_data(tiny_shapes, tmp_path):
     for tokenizer in (None, "words"):
         data = CaptionData(str(tiny_shapes), min_word_freq=1, tokenizer=tokenizer)
         data.setup()
-        assert data.vocab.itos == before.itos and data.vocab.to_dict() == {"itos": before.itos, "min_freq": 1}
+        assert data.vocab.itos == before.itos
+        assert data.vocab.to_dict() == {"itos": before.itos, "min_freq": 1, "tokenizer_version": WORDS_VERSION}
         assert all(r.tokens == file_tokens[r.imgid] for r in data.all_records())
         data.vocab.save(tmp_path / "a.json")
         before.save(tmp_path / "b.json")
@@ -313,3 +318,91 @@ def test_cjk_share_counts_cjk_letters_among_all_letters_and_digits():
         assert cjk_share([text]) == by_character([text]), text
     assert abs(cjk_share(texts) - by_character(texts)) < 1e-12
     assert cjk_share(["a red star", "红色的星形"]) == 5 / 13 and cjk_share(["", "..."]) == 0.0
+
+
+# ---------------------------------------------------------------------- the word pattern's versions
+# (docs/LANGUAGES.md: the table of eight scripts; tools/dev/tokens_table.py prints it)
+WORD_CASES = [
+    # caption, version 1 (nltk 3.10.4's), version 2
+    ("एक काला कुत्ता घास पर दौड़ता है", ["एक", "काला", "कुत्ता", "घास", "पर", "दौड़ता", "है"], None),
+    ("ஒரு கருப்பு நாய்", ["ஒரு", "கருப்பு", "நாய்"], None),
+    ("كلبٌ أسودُ يجري", ["كلبٌ", "أسودُ", "يجري"], None),
+    ("כֶּלֶב שָׁחוֹר", ["כֶּלֶב", "שָׁחוֹר"], None),
+    ("สุนัขสีดำวิ่งบนหญ้า", ["สุนัขสีดำวิ่งบนหญ้า"], None),  # Thai writes no spaces: one run
+    ("2½ pizzas, 10² tiles, chapter Ⅷ, ① sign", ["2", "pizzas", "10", "tiles", "chapter", "ⅷ", "sign"],
+     ["2½", "pizzas", "10²", "tiles", "chapter", "ⅷ", "①", "sign"]),
+    ("سگ می\u200cدود", ["سگ", "می\u200cدود"], None),  # the zero-width non-joiner inside a Persian word
+    ("\u200dabc \u200c", ["\u200dabc", "\u200c"], ["abc"]),  # a joiner never starts a word of version 2
+    ("Ⓐ circled", ["ⓐ", "circled"], ["circled"]),  # an enclosed letter: regex's \w, no letter
+    ("A Dog’s t-shirt, cafe\u0301s!", ["a", "dog's", "t-shirt", "cafés"], None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("caption, v1, v2", WORD_CASES, ids=range(len(WORD_CASES)))
+def test_each_version_of_the_word_pattern(caption, v1, v2):
+    assert tokenize(caption, 1) == v1
+    assert tokenize(caption, 2) == (v1 if v2 is None else v2)
+    assert tokenize(caption) == tokenize(caption, WORDS_VERSION)
+
+
+def test_version_1_is_nltk_3_10_4s_pattern_on_every_assigned_character():
+    """nltk 3.10.3-3.10.4 compiled RegexpTokenizer's pattern with the regex engine: version 1 splits
+    a text of every character this Python's Unicode database assigns as that engine does."""
+    import unicodedata
+
+    regex = pytest.importorskip("regex", reason="the dev extra brings regex, the engine nltk 3.10.4 used")
+    nltk_words = regex.compile(r"\w+(?:['\-]\w+)*", regex.UNICODE | regex.MULTILINE | regex.DOTALL)
+    assigned = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) not in ("Cn", "Cs")]
+    text = "a" + "a ".join(assigned) + "a-b'c"  # each character between letters, and alone after a space
+    assert word_pattern(1).findall(text) == nltk_words.findall(text)
+
+
+def test_the_word_tables_are_this_pythons_unicode_database():
+    import unicodedata
+
+    from captioning import word_chars
+    from tools.dev.word_chars import OUT, source
+
+    if unicodedata.unidata_version != word_chars.UNICODE_VERSION:
+        pytest.skip(
+            f"the tables are of Unicode {word_chars.UNICODE_VERSION}, this Python's {unicodedata.unidata_version}"
+        )
+    assert OUT.read_text(encoding="utf-8") == source(), "run python -m tools.dev.word_chars"
+
+
+def test_an_old_vocabulary_splits_as_before_and_a_new_one_records_its_version(tmp_path):
+    from tests.helpers import ROOT
+
+    old = Vocabulary.load(ROOT / "tests" / "fixtures" / "v0_1_8e72f85" / "hard_folder" / "vocab.json")
+    assert old.tokenizer.version == 1 and old.tokenizer.tokenize("2½ red circles") == ["2", "red", "circles"]
+    old.save(tmp_path / "vocab.json")
+    assert Vocabulary.load(tmp_path / "vocab.json") == old
+    new = Vocabulary.build([["a"]], min_freq=1)
+    assert new.tokenizer.version == WORDS_VERSION and new.tokenizer.tokenize("2½ red circles") == [
+        "2½",
+        "red",
+        "circles",
+    ]
+    assert new != Vocabulary(new.itos, 1, tokenizer=old.tokenizer)  # same tokens, another split
+    for name in ("chars", "jieba"):  # the spaced-script words of the CJK tokenizers follow the version
+        assert Vocabulary.from_dict({"itos": list(Vocabulary.SPECIALS), "tokenizer": name}).tokenizer.version == 1
+    with pytest.raises(ConfigError, match=r"^vocabulary.tokenizer_version: 3 is not a version .* \(1, 2\)"):
+        Vocabulary.from_dict({"itos": list(Vocabulary.SPECIALS), "tokenizer_version": 3})
+    with pytest.raises(ConfigError, match="^vocabulary: 'tokenizer_version' must be an integer"):
+        Vocabulary.from_dict({"itos": list(Vocabulary.SPECIALS), "tokenizer_version": "2"})
+
+
+def test_caption_data_splits_with_the_version_of_a_vocabulary_given(tmp_path):
+    images = [
+        {"filename": f"{i}.jpg", "imgid": i, "split": split, "sentences": [{"raw": "2½ cabs."}]}
+        for i, split in enumerate(["train", "train", "val", "test"])
+    ]
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({"images": images}))
+    fresh = CaptionData(str(path), min_word_freq=1)
+    fresh.setup()
+    assert fresh.records("train")[0].tokens == [["2½", "cabs"]] and fresh.vocab.tokenizer.version == WORDS_VERSION
+    (tmp_path / "old.json").write_text(json.dumps({"itos": [*Vocabulary.SPECIALS, "2", "cabs"], "min_freq": 1}))
+    old = CaptionData(str(path), vocabulary=str(tmp_path / "old.json"), tokenizer="words")
+    old.setup()
+    assert old.tokenizer.version == 1 and old.records("train")[0].tokens == [["2", "cabs"]]

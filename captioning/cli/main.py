@@ -35,14 +35,40 @@ from captioning.cli import extract_features  # noqa: F401
 
 # isort: on
 from captioning.cli.commands import COMMANDS
-from captioning.cli.options import ShortErrorParser
+from captioning.cli.options import COMMAND_BEAMS, ShortErrorParser
 from captioning.errors import CaptioningError
 from captioning.plugins import load_plugins
+
+PREDICT_POINTER = (
+    "No `predict` (LightningCLI's): caption images, folders or shards with `captioning caption IMAGES "
+    f"--checkpoint CKPT` ({COMMAND_BEAMS} beams by default, the Python API 1; --num-beams), a whole split "
+    "with `captioning evaluate`."
+)
+
+
+def predict_pointer(argv: Sequence[str]) -> str:
+    """The one line that answers ``captioning predict ...``: the commands that do it, with the
+    checkpoint a LightningCLI ``--ckpt_path`` named."""
+    checkpoint = "CKPT"
+    for i, arg in enumerate(argv):
+        if arg.startswith("--ckpt_path="):
+            checkpoint = arg.split("=", 1)[1]
+        elif arg == "--ckpt_path" and i + 1 < len(argv):
+            checkpoint = argv[i + 1]
+    return (
+        "`captioning predict` is not a command: caption images or folders with "
+        f"`captioning caption IMAGES --checkpoint {checkpoint}`, a whole split with "
+        f"`captioning evaluate --checkpoint {checkpoint} --annotations FILE --split test`"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``captioning`` parser: a subparser per registered command, in registration order."""
-    parser = ShortErrorParser(prog="captioning", description="Show, Attend and Tell image captioning.")
+    parser = ShortErrorParser(
+        prog="captioning",
+        description="Show, Attend and Tell image captioning.",
+        epilog=PREDICT_POINTER,  # where a Lightning user looks for LightningCLI's predict
+    )
     parser.add_argument("--version", action="version", version=f"captioning {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command", parser_class=ShortErrorParser)
     for name in COMMANDS:
@@ -70,10 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         load_plugins()  # before the parser: a plugin's command is one of its subcommands
         if argv and argv[0] == "predict":
-            raise CaptioningError(
-                "`captioning predict` is not a command: caption images or folders with "
-                "`captioning caption IMAGES --checkpoint CKPT`, a whole split with `captioning evaluate`"
-            )
+            raise CaptioningError(predict_pointer(argv[1:]))
         if argv and argv[0] in COMMANDS and COMMANDS.get(argv[0]).passthrough:
             return COMMANDS.get(argv[0])().run(argparse.Namespace(command=argv[0], argv=argv))
         parser = build_parser()

@@ -188,7 +188,14 @@ def option_type(option: GenerationOption):
     return parse
 
 
-def generation_args(p: argparse.ArgumentParser, beams: int = 3, checkpoint: bool = True, onnx: bool = False) -> None:
+#: the beams of the commands that decode (caption, attend, evaluate, serve's form); the API's default is one
+#: (Hugging Face's), which README's first example and ``captioning --help`` state beside this one
+COMMAND_BEAMS = 3
+
+
+def generation_args(
+    p: argparse.ArgumentParser, beams: int = COMMAND_BEAMS, checkpoint: bool = True, onnx: bool = False
+) -> None:
     """The checkpoint (unless ``checkpoint`` is false; with ``onnx``, or an ONNX folder instead),
     the decoding settings and the device of a command.
 

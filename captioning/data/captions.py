@@ -187,8 +187,10 @@ class CaptionData:
     def _use_tokenizer_of(self, vocab: Vocabulary, source: str) -> None:
         """Split the captions as ``vocab``'s tokens were split (one line if data.tokenizer says otherwise)."""
         if vocab.tokenizer.name == self.tokenizer.name:
-            if vocab.tokenizer.state() is not None and vocab.tokenizer is not self.tokenizer:
-                self.tokenizer = vocab.tokenizer  # a trained tokenizer: the vocabulary's own model
+            own = vocab.tokenizer.state() is not None or vocab.tokenizer.version != self.tokenizer.version
+            if own and vocab.tokenizer is not self.tokenizer:
+                # a trained tokenizer: the vocabulary's own model; a versioned one: the version it recorded
+                self.tokenizer = vocab.tokenizer
                 self._annotations = None
             return
         if self._tokenizer_named:

@@ -4,7 +4,7 @@
 records: where no tokenizer was named and the training captions are mostly CJK it picks ``jieba``
 (``chars`` without jieba) and says so in one line; a trained tokenizer (bpe, unigram) not yet
 trained learns from the training captions; then every caption is split again by the tokenizer
-(the readers' own tokens are ``words``').
+(the readers' own tokens are ``words``' at the newest version of its word pattern).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from captioning.data.records import ImageRecord, split_records
-from captioning.tokenizers import DEFAULT_TOKENIZER, Tokenizer, build_tokenizer, pick_tokenizer
+from captioning.tokenizers import DEFAULT_TOKENIZER, WORDS_VERSION, Tokenizer, build_tokenizer, pick_tokenizer
 
 
 def train_tokenizer(tokenizer: Tokenizer, texts: Iterable[str]) -> None:
@@ -44,7 +44,7 @@ def fit_tokenizer(
             tokenizer = build_tokenizer(picked, "data.tokenizer")
     if not tokenizer.trained:
         trainer(tokenizer, (c for r in train for c in r.captions))
-    if tokenizer.name != DEFAULT_TOKENIZER:
+    if tokenizer.name != DEFAULT_TOKENIZER or tokenizer.version != WORDS_VERSION:  # the readers' are words'
         for r in records:
             r.tokens = [tokenizer.tokenize(c) for c in r.captions]
     return tokenizer

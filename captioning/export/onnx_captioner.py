@@ -111,11 +111,19 @@ class OnnxCaptioner:
     ``folder``: an ONNX model folder, or a Hugging Face Hub id ``owner/name`` of one (fetched into
     huggingface_hub's cache; ``local_files_only`` as for ``Captioner.from_pretrained``).
     ``generation``: the defaults of :meth:`__call__` (the folder's, one beam); ``num_threads``:
-    onnxruntime's threads per graph (default: its own choice, the machine's cores).
+    onnxruntime's threads per graph (default: its own choice, the machine's cores); ``token``: for a
+    private or gated repository, as for ``Captioner.from_pretrained``.
     """
 
-    def __init__(self, folder: str | os.PathLike, num_threads: int | None = None, local_files_only: bool | None = None):
-        folder = resolve_folder(os.fspath(folder), local_files_only=local_files_only)  # a path, or a Hub id owner/name
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        num_threads: int | None = None,
+        local_files_only: bool | None = None,
+        token: str | bool | None = None,
+    ):
+        # a path, or a Hub id owner/name
+        folder = resolve_folder(os.fspath(folder), local_files_only=local_files_only, token=token)
         self.folder = folder
         self.config = config = read_config(folder, "onnx")
         model = config["model"]

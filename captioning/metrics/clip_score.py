@@ -7,7 +7,9 @@ no references, and its harmonic mean with the caption's best match among the ref
 averaged over the images, as the paper's code does (its text prefix included). The CLIP model is an
 OpenCLIP one (the extra ``ecosystem``): ``MODEL/TAG`` (e.g. ``ViT-B-32/openai``; the tag one of
 OpenCLIP's for the model, :func:`check_open_clip_name`), its weights from OpenCLIP's cache, or
-``MODEL`` with ``weights=`` a local safetensors file or weights-only state dict of the whole CLIP.
+``MODEL`` with ``weights=`` a local safetensors file or weights-only state dict of the whole CLIP,
+or ``hf-hub:owner/name`` (``local-dir:PATH``) for one published on the Hub (SigLIP, DFN, fine-tuned
+ones): its open_clip_config.json and safetensors weights (:func:`load_hosted_open_clip`).
 Where none can be loaded (no open_clip, offline with nothing cached, a damaged weights file), the
 score is reported unavailable with the reason, as METEOR is without Java. :class:`ClipScoring` is what the
 Evaluator calls (``evaluate``, ``captioning test`` and, when asked, validation: :class:`ClipScoreConfig`).
@@ -25,6 +27,7 @@ from PIL import Image
 
 from captioning.errors import CheckpointError, ConfigError
 from captioning.files import read_state_dict
+from captioning.hub_weights import check_hosted_name, hosted_file, hosted_weights, is_hosted
 
 W = 2.5
 PREFIX = "A photo depicts "
@@ -108,13 +111,29 @@ class ClipScorer:
 
     @classmethod
     def load(cls, spec: str, weights: str | None = None, device: str = "cpu", pretrained: bool = True) -> ClipScorer:
-        """``spec`` = ``MODEL[/TAG]``; ``weights``: a local file instead of the tag's download;
-        ``pretrained`` false: random weights (tests). One line of :class:`ConfigError` or
-        :class:`CheckpointError` when the model cannot be had."""
+        """``spec`` = ``MODEL[/TAG]`` or ``hf-hub:owner/name``; ``weights``: a local file instead of the
+        tag's download; ``pretrained`` false: random weights (tests). One line of :class:`ConfigError`
+        or :class:`CheckpointError` when the model cannot be had."""
         try:
             import open_clip
         except ImportError:
             raise ConfigError("CLIPScore needs open_clip: pip install -e '.[ecosystem]'") from None
+        if is_hosted(spec):
+            label = f"--clip-model {spec}"
+            model, preprocess_cfg = load_hosted_open_clip(
+                label, spec, pretrained and weights is None, instead="--clip-weights FILE (a safetensors file)"
+            )
+            if weights is not None:
+                _load_state(model, read_state_dict(weights, "CLIP weights"), weights, spec)
+            size = model.visual.image_size
+            preprocess = open_clip.image_transform(
+                size if isinstance(size, int) else tuple(size),
+                is_train=False,
+                mean=preprocess_cfg.get("mean"),
+                std=preprocess_cfg.get("std"),
+                interpolation=preprocess_cfg.get("interpolation"),
+            )
+            return cls(model, preprocess, open_clip.get_tokenizer(spec), spec, device)
         model_name, _, tag = spec.partition("/")
         check_open_clip_name(f"--clip-model {spec}", model_name, tag)
         if pretrained and not tag and weights is None:
@@ -191,6 +210,45 @@ def check_open_clip_name(field: str, model: str, tag: str = "") -> None:
             f"{field}: OpenCLIP has no pretrained tag {tag[:80]!r} for {model}; list them with "
             f"python -c \"import open_clip; print(open_clip.list_pretrained_tags_by_model('{model}'))\""
         )
+
+
+def hosted_open_clip_config(label: str, model: str) -> tuple[dict, dict]:
+    """(model configuration, preprocessing configuration) of an OpenCLIP model on the Hub or in a folder
+    (``hf-hub:owner/name`` / ``local-dir:PATH``), from its open_clip_config.json; one line if unreadable."""
+    import json
+
+    check_hosted_name(label, model)
+    path = hosted_file(label, model, "open_clip_config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+        model_cfg, preprocess = dict(config["model_cfg"]), dict(config.get("preprocess_cfg") or {})
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"{label}: {path}: not an OpenCLIP config ({type(err).__name__}: {err})") from None
+    return model_cfg, preprocess
+
+
+def load_hosted_open_clip(label: str, model: str, pretrained: bool, instead: str) -> tuple[torch.nn.Module, dict]:
+    """(the CLIP model, its preprocessing configuration) of an OpenCLIP model on the Hub or in a folder:
+    built from its open_clip_config.json by OpenCLIP's classes, with its safetensors weights when
+    ``pretrained`` (a pickle is refused before it is read: captioning/hub_weights.py)."""
+    import open_clip
+
+    model_cfg, preprocess = hosted_open_clip_config(label, model)
+    custom = bool(model_cfg.pop("custom_text", False)) or "hf_model_name" in (model_cfg.get("text_cfg") or {})
+    try:
+        clip = (open_clip.CustomTextCLIP if custom else open_clip.CLIP)(**model_cfg)
+    except Exception as err:  # noqa: BLE001 -- a configuration this OpenCLIP cannot build (a newer field...)
+        raise ConfigError(
+            f"{label}: OpenCLIP could not build its model_cfg ({type(err).__name__}: {' '.join(str(err).split())[:150]})"
+        ) from None
+    if pretrained:
+        path = hosted_weights(label, model, "open_clip_model.safetensors", instead=instead)
+        _load_state(clip, read_state_dict(path, "CLIP weights"), path, model)
+    # what OpenCLIP's own loader sets on the tower: the normalisation (OpenAI's unless the config says)
+    clip.visual.image_mean = tuple(preprocess.get("mean") or open_clip.OPENAI_DATASET_MEAN)
+    clip.visual.image_std = tuple(preprocess.get("std") or open_clip.OPENAI_DATASET_STD)
+    return clip, preprocess
 
 
 def _load_state(model: torch.nn.Module, state: dict, path: str, model_name: str) -> None:

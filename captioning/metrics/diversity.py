@@ -3,7 +3,7 @@
 A model that writes "a man riding a horse" for half the images may still score well on BLEU; these
 figures show it (Li et al. 2016 for distinct-n; Dai et al. 2017, Shetty et al. 2017 for the share
 of unique and novel captions). Captions are compared as their lower-cased words
-(:func:`captioning.vocab.tokenize`), so "A dog." and "a dog" are the same caption; captions mostly in
+(:func:`captioning.tokenizers.tokenize`, no nltk), so "A dog." and "a dog" are the same caption; captions mostly in
 CJK characters as the words the scores count (jieba's, metrics/languages.py).
 """
 

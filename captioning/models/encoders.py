@@ -17,6 +17,9 @@ location l is cell (l // grid_w, l % grid_w).
 - ``open_clip:<model>[/<pretrained tag>]``: an OpenCLIP image tower (extra ``ecosystem``): a
   visual transformer's patch tokens before the pooling (after ``ln_post``), or a modified
   ResNet's last stage before its attention pool. The tower's input size is fixed.
+- ``timm:hf-hub:owner/name[@revision]`` / ``open_clip:hf-hub:owner/name``: one published on the
+  Hugging Face Hub (fine-tuned backbones, SigLIP, DFN), or ``local-dir:PATH`` for a folder of the
+  same files; safetensors weights only (captioning/hub_weights.py).
 
 The backbones of timm and OpenCLIP normalise with their own statistics (timm's
 ``resolve_data_config``, OpenCLIP's preprocess configuration), recorded in ``Encoder.preprocessing``.
@@ -42,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from captioning.errors import CheckpointError, ConfigError
+from captioning.hub_weights import check_hosted_name, hosted_file, hosted_weights, is_hosted
 from captioning.registry import Registry
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -51,7 +55,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 #: ``open_clip:<model>[/<pretrained tag>]`` name any backbone of those libraries (:data:`PREFIXES`).
 ENCODERS: Registry[type[Encoder]] = Registry("encoder", field="model.encoder.name")
 #: how the one-line error for an unknown name states the prefixed forms
-PREFIXED_FORMS = "timm:<model> or open_clip:<model>[/<pretrained tag>]"
+PREFIXED_FORMS = (
+    "timm:<model> or open_clip:<model>[/<pretrained tag>] (<model>: also hf-hub:owner/name, local-dir:PATH)"
+)
 
 
 class Encoder(nn.Module):
@@ -347,6 +353,61 @@ def _freeze_top(module: nn.Module, groups: list, fine_tune_blocks: int) -> None:
             p.requires_grad_(True)
 
 
+def timm_hosted_config(model: str) -> tuple[dict, str, dict]:
+    """(pretrained configuration, architecture, model arguments) of a timm backbone on the Hub or in a
+    folder (``hf-hub:owner/name`` / ``local-dir:PATH``), from its config.json (timm's ``save_for_hf``
+    layout; the older flat one too). Only the fields timm's ``PretrainedCfg`` has are kept."""
+    import dataclasses
+    import json
+
+    timm = _import_ecosystem("timm", f"timm:{model}")
+    label = f"model.encoder.name timm:{model}"
+    path = hosted_file(label, model, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+        flat = "pretrained_cfg" not in config
+        pretrained = dict(config if flat else config["pretrained_cfg"])
+        architecture = config["architecture"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"{label}: {path}: not a timm config.json ({type(err).__name__}: {err})") from None
+    if not timm.is_model(architecture):
+        raise ConfigError(f"{label}: {path} names the architecture {architecture!r}, which this timm does not know")
+    known = {f.name for f in dataclasses.fields(timm.models.PretrainedCfg)}
+    overlay = {k: tuple(v) if isinstance(v, list) else v for k, v in pretrained.items() if k in known}
+    for key in ("architecture", "hf_hub_id", "url", "file", "source", "tag"):  # the weights are read here, not by timm
+        overlay.pop(key, None)
+    args = {k: v for k, v in (config.get("model_args") or {}).items() if k != "num_classes"}
+    return overlay, architecture, args
+
+
+def open_clip_preprocess_cfg(spec: str) -> dict:
+    """The preprocessing configuration of OpenCLIP's ``spec`` (``<model>[/<tag>]``, or a Hub or folder
+    one's, from its open_clip_config.json), without building it."""
+    open_clip = _import_ecosystem("open_clip", f"open_clip:{spec}")
+    if is_hosted(spec):
+        from captioning.metrics.clip_score import hosted_open_clip_config
+
+        return hosted_open_clip_config(f"model.encoder.name open_clip:{spec}", spec)[1]
+    model, _, tag = spec.partition("/")
+    return {
+        **((open_clip.get_model_config(model) or {}).get("preprocess_cfg") or {}),
+        **((open_clip.get_pretrained_cfg(model, tag) if tag else {}) or {}),
+    }
+
+
+def timm_pretrained_cfg(model: str) -> dict:
+    """The pretrained configuration (mean, std, interpolation, ...) of timm's ``model``, as a dict, without
+    building it: a Hub or folder backbone's from its config.json, else timm's registry (empty if none)."""
+    if is_hosted(model):
+        return timm_hosted_config(model)[0]
+    import dataclasses
+
+    timm = _import_ecosystem("timm", f"timm:{model}")
+    config = timm.models.get_pretrained_cfg(model)
+    return dataclasses.asdict(config) if config is not None else {}
+
+
 class TimmEncoder(Encoder):
     """A timm backbone ``timm:<model>``: its last feature map (B, D, h, w) as the grid.
 
@@ -368,11 +429,20 @@ class TimmEncoder(Encoder):
         timm = _import_ecosystem("timm", f"timm:{model}")
         name = f"timm:{model}"
         download = pretrained and not weights_path
+        architecture, options = model, {}
+        if is_hosted(model):  # the Hub's (or a folder's) config.json names the architecture; safetensors weights
+            hub_config, architecture, options = timm_hosted_config(model)
+            options["pretrained_cfg_overlay"] = hub_config
+            if download:
+                weights_path = hosted_weights(f"model.encoder.name {name}", model, "model.safetensors")
+                download = False
         try:
             try:  # ViT families take any image size, their position embeddings interpolated
-                net = timm.create_model(model, pretrained=download, num_classes=0, dynamic_img_size=True)
+                net = timm.create_model(
+                    architecture, pretrained=download, num_classes=0, dynamic_img_size=True, **options
+                )
             except TypeError:  # a model without the option (CNNs: any size anyway)
-                net = timm.create_model(model, pretrained=download, num_classes=0)
+                net = timm.create_model(architecture, pretrained=download, num_classes=0, **options)
         except (ConfigError, CheckpointError):
             raise
         except Exception as err:  # offline, proxy, missing weights for this name...
@@ -405,9 +475,13 @@ class TimmEncoder(Encoder):
 
     @staticmethod
     def check_name(name: str) -> None:
-        """A one-line ConfigError unless timm knows the model of ``name`` = timm:<model>."""
+        """A one-line ConfigError unless timm knows the model of ``name`` = timm:<model> (a Hub or folder
+        name: its form; its architecture is read when the encoder is built)."""
         timm = _import_ecosystem("timm", name)
         model = name[len("timm:") :]
+        if is_hosted(model):
+            check_hosted_name(f"model.encoder.name {name}", model)
+            return
         if not timm.is_model(model):
             raise ConfigError(
                 f"model.encoder.name: timm has no model {model!r}; list the names with "
@@ -450,17 +524,28 @@ class OpenClipEncoder(Encoder):
         fine_tune_blocks: int = 0,
     ):
         open_clip = _import_ecosystem("open_clip", f"open_clip:{spec}")
-        model, _, tag = spec.partition("/")
+        model, _, tag = ("", "", "") if is_hosted(spec) else spec.partition("/")
         name = f"open_clip:{spec}"
         download = tag if pretrained and tag and not weights_path else None
-        if pretrained and not tag and not weights_path:
+        if is_hosted(spec):  # the Hub's (or a folder's) open_clip_config.json and safetensors weights
+            from captioning.metrics.clip_score import load_hosted_open_clip
+
+            clip, preprocess = load_hosted_open_clip(
+                f"model.encoder.name {name}",
+                spec,
+                pretrained and not weights_path,
+                instead="--model.encoder.weights PATH (a safetensors file), or --model.encoder.pretrained false",
+            )
+            visual = clip.visual
+            visual.preprocess_cfg = {**getattr(visual, "preprocess_cfg", {}), **preprocess}
+        elif pretrained and not tag and not weights_path:
             raise ConfigError(
                 f"{name}: no pretrained tag; name one (open_clip:{model}/TAG, tags: "
                 f"open_clip.list_pretrained_tags_by_model({model!r})), pass --model.encoder.weights PATH, "
                 f"or --model.encoder.pretrained false"
             )
         try:
-            visual = open_clip.create_model(model, pretrained=download).visual
+            visual = visual if is_hosted(spec) else open_clip.create_model(model, pretrained=download).visual
         except Exception as err:
             if not download:
                 raise ConfigError(
@@ -509,6 +594,9 @@ class OpenClipEncoder(Encoder):
         from captioning.metrics.clip_score import check_open_clip_name
 
         _import_ecosystem("open_clip", name)  # the extra's install hint when OpenCLIP is missing
+        if is_hosted(name[len("open_clip:") :]):
+            check_hosted_name(f"model.encoder.name {name}", name[len("open_clip:") :])
+            return
         model, _, tag = name[len("open_clip:") :].partition("/")
         check_open_clip_name("model.encoder.name", model, tag)
 

@@ -134,19 +134,13 @@ def encoder_interpolation(encoder: EncoderConfig) -> str:
     says otherwise); bilinear for the other backbones."""
     name = encoder.name
     if name.startswith("timm:"):
-        import timm
+        from captioning.models.encoders import timm_pretrained_cfg  # (a Hub backbone's: from its config.json)
 
-        config = timm.models.get_pretrained_cfg(name[len("timm:") :])
-        return getattr(config, "interpolation", None) or DEFAULT_INTERPOLATION
+        return timm_pretrained_cfg(name[len("timm:") :]).get("interpolation") or DEFAULT_INTERPOLATION
     if name.startswith("open_clip:"):
-        import open_clip
+        from captioning.models.encoders import open_clip_preprocess_cfg  # (a Hub tower's: its config's)
 
-        model, _, tag = name[len("open_clip:") :].partition("/")
-        preprocess = {
-            **((open_clip.get_model_config(model) or {}).get("preprocess_cfg") or {}),
-            **((open_clip.get_pretrained_cfg(model, tag) if tag else {}) or {}),
-        }
-        return preprocess.get("interpolation") or "bicubic"
+        return open_clip_preprocess_cfg(name[len("open_clip:") :]).get("interpolation") or "bicubic"
     return DEFAULT_INTERPOLATION
 
 

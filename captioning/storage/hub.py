@@ -63,7 +63,11 @@ def looks_like_hub_id(name: str) -> bool:
 
 
 def resolve_folder(
-    name_or_path: str, revision: str | None = None, local_files_only: bool | None = None, cache_dir: str | None = None
+    name_or_path: str,
+    revision: str | None = None,
+    local_files_only: bool | None = None,
+    cache_dir: str | None = None,
+    token: str | bool | None = None,
 ) -> str:
     """The local folder of a model: ``name_or_path`` itself if it is a path, else the snapshot of the
     Hub repository it names (the model folder's files only), downloaded into or found in
@@ -71,7 +75,8 @@ def resolve_folder(
     once must agree).
 
     ``local_files_only``: the cache only (default: true when ``HF_HUB_OFFLINE`` is set). A model
-    that is not in the cache then is a one-line error saying so.
+    that is not in the cache then is a one-line error saying so. ``token``: huggingface_hub's, for a
+    private or gated repository (default: the one ``hf auth login`` stored, or ``HF_TOKEN``).
     """
     name = os.fspath(name_or_path)
     hub = parse_hub_id(name)
@@ -82,7 +87,7 @@ def resolve_folder(
     repo_id, revision = hub.repo_id, hub.revision or revision
     try:
         import huggingface_hub
-        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+        from huggingface_hub.utils import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
     except ImportError:
         raise CheckpointError(
             f"{name}: no such folder here, and huggingface_hub (pip install huggingface_hub) is "
@@ -100,6 +105,7 @@ def resolve_folder(
             local_files_only=offline,
             allow_patterns=ALLOW_PATTERNS,
             library_name="captioning",
+            token=token,
         )
     except LocalEntryNotFoundError:
         where = cache_dir or constants.HF_HUB_CACHE
@@ -115,7 +121,7 @@ def resolve_folder(
     except RepositoryNotFoundError:
         raise CheckpointError(
             f"{name}: no such folder here and no such model on the Hugging Face Hub "
-            "(or it is private: log in with `hf auth login`)"
+            "(or it is private: log in with `hf auth login`, or pass a token)"
         ) from None
     except RevisionNotFoundError:
         raise CheckpointError(f"{name}: no revision {revision!r} on the Hugging Face Hub") from None

@@ -30,7 +30,11 @@ from captioning.storage.hub import looks_like_hub_id, resolve_folder
 
 
 def read_model_file(
-    path: PathLike, revision: str | None = None, local_files_only: bool | None = None, cache_dir: str | None = None
+    path: PathLike,
+    revision: str | None = None,
+    local_files_only: bool | None = None,
+    cache_dir: str | None = None,
+    token: str | bool | None = None,
 ) -> ModelFile:
     """The :class:`ModelFile` of a checkpoint file, a model folder or a Hub id ``owner/name`` (fetched
     into, or found in, huggingface_hub's cache; the other arguments are for it: see
@@ -38,7 +42,9 @@ def read_model_file(
     load_plugins()  # the file may name a plugin's attention score, decoder kind or encoder
     path = os.fspath(path)
     if looks_like_hub_id(path):
-        local = resolve_folder(path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir)
+        local = resolve_folder(
+            path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir, token=token
+        )
         return read_folder(local, ModelSource(path, "hub", local))
     if os.path.isdir(path):
         return read_folder(path)
@@ -78,6 +84,7 @@ def load_model(
     revision: str | None = None,
     local_files_only: bool | None = None,
     cache_dir: str | None = None,
+    token: str | bool | None = None,
 ) -> ShowAttendTell:
     """The captioner of a checkpoint file (``captioning fit``'s), a model folder (``captioning export``'s)
     or a Hugging Face Hub model ``owner/name``, in eval mode on ``device`` (default: the CPU).
@@ -88,7 +95,8 @@ def load_model(
     file records them). Hub arguments: see :func:`~captioning.storage.hub.resolve_folder`.
     Every problem with the file is one line of :class:`~captioning.errors.CheckpointError` naming it.
     """
-    model = model_of(read_model_file(path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir))
+    file = read_model_file(path, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir, token=token)
+    model = model_of(file)
     return model if device is None else model.to(torch.device(device))
 
 

@@ -29,12 +29,41 @@ import struct
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from captioning.errors import ConfigError
+
 #: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+#: the uvicorn releases this subclass of its private H11Protocol was tested with (pyproject.toml's web extra)
+TESTED_UVICORN = ("0.30.0", "0.54.0")
+#: the methods of H11Protocol the subclass extends, each calling uvicorn's own
+EXTENDED = (
+    "connection_made",
+    "connection_lost",
+    "handle_events",
+    "on_response_complete",
+    "pause_writing",
+    "resume_writing",
+)
+
+
+def check_protocol(protocol: type = H11Protocol) -> None:
+    """A one-line ConfigError where the installed uvicorn's ``H11Protocol`` lacks a method the guard extends
+    (a release that reorganised its private protocol), naming the releases it was tested with."""
+    missing = [name for name in EXTENDED if not callable(getattr(protocol, name, None))]
+    if missing:
+        from importlib.metadata import version
+
+        low, high = TESTED_UVICORN
+        raise ConfigError(
+            f"captioning serve: uvicorn {version('uvicorn')}'s H11Protocol has no {missing[0]}() (a private part "
+            f"web/protocol.py extends; tested with uvicorn {low} to {high}): pip install 'uvicorn>={low},<={high}'"
+        )
 
 
 def guarded_protocol(header_timeout: float, max_sockets: int, send_timeout: float = 60.0) -> type:
-    """An :class:`H11Protocol` subclass with the headers' deadline, the answers' deadline and the socket cap."""
+    """An :class:`H11Protocol` subclass with the headers' deadline, the answers' deadline and the socket cap
+    (:func:`check_protocol` first)."""
+    check_protocol()
 
     class GuardedH11Protocol(H11Protocol):
         _header_timer = None

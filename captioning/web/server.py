@@ -125,7 +125,7 @@ def serve(
     ``limits`` (:class:`captioning.web.guard.Limits`) holds the deadlines and the other caps; its
     ``max_active`` is ``max_connections`` (requests being handled at once, 503 beyond)."""
     try:
-        import multipart  # noqa: F401  (python-multipart: Starlette's form parser)
+        import python_multipart  # noqa: F401  (python-multipart: Starlette's form parser, by its own name)
         import starlette  # noqa: F401
         import uvicorn
     except ImportError as err:

@@ -182,6 +182,9 @@ def test_attend_names_never_collide_and_format_is_honoured(tiny_checkpoint, imag
 
 def test_predict_and_unknown_training_options_are_short(capsys):
     one_line_error(capsys, ["predict", "--config", "x.yaml"], "not a command", "captioning caption")
+    # a LightningCLI user's checkpoint goes into the commands to run instead
+    one_line_error(capsys, ["predict", "--ckpt_path", "runs/best.ckpt"], "caption IMAGES --checkpoint runs/best.ckpt")
+    one_line_error(capsys, ["predict", "--ckpt_path=b.ckpt"], "evaluate --checkpoint b.ckpt --annotations")
     with pytest.raises(SystemExit) as info:
         main(["fit", "--model.nonexistent", "1"])
     assert info.value.code == 2
@@ -213,3 +216,12 @@ def test_bad_training_option_values_are_one_line_errors(option, value, expected,
     assert len(err) == 3 and err[0].startswith("usage:") and err[2].startswith("error: "), err
     for text in expected:
         assert text in err[2], (text, err[2])
+
+
+def test_the_top_level_help_points_lightning_users_to_caption(capsys):
+    """`captioning --help`, where a LightningCLI user looks for predict, names the commands that do it
+    and the command line's default beams (the API's default is one: README's first example says so)."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "No `predict` (LightningCLI's): caption images" in text and "3 beams by default" in text

@@ -68,3 +68,24 @@ def test_only_the_model_folder_is_fetched_at_the_pinned_revision(calls, tmp_path
     assert a["allow_patterns"] == b["allow_patterns"] == ALLOW_PATTERNS
     with pytest.raises(CheckpointError, match="names revision 'v2'"):
         resolve_folder("someone/captioner@v2", revision="v3")
+
+
+def test_a_token_reaches_the_hub_as_huggingface_hub_names_it(calls, tmp_path, monkeypatch):
+    """``from_pretrained(..., token=...)`` (huggingface_hub's name) for a private or gated repository;
+    without one, huggingface_hub's own (``hf auth login``, HF_TOKEN): None passed on."""
+    from captioning.api import Captioner
+    from captioning.export.onnx_captioner import OnnxCaptioner
+
+    monkeypatch.chdir(tmp_path)
+    for load in (
+        lambda: Captioner.from_pretrained("someone/private", token="hf_abc", local_files_only=False),
+        lambda: OnnxCaptioner("someone/private-onnx", token="hf_abc", local_files_only=False),
+        lambda: Captioner.from_pretrained("someone/public", local_files_only=False),
+    ):
+        with pytest.raises(CheckpointError):  # the fake snapshot folder holds no model
+            load()
+    assert [(repo, kwargs["token"]) for repo, kwargs in calls] == [
+        ("someone/private", "hf_abc"),
+        ("someone/private-onnx", "hf_abc"),
+        ("someone/public", None),
+    ]

@@ -37,6 +37,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "captioning.compat",
             "captioning.vocab",
             "captioning.tokenizers",
+            "captioning.word_chars",
+            "captioning.hub_weights",
             "captioning.files",
             "captioning.common",
             "captioning.cuda_graphs",

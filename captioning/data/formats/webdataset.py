@@ -138,7 +138,7 @@ def _expand(pattern: str) -> list[str]:
         from braceexpand import UnbalancedBracesError, braceexpand
     except ImportError:
         raise AnnotationError(
-            f"{pattern}: brace patterns need the webdataset package (pip install -e '.[ecosystem]')"
+            f"{pattern}: brace patterns need the braceexpand package (pip install -e '.[webdataset]')"
         ) from None
     try:
         count = count_expansion(pattern)
@@ -777,7 +777,7 @@ def write_shards(
     try:
         import webdataset as wds
     except ImportError:
-        raise ConfigError("writing shards needs the webdataset package (pip install -e '.[ecosystem]')") from None
+        raise ConfigError("writing shards needs the webdataset package (pip install -e '.[webdataset]')") from None
 
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ConfigError(f"shard size: expected an integer >= 1, got {shard_size!r}")
