@@ -191,8 +191,10 @@ class Evaluator:
         references: dict[int, list[str]],
         dataset_scores: Callable | None = None,
         images: Callable | None = None,
+        warn: bool = True,
     ) -> tuple[dict, dict]:
-        """(scores, notes) of ``predictions`` against their images' references.
+        """(scores, notes) of ``predictions`` against their images' references (``warn``: log the
+        diversity and attention warnings; false for a model that has not trained yet).
 
         Scores: floats of the coco-caption metrics, of diversity and of attention health (then
         the attention figures gathered are cleared), what ``dataset_scores(predictions,
@@ -200,7 +202,7 @@ class Evaluator:
         ``images(ids)`` gives (:func:`split_images`). Notes: why a metric could not be computed
         (e.g. SPICE offline, CLIPScore without a CLIP model), and the diversity and attention warnings.
         """
-        return self.score_images(predictions, references, dataset_scores, images)[:2]
+        return self.score_images(predictions, references, dataset_scores, images, warn)[:2]
 
     def score_images(
         self,
@@ -208,6 +210,7 @@ class Evaluator:
         references: dict[int, list[str]],
         dataset_scores: Callable | None = None,
         images: Callable | None = None,
+        warn: bool = True,
     ) -> tuple[dict, dict, dict]:
         """:meth:`score`'s (scores, notes) and the coco-caption scores per image (CocoScorer.score_images)."""
         if not predictions:
@@ -233,7 +236,7 @@ class Evaluator:
         scores.update(diversity)
         scores.update(attention)
         for key, warnings in (("diversity_warning", diversity_warnings), ("attention_warning", attention_warnings)):
-            for line in warnings:
+            for line in warnings if warn else ():
                 kind = " ".join(line.split()[:3])  # "one caption covers", "attention barely moves", ...
                 (log.debug if kind in self._warned else log.warning)(line)
                 self._warned.add(kind)
