@@ -166,16 +166,13 @@ def choose_threads(requested: int | None = None, processes: int = 1) -> tuple[in
     return threads, why, True
 
 
-def use_threads(requested: int | None = None, processes: int = 1, say=None) -> int:
-    """Set PyTorch's intra-op threads by :func:`choose_threads` and return them; ``say`` (e.g.
-    print) gets one line when the choice is fewer threads than PyTorch's default would be."""
+def use_threads(requested: int | None = None, processes: int = 1) -> tuple[int, str]:
+    """Set PyTorch's intra-op threads by :func:`choose_threads`; (threads, why)."""
     import torch
 
-    threads, why, automatic = choose_threads(requested, processes)
+    threads, why, _ = choose_threads(requested, processes)
     torch.set_num_threads(threads)
-    if say is not None and automatic and threads < usable_cores() // max(1, processes):
-        say(f"threads: {threads} ({why}; --threads N to choose)")
-    return threads
+    return threads, why
 
 
 # --------------------------------------------------------------------------- "did you mean"

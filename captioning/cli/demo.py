@@ -113,7 +113,10 @@ def run_demo(
         if max_epochs is not None
         else f"{steps or DEMO_STEPS:,} steps"
     )
-    print(f"[2/4] training soft attention on the CPU for {length} (configs/{config})")
+    import torch
+
+    threads = f"{torch.get_num_threads()} thread{'s' * (torch.get_num_threads() > 1)}"
+    print(f"[2/4] training soft attention on the CPU for {length}, {threads} (configs/{config})")
     args = [
         "fit",
         "--config",

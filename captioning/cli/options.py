@@ -135,9 +135,8 @@ def threads_arg(p: argparse.ArgumentParser) -> None:
 
 def apply_threads(args: argparse.Namespace) -> None:
     """Set PyTorch's threads for a command with ``--threads`` (common.py: ``use_threads``: the
-    flag, else OMP_NUM_THREADS, else the free cores; one line on stderr when the machine's load
-    chose fewer than the cores). Nothing for a command without the flag, or one that runs
-    without PyTorch (``--onnx``)."""
+    flag, else OMP_NUM_THREADS, else the free cores), quietly: stderr keeps its one-line errors.
+    Nothing for a command without the flag, or one that runs without PyTorch (``--onnx``)."""
     if not hasattr(args, "threads") or getattr(args, "onnx", None):
         return
     try:
@@ -146,7 +145,7 @@ def apply_threads(args: argparse.Namespace) -> None:
         return
     from captioning.common import use_threads
 
-    use_threads(args.threads, say=lambda line: print(line, file=sys.stderr))
+    use_threads(args.threads)
 
 
 def runnable(script: str = "captioning") -> str:
