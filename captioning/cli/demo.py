@@ -115,8 +115,8 @@ def run_demo(
     )
     import torch
 
-    threads = f"{torch.get_num_threads()} thread{'s' * (torch.get_num_threads() > 1)}"
-    print(f"[2/4] training soft attention on the CPU for {length}, {threads} (configs/{config})")
+    n = threads or torch.get_num_threads()  # --threads N, or what the command chose (cli/options.py: apply_threads)
+    print(f"[2/4] training soft attention on the CPU for {length}, {n} thread{'s' * (n > 1)} (configs/{config})")
     args = [
         "fit",
         "--config",
