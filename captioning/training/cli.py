@@ -133,20 +133,13 @@ def check_config_arguments(args: Sequence[str]) -> None:
     which configs exist and how to pass one (or, with ``--data.annotations`` given, one line says the
     run uses the built-in defaults); a ``--config`` path that does not exist lists the configs."""
     args = list(args)
-    if (
-        not args
-        or args[0] not in SUBCOMMANDS
-        or any(a in ("-h", "--help") or a.startswith("--print_config") for a in args[1:])
-    ):
-        return
     configs = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--config", "-c")]
     configs += [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
     for config in configs:
-        if not Path(config).is_file() and not config.lstrip().startswith(
-            ("{", "[")
-        ):  # jsonargparse also takes YAML text
+        if not Path(config).is_file() and not config.lstrip().startswith(("{", "[")):  # or YAML text
             raise ConfigError(f"--config {config}: no such file; the configs: {configs_listing()}")
-    if configs:
+    helping = any(a in ("-h", "--help") or a.startswith("--print_config") for a in args[1:])
+    if configs or not args or args[0] not in SUBCOMMANDS or helping:
         return
     how = f"captioning {args[0]} --config configs/shapes_soft.yaml --data.annotations FILE"
     if not any(a.startswith("--data.annotations") or a == "--data" for a in args):
@@ -254,8 +247,7 @@ class CaptioningCLI(LightningCLI):
 def run_lightning_cli(args: Sequence[str], run: bool = True) -> CaptioningCLI:
     """The CLI on ``args`` as if typed: a subcommand and its arguments, or with ``run=False`` the
     arguments alone (parse and build the model, data and trainer without running anything)."""
-    if run:
-        check_config_arguments(args)
+    check_config_arguments(args if run else ["", *args])  # run=False: the arguments without a subcommand
     quiet_third_party()
     keep_freed_memory()  # the step's large tensors reuse the last step's memory (training/allocator.py)
     argv, sys.argv = sys.argv, ["captioning", *args]  # LightningCLI reads sys.argv; its usage lines name the command
