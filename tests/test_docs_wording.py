@@ -19,7 +19,9 @@ HISTORY = {
         re.IGNORECASE,
     ),
     "a commit of this repository": re.compile(r"\b(?:at |as of |of |in )?commits? [0-9a-f]{7,40}\b", re.IGNORECASE),
-    "a row or figure keyed by a commit": re.compile(r"(?:\(|\| *)[0-9a-f]{7,40}(?:'s)?(?: *\||\))|\b[0-9a-f]{7,40}'s\b"),
+    "a row or figure keyed by a commit": re.compile(
+        r"(?:\(|\| *)[0-9a-f]{7,40}(?:'s)?(?: *\||\))|\b[0-9a-f]{7,40}'s\b"
+    ),
     "an issue number": re.compile(r"\bissue #?\d+\b", re.IGNORECASE),
     "a turn of the work": re.compile(r"\b(this|last|previous) turn\b", re.IGNORECASE),
 }
