@@ -12,11 +12,13 @@ STAMP := $(VENV)/.installed
 # model on the web page) included. The install is part of the demo's 10 minutes.
 $(CORE): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	@echo "installing the package, PyTorch and the web extra into $(VENV) (a few minutes: ~6 GB, mostly PyTorch's CUDA libraries)"
 	$(BIN)/pip install --quiet --no-cache-dir -e ".[web]"
 	touch $(CORE)
 
 # ... and every extra, for the tests
 $(STAMP): $(CORE)
+	@echo "installing the extras the tests use into $(VENV)"
 	$(BIN)/pip install --quiet --no-cache-dir -e ".[dev,efficientnet,web,onnx,ecosystem,tracking,zh,subword]"
 	touch $(STAMP)
 
