@@ -28,8 +28,8 @@ from captioning.errors import ConfigError
 
 #: The demo's data: big enough to learn the task, small enough for a few CPU minutes.
 DEMO_DATA = dict(n_train=2500, n_val=150, n_test=300, image_size=64)
-#: The demo's training: a number of steps (its config's trainer.max_steps), so that its scores are
-#: the same on any machine and only the time differs (docs/RESULTS.md, The demo)
+#: The demo's training: a number of steps (instead of its config's time budget), so that its scores
+#: are the same on any machine and only the time differs (docs/RESULTS.md, The demo)
 DEMO_STEPS = 1200
 #: Each language's config and output folder.
 DEMO_CONFIGS = {"en": "shapes_soft.yaml", "zh": "shapes_soft_zh.yaml"}
@@ -45,15 +45,15 @@ def config_path(name: str) -> Path:
 
 
 def budget_args(steps: int | None = None, minutes: float | None = None, max_epochs: int | None = None) -> list[str]:
-    """The fit options of the demo's training length: ``steps`` (default: the config's, :data:`DEMO_STEPS`),
-    or a time budget of ``minutes``, or ``max_epochs`` epochs."""
+    """The fit options of the demo's training length: ``steps`` (default :data:`DEMO_STEPS`), or a
+    time budget of ``minutes``, or ``max_epochs`` epochs."""
     if minutes is not None:
         seconds = round(minutes * 60)
         clock = f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
         return ["--trainer.max_steps", "-1", "--trainer.max_time", clock]
     if max_epochs is not None:
-        return ["--trainer.max_steps", "-1", "--trainer.max_epochs", str(max_epochs)]
-    return ["--trainer.max_steps", str(steps)] if steps is not None else []
+        return ["--trainer.max_time", "null", "--trainer.max_steps", "-1", "--trainer.max_epochs", str(max_epochs)]
+    return ["--trainer.max_time", "null", "--trainer.max_steps", str(steps or DEMO_STEPS)]
 
 
 def shortfall(steps: int, seconds: float, minutes: float | None) -> str | None:
@@ -82,8 +82,8 @@ def run_demo(
     minutes: float | None = None,
     threads: int | None = None,
 ) -> dict:
-    """Run the demo in ``language`` (en, zh) into ``out``, training ``steps`` steps (default: the
-    config's, :data:`DEMO_STEPS`), or for ``minutes``, or ``max_epochs`` epochs, on ``threads``
+    """Run the demo in ``language`` (en, zh) into ``out``, training ``steps`` steps (default
+    :data:`DEMO_STEPS`), or for ``minutes``, or ``max_epochs`` epochs, on ``threads``
     threads (default: the free cores); ``data`` replaces the data's sizes (:data:`DEMO_DATA`) and
     ``fit_extra`` adds fit options (the tests' tiny runs)."""
     if language not in DEMO_CONFIGS:

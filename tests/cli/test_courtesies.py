@@ -99,12 +99,13 @@ def test_caption_out_ends_with_a_summary(capsys, tiny_checkpoint, tiny_shapes, t
     argv = ["caption", *map(str, images[:2]), "--checkpoint", str(tiny_checkpoint), "--out", str(out)]
     argv += ["--max-new-tokens", "5", "--num-beams", "1"]
     assert main(argv) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == f"wrote 2 captions to {out}"
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().splitlines()[-1] == f"wrote 2 captions to {out}"
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"not a picture")
     argv[1:3] = [str(images[0]), str(images[2]), str(broken)]  # one done already, one new, one unreadable
     assert main(argv) == 1
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == f"wrote 1 caption to {out} (1 image already there, 1 unreadable, with their reasons)"
 
 

@@ -16,14 +16,14 @@ SMALL = ("--data.batch_size", "8", "--trainer.limit_val_batches", "1", "--traine
 
 
 def test_the_demo_trains_a_number_of_steps_by_default():
-    for config in DEMO_CONFIGS.values():
+    for config in DEMO_CONFIGS.values():  # the configs keep a time budget for `fit`: the demo replaces it
         trainer = yaml.safe_load((ROOT / "configs" / config).read_text())["trainer"]
-        assert trainer["max_steps"] == DEMO_STEPS and "max_time" not in trainer, config
-    assert budget_args() == []  # the config's steps
-    assert budget_args(steps=300) == ["--trainer.max_steps", "300"]
+        assert "max_time" in trainer and trainer["max_epochs"] * 130 > DEMO_STEPS, config  # 130 steps an epoch
+    assert budget_args() == ["--trainer.max_time", "null", "--trainer.max_steps", str(DEMO_STEPS)]
+    assert budget_args(steps=300)[-1] == "300"
     assert budget_args(minutes=7) == ["--trainer.max_steps", "-1", "--trainer.max_time", "00:00:07:00"]
     assert budget_args(minutes=0.5)[-1] == "00:00:00:30"
-    assert budget_args(max_epochs=3) == ["--trainer.max_steps", "-1", "--trainer.max_epochs", "3"]
+    assert budget_args(max_epochs=3)[-2:] == ["--trainer.max_epochs", "3"] and "null" in budget_args(max_epochs=3)
 
 
 def test_a_time_budget_that_buys_too_few_steps_says_so_with_the_remedy():

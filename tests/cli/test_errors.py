@@ -182,8 +182,9 @@ def test_attend_names_never_collide_and_format_is_honoured(tiny_checkpoint, imag
 
 def test_predict_and_unknown_training_options_are_short(capsys):
     one_line_error(capsys, ["predict", "--config", "x.yaml"], "not a command", "captioning caption")
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "shapes_soft.yaml")
     with pytest.raises(SystemExit) as info:
-        main(["fit", "--model.nonexistent", "1"])
+        main(["fit", "--config", config, "--model.nonexistent", "1"])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) <= 3 and "unrecognized arguments" in err[-1] and "nonexistent" in err[-1]
