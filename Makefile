@@ -18,12 +18,14 @@ TORCH_FROM = $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 # model on the web page) included. The install is part of the demo's 10 minutes.
 $(CORE): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	@echo "installing the package, PyTorch and the web extra into $(VENV) (a few minutes: ~6 GB with PyTorch's CUDA libraries, ~1.2 GB with TORCH_INDEX=https://download.pytorch.org/whl/cpu)"
 	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet --no-cache-dir $(TORCH_FROM) torch torchvision)
 	$(BIN)/pip install --quiet --no-cache-dir -e ".[web]"
 	touch $(CORE)
 
 # ... and every extra, for the tests
 $(STAMP): $(CORE)
+	@echo "installing the extras the tests use into $(VENV)"
 	$(BIN)/pip install --quiet --no-cache-dir -e ".[dev,efficientnet,web,onnx,ecosystem,webdataset,tracking,zh,subword]"
 	touch $(STAMP)
 

@@ -89,6 +89,19 @@ def require_file(path: str, error: type, what: str) -> None:
         raise error(f"{path}: is a directory, not {what}")
 
 
+def checkpoints_beside(path: PathLike, limit: int = 6) -> str:
+    """For the error of a missing checkpoint: "; beside it: best-epoch=34-step=175.ckpt, last.ckpt" (the
+    checkpoints in its folder), "; no folder X" when the folder is missing too, or "" when it has none."""
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    if not os.path.isdir(folder):
+        return f"; no folder {os.path.dirname(os.fspath(path)) or folder}"
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".ckpt"))
+    if not names:
+        return ""
+    more = f", ... ({len(names)} in all)" if len(names) > limit else ""
+    return f"; beside it: {', '.join(names[:limit])}{more}"
+
+
 def safe_torch_load(path: PathLike, map_location: Any = "cpu", legacy_pickle: bool = False) -> Any:
     """``torch.load(path, weights_only=True)``: tensors and plain containers only, never code.
 
@@ -101,6 +114,8 @@ def safe_torch_load(path: PathLike, map_location: Any = "cpu", legacy_pickle: bo
     import torch
 
     path = os.fspath(path)
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: no such file{checkpoints_beside(path)}")
     require_file(path, CheckpointError, "a checkpoint file")
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")

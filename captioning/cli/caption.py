@@ -292,8 +292,10 @@ def print_rows(rows: list[dict]) -> None:
 
 
 def report_out(out: str, stream: ImageStream) -> int:
-    """The end of a run with --out: what was skipped as already there, and one line for the images
-    that could not be read (their lines in the file hold the reasons); 1 if there were any."""
+    """The end of a run with --out: what was skipped as already there, one line for the images that
+    could not be read (their lines in the file hold the reasons), and a summary line (captions
+    written, where), all on stderr (stdout stays empty: the captions are in the file); 1 if any
+    image could not be read."""
     if stream.skipped:
         print(f"{counted(stream.skipped, 'image')} already in {out}: not captioned again", file=sys.stderr)
     bad = stream.problems
@@ -303,4 +305,12 @@ def report_out(out: str, stream: ImageStream) -> int:
             f'the lines of {out} with an "error" say why',
             file=sys.stderr,
         )
+    unread = len(bad) - len(stream.empty)  # images that could not be read (an argument naming none is no line)
+    written = stream.listed - stream.skipped - unread
+    besides = [f"{counted(stream.skipped, 'image')} already there"] * bool(stream.skipped)
+    besides += [f"{unread:,} unreadable, with their reasons"] * bool(unread)
+    print(
+        f"wrote {counted(written, 'caption')} to {out}" + (f" ({', '.join(besides)})" if besides else ""),
+        file=sys.stderr,
+    )
     return 1 if bad else 0

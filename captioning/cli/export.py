@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.options import at_least
+from captioning.cli.options import at_least, threads_arg
 from captioning.errors import CaptioningError
 
 
@@ -65,6 +65,7 @@ class Export(Command):
         )
         p.add_argument("--opset", type=at_least(13), default=17, help="ONNX opset (with --format onnx)")
         p.add_argument("--overwrite", action="store_true", help="write into a folder that is not empty")
+        threads_arg(p)
 
     def run(self, args: argparse.Namespace) -> int:
         from captioning.storage.folder import folder_summary

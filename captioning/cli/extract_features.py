@@ -8,7 +8,7 @@ import json
 import sys
 
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.options import at_least
+from captioning.cli.options import at_least, threads_arg
 
 
 @COMMANDS.register("extract-features")
@@ -25,6 +25,7 @@ class ExtractFeatures(Command):
         p.add_argument("--num-workers", type=at_least(0), default=4)
         p.add_argument("--shard", default="0/1", help="i/n: this process extracts every n-th image from the i-th")
         p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
+        threads_arg(p)
         p.add_argument(
             "--dtype",
             choices=("float16", "float32"),

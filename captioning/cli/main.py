@@ -35,7 +35,7 @@ from captioning.cli import extract_features  # noqa: F401
 
 # isort: on
 from captioning.cli.commands import COMMANDS
-from captioning.cli.options import COMMAND_BEAMS, ShortErrorParser
+from captioning.cli.options import COMMAND_BEAMS, ShortErrorParser, apply_threads
 from captioning.errors import CaptioningError
 from captioning.plugins import load_plugins
 
@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "run", None):
             parser.print_help()
             return 2
+        apply_threads(args)  # --threads N, or the free cores (cli/options.py)
         return args.run(args)
     except CaptioningError as err:
         print(f"error: {err}", file=sys.stderr)

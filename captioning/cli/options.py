@@ -17,10 +17,26 @@ from captioning.errors import ConfigError
 
 
 class ShortErrorParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (the command, the problem, where to look)."""
+    """An argument parser whose errors are one line (the command, the problem, where to look), with
+    the nearest valid flag or choice for a misspelt one ("did you mean --num-beams?")."""
 
     def error(self, message: str):
-        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"error: {self.prog}: {message}{self.suggestion(message)} (see {self.prog} --help)\n")
+
+    def suggestion(self, message: str) -> str:
+        """ "; did you mean X?" for the unknown flags or the invalid choice ``message`` names ("" if none is near)."""
+        from captioning.common import did_you_mean
+
+        if message.startswith("unrecognized arguments:"):
+            flags = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+            return did_you_mean(flags, [o for a in self._actions for o in a.option_strings if o.startswith("--")])
+        choice = re.match(r"argument (\S+): invalid choice: '([^']*)'", message)
+        if choice:
+            names = choice.group(1).split("/")
+            for action in self._actions:
+                if action.choices and (set(names) & set(action.option_strings) or action.dest in names):
+                    return did_you_mean([choice.group(2)], [str(c) for c in action.choices])
+        return ""
 
 
 def at_least(least: float, kind: type = int):
@@ -103,6 +119,53 @@ def loader_args(p: argparse.ArgumentParser, batch_size: int = 16) -> None:
         metavar="N",
         help="processes that read and resize the images while the model works (0: the main process)",
     )
+
+
+THREADS_HELP = (
+    "PyTorch's intra-op threads (default: chosen from the cores other processes leave free: one when "
+    "the machine is busy; or OMP_NUM_THREADS when set; docs/PERFORMANCE.md, Threads)"
+)
+
+
+def threads_arg(p: argparse.ArgumentParser) -> None:
+    """``--threads N``: PyTorch's threads for a command that computes (applied by cli/main.py:
+    :func:`apply_threads`, before the command runs)."""
+    p.add_argument("--threads", type=at_least(1), default=None, metavar="N", help=THREADS_HELP)
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    """Set PyTorch's threads for a command with ``--threads`` (common.py: ``use_threads``: the
+    flag, else OMP_NUM_THREADS, else the free cores), quietly: stderr keeps its one-line errors.
+    Nothing for a command without the flag, or one that runs without PyTorch (``--onnx``)."""
+    if not hasattr(args, "threads") or getattr(args, "onnx", None):
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    from captioning.common import use_threads
+
+    use_threads(args.threads)
+
+
+def runnable(script: str = "captioning") -> str:
+    """How to run this environment's ``script`` (captioning, tensorboard, pip) from the current folder,
+    for the commands a command prints: its name when the shell finds this environment's, else its
+    path (``.venv/bin/captioning`` under the current folder: an environment that is not activated)."""
+    import shutil
+    from pathlib import Path
+
+    folder = Path(sys.executable).parent  # the environment's bin/ (Scripts\ on Windows)
+    mine = next((p for p in (folder / script, folder / f"{script}.exe") if p.is_file()), None)
+    found = shutil.which(script)
+    if mine is None:  # e.g. run as python -m captioning.cli from a checkout without installing it
+        return f"{sys.executable} -m captioning.cli" if script == "captioning" and not found else script
+    if found and Path(found).resolve() == mine.resolve():
+        return script
+    try:
+        return str(mine.relative_to(Path.cwd()))  # a path with a slash: the shell runs it without a PATH search
+    except ValueError:
+        return str(mine)
 
 
 def refuse_urls(items: Sequence[str]) -> None:
@@ -241,6 +304,7 @@ def generation_args(
         else:
             p.add_argument(option.flag, type=option_type(option), default=None, metavar=option.metavar, help=help)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: cuda if available)")
+    threads_arg(p)
     p.add_argument(
         "--max-image-pixels",
         type=at_least(1),

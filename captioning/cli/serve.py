@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from captioning.cli.commands import COMMANDS, Command
-from captioning.cli.options import at_least, layer_arg
+from captioning.cli.options import THREADS_HELP, at_least, layer_arg
 from captioning.errors import ConfigError
 
 
@@ -149,7 +149,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "* for any (this turns off the DNS-rebinding guard)",
     )
     layer_arg(p, "shown on the page and returned by the API")
-    p.add_argument("--threads", type=at_least(1), default=None, help="torch threads (default: torch's, one per core)")
+    p.add_argument("--threads", type=at_least(1), default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
 

@@ -33,6 +33,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -241,6 +242,29 @@ class CaptionData:
         if self._table is None or self._table[0] is not annotations:
             self._table = (annotations, CaptionTable.of(self.records("train")))
         return self._table[1]
+
+    def decoding_length_problem(self, limits: dict[str, int], share: float = 0.01) -> str | None:
+        """One line when more than ``share`` of the training captions, as the model learns them (at
+        most ``max_length`` tokens, then EOS), are longer than a decoding length of ``limits`` (a
+        setting's name -> its max_new_tokens) lets the model write: its captions would be cut
+        mid-phrase. None when every length fits the data, or the data has no training split."""
+        try:
+            lengths = np.minimum(self.caption_table().lengths(), self.max_length) + 1  # + EOS
+        except AnnotationError:
+            return None
+        if not len(lengths):
+            return None
+        short = {name: n for name, n in limits.items() if (lengths > n).mean() > share}
+        if not short:
+            return None
+        longest, p95 = int(lengths.max()), int(np.percentile(lengths, 95))
+        settings = " and ".join(f"{name} {n}" for name, n in short.items())
+        cut = max((lengths > n).mean() for n in short.values())
+        return (
+            f"the training captions run to {longest} tokens with EOS (95% within {p95}), but {settings} "
+            f"cut {cut:.0%} of them: the model's captions would stop mid-phrase; set "
+            f"{' and '.join(f'{name} {longest}' for name in short)} (or more)"
+        )
 
     def records(self, split: str) -> list[ImageRecord]:
         """The images of a split; an :class:`AnnotationError` if it has none."""

@@ -169,9 +169,11 @@ class Evaluator:
         split: str | None = None,
         images: Callable | None = None,
         instances: Mapping | None = None,
+        warn: bool = True,
     ) -> tuple[dict, dict]:
-        """(scores, notes) of ``predictions`` against their images' references (:meth:`score_captions`)."""
-        result = self.score_captions(predictions, references, data, split, images, instances)
+        """(scores, notes) of ``predictions`` against their images' references (:meth:`score_captions`;
+        ``warn``: log the metrics' warnings, false for a model that has not trained yet)."""
+        result = self.score_captions(predictions, references, data, split, images, instances, warn)
         return result.scores, result.notes
 
     def score_captions(
@@ -182,6 +184,7 @@ class Evaluator:
         split: str | None = None,
         images: Callable | None = None,
         instances: Mapping | None = None,
+        warn: bool = True,
     ) -> MetricResult:
         """Every chosen metric of ``predictions`` (image_id -> caption) against ``references``, in the
         registry's order (captioning/metrics/metric.py): their scores, notes, per-image columns and
@@ -218,7 +221,8 @@ class Evaluator:
                     continue
                 result.update(got)
                 if got.warnings:
-                    self._log_once(got.warnings)
+                    if warn:  # the notes keep them either way
+                        self._log_once(got.warnings)
                     result.notes[f"{metric.name}_warning"] = "; ".join(got.warnings)
         finally:
             self.health.reset()

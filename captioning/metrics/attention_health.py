@@ -13,7 +13,9 @@ each caption's maps alpha_1..alpha_n (n tokens, EOS included; rows over L locati
 :class:`AttentionHealth` gathers the sums batch by batch (numpy arrays; per caption with
 :meth:`AttentionHealth.caption_sums`, so that an evaluator can count each image once); :meth:`AttentionHealth.scores`
 gives the figures and a warning when the maps are near uniform (ratio above ``uniform_ratio``,
-default 0.95) or barely move (movement below ``movement_floor``, default 0.05).
+default 0.95) or barely move (movement below ``movement_floor``, default 0.05), over the maps of
+at least ``min_captions`` captions (default 10: a handful says little). Training does not log them
+for the sanity check's validation, before any step (training/module.py).
 """
 
 from __future__ import annotations
@@ -26,13 +28,20 @@ from captioning.metrics.metric import METRICS, Captions, Metric, MetricResult
 
 UNIFORM_RATIO = 0.95
 MOVEMENT_FLOOR = 0.05
+#: the fewest captions whose maps :meth:`AttentionHealth.scores` warns about
+MIN_CAPTIONS = 10
 
 
 class AttentionHealth:
     """Running sums of entropy and movement over captions' attention maps (see the module docstring)."""
 
-    def __init__(self, uniform_ratio: float = UNIFORM_RATIO, movement_floor: float = MOVEMENT_FLOOR):
-        self.uniform_ratio, self.movement_floor = uniform_ratio, movement_floor
+    def __init__(
+        self,
+        uniform_ratio: float = UNIFORM_RATIO,
+        movement_floor: float = MOVEMENT_FLOOR,
+        min_captions: int = MIN_CAPTIONS,
+    ):
+        self.uniform_ratio, self.movement_floor, self.min_captions = uniform_ratio, movement_floor, min_captions
         self.reset()
 
     def reset(self) -> None:
@@ -71,6 +80,9 @@ class AttentionHealth:
         uniform = math.log(self.locations) if self.locations > 1 else 1.0
         scores = {"attention_entropy": float(entropy), "attention_entropy_ratio": float(entropy / uniform)}
         warnings = []
+        if steps - pairs < self.min_captions:  # each caption has one step more than its pairs: steps - pairs captions
+            pairs_score = {"attention_movement": float(move_sum / pairs)} if pairs else {}
+            return {**scores, **pairs_score}, warnings
         if self.locations > 1 and scores["attention_entropy_ratio"] > self.uniform_ratio:
             warnings.append(
                 f"attention maps are near uniform: mean entropy {entropy:.3f} nats is "
@@ -87,10 +99,10 @@ class AttentionHealth:
 
 
 def attention_health(
-    maps, uniform_ratio: float = UNIFORM_RATIO, movement_floor: float = MOVEMENT_FLOOR
+    maps, uniform_ratio: float = UNIFORM_RATIO, movement_floor: float = MOVEMENT_FLOOR, min_captions: int = MIN_CAPTIONS
 ) -> tuple[dict[str, float], list[str]]:
     """(scores, warnings) of a list of captions' maps, each (n, L) (see the module docstring)."""
-    health = AttentionHealth(uniform_ratio, movement_floor)
+    health = AttentionHealth(uniform_ratio, movement_floor, min_captions)
     for m in maps:
         m = np.asarray(m, dtype=np.float64)
         health.add(m[None], np.array([m.shape[0]]))

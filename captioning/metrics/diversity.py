@@ -18,6 +18,9 @@ from captioning.vocab import Vocabulary
 
 #: the share of images one caption may cover before :func:`diversity_scores` warns
 DOMINANT_SHARE = 0.2
+#: the fewest images whose captions :func:`diversity_scores` warns about: on fewer, one repeated
+#: caption is a large share by chance ("25%" of 4 images)
+MIN_IMAGES = 10
 
 
 def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
@@ -43,6 +46,7 @@ def diversity_scores(
     training_captions: Iterable[str] | None = None,
     dominant_share: float = DOMINANT_SHARE,
     known: Set[str] | None = None,
+    min_images: int = MIN_IMAGES,
 ) -> tuple[dict[str, float], list[str]]:
     """(scores, warnings) of ``captions`` (image_id -> caption), one caption per image.
 
@@ -58,7 +62,8 @@ def diversity_scores(
       given; or in none of ``known``, the same captions through :func:`known_captions`, computed once);
     * ``mean_length``: words per caption.
 
-    Warnings: one line when one caption covers more than ``dominant_share`` of the images.
+    Warnings: one line when one caption covers more than ``dominant_share`` of the images, given
+    to at least two of them among at least ``min_images`` (:data:`MIN_IMAGES`) images.
     """
     if not captions:
         return {}, []
@@ -83,7 +88,7 @@ def diversity_scores(
         scores["novel_captions"] = sum(1 for t in texts if t not in known) / len(texts)
     scores["mean_length"] = sum(map(len, words)) / len(words)
     warnings = []
-    if scores["top_caption_share"] > dominant_share:
+    if scores["top_caption_share"] > dominant_share and top_count >= 2 and len(texts) >= min_images:
         warnings.append(
             f"one caption covers {scores['top_caption_share']:.0%} of the images (more than "
             f"{dominant_share:.0%}): {_shortened(top)!r}"

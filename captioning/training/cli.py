@@ -14,19 +14,25 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+import torch
 from jsonargparse import Namespace
+from jsonargparse.typing import PositiveInt
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from captioning.common import did_you_mean, fixed_threads
 from captioning.data.datamodule import CaptionDataModule
+from captioning.errors import ConfigError
 from captioning.objectives import current_spelling
 from captioning.plugins import load_plugins
 from captioning.training.allocator import keep_freed_memory
 from captioning.training.callbacks import LastCheckpoint, LineProgress, RunPaths, ValidationExamples, quiet_third_party
 from captioning.training.checkpoint_io import DurableCheckpointIO
 from captioning.training.module import CaptioningModule
+from captioning.training.pace import PaceNote, ThreadWatch
 from captioning.training.resume import check_resume_path, last_checkpoint
 
 
@@ -60,6 +66,11 @@ def one_line_parser_error(message: str) -> str:
         return message
     keys, problem = [lines[0][len('Parser key "') :].rstrip(":").rstrip('"')], None
     rest = lines[1:]
+    if rest[0].startswith("Does not validate against any of the Union subtypes"):  # e.g. an Optional[int]
+        errors = [line[2:] for line in rest if line.startswith("- ") and "NoneType" not in line]
+        given = next((line for line in rest if line.startswith("Given value:")), None)
+        if errors and not any(line.startswith("- Problem with given class_path") for line in rest):
+            return f"{keys[0]}: {errors[0]}" + (f" ({given})" if given else "")
     block = next((i for i, line in enumerate(rest) if line.startswith("- Problem with given class_path")), None)
     if block is not None:  # the failing class's block: the lines up to the next subtype's "- ..."
         rest = rest[block + 1 :]
@@ -75,13 +86,72 @@ def one_line_parser_error(message: str) -> str:
 
 
 class ShortUsageParser(LightningArgumentParser):
-    """A parser whose errors take three lines (usage, a pointer to --help, the error), not a hundred."""
+    """A parser whose errors take three lines (usage, a pointer to --help, the error), not a hundred;
+    an unknown key gets the nearest valid one ("did you mean --model.decoder.hidden_dim?")."""
 
     def print_usage(self, file=None) -> None:
         (file or sys.stdout).write(f"usage: {self.prog.replace(' [options]', '')} [options]\n")
 
     def error(self, message: str, ex=None):
-        super().error(one_line_parser_error(message), ex)
+        message = one_line_parser_error(message)
+        if message.startswith("unrecognized arguments:"):
+            parser = getattr(ex, "subcommand_parser", None) or self
+            keys = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+            message += did_you_mean(keys, [o for a in parser._actions for o in a.option_strings if o.startswith("--")])
+        super().error(message, ex)
+
+
+#: the LightningCLI subcommands, which read a config
+SUBCOMMANDS = ("fit", "validate", "test")
+
+
+def configs_folder() -> Path:
+    """The repository's configs/ folder (the package lies beside it in a clone)."""
+    return Path(__file__).resolve().parents[2] / "configs"
+
+
+def config_names() -> list[str]:
+    """The configs of the repository's configs/ folder, as ``configs/NAME.yaml`` (none outside a clone)."""
+    folder = configs_folder()
+    return sorted(f"configs/{p.name}" for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def configs_listing(limit: int = 6) -> str:
+    """ "configs/shapes_soft.yaml, configs/own_small_cnn.yaml, ... (25 in configs/)" for messages."""
+    names = config_names()
+    if not names:
+        return "no configs/ folder beside the package (the configs ship with the repository's clone)"
+    first = [
+        n for n in ("configs/shapes_soft.yaml", "configs/own_small_cnn.yaml", "configs/coco_soft.yaml") if n in names
+    ]
+    shown = first + [n for n in names if n not in first][: max(0, limit - len(first))]
+    more = f", ... ({len(names)} in {configs_folder()})" if len(names) > len(shown) else ""
+    return ", ".join(shown) + more
+
+
+def check_config_arguments(args: Sequence[str]) -> None:
+    """``fit``, ``validate`` and ``test`` read a config: without ``--config`` a one-line error says
+    which configs exist and how to pass one (or, with ``--data.annotations`` given, one line says the
+    run uses the built-in defaults); a ``--config`` path that does not exist lists the configs."""
+    args = list(args)
+    configs = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--config", "-c")]
+    configs += [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    for config in configs:
+        if not Path(config).is_file() and not config.lstrip().startswith(("{", "[")):  # or YAML text
+            raise ConfigError(f"--config {config}: no such file; the configs: {configs_listing()}")
+    helping = any(a in ("-h", "--help") or a.startswith("--print_config") for a in args[1:])
+    if configs or not args or args[0] not in SUBCOMMANDS or helping:
+        return
+    how = f"captioning {args[0]} --config configs/shapes_soft.yaml --data.annotations FILE"
+    if not any(a.startswith("--data.annotations") or a == "--data" for a in args):
+        raise ConfigError(
+            f"captioning {args[0]}: no --config given: pass one ({how}); the configs: {configs_listing()}"
+        )
+    print(
+        f"note: no --config: the model, data and trainer take the built-in defaults; a recipe is one of "
+        f"{configs_listing()} (e.g. {how})",
+        flush=True,
+    )
 
     def dump(self, cfg: Namespace, *args, **kwargs) -> str:
         """The configuration as YAML (``--print_config``, each run's config.yaml), the decoder's
@@ -105,6 +175,13 @@ class CaptioningCLI(LightningCLI):
         return parser
 
     def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument(
+            "--threads",
+            type=PositiveInt | None,
+            default=None,
+            help="PyTorch's intra-op threads (default: chosen from the cores other processes leave free, "
+            "and followed while training; or OMP_NUM_THREADS when set; docs/PERFORMANCE.md, Threads)",
+        )
         parser.link_arguments("data.image_size", "model.image_size")
         # the resize the encoder's weights expect (models/spec.py: encoder_interpolation)
         parser.link_arguments("model.encoder", "data.interpolation", compute_fn=_encoder_interpolation)
@@ -156,7 +233,7 @@ class CaptioningCLI(LightningCLI):
         checkpointing = trainer.get("enable_checkpointing") is not False
         if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             callbacks += [default_checkpoint(), LastCheckpoint()]
-        callbacks += [RunPaths(), ValidationExamples()]
+        callbacks += [RunPaths(), ValidationExamples(), PaceNote()]
         plain_output = not sys.stdout.isatty()  # a log file or CI: lines, not a repainting bar
         if (
             plain_output
@@ -164,6 +241,11 @@ class CaptioningCLI(LightningCLI):
             and not any(isinstance(c, ProgressBar) for c in callbacks)
         ):
             callbacks.append(LineProgress(every=trainer.get("log_every_n_steps") or 50))
+        threads = fixed_threads(config.get("threads"))  # --threads N, or OMP_NUM_THREADS
+        if threads is None:
+            callbacks.append(ThreadWatch())  # chooses at setup, then follows the machine's load
+        else:
+            torch.set_num_threads(threads)
         kwargs["callbacks"] = callbacks
         plugins = trainer.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
@@ -181,9 +263,10 @@ def run_lightning_cli(args: Sequence[str], run: bool = True) -> CaptioningCLI:
     """The CLI on ``args`` as if typed: a subcommand and its arguments, or with ``run=False`` the
     arguments alone (parse and build the model, data and trainer without running anything)."""
     load_plugins()  # a plugin's score, decoder kind, format or objective is a value the config may name
+    check_config_arguments(args if run else ["", *args])  # run=False: the arguments without a subcommand
     quiet_third_party()
     keep_freed_memory()  # the step's large tensors reuse the last step's memory (training/allocator.py)
-    argv, sys.argv = sys.argv, sys.argv[:1] + list(args)  # LightningCLI reads sys.argv
+    argv, sys.argv = sys.argv, ["captioning", *args]  # LightningCLI reads sys.argv; its usage lines name the command
     try:
         return CaptioningCLI(CaptioningModule, CaptionDataModule, run=run, save_config_kwargs={"overwrite": True})
     finally:

@@ -13,6 +13,7 @@ storage/ rebuilds the model without running code.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Literal
 
 import lightning as L
@@ -36,6 +37,8 @@ from captioning.training.resume import check_checkpoint, checkpoint_extras
 from captioning.training.schedules import recipe_callbacks
 from captioning.training.strategies import step_strategy
 from captioning.vocab import Vocabulary
+
+log = logging.getLogger(__name__)
 
 
 def split_evaluators(clip_score: ClipScoreConfig | None = None) -> dict[str, Evaluator]:
@@ -189,6 +192,14 @@ class CaptioningModule(L.LightningModule):
             evaluator.set_training_captions(known=known)
         if stage == "fit":
             self.objective.setup(dm)  # e.g. SCST: the training references
+            cut = dm.decoding_length_problem(  # captions longer than the model may write: once, when fitting starts
+                {
+                    f"model.{k}.max_new_tokens": getattr(self, k).max_new_tokens
+                    for k in ("val_generation", "test_generation")
+                }
+            )
+            if cut and self.trainer.is_global_zero:
+                log.warning(cut)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint.update(checkpoint_extras(self))  # resume.py: the vocabulary, the run's settings, ...
@@ -231,7 +242,14 @@ class CaptioningModule(L.LightningModule):
     def _score(self, split: str) -> dict[str, float]:
         evaluator, dm = self.evaluators[split], self.trainer.datamodule
         predictions = evaluator.predictions(self.vocab, self.all_gather if self.trainer.world_size > 1 else None)
-        scores, _ = evaluator.score(predictions, dm.references(split), dm, split, images=split_images(dm, split))
+        scores, _ = evaluator.score(
+            predictions,
+            dm.references(split),
+            dm,
+            split,
+            images=split_images(dm, split),
+            warn=not self.trainer.sanity_checking and self.global_step > 0,  # no alarms about untrained weights
+        )
         return {k: v for k, v in scores.items() if isinstance(v, float)}
 
     def on_validation_epoch_end(self) -> None:

@@ -2,11 +2,13 @@
 
 Pillow's default font has Latin glyphs only: Chinese or Japanese titles would be drawn as boxes.
 :func:`text_font` gives the default font for text it covers and, for text with CJK characters, a
-CJK font found at run time: the file named by ``CAPTIONING_CJK_FONT``, else a Debian, macOS or
-Windows font at its usual place (fonts-noto-cjk, fonts-wqy-microhei, fonts-wqy-zenhei,
-fonts-arphic-uming, fonts-droid-fallback; PingFang, Hiragino; Microsoft YaHei, SimHei), else
-fontconfig's answer for ``:lang=zh``. Without any, one warning says so and how to install one, and
-the default font is used (boxes, but never silently).
+CJK font found at run time: the file named by ``CAPTIONING_CJK_FONT`` (any .ttf/.ttc/.otf, e.g. one
+the system already has: no download), else the ``cjk-font`` extra's (``pip install -e
+'.[cjk-font]'``: Noto Sans CJK from PyPI, no root needed), else a Debian, macOS or Windows font at
+its usual place (fonts-noto-cjk, fonts-wqy-microhei, ...; PingFang, Hiragino; Microsoft YaHei,
+SimHei), else fontconfig's answer for ``:lang=zh``. In a collection (.ttc) the Simplified Chinese
+face is used, in a variable font its Regular weight. Without any font, one warning says so and
+how to get one, and the default font is used (boxes, but never silently).
 """
 
 from __future__ import annotations
@@ -39,9 +41,12 @@ CJK_FONT_FILES = (
     "C:\\Windows\\Fonts\\msyh.ttc",
     "C:\\Windows\\Fonts\\simhei.ttf",
 )
+#: the ``cjk-font`` extra's package (pyproject.toml): Noto Sans CJK (SIL Open Font License 1.1), a
+#: 20 MB download, found beside its module without importing it
+FONT_PACKAGE = "manimgx_fonts_cjk"
 INSTALL_HINT = (
-    "install one (Debian/Ubuntu: apt-get install fonts-noto-cjk, or fonts-wqy-microhei) "
-    f"or set {CJK_FONT_ENV} to a .ttf/.ttc/.otf file"
+    "pip install -e '.[cjk-font]' (Noto Sans CJK, no root needed), or apt-get install fonts-noto-cjk, "
+    f"or set {CJK_FONT_ENV} to a .ttf/.ttc/.otf file you have"
 )
 
 
@@ -59,6 +64,9 @@ def cjk_font_path() -> str | None:
         if os.path.isfile(named):
             return named
         log.warning("%s=%s: no such font file; looking for another CJK font", CJK_FONT_ENV, named)
+    packaged = package_font()
+    if packaged is not None:
+        return packaged
     for path in CJK_FONT_FILES:
         if os.path.isfile(path):
             return path
@@ -72,6 +80,46 @@ def cjk_font_path() -> str | None:
         if found and os.path.isfile(found) and _draws_cjk(found):
             return found
     return None
+
+
+def package_font(package: str = FONT_PACKAGE) -> str | None:
+    """The font file the ``cjk-font`` extra installed (the first .ttc/.otf/.ttf in ``package``'s
+    folder), or None when it is not installed."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        found = sorted(f for f in os.listdir(folder) if f.lower().endswith((".ttc", ".otf", ".ttf")))
+        if found:
+            return os.path.join(folder, found[0])
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def open_font(path: str, size: int) -> ImageFont.FreeTypeFont:
+    """The font at ``path`` in ``size`` pixels: a collection's Simplified Chinese face (a family
+    named "... SC", "... GB" or "... Hans"; else its first), a variable font at its Regular weight."""
+    font = ImageFont.truetype(path, size)
+    if path.lower().endswith((".ttc", ".otc")):
+        for index in range(1, 16):
+            family = (font.getname()[0] or "").split()
+            if family and family[-1] in ("SC", "GB", "Hans"):
+                break
+            try:
+                font = ImageFont.truetype(path, size, index=index)
+            except OSError:  # past the collection's last face
+                font = ImageFont.truetype(path, size)
+                break
+    try:
+        if b"Regular" in font.get_variation_names():
+            font.set_variation_by_name("Regular")  # a variable font's default may be its thinnest
+    except (OSError, AttributeError):  # not a variable font (or a FreeType without variations)
+        pass
+    return font
 
 
 def _draws_cjk(path: str) -> bool:
@@ -111,7 +159,7 @@ def text_font(size: int, texts: str | Sequence[str] = ()) -> ImageFont.ImageFont
         path = cjk_font_path()
         if path is not None:
             try:
-                return ImageFont.truetype(path, size)
+                return open_font(path, size)
             except OSError as err:
                 log.warning("pictures: cannot open the CJK font %s (%s); %s", path, err, INSTALL_HINT)
         else:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from captioning.cli.options import apply_threads
 from captioning.cli.serve import add_serve_arguments, cmd_serve
 from captioning.errors import CaptioningError
 
@@ -18,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        apply_threads(args)  # --threads N, or the free cores (as `captioning serve`)
         return cmd_serve(args)
     except CaptioningError as err:
         print(f"error: {err}", file=sys.stderr)

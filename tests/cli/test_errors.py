@@ -185,8 +185,9 @@ def test_predict_and_unknown_training_options_are_short(capsys):
     # a LightningCLI user's checkpoint goes into the commands to run instead
     one_line_error(capsys, ["predict", "--ckpt_path", "runs/best.ckpt"], "caption IMAGES --checkpoint runs/best.ckpt")
     one_line_error(capsys, ["predict", "--ckpt_path=b.ckpt"], "evaluate --checkpoint b.ckpt --annotations")
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "shapes_soft.yaml")
     with pytest.raises(SystemExit) as info:
-        main(["fit", "--model.nonexistent", "1"])
+        main(["fit", "--config", config, "--model.nonexistent", "1"])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) <= 3 and "unrecognized arguments" in err[-1] and "nonexistent" in err[-1]

@@ -90,14 +90,18 @@ def test_a_newcomer_walks_from_make_demo_to_their_own_photos(tmp_path):
     _copy_as_cloned(clone)
     transcript: list[str] = []
     demo = _run(["make", "demo", f"PYTHON={sys.executable}"], clone, 40 * 60, transcript)
-    printed = re.search(r"try it in a browser: (captioning serve .*)", demo.stdout)
+    printed = re.search(r"try it in a browser: (\S*captioning serve .*)", demo.stdout)
     assert printed, demo.stdout[-2000:]
     assert "needs the web extra" not in printed.group(1)  # make demo installed what its last line runs
+    assert re.search(r"trained 1,200 steps in [\d.]+ min", demo.stdout), demo.stdout[-2000:]
     bin_dir = clone / ".venv" / "bin"
 
+    # the serve command as printed, from the clone, with the environment not activated (PATH without .venv/bin)
     port = _free_port()
-    serve = [str(bin_dir / "captioning"), *printed.group(1).split()[1:], "--port", str(port)]
-    server = subprocess.Popen(serve, cwd=clone, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    serve = [*printed.group(1).split(), "--port", str(port)]
+    assert serve[0] == os.path.join(".venv", "bin", "captioning"), serve[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "VIRTUAL_ENV"))}
+    server = subprocess.Popen(serve, cwd=clone, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, answer = time.monotonic() + 180, None
         while time.monotonic() < deadline and server.poll() is None:

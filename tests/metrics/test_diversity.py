@@ -29,7 +29,23 @@ def test_diversity_of_a_hand_made_set():
     assert scores["top_caption_share"] == pytest.approx(2 / 4)
     assert scores["novel_captions"] == pytest.approx(2 / 4)  # "a dog runs" is a training caption
     assert scores["mean_length"] == pytest.approx(11 / 4)
+    assert warnings == []  # 4 images say nothing about a dominant caption
+    _, warnings = diversity_scores(CAPTIONS, min_images=4)
     assert len(warnings) == 1 and "50% of the images" in warnings[0] and "'a dog runs'" in warnings[0]
+
+
+def test_a_dominant_caption_needs_enough_images_and_a_repeat():
+    """The issue's case: 4 images of different captions ("25%" each) warn of nothing; a caption given to
+    most of 10 or more images does; one caption per image never does, however few the images."""
+    four = {1: "a dog", 2: "a cat", 3: "a bird", 4: "a fish"}
+    scores, warnings = diversity_scores(four)
+    assert scores["unique_captions"] == 1.0 and scores["top_caption_share"] == 0.25 and warnings == []
+    assert diversity_scores(four, min_images=1)[1] == []  # a caption of one image is no repeat
+    many = {i: "a dog" if i < 6 else f"a cat {i}" for i in range(12)}
+    _, warnings = diversity_scores(many)
+    assert len(warnings) == 1 and "50% of the images" in warnings[0]
+    _, warnings = diversity_scores({i: c for i, c in many.items() if i >= 3})  # 9 images: too few to say
+    assert warnings == []
 
 
 def test_diversity_options_and_edges():
@@ -40,17 +56,26 @@ def test_diversity_options_and_edges():
     assert scores["distinct_2"] == 0.0 and scores["unique_captions"] == 1.0
 
 
+def test_attention_health_warns_only_over_enough_captions():
+    L = 4
+    uniform = np.full((3, L), 1 / L)
+    scores, warnings = attention_health([uniform] * 9)
+    assert scores["attention_entropy_ratio"] == pytest.approx(1.0) and warnings == []
+    _, warnings = attention_health([uniform] * 10)
+    assert len(warnings) == 2 and "near uniform" in warnings[0] and "barely moves" in warnings[1]
+
+
 def test_attention_health_of_uniform_frozen_and_moving_maps():
     L = 4
     uniform = np.full((3, L), 1 / L)
-    scores, warnings = attention_health([uniform])
+    scores, warnings = attention_health([uniform], min_captions=1)
     assert scores["attention_entropy"] == pytest.approx(math.log(L))
     assert scores["attention_entropy_ratio"] == pytest.approx(1.0)
     assert scores["attention_movement"] == pytest.approx(0.0)
     assert len(warnings) == 2 and "near uniform" in warnings[0] and "barely moves" in warnings[1]
 
     frozen = np.eye(L)[[2, 2, 2]]  # the same cell for every word
-    scores, warnings = attention_health([frozen])
+    scores, warnings = attention_health([frozen], min_captions=1)
     assert scores["attention_entropy"] == pytest.approx(0.0) and scores["attention_movement"] == pytest.approx(0.0)
     assert len(warnings) == 1 and "barely moves" in warnings[0]
 
@@ -84,18 +109,49 @@ def test_attention_health_ignores_steps_beyond_each_caption():
     assert AttentionHealth().scores() == ({}, [])
 
 
+#: 12 images, half of them captioned "a dog runs"
+DOGS = {i: "a dog runs" if i < 6 else f"a cat sits on mat {i}" for i in range(12)}
+
+
 def test_the_evaluator_scores_and_warns(caplog):
-    evaluator = Evaluator((), training_captions=["a cat"], dominant_share=0.2)  # no coco-caption metrics here
-    evaluator.health.add(np.full((4, 3, 9), 1 / 9), np.array([3, 3, 2, 1]))
+    evaluator = Evaluator((), training_captions=["a dog runs"], dominant_share=0.2)  # no coco-caption metrics here
+    evaluator.health.add(np.full((12, 3, 9), 1 / 9), np.array([3, 3, 2, 1] * 3))
     with caplog.at_level(logging.WARNING):
-        scores, notes = evaluator.score(CAPTIONS, {i: ["x"] for i in CAPTIONS})
-    assert "CIDEr" not in scores and scores["novel_captions"] == pytest.approx(3 / 4)
+        scores, notes = evaluator.score(DOGS, {i: ["x"] for i in DOGS})
+    assert "CIDEr" not in scores and scores["novel_captions"] == pytest.approx(6 / 12)
     assert scores["attention_entropy_ratio"] == pytest.approx(1.0)
     assert all(isinstance(v, float) for v in scores.values())  # validation logs every float
     assert "one caption covers" in notes["diversity_warning"] and "near uniform" in notes["attention_warning"]
     assert "one caption covers" in caplog.text and "near uniform" in caplog.text
-    scores, notes = evaluator.score(CAPTIONS, {i: ["x"] for i in CAPTIONS})
+    scores, notes = evaluator.score(DOGS, {i: ["x"] for i in DOGS})
     assert "attention_entropy" not in scores  # the maps are scored once
+
+
+def test_the_evaluator_keeps_but_does_not_log_the_warnings_of_an_untrained_model(caplog):
+    """Validation before the first step (Lightning's sanity check) scores with warn=False: the notes
+    keep the warnings, the log stays quiet, and a later validation still warns (once)."""
+    evaluator = Evaluator((), dominant_share=0.2)  # no coco-caption metrics here
+    with caplog.at_level(logging.WARNING):
+        _, notes = evaluator.score(DOGS, {i: ["x"] for i in DOGS}, warn=False)
+    assert "one caption covers" in notes["diversity_warning"] and "one caption covers" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        evaluator.score(DOGS, {i: ["x"] for i in DOGS})
+    assert caplog.text.count("one caption covers") == 1
+
+
+def test_the_sanity_check_validation_warns_of_nothing(tiny_shapes, tmp_path, caplog):
+    """Training's validation before the first step decodes with untrained weights (one repeated
+    caption, uniform maps): nothing is logged about it; validation after training steps scores as usual."""
+    from captioning.training.cli import run_lightning_cli
+    from tests.helpers import fit_args
+
+    with caplog.at_level(logging.WARNING):
+        cli = run_lightning_cli(fit_args(tiny_shapes, tmp_path, steps=2, extra=["--trainer.num_sanity_val_steps", "2"]))
+    assert cli.trainer.global_step == 2
+    logged = [r.getMessage() for r in caplog.records if r.name == "captioning.evaluation.evaluator"]
+    # the one validation after a step (8 images: too few for the diversity warning) may warn of attention only
+    assert not any("one caption covers" in m for m in logged)
+    assert sum("near uniform" in m for m in logged) <= 1
 
 
 def test_evaluate_reports_diversity_and_attention(tiny_checkpoint, tiny_shapes, tmp_path, capsys):
@@ -210,7 +266,7 @@ def test_the_evaluator_warns_once_per_kind_and_keeps_every_note(caplog):
     """A training run validates many times: each kind of warning is logged once, every score's notes keep it."""
     evaluator = Evaluator((), dominant_share=0.2)  # no coco-caption metrics here
     long_caption = " ".join(["a red circle to the right of"] * 5)
-    captions = {i: long_caption for i in range(4)}
+    captions = {i: long_caption for i in range(10)}
     logged = []
     for _ in range(3):
         caplog.clear()

@@ -32,6 +32,7 @@ def test_the_default_font_has_no_cjk_glyphs_and_a_found_font_has():
 
 def test_without_a_cjk_font_one_warning_then_the_default(monkeypatch, caplog, fresh_lookup, tmp_path):
     monkeypatch.setattr(fonts, "CJK_FONT_FILES", ())
+    monkeypatch.setattr(fonts, "package_font", lambda: None)
     monkeypatch.setattr(fonts.shutil, "which", lambda name: None)
     monkeypatch.setenv(fonts.CJK_FONT_ENV, str(tmp_path / "missing.ttf"))
     with caplog.at_level(logging.WARNING, logger="captioning.viz.fonts"):
@@ -41,6 +42,7 @@ def test_without_a_cjk_font_one_warning_then_the_default(monkeypatch, caplog, fr
     assert sum("no font with CJK glyphs found" in m for m in messages) == 1
     assert any("missing.ttf: no such font file" in m for m in messages)
     assert all("\n" not in m for m in messages) and "fonts-noto-cjk" in messages[-1]
+    assert "pip install -e '.[cjk-font]'" in messages[-1] and fonts.CJK_FONT_ENV in messages[-1]  # routes without root
     assert glyph(font, "中") == glyph(default_font(16), "中")
 
 
@@ -65,3 +67,38 @@ def test_cjk_words_are_drawn_without_spaces_and_titled_in_grids():
     assert len(frames) == len(words) + 1 and len({f.size for f in frames}) == 1
     grid = render_grid(image, words, maps, cols=3)
     assert grid.size[0] > 3 * 32
+
+
+def test_the_pip_extras_font_is_found_without_root(monkeypatch, fresh_lookup, tmp_path):
+    """The cjk-font extra installs a package holding the font file: it is found beside the package,
+    after CAPTIONING_CJK_FONT and before the system's fonts."""
+    package = tmp_path / "site" / "fake_cjk_fonts"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "NotoSansCJK-VF.otf.ttc").write_bytes(b"font")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert fonts.package_font("fake_cjk_fonts") == str(package / "NotoSansCJK-VF.otf.ttc")
+    assert fonts.package_font("no_such_font_package") is None
+    monkeypatch.setattr(fonts, "FONT_PACKAGE", "fake_cjk_fonts")
+    monkeypatch.setattr(fonts, "package_font", lambda: str(package / "NotoSansCJK-VF.otf.ttc"))
+    monkeypatch.delenv(fonts.CJK_FONT_ENV, raising=False)
+    assert cjk_font_path() == str(package / "NotoSansCJK-VF.otf.ttc")
+    cjk_font_path.cache_clear()
+    own = tmp_path / "mine.ttf"
+    own.write_bytes(b"font")
+    monkeypatch.setenv(fonts.CJK_FONT_ENV, str(own))  # a file the user has: no download
+    assert cjk_font_path() == str(own)
+
+
+def test_a_collection_draws_in_its_simplified_chinese_face_at_regular_weight(fresh_lookup):
+    path = fonts.package_font() or cjk_font_path()
+    if path is None or not path.lower().endswith(".ttc"):
+        pytest.skip("no CJK font collection here (pip install -e '.[cjk-font]')")
+    font = fonts.open_font(path, 24)
+    assert font.getname()[0].split()[-1] in ("SC", "GB", "Hans"), font.getname()
+    assert glyph(font, "，") != glyph(font, "\ue000")  # the references' punctuation has glyphs too
+    try:
+        names = font.get_variation_names()
+    except OSError:  # not a variable font
+        return
+    assert b"Regular" not in names or font.getname()[1] == "Regular"

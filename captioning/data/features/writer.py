@@ -229,7 +229,9 @@ def extract_from_config(
     which a model trained on the cache sets too. Returns extract_features' report."""
     check_dtype(dtype), check_pool(pool)
     if not os.path.isfile(config):
-        raise ConfigError(f"{config}: no such config file")
+        from captioning.training.cli import configs_listing
+
+        raise ConfigError(f"{config}: no such config file; the configs: {configs_listing()}")
     from captioning.training.cli import run_lightning_cli  # the config is read as fit reads it
 
     cli = run_lightning_cli(["--config", str(config), *overrides], run=False)

@@ -4,7 +4,10 @@ Layout: ``caption_<split>_annotations_<date>.json``, a JSON list of
 ``{"url": str, "image_id": "<40 hex>.jpg", "caption": [five raw sentences]}``, with the images in
 the folder ``caption_<split>_images_<date>/`` beside the file. Several files are read together
 (train and validation, as COCO's); each file's split comes from its name (``train``;
-``validation`` or ``val``; ``test``, which includes ``test_a`` / ``test_b``).
+``validation`` or ``val``; ``test``, which includes ``test_a`` / ``test_b``). The files lie in one
+folder, or each in the dated folder its archive unpacks to (``ai_challenger_caption_train_20170902/``,
+``ai_challenger_caption_validation_20170910/``, side by side): the images root is then the folder
+that holds those (:func:`release_root`), and image paths start with the dated folder.
 
 The sentences have no spaces: the data's tokenizer splits them (``jieba`` is picked for them when
 none is named, data/tokens.py). The records' image ids are their positions; each image's own id, its
@@ -61,19 +64,37 @@ def images_folder(path: str) -> str:
     return folder
 
 
+#: the folder an AI Challenger archive unpacks to: ai_challenger_caption_<split>_<date>
+_RELEASE_FOLDER = re.compile(r"ai_challenger_caption_[a-z_]+_\w+$", re.IGNORECASE)
+
+
+def release_root(path: str) -> str:
+    """The images root of an AI Challenger file: the folder that holds its dated release folder
+    (``.../ai_challenger_caption_train_20170902/caption_train_annotations_20170902.json`` -> ``...``),
+    else the file's own folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.path.dirname(folder) if _RELEASE_FOLDER.match(os.path.basename(folder)) else folder
+
+
 def load_aichallenger(
     paths: list[str], merge_restval: bool = True, problems: list | None = None, names: dict | None = None
 ) -> list[ImageRecord]:
     """The records of AI Challenger caption files (see the module's docstring); image paths are
-    relative to the first file's folder. ``names``: filled with each record's image_id -> the file's
-    ``image_id`` (the dataset's own id)."""
-    root = os.path.dirname(os.path.abspath(paths[0]))
+    relative to :func:`release_root` (the same for every file). ``names``: filled with each
+    record's image_id -> the file's ``image_id`` (the dataset's own id)."""
+    root = release_root(paths[0])
     records: list[ImageRecord] = []
     seen: dict[str, str] = {}
     for path in paths:
-        if os.path.dirname(os.path.abspath(path)) != root:
-            raise AnnotationError(f"{path}: AI Challenger files read together must lie in one folder ({root})")
+        if release_root(path) != root:
+            raise AnnotationError(
+                f"{path}: AI Challenger files read together lie in one folder, or each in its dated folder "
+                f"(ai_challenger_caption_<split>_<date>/) side by side, as the archives unpack; this one is not "
+                f"beside {paths[0]}"
+            )
         split, folder = split_of(path), images_folder(path)
+        inside = os.path.relpath(os.path.dirname(os.path.abspath(path)), root)  # "." or the dated folder
+        folder = folder if inside == "." else os.path.join(inside, folder)
         data = read_json(path)
         if not isinstance(data, list):
             raise AnnotationError(f'{path}: expected a JSON list of {{"image_id", "caption"}} objects (AI Challenger)')
@@ -140,6 +161,10 @@ class AIChallengerFormat(AnnotationFormat):
 
     def load(self, paths, split_file, merge_restval, problems):
         return load_aichallenger(paths, merge_restval, problems)
+
+    def default_images_root(self, path: str) -> str:
+        """The folder that holds the dated release folders, or the file's folder (:func:`release_root`)."""
+        return release_root(path)
 
     def read(self, paths, split_file=None, merge_restval=True, problems=None) -> Annotations:
         """The records, with each image's own id (its file name) as ``dataset_ids``."""

@@ -46,6 +46,27 @@ def test_ai_challenger_files_read_as_they_ship(tmp_path):
     assert data.vocab.tokenizer.name in ("jieba", "chars") and next(iter(data.val_dataloader()))["images"].shape[0] == 2
 
 
+def test_ai_challenger_read_as_its_archives_unpack(tmp_path):
+    """The release unpacks into a dated folder per archive, each holding its file and its images
+    folder; the two are read as they lie, side by side, from the folder that holds them."""
+    train = aichallenger(tmp_path / "ai_challenger_caption_train_20170902", "train")
+    val = aichallenger(tmp_path / "ai_challenger_caption_validation_20170910", "validation", date="20170910", n=2)
+    records = load_records([str(train), str(val)])
+    assert [r.split for r in records] == ["train"] * 3 + ["val"] * 2
+    assert records[0].path == f"ai_challenger_caption_train_20170902/caption_train_images_20170902/{0:040x}.jpg"
+    assert records[3].path == (
+        f"ai_challenger_caption_validation_20170910/caption_validation_images_20170910/{0:040x}.jpg"
+    )
+    assert default_images_root([str(train), str(val)]) == str(tmp_path)
+    data = CaptionData([str(train), str(val)], min_word_freq=1, image_size=32)
+    data.setup()
+    assert next(iter(data.val_dataloader()))["images"].shape[0] == 2  # the images found where they unpacked
+    assert next(iter(data.train_dataloader()))["images"].shape[0] >= 1
+    elsewhere = aichallenger(tmp_path / "somewhere" / "else", "validation", date="20170910", n=2)
+    with pytest.raises(AnnotationError, match=r"in its dated folder .* side by side"):
+        load_records([str(train), str(elsewhere)])
+
+
 @pytest.mark.parametrize(
     "item, message",
     [
