@@ -14,7 +14,7 @@ never captured) with the same captions. Scores are the summed log-probabilities 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -42,6 +42,9 @@ class GenerationOutput:
     # K / G rows) its group is beam_indices // (K / G).
     beam_indices: Tensor | None = None  # (B, N)
     head_alphas: Tensor | None = None  # (B, T, heads, L) with multi-head attention (alphas is their mean)
+    #: what the decoder's steps showed beside alpha (Glimpse.views), (B, T, ...) each, zero after EOS:
+    #: "gate" (beta_t), a window's "window", a transformer's "self" (its words' self-attention), ...
+    views: dict[str, Tensor] = field(default_factory=dict)
 
 
 def _score_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -133,15 +136,55 @@ def _prefix(process: LogitsProcessor, rows: int, config: GenerationConfig, devic
     )
 
 
+def step_columns(g, rows: Tensor | None, running: Tensor, names: list[str]) -> tuple[Tensor, ...]:
+    """A step's outputs besides the words, as the loops keep them: alpha, the location, the heads'
+    alphas and every view of the glimpse ``g`` (their rows ``rows`` of the beams' parents, None:
+    all), zero where a row had finished before the step (``running`` (N,) false). ``names`` (empty
+    at the first step) is filled with the columns' names; later steps give the same columns."""
+    columns = {
+        "alphas": g.alpha,
+        "locations": g.location,
+        **({"head_alphas": g.head_alpha} if g.head_alpha is not None else {}),
+    }
+    columns.update({f"view:{k}": v for k, v in sorted(g.views.items())})
+    if not names:
+        names.extend(columns)
+    out = []
+    for name in names:
+        x = columns[name] if rows is None else columns[name][rows]
+        out.append(x if name == "locations" else x * running.view(-1, *[1] * (x.dim() - 1)).to(x.dtype))
+    return tuple(out)
+
+
+def gathered(columns: dict[str, list[Tensor]], B: int, shape: tuple = ()) -> dict:
+    """GenerationOutput's fields of the steps' named columns (lists of tensors, one per step):
+    stacked along the steps (B, *shape, T, ...), maps in the scores' dtype."""
+
+    def stack(values: list[Tensor]) -> Tensor:
+        x = torch.stack(values, 1)
+        x = x.to(_score_dtype(x.dtype)) if x.is_floating_point() else x
+        return x.view((B, *shape, len(values)) + values[0].shape[1:])
+
+    return {
+        "alphas": stack(columns["alphas"]),
+        "locations": stack(columns["locations"]),
+        "head_alphas": stack(columns["head_alphas"]) if "head_alphas" in columns else None,
+        "views": {k[len("view:") :]: stack(v) for k, v in columns.items() if k.startswith("view:")},
+    }
+
+
 def greedy_step(
     decoder,
     config: GenerationConfig,
     process: LogitsProcessor,
     generator: torch.Generator | None = None,
+    names: list[str] | None = None,
 ):
-    """One greedy step as a function of tensors (what is captured)."""
+    """One greedy step as a function of tensors (what is captured); ``names`` gets the names of its
+    outputs after the words (:func:`step_columns`)."""
     layout, n_prefix = state_layout(decoder), int(process.needs_prefix)
     n_state = n_prefix + layout.n_carried
+    names = [] if names is None else names
 
     def step(tokens, finished, scores, lengths, *rest):
         prefix = rest[0] if n_prefix else None
@@ -158,13 +201,12 @@ def greedy_step(
         carried = () if prefix is None else (extend_prefix(prefix, lengths, nxt),)
         lengths = lengths + running.long()
         finished = finished | (nxt == EOS)
-        extra = (g.head_alpha * running.view(-1, 1, 1),) if g.head_alpha is not None else ()
         return (
             (nxt, finished, scores, lengths)
             + carried
             + tuple(layout.carried(state))
-            + (nxt, g.alpha * running.unsqueeze(1), g.location)
-            + extra
+            + (nxt,)
+            + step_columns(g, None, running, names)
         )
 
     return step
@@ -195,18 +237,16 @@ def greedy(
         + _prefix(process, B, config, device)
         + layout.carried(state)
     )
-    step = greedy_step(decoder, config, process, generator)
+    names: list[str] = []
+    step = greedy_step(decoder, config, process, generator, names)
     history = _run(step, carry, constants, config, check_every)
     _, scores, lengths = history[-1][:3]
-    columns = list(zip(*history))[3:]  # tokens, alpha, location[, head alphas]
-    dtype = _score_dtype(columns[1][0].dtype)
+    tokens, *columns = list(zip(*history))[3:]  # the words, then the named columns
     return GenerationOutput(
-        sequences=torch.stack(columns[0], 1),
-        alphas=torch.stack(columns[1], 1).to(dtype),
-        locations=torch.stack(columns[2], 1),
+        sequences=torch.stack(tokens, 1),
         scores=_normalise(scores, lengths, config.length_penalty),
         lengths=lengths,
-        head_alphas=torch.stack(columns[3], 1).to(dtype) if len(columns) > 3 else None,
+        **gathered(dict(zip(names, map(list, columns))), B),
     )
 
 
@@ -215,7 +255,9 @@ def _choose(candidates: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return candidates.topk(k, dim=1)
 
 
-def beam_step(decoder, config: GenerationConfig, process: LogitsProcessor, B: int, K: int):
+def beam_step(
+    decoder, config: GenerationConfig, process: LogitsProcessor, B: int, K: int, names: list[str] | None = None
+):
     """One beam-search step as a function of tensors (what is captured). With G =
     ``num_beam_groups`` > 1, diverse beam search: the K beams of an image are G groups of K/G
     rows, chosen group after group; each group's candidates lose ``diversity_penalty`` times the
@@ -224,6 +266,7 @@ def beam_step(decoder, config: GenerationConfig, process: LogitsProcessor, B: in
     Kg, penalty = K // G, float(config.diversity_penalty)
     layout, n_prefix = state_layout(decoder), int(process.needs_prefix)
     n_state = n_prefix + layout.n_carried
+    names = [] if names is None else names
 
     def step(tokens, finished, beam_scores, lengths, *rest):
         prefix = rest[0] if n_prefix else None
@@ -261,13 +304,12 @@ def beam_step(decoder, config: GenerationConfig, process: LogitsProcessor, B: in
         carried = () if prefix is None else (extend_prefix(prefix[parent], lengths[parent], tokens),)
         lengths = lengths[parent] + (~was_finished).long()
         finished = was_finished | (tokens == EOS)
-        extra = () if g.head_alpha is None else (g.head_alpha[parent] * (~was_finished).view(-1, 1, 1),)
         return (
             (tokens, finished, beam_scores, lengths)
             + carried
             + tuple(layout.reorder(layout.carried(state), parent))
-            + (parent, tokens, g.alpha[parent] * (~was_finished).unsqueeze(1), g.location[parent])
-            + extra
+            + (parent, tokens)
+            + step_columns(g, parent, ~was_finished, names)
         )
 
     return step
@@ -294,47 +336,40 @@ def beam(decoder, features: Tensor, config: GenerationConfig, check_every: int =
         + _prefix(process, B * K, config, device)
         + layout.carried(state)
     )
-    step = beam_step(decoder, config, process, B, K)
+    names: list[str] = []
+    step = beam_step(decoder, config, process, B, K, names)
     history = _run(step, carry, constants, config, check_every)
     _, beam_scores, lengths = history[-1][:3]
-    return backtrack([h[3:] for h in history], beam_scores, lengths, B, K, config)
+    return backtrack([h[3:] for h in history], names, beam_scores, lengths, B, K, config)
 
 
 def backtrack(
-    history: list, beam_scores: Tensor, lengths: Tensor, B: int, K: int, config: GenerationConfig
+    history: list, names: list[str], beam_scores: Tensor, lengths: Tensor, B: int, K: int, config: GenerationConfig
 ) -> GenerationOutput:
-    """The returned beams of a beam search: the best by length-normalised score, their words and
-    attention maps read back through the parent pointers of ``history`` (per step: parent rows,
-    tokens, alpha, location[, head alphas]). beam_scores (B, K), lengths (B*K,)."""
+    """The returned beams of a beam search: the best by length-normalised score, their words, maps
+    and views read back through the parent pointers of ``history`` (per step: parent rows, tokens,
+    the columns ``names`` names). beam_scores (B, K), lengths (B*K,)."""
     N, device = config.num_return_sequences, beam_scores.device
     base = (torch.arange(B, device=device) * K).unsqueeze(1)
     normalised = _normalise(beam_scores.view(-1), lengths, config.length_penalty).view(B, K)
     top_scores, top = normalised.topk(N, dim=1)  # (B, N): the returned beams, best first
     row = (base + top).view(-1)  # (B*N,) their rows
     out_lengths = lengths[row].view(B, N)
-    seq, alpha, loc, heads = [], [], [], []
-    for parent, tok, a, cell, *ha in reversed(history):  # follow the parent pointers back to the start
+    seq, columns = [], {name: [] for name in names}
+    for parent, tok, *values in reversed(history):  # follow the parent pointers back to the start
         seq.append(tok[row])
-        alpha.append(a[row])
-        loc.append(cell[row])
-        if ha:
-            heads.append(ha[0][row])
+        for name, x in zip(names, values):
+            columns[name].append(x[row])
         row = parent[row]
     sequences = torch.stack(seq[::-1], 1).view(B, N, -1)  # (B, N, T)
-    alphas = torch.stack(alpha[::-1], 1).to(_score_dtype(alpha[0].dtype)).view(B, N, len(history), -1)  # (B, N, T, L)
-    locations = torch.stack(loc[::-1], 1).view((B, N, len(history)) + loc[0].shape[1:])
-    head_alphas = (
-        torch.stack(heads[::-1], 1).to(_score_dtype(heads[0].dtype)).view((B, N, len(history)) + heads[0].shape[1:])
-        if heads
-        else None
-    )
+    fields = gathered({name: v[::-1] for name, v in columns.items()}, B, (N,))
+    first = {k: None if v is None else v[:, 0] for k, v in fields.items() if k != "views"}
     return GenerationOutput(
         sequences=sequences[:, 0],
-        alphas=alphas[:, 0],
-        locations=locations[:, 0],
         scores=top_scores[:, 0],
         lengths=out_lengths[:, 0],
-        head_alphas=None if head_alphas is None else head_alphas[:, 0],
+        views={k: v[:, 0] for k, v in fields["views"].items()},
+        **first,
         **(
             dict(beam_sequences=sequences, beam_scores=top_scores, beam_lengths=out_lengths, beam_indices=top)
             if N > 1

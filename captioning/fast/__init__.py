@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 
 #: the plain code the twin re-implements -> the fingerprint of the source it was written for
 MIRRORED = {
-    "captioning.models.decoder:ShowAttendTellDecoder.__init__": "e0a700ce1ec70468",
-    "captioning.models.decoder:ShowAttendTellDecoder.attend": "8f97e95d96ea5b01",
+    "captioning.models.decoder:ShowAttendTellDecoder.__init__": "067bdc1528a2b014",
+    "captioning.models.decoder:ShowAttendTellDecoder.attend": "88ef778f3d9be4f6",
     "captioning.models.decoder:ShowAttendTellDecoder.recur": "fe07525987ccadbf",
     "captioning.models.decoder:ShowAttendTellDecoder.forward": "85277efd498f9327",
     "captioning.models.decoder:ShowAttendTellDecoder.step": "5ff55c4e4aa989c2",
@@ -35,7 +35,7 @@ MIRRORED = {
     "captioning.models.attention.luong:LuongDecoder.__init__": "7d2e093209d7735b",
     "captioning.models.attention.luong:LuongDecoder.recur": "4c1b127a90bb3e88",
     "captioning.models.attention.local:LocalWindow.centre": "2d1f0a40554dc128",
-    "captioning.models.attention.local:LocalWindow.forward": "b24a5d18b9778f71",
+    "captioning.models.attention.local:LocalWindow.forward": "5714ee86c46c9253",
     "captioning.models.attention.dot:DotScore.query": "025a54e86285aa95",
 }
 

@@ -17,6 +17,7 @@ them at each pass, or once while no gradient is made), held equal to it by the t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -105,24 +106,29 @@ class StepOutput(NamedTuple):
     entropy: Tensor | None = None
     head_alpha: Tensor | None = None
     context: Tensor | None = None  # one step's context before the gate (join drops it)
+    views: dict | None = None  # one step's Glimpse.views (join drops them)
 
     @classmethod
     def of(cls, h: Tensor, c: Tensor | None, z: Tensor, beta: Tensor, g: Glimpse) -> StepOutput:
-        return cls(h, c, z, beta, g.alpha, g.location, g.log_prob, g.entropy, g.head_alpha, g.context)
+        return cls(h, c, z, beta, g.alpha, g.location, g.log_prob, g.entropy, g.head_alpha, g.context, g.views)
 
     @property
     def glimpse(self) -> Glimpse:
-        return Glimpse(self.context, self.alpha, self.location, self.log_prob, self.entropy, self.head_alpha)
+        return Glimpse(
+            self.context, self.alpha, self.location, self.log_prob, self.entropy, self.head_alpha, self.views or {}
+        )
 
     def map(self, fn: Callable[[Tensor], Tensor]) -> StepOutput:
-        return StepOutput(*(None if x is None or name == "context" else fn(x) for name, x in zip(self._fields, self)))
+        return StepOutput(
+            *(None if x is None or name in ("context", "views") else fn(x) for name, x in zip(self._fields, self))
+        )
 
     @staticmethod
     def join(steps: Sequence[StepOutput], combine: Callable[[list], Tensor] = torch.cat) -> StepOutput:
         """Several outputs field by field (rows after rows); c and context are left out."""
         return StepOutput(
             *(
-                None if column[0] is None or name in ("c", "context") else combine(list(column))
+                None if column[0] is None or name in ("c", "context", "views") else combine(list(column))
                 for name, column in zip(StepOutput._fields, zip(*steps))
             )
         )
@@ -265,15 +271,19 @@ class FastLSTM:
         if state.bias is not None:
             bias = per_row(state.bias, beams)
             e = e + (bias.unsqueeze(1) if e.dim() == 3 else bias)
+        window = None
         if self.local:
             gh, gw = grid_shape(state.features.size(1))
             centre = torch.sigmoid(d.window.v_p(torch.tanh(from_h[:, Q + 1 : Q + 1 + P]))) * h.new_tensor(
                 [gh - 1, gw - 1]
             )
             log_w = d.window.log_window(centre, gh, gw)
-            alpha = torch.softmax(e + (log_w.unsqueeze(1) if e.dim() == 3 else log_w), -1)
+            alpha = d.normalizer(e + (log_w.unsqueeze(1) if e.dim() == 3 else log_w))
+            window = torch.cat([centre, centre.new_full((centre.size(0), 1), d.window.sigma)], 1)
+        elif d.window is None:
+            alpha = d.normalizer(e)
         else:
-            alpha = torch.softmax(e, -1) if d.window is None else d.window(e, h, state)
+            alpha, window = d.window(e, h, state, d.normalizer)
         if graph_safe and mode == "sample" and location is None:
             location = sample_location(alpha.reshape(-1, alpha.size(-1))).view(alpha.shape[:-1])
         if d.multi_head is None:
@@ -282,6 +292,7 @@ class FastLSTM:
             g = d.multi_head(alpha, state.features, mode, use_expected, location, beams, temperature)
         context = g.context if d.aoa is None else d.aoa(g.context, h)
         beta = torch.sigmoid(from_h[:, Q])
+        g.views.update(gate=beta, **({} if window is None else {"window": window}))
         return g, beta, beta.unsqueeze(1) * context
 
     def inputs(self, Ey: Tensor, w: Fused) -> Tensor:
@@ -364,9 +375,10 @@ class FastLSTM:
         # they come and put in place once after the loop
         features_rows, projected_rows = FirstRows(state.features), FirstRows(state.projected)
         per_step = []
+        steps_taken = state.t
         for t, n in enumerate(active):
             h, c = (state.h, state.c) if n == state.h.size(0) else (state.h[:n], state.c[:n])
-            state = DecoderState(h, c, features_rows(n), projected_rows(n))
+            state = DecoderState(h, c, features_rows(n), projected_rows(n), t=steps_taken[:n] + t)
             out = self.step_fn(
                 x_steps[t][:n],
                 state,
@@ -424,7 +436,7 @@ class FastLSTM:
             if Tg == 0:
                 break
             rows = order[start : start + LUONG_GROUP]
-            group = DecoderState(None, None, state.features[rows], state.projected[rows])
+            group = DecoderState(None, None, state.features[rows], state.projected[rows], t=state.t[rows])
             parts.append(
                 self._attend_steps(
                     hs[rows, :Tg],
@@ -467,6 +479,7 @@ class FastLSTM:
         """Attention for all T steps of n images at once: hs (n, T, H) -> n * T rows, image-major."""
         n, T = hs.shape[:2]
         h = hs.reshape(n * T, -1)
+        state = dataclasses.replace(state, t=torch.arange(T, device=hs.device).repeat(n))  # each row's step
         g, beta, z = self.attend(
             from_h.reshape(n * T, -1),
             h,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -43,6 +43,9 @@ WINDOWS: Registry[type[nn.Module]] = Registry("attention window", field="model.d
 PLACEMENTS: Registry[type[ShowAttendTellDecoder]] = Registry("attention placement", field="model.decoder.placement")
 #: hard attention's ways of turning alpha_t into a context beyond the paper's three (training estimators)
 GLIMPSES: Registry = Registry("attention mode")
+#: Eq. 5's normaliser of the scores (``DecoderConfig.normalizer``): "softmax" is the paper's
+NORMALIZERS: Registry = Registry("normaliser", field="model.decoder.normalizer")
+NORMALIZERS.add("softmax", lambda e: torch.softmax(e, -1))
 
 #: training-only attention modes, registered by the objectives that use them (objectives/gumbel.py)
 TRAINING_MODES = ("gumbel",)
@@ -67,8 +70,17 @@ class DecoderConfig:
         score: a name in :data:`SCORES` ("additive", Eq. 4, is the paper's).
         heads: attention heads, their contexts joined by W_o (models/attention/heads.py).
         placement: "bahdanau" attends from h_{t-1} (the paper); "luong" from h_t (attention/luong.py).
-        window: "global" (the paper) or a name in :data:`WINDOWS` ("local": attention/local.py).
-        local_sigma: the local window's width in grid cells.
+        window: "global" (the paper) or a name in :data:`WINDOWS` ("local": attention/local.py;
+            "local_p", "local_m": attention/local_p.py; "hierarchical": attention/hierarchical.py).
+        local_sigma: the "local" window's width in grid cells.
+        local_width: D, the half-width in cells of "local_p" and "local_m" windows (sigma = D / 2).
+        region_size: the side in cells of "hierarchical"'s regions.
+        normalizer: a name in :data:`NORMALIZERS`: "softmax" (Eq. 5) or "sparsemax" (attention/sparsemax.py).
+        normalize: the additive or concat score's v weight-normalised, times a learned g (attention/normalized.py).
+        scale: the dot or general score times a learned scalar (attention/scaled.py).
+        init: the initial state from the "mean" annotation vector (the paper) or "attention_pool" (attention/pooling.py).
+        over_attention: Cui et al.'s attention-over-attention between the words so far and the
+            locations (attention/over_attention.py).
         refiner_layers, refiner_heads, refiner_aoa: self-attention over the grid first (attention/refiner.py).
         aoa: Attention on Attention over the context (attention/aoa.py).
         kind: "lstm" (models/kinds.py lists the kinds).
@@ -92,6 +104,13 @@ class DecoderConfig:
     kind: str = "lstm"
     refiner_aoa: bool = False
     aoa: bool = False
+    normalizer: str = "softmax"
+    normalize: bool = False
+    scale: bool = False
+    local_width: int = 2
+    region_size: int = 2
+    init: str = "mean"
+    over_attention: bool = False
 
     def __post_init__(self):
         load_variants()
@@ -103,11 +122,31 @@ class DecoderConfig:
             raise ConfigError(f"model.decoder.attention_kind: expected 'soft' or 'hard', got {self.attention_kind!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.decoder.dropout: expected a probability in [0, 1), got {self.dropout!r}")
-        for field in ("embed_dim", "hidden_dim", "attention_dim", "heads", "refiner_heads"):
-            if getattr(self, field) < 1:
-                raise ConfigError(f"model.decoder.{field}: expected an integer >= 1, got {getattr(self, field)!r}")
+        for name in (
+            "embed_dim",
+            "hidden_dim",
+            "attention_dim",
+            "heads",
+            "refiner_heads",
+            "local_width",
+            "region_size",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.decoder.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
         SCORES.check(self.score)
         PLACEMENTS.check(self.placement)
+        NORMALIZERS.check(self.normalizer)
+        if self.init not in ("mean", "attention_pool"):
+            raise ConfigError(f"model.decoder.init: expected 'mean' or 'attention_pool', got {self.init!r}")
+        for option, scores in (("normalize", ("additive", "concat")), ("scale", ("dot", "general"))):
+            if getattr(self, option) and self.score not in scores:
+                raise ConfigError(
+                    f"model.decoder.{option}: an option of the {' and '.join(scores)} scores, not {self.score!r}"
+                )
+        if self.over_attention and self.placement != "bahdanau":
+            raise ConfigError(
+                "model.decoder.over_attention: attends from the words so far before the LSTM step; use placement bahdanau"
+            )
         if self.window != "global" and self.window not in WINDOWS:
             raise WINDOWS.unknown(self.window, extra="'global'")
         if not (self.local_sigma > 0 and math.isfinite(self.local_sigma)):
@@ -121,6 +160,10 @@ class DecoderConfig:
 
     def build(self, vocab_size: int, feature_dim: int) -> ShowAttendTellDecoder:
         """The decoder of this config's placement (its class in :data:`PLACEMENTS`)."""
+        if self.over_attention:  # variant: attention/over_attention.py
+            return importlib.import_module("captioning.models.attention.over_attention").OverAttentionDecoder(
+                vocab_size, feature_dim, self
+            )
         return PLACEMENTS.get(self.placement)(vocab_size, feature_dim, self)
 
     @property
@@ -135,6 +178,11 @@ class DecoderConfig:
             + [f"refiner{self.refiner_layers}"] * bool(self.refiner_layers)
             + ["aoarefiner"] * self.refiner_aoa
             + ["aoa"] * self.aoa
+            + [self.normalizer] * (self.normalizer != "softmax")
+            + ["normalized"] * self.normalize
+            + ["scaled"] * self.scale
+            + [self.init] * (self.init != "mean")
+            + ["over_attention"] * self.over_attention
         )
         return "+".join(parts)
 
@@ -149,34 +197,37 @@ class DecoderState:
     projected: Tensor  # (N / beams, L, K): the score's image side, once per batch (W_a a)
     beams: int = 1  # rows per image: rows k * beams ... (k + 1) * beams - 1 read image k
     bias: Tensor | None = None  # (N / beams, L): a prior added to the scores (decoding/steering.py's focus)
+    t: Tensor | None = None  # (N,): the steps taken (a window centred by the step reads it)
 
     def select(self, index) -> DecoderState:
         """Rows ``index`` of every tensor (one row per image only)."""
         if self.beams != 1:
             raise ValueError("select() needs one row per image; beams share their image's features")
-        bias = None if self.bias is None else self.bias[index]
-        return DecoderState(self.h[index], self.c[index], self.features[index], self.projected[index], bias=bias)
+        bias, t = (None if x is None else x[index] for x in (self.bias, self.t))
+        return DecoderState(self.h[index], self.c[index], self.features[index], self.projected[index], bias=bias, t=t)
 
     def with_recurrent(self, h: Tensor, c: Tensor) -> DecoderState:
-        return DecoderState(h, c, self.features, self.projected, self.beams, self.bias)
+        """The next step's state: h_t, c_t, one more step taken."""
+        t = None if self.t is None else self.t + 1
+        return DecoderState(h, c, self.features, self.projected, self.beams, self.bias, t)
 
     def expand_beams(self, beams: int) -> DecoderState:
         """Each image's (h, c) copied to ``beams`` rows; the features stay one copy per image."""
         if self.beams != 1:
             raise ValueError("expand_beams() of a state that already has beams")
-        h, c = self.h.repeat_interleave(beams, 0), self.c.repeat_interleave(beams, 0)
-        return DecoderState(h, c, self.features, self.projected, beams, self.bias)
+        h, c, t = (None if x is None else x.repeat_interleave(beams, 0) for x in (self.h, self.c, self.t))
+        return DecoderState(h, c, self.features, self.projected, beams, self.bias, t)
 
 
 class DecoderStates:
     """How the search loops (decoding/search.py) take a :class:`DecoderState` apart: (h, c) carried
     row by row and reordered with the beams; (features, projected) per image."""
 
-    n_carried, n_constants = 2, 2
+    n_carried, n_constants = 3, 2
 
     @staticmethod
     def carried(state: DecoderState) -> list[Tensor]:
-        return [state.h, state.c]
+        return [state.h, state.c, state.t]
 
     @staticmethod
     def constants(state: DecoderState) -> list[Tensor]:
@@ -184,7 +235,8 @@ class DecoderStates:
 
     @staticmethod
     def state(carried: list[Tensor], constants: list[Tensor], beams: int = 1) -> DecoderState:
-        return DecoderState(*carried, *constants, beams)
+        h, c, t = carried
+        return DecoderState(h, c, *constants, beams, t=t)
 
     @staticmethod
     def reorder(carried: list[Tensor], rows: Tensor) -> list[Tensor]:
@@ -201,6 +253,8 @@ class Glimpse:
     log_prob: Tensor | None = None  # (N,): log p(s_t | a) of a sampled location, 0 where the expected context was used
     entropy: Tensor | None = None  # (N,): H[alpha_t], when sampling
     head_alpha: Tensor | None = None  # (N, heads, L) with several heads
+    #: what the pictures may show beside alpha (N, ...) each: "gate" (beta_t), a window's "window"
+    views: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -357,7 +411,14 @@ class ShowAttendTellDecoder(nn.Module):
         self.L_z = nn.Linear(D, M) if config.ctx2out else None
         self.L_o = nn.Linear(M, vocab_size)
         self.dropout = nn.Dropout(config.dropout)
+        self.normalizer = NORMALIZERS.get(config.normalizer)  # Eq. 5's softmax
         variant = importlib.import_module  # the variants' layers (none for the paper), each from its file
+        if config.normalize or config.scale:
+            score = variant(f"captioning.models.attention.{'normalized' if config.normalize else 'scaled'}")
+            self.f_att = score.reweighted(self.f_att)
+        self.pool = (
+            variant("captioning.models.attention.pooling").AttentionPool(D, A) if config.init != "mean" else None
+        )
         self.window = None if config.window == "global" else WINDOWS.get(config.window)(H, A, config)
         self.multi_head = (
             variant("captioning.models.attention.heads").MultiHead(D, config.heads) if config.heads > 1 else None
@@ -372,8 +433,10 @@ class ShowAttendTellDecoder(nn.Module):
         features (B, L, D); ``max_steps`` sizes other kinds' caches (the LSTM has none)."""
         if self.refiner is not None:  # variant: attention/refiner.py
             features = self.refiner(features)
-        h0, c0 = torch.tanh(self.W_init(self.dropout(features.mean(1)))).chunk(2, dim=-1)
-        return DecoderState(h0, c0, features, self.f_att.project(features))
+        pooled = features.mean(1) if self.pool is None else self.pool(features)  # variant: attention/pooling.py
+        h0, c0 = torch.tanh(self.W_init(self.dropout(pooled))).chunk(2, dim=-1)
+        t = torch.zeros(features.size(0), dtype=torch.long, device=features.device)
+        return DecoderState(h0, c0, features, self.f_att.project(features), t=t)
 
     def attend(self, h: Tensor, state: DecoderState, mode: str, use_expected=None, location=None, temperature=1.0):
         """Eq. 4-5, 13 or 8-9 and the gate (Section 4.2.1) from the state ``h`` (N, H) the placement
@@ -382,13 +445,17 @@ class ShowAttendTellDecoder(nn.Module):
         if state.bias is not None:  # a prior over the locations, per image
             bias = per_row(state.bias, state.beams)
             e = e + (bias.unsqueeze(1) if e.dim() == 3 else bias)
-        alpha = torch.softmax(e, -1) if self.window is None else self.window(e, h, state)  # Eq. 5; variant: a window
+        if self.window is None:
+            alpha, window = self.normalizer(e), None  # Eq. 5
+        else:  # variant: a window over the grid (attention/local.py, ...), and what it shows
+            alpha, window = self.window(e, h, state, self.normalizer)
         if self.multi_head is None:
             g = glimpse(alpha, state.features, mode, use_expected, location, state.beams, temperature)
         else:  # variant: one context per head, joined by W_o (attention/heads.py)
             g = self.multi_head(alpha, state.features, mode, use_expected, location, state.beams, temperature)
         context = g.context if self.aoa is None else self.aoa(g.context, h)  # variant: attention/aoa.py
         beta = torch.sigmoid(self.f_beta(h))  # (N, 1): the gating scalar
+        g.views.update(gate=beta.squeeze(-1), **({} if window is None else {"window": window}))
         return g, beta.squeeze(-1), beta * context
 
     def recur(self, Ey: Tensor, state: DecoderState, mode: str, use_expected=None, location=None, temperature=1.0):

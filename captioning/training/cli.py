@@ -100,6 +100,20 @@ class ShortUsageParser(LightningArgumentParser):
             message += did_you_mean(keys, [o for a in parser._actions for o in a.option_strings if o.startswith("--")])
         super().error(message, ex)
 
+    def dump(self, cfg: Namespace, *args, **kwargs) -> str:
+        """The configuration as YAML (``--print_config``, each run's config.yaml), the decoder's
+        settings in full: the fields of its kind's config, given or default (models/kinds.py)."""
+        decoder = cfg.get("model.decoder", "absent") if isinstance(cfg, Namespace) else "absent"
+        if decoder != "absent":
+            import dataclasses
+
+            from captioning.models.kinds import decoder_config
+
+            plain = decoder.as_dict() if isinstance(decoder, Namespace) else decoder
+            cfg = cfg.clone()
+            cfg["model.decoder"] = dataclasses.asdict(decoder_config(plain))
+        return super().dump(cfg, *args, **kwargs)
+
 
 #: the LightningCLI subcommands, which read a config
 SUBCOMMANDS = ("fit", "validate", "test")
@@ -152,20 +166,6 @@ def check_config_arguments(args: Sequence[str]) -> None:
         f"{configs_listing()} (e.g. {how})",
         flush=True,
     )
-
-    def dump(self, cfg: Namespace, *args, **kwargs) -> str:
-        """The configuration as YAML (``--print_config``, each run's config.yaml), the decoder's
-        settings in full: the fields of its kind's config, given or default (models/kinds.py)."""
-        decoder = cfg.get("model.decoder", "absent") if isinstance(cfg, Namespace) else "absent"
-        if decoder != "absent":
-            import dataclasses
-
-            from captioning.models.kinds import decoder_config
-
-            plain = decoder.as_dict() if isinstance(decoder, Namespace) else decoder
-            cfg = cfg.clone()
-            cfg["model.decoder"] = dataclasses.asdict(decoder_config(plain))
-        return super().dump(cfg, *args, **kwargs)
 
 
 class CaptioningCLI(LightningCLI):

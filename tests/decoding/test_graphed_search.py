@@ -51,9 +51,12 @@ def test_graphed_search_equals_the_plain_search(decoder_of, name, variant, gener
     for field in dataclasses.fields(plain):
         a, b = getattr(plain, field.name), getattr(graphed, field.name)
         assert (a is None) == (b is None), field.name
-        if a is not None:
-            assert a.shape == b.shape, field.name
-            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7, msg=field.name)
+        pairs = [(f"{field.name}.{k}", a[k], b[k]) for k in a] if isinstance(a, dict) else [(field.name, a, b)]
+        if isinstance(a, dict):
+            assert a.keys() == b.keys(), field.name
+        for name, x, y in pairs if a is not None else ():
+            assert x.shape == y.shape, name
+            torch.testing.assert_close(y, x, rtol=1e-6, atol=1e-7, msg=name)
 
 
 def test_graphed_beam_search_returns_several_sequences(decoder_of):

@@ -41,8 +41,12 @@ class LocalWindow(nn.Module):
         d2 = ((centre.unsqueeze(1) - grid_cells(gh, gw, centre.device, centre.dtype)) ** 2).sum(-1)
         return d2 * (-0.5 / self.sigma**2)
 
-    def forward(self, e: Tensor, h: Tensor, state) -> Tensor:
-        """alpha_t from the scores e (N, L) or (N, heads, L) and the state h (N, H) attended from."""
+    def forward(self, e: Tensor, h: Tensor, state, normalize) -> tuple[Tensor, Tensor]:
+        """alpha_t from the scores e (N, L) or (N, heads, L) and the state h (N, H) attended from,
+        ``normalize`` (softmax) over the scores plus the window's log; and the window shown (N, 3):
+        its centre (row, column) and sigma, in cells."""
         gh, gw = grid_shape(state.features.size(1))
-        log_w = self.log_window(self.centre(h, gh, gw), gh, gw)
-        return torch.softmax(e + (log_w.unsqueeze(1) if e.dim() == 3 else log_w), -1)
+        centre = self.centre(h, gh, gw)
+        log_w = self.log_window(centre, gh, gw)
+        alpha = normalize(e + (log_w.unsqueeze(1) if e.dim() == 3 else log_w))
+        return alpha, torch.cat([centre, centre.new_full((centre.size(0), 1), self.sigma)], 1)
