@@ -30,7 +30,9 @@ def test_a_failure_stops_the_run_and_the_report_names_the_command(tmp_path, monk
     json_path, md_path = check.report()
     data = json.loads(json_path.read_text())
     assert [r["status"] for r in data["rows"]] == ["ok", "FAILED"]
-    assert data["failure"].startswith("fit / soft eager: exit 2") and "reproduce:" in data["failure"]
+    assert (
+        data["failure"].startswith("fit / soft eager: exit 1") and "reproduce:" in data["failure"]
+    )  # fit: no --config
     table = md_path.read_text()
     assert "| data | shapes (PNG) | ok |  |  |  | 0.90 |" in table and "**Failed**: fit / soft eager" in table
 

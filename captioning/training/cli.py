@@ -190,6 +190,7 @@ class CaptioningCLI(LightningCLI):
         """An objective named in an earlier spelling (``HardAttentionReinforce`` with ``estimator:
         gumbel``) is built as this version names it (objectives/__init__.py: current_spelling)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
+        self._check_decoder_keys(config.get("model.decoder"))
         objective = config.get("model.objective")
         if objective is None or not objective.get("class_path"):
             return
@@ -198,6 +199,28 @@ class CaptioningCLI(LightningCLI):
         class_path, init_args = current_spelling(objective["class_path"], init_args)
         if class_path != objective["class_path"]:
             config["model.objective"] = Namespace(class_path=class_path, init_args=Namespace(**init_args))
+
+    def _check_decoder_keys(self, decoder) -> None:
+        """``--model.decoder.KEY`` for a KEY no decoder kind has: the parser's one-line error for an
+        unrecognized argument, with the nearest key ("did you mean --model.decoder.hidden_dim?"). The
+        decoder's settings are a mapping to the parser (its kind chooses which: models/kinds.py)."""
+        import dataclasses
+
+        from captioning.common import did_you_mean
+        from captioning.models.kinds import DECODERS, list_decoders
+
+        plain = decoder.as_dict() if isinstance(decoder, Namespace) else decoder
+        if not isinstance(plain, dict):
+            return
+        known = {f.name for kind in list_decoders() for f in dataclasses.fields(DECODERS.get(kind))}
+        unknown = [k for k in plain if k not in known]
+        if not unknown:
+            return
+        flag = f"--model.decoder.{unknown[0]}"
+        given = next((f"{a} {b}" for a, b in zip(sys.argv, sys.argv[1:] + [""]) if a == flag), flag)
+        hint = did_you_mean([flag], [f"--model.decoder.{k}" for k in sorted(known)])
+        parser = self._subcommand_parsers.get(self.subcommand, self.parser)
+        super(ShortUsageParser, parser).error(f"unrecognized arguments: {given}{hint}")
 
     def _parse_ckpt_path(self) -> None:
         """LightningCLI reads ``--ckpt_path``'s hyperparameters into the config before anything is
