@@ -190,7 +190,6 @@ class CaptioningCLI(LightningCLI):
         """An objective named in an earlier spelling (``HardAttentionReinforce`` with ``estimator:
         gumbel``) is built as this version names it (objectives/__init__.py: current_spelling)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
-        self._check_decoder_keys(config.get("model.decoder"))
         objective = config.get("model.objective")
         if objective is None or not objective.get("class_path"):
             return
@@ -200,7 +199,13 @@ class CaptioningCLI(LightningCLI):
         if class_path != objective["class_path"]:
             config["model.objective"] = Namespace(class_path=class_path, init_args=Namespace(**init_args))
 
-    def _check_decoder_keys(self, decoder) -> None:
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        self._check_decoder_keys(config.get("model.decoder"), subcommand)
+
+    def _check_decoder_keys(self, decoder, subcommand: str | None) -> None:
         """``--model.decoder.KEY`` for a KEY no decoder kind has: the parser's one-line error for an
         unrecognized argument, with the nearest key ("did you mean --model.decoder.hidden_dim?"). The
         decoder's settings are a mapping to the parser (its kind chooses which: models/kinds.py)."""
@@ -219,7 +224,7 @@ class CaptioningCLI(LightningCLI):
         flag = f"--model.decoder.{unknown[0]}"
         given = next((f"{a} {b}" for a, b in zip(sys.argv, sys.argv[1:] + [""]) if a == flag), flag)
         hint = did_you_mean([flag], [f"--model.decoder.{k}" for k in sorted(known)])
-        parser = self._subcommand_parsers.get(self.subcommand, self.parser)
+        parser = self._subcommand_parsers.get(subcommand, self.parser)
         super(ShortUsageParser, parser).error(f"unrecognized arguments: {given}{hint}")
 
     def _parse_ckpt_path(self) -> None:
