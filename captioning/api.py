@@ -352,14 +352,25 @@ class Captioner:
         pixels: Sequence[Sequence[np.ndarray]],
         return_attention: bool = False,
         generator: torch.Generator | None = None,
+        focus: Any = None,
+        focus_strength: float | None = None,
+        sizes: Sequence[tuple[int, int]] | None = None,
         **generation,
     ) -> list[dict[str, Any]]:
         """Caption one batch of images already resized: per image, one uint8 (3, S, S) array (or tensor,
         e.g. decoded on the GPU: data/images.py ``decode_entries``) per entry of :attr:`input_sizes`
-        (data/inputs.py: ``model_pixels``). The same results as :meth:`__call__` on the images themselves."""
+        (data/inputs.py: ``model_pixels``). The same results as :meth:`__call__` on the images themselves.
+        ``focus`` and ``focus_strength`` as for :meth:`__call__`, the boxes in the pixels of the images'
+        own ``sizes`` ((W, H) each: the images are not here to tell them)."""
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)
         if not pixels:
             return []
+        boxes, strength = focus_boxes(focus, len(pixels), focus_strength)
+        bias = None
+        if boxes is not None:
+            if sizes is None or len(sizes) != len(pixels):
+                raise ValueError("caption_pixels: a focus box needs the images' own sizes (sizes=[(W, H), ...])")
+            bias = focus_biases(boxes, list(sizes), self.grid_locations, strength)
 
         def as_float(p) -> torch.Tensor:
             if isinstance(p, torch.Tensor):
@@ -368,7 +379,7 @@ class Captioner:
 
         inputs = [torch.stack([as_float(p[k]) for p in pixels]) for k in range(len(self.input_sizes))]
         batch = inputs if isinstance(self.model, Ensemble) else inputs[0]
-        return self._decode(batch, len(pixels), config, generator, return_attention)
+        return self._decode(batch, len(pixels), config, generator, return_attention, bias)
 
     def caption_files(
         self,

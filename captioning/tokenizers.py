@@ -271,7 +271,8 @@ class CharTokenizer(WordPatternTokenizer):
 
 
 def _jieba():
-    """The jieba module, quiet (its dictionary loads on first use); one line if not installed."""
+    """The jieba module, quiet (its dictionary loads on first use), its dictionary cache in this
+    user's own folder (:func:`jieba_cache_folder`); one line if not installed."""
     try:
         import jieba
     except ImportError:
@@ -281,7 +282,43 @@ def _jieba():
     import logging
 
     jieba.setLogLevel(logging.WARNING)
+    if jieba.dt.tmp_dir is None:  # (a folder the caller chose is kept)
+        jieba.dt.tmp_dir = jieba_cache_folder()
     return jieba
+
+
+def _private_folder(path: str) -> bool:
+    """Whether ``path`` is a real folder (not a link) of this user that no one else may write in."""
+    import os
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    mine = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    return stat.S_ISDIR(info.st_mode) and mine and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def jieba_cache_folder() -> str:
+    """Where jieba keeps the cache of its dictionary (``jieba.cache``, a marshal file it loads
+    without checks: a file planted there changes every segmentation, and AI Challenger's scores).
+    It is ``$XDG_CACHE_HOME/captioning/jieba`` (default ``~/.cache/captioning/jieba``), made with
+    mode 0700 and used only while it and its parent are this user's folders that no one else may
+    write in. Else it is a private temporary folder for this process (jieba then builds its
+    dictionary again, about a second); never the shared ``$TMPDIR/jieba.cache`` of jieba's default."""
+    import os
+    import tempfile
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "captioning", "jieba")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        pass
+    if _private_folder(folder) and _private_folder(os.path.dirname(folder)):  # (no one can swap it either)
+        return folder
+    return tempfile.mkdtemp(prefix="captioning-jieba-")
 
 
 @TOKENIZERS.register("jieba")
@@ -313,14 +350,162 @@ SPECIALS = ("<pad>", "<start>", "<end>", "<unk>")  # the vocabulary's ids 0-3 (v
 SUBWORD_MARK = "\u2581"  # "▁": the word-start mark of the subword tokenizers (SentencePiece's)
 _META = SUBWORD_MARK
 
+#: what :meth:`SubwordTokenizer.train` builds around the model, as the library stores it (the
+#: "tokenizer_model" of a vocabulary): a stored model must say the same of every part it states (a
+#: part it leaves out is this), so that a file cannot bring padding, truncation, a regular expression
+#: or a normaliser of its own; the model is rebuilt from its vocabulary and merges (or pieces) alone.
+SUBWORD_PIPELINE = {
+    "truncation": None,
+    "padding": None,
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]},
+    "pre_tokenizer": {"type": "Metaspace", "replacement": _META, "prepend_scheme": "always", "split": True},
+    "post_processor": None,
+    "decoder": {"type": "Metaspace", "replacement": _META, "prepend_scheme": "always", "split": True},
+    "added_tokens": [
+        {
+            "id": i,
+            "content": token,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, token in enumerate(SPECIALS)
+    ],
+}
+#: the most tokens a stored subword model may hold
+MAX_SUBWORDS = 1_000_000
+
+
+def native(call, what: str):
+    """``call()``, into Hugging Face ``tokenizers`` (Rust): anything it raises, a Rust panic
+    included (pyo3's PanicException, a BaseException that ``except Exception`` misses), is one line
+    of ConfigError naming ``what``; Ctrl-C and exits pass."""
+    try:
+        return call()
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, ConfigError):
+        raise
+    except BaseException as err:  # noqa: BLE001 - the library's errors and panics
+        detail = " ".join(str(err).split())[:160] or type(err).__name__
+        raise ConfigError(f"{what}: the tokenizers library failed ({type(err).__name__}: {detail})") from None
+
+
+def _states_the_same(stored, expected) -> bool:
+    """Whether a stored part of the pipeline says what ``expected`` says (an object may leave keys
+    out: the library fills them in as ``expected`` has them)."""
+    if isinstance(expected, dict):
+        return isinstance(stored, dict) and all(
+            k in expected and _states_the_same(v, expected[k]) for k, v in stored.items()
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(stored, list)
+            and len(stored) == len(expected)
+            and all(_states_the_same(a, b) for a, b in zip(stored, expected))
+        )
+    return type(stored) is type(expected) and stored == expected
+
+
+def check_subword_model(model, kind: str, options: dict) -> dict:
+    """A stored subword model (the library's JSON, :meth:`SubwordTokenizer.state`'s ``model``), checked
+    in plain Python before the library reads anything of it: its pipeline is :data:`SUBWORD_PIPELINE`,
+    its model of ``options``' type and options, and its vocabulary (ids 0..n-1, the specials first;
+    BPE's merges of its tokens; unigram's pieces with finite scores) of at most :data:`MAX_SUBWORDS`
+    tokens. Returns {"vocab", "merges"} (BPE) or {"vocab"} (unigram) to rebuild it from; one line of
+    ConfigError naming the field otherwise."""
+    import math
+
+    def bad(field: str, what: str) -> ConfigError:
+        return ConfigError(
+            f"vocabulary.tokenizer_model: not a {kind!r} model as training writes it (model{field}: {what})"
+        )
+
+    if not isinstance(model, dict):
+        raise bad("", f"expected a dictionary, got {json_shown(model)}")
+    for key, value in model.items():
+        if key == "model" or (key == "version" and isinstance(value, str)):
+            continue
+        if key not in SUBWORD_PIPELINE:
+            raise bad(f".{key}", "not a part of what training writes")
+        if not _states_the_same(value, SUBWORD_PIPELINE[key]):
+            raise bad(
+                f".{key}",
+                f"{json_shown(value)}, not {json_shown(SUBWORD_PIPELINE[key])}; a pipeline made elsewhere is not read",
+            )
+    inner = model.get("model")
+    if not isinstance(inner, dict) or inner.get("type") != options["type"]:
+        raise bad(".model", f"expected a {options['type']} model, got {json_shown(inner)}")
+    for key, value in inner.items():
+        if key not in ("vocab", "merges") and (key not in options or not _states_the_same(value, options[key])):
+            raise bad(f".model.{key}", f"{json_shown(value)}, not what training writes")
+    vocab = inner.get("vocab")
+    if options["type"] == "BPE":
+        if not isinstance(vocab, dict) or not all(isinstance(k, str) and type(v) is int for k, v in vocab.items()):
+            raise bad(".model.vocab", "expected an object of tokens and their ids")
+        if not 4 <= len(vocab) <= MAX_SUBWORDS or sorted(vocab.values()) != list(range(len(vocab))):
+            raise bad(".model.vocab", f"expected ids 0..n-1, each once (n from 4 to {MAX_SUBWORDS:,})")
+        if any(vocab.get(token) != i for i, token in enumerate(SPECIALS)):
+            raise bad(".model.vocab", f"expected {', '.join(SPECIALS)} as ids 0-3")
+        merges = inner.get("merges")
+        if not isinstance(merges, list) or len(merges) > len(vocab):
+            raise bad(".model.merges", "expected a list of at most one merge per token")
+        pairs = []
+        for k, merge in enumerate(merges):
+            pair = merge.split(" ") if isinstance(merge, str) else merge
+            if not (
+                isinstance(pair, list)
+                and len(pair) == 2
+                and all(isinstance(p, str) and p in vocab for p in pair)
+                and pair[0] + pair[1] in vocab
+            ):
+                raise bad(f".model.merges[{k}]", f"expected two tokens whose join is a token, got {json_shown(merge)}")
+            pairs.append((pair[0], pair[1]))
+        return {"vocab": dict(vocab), "merges": pairs}
+    if not isinstance(vocab, list) or not 4 <= len(vocab) <= MAX_SUBWORDS:
+        raise bad(".model.vocab", f"expected a list of 4 to {MAX_SUBWORDS:,} [piece, score]")
+    pieces = []
+    for k, item in enumerate(vocab):
+        if not (
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and item[0]
+            and isinstance(item[1], (int, float))
+            and not isinstance(item[1], bool)
+            and math.isfinite(item[1])
+        ):
+            raise bad(f".model.vocab[{k}]", f"expected [a piece, a finite score], got {json_shown(item)}")
+        pieces.append((item[0], float(item[1])))
+    if [p for p, _ in pieces[:4]] != list(SPECIALS) or len({p for p, _ in pieces}) != len(pieces):
+        raise bad(".model.vocab", f"expected {', '.join(SPECIALS)} first and every piece once")
+    return {"vocab": pieces}
+
+
+def json_shown(value, limit: int = 80) -> str:
+    """A JSON value in a one-line message, cut to ``limit`` characters."""
+    import json
+
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class SubwordTokenizer(Tokenizer):
     """A subword vocabulary trained on the training captions by Hugging Face ``tokenizers``: NFC and
     lower case, words marked by "▁" at their start (SentencePiece's Metaspace), so that text comes
     back by joining the pieces and turning each "▁" into a space; CJK text, without spaces, is one
-    "word" split into pieces. The specials are the vocabulary's own (``<unk>`` for an unseen character)."""
+    "word" split into pieces. The specials are the vocabulary's own (``<unk>`` for an unseen character).
+
+    A stored model (:meth:`load_state`) is checked in plain Python (:func:`check_subword_model`) and
+    rebuilt from its vocabulary and merges (or pieces) around the pipeline :meth:`train` builds: the
+    library never parses a stored pipeline, and every call into it is :func:`native`."""
 
     trainable = True
+    #: the model's type and options as training writes them (tokenizers' JSON of the model)
+    model_options: dict = {}
 
     def __init__(self, vocab_size: int | None = None, size_field: str = "data.vocab_size"):
         if vocab_size is None:
@@ -331,8 +516,9 @@ class SubwordTokenizer(Tokenizer):
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
             raise ConfigError(f"{size_field}: expected an integer >= 8, got {vocab_size!r}")
         self.vocab_size = vocab_size
-        self._model = None  # the trained tokenizers.Tokenizer (built from _state on first use)
+        self._model = None  # the trained tokenizers.Tokenizer (rebuilt from _parts on first use)
         self._state: dict | None = None  # its stored form: a model read back needs no library to print text
+        self._parts: dict | None = None  # a stored model's checked vocabulary and merges (or pieces)
 
     @staticmethod
     def _library():
@@ -344,11 +530,21 @@ class SubwordTokenizer(Tokenizer):
             ) from None
         return tokenizers
 
-    def _new_model(self, lib):
+    def _new_model(self, lib, parts: dict | None = None):
+        """The library's model: empty (to train), or ``parts`` (:func:`check_subword_model`'s)."""
         raise NotImplementedError
 
     def _trainer(self, lib, specials: list[str]):
         raise NotImplementedError
+
+    @staticmethod
+    def _pipeline(lib, model):
+        """The library's tokenizer of ``model`` with the pipeline of :data:`SUBWORD_PIPELINE`."""
+        tokenizer = lib.Tokenizer(model)
+        tokenizer.normalizer = lib.normalizers.Sequence([lib.normalizers.NFC(), lib.normalizers.Lowercase()])
+        tokenizer.pre_tokenizer = lib.pre_tokenizers.Metaspace(replacement=_META, prepend_scheme="always")
+        tokenizer.decoder = lib.decoders.Metaspace(replacement=_META, prepend_scheme="always")
+        return tokenizer
 
     @property
     def trained(self) -> bool:
@@ -356,51 +552,61 @@ class SubwordTokenizer(Tokenizer):
 
     def train(self, texts: Iterable[str]) -> None:
         lib = self._library()
-        model = lib.Tokenizer(self._new_model(lib))
-        model.normalizer = lib.normalizers.Sequence([lib.normalizers.NFC(), lib.normalizers.Lowercase()])
-        model.pre_tokenizer = lib.pre_tokenizers.Metaspace(replacement=_META, prepend_scheme="always")
-        model.decoder = lib.decoders.Metaspace(replacement=_META, prepend_scheme="always")
-        model.train_from_iterator((t.replace("\u2019", "'") for t in texts), self._trainer(lib, list(SPECIALS)))
-        self._model, self._state = model, None
+
+        def fit():
+            model = self._pipeline(lib, self._new_model(lib))
+            model.train_from_iterator((t.replace("\u2019", "'") for t in texts), self._trainer(lib, list(SPECIALS)))
+            return model
+
+        self._model, self._state, self._parts = native(fit, f"training the {self.name!r} tokenizer"), None, None
 
     def _require_trained(self):
-        if self._model is None and self._state is not None:
-            import json
+        if self._model is None and self._parts is not None:
+            lib = self._library()
 
-            try:
-                self._model = self._library().Tokenizer.from_str(json.dumps(self._state["model"]))
-            except ConfigError:
-                raise
-            except Exception as err:  # the library's own parse error (a Rust exception)
-                raise ConfigError(f"vocabulary.tokenizer_model: not a {self.name!r} model ({err})") from None
+            def rebuild():
+                model = self._pipeline(lib, self._new_model(lib, self._parts))
+                model.add_special_tokens(list(SPECIALS))  # as training marks them (ids 0-3 already)
+                return model
+
+            self._model = native(rebuild, f"vocabulary.tokenizer_model: the {self.name!r} model")
         if self._model is None:
             raise ConfigError(f"tokenizer {self.name!r}: not trained (its vocabulary holds no 'tokenizer_model')")
         return self._model
 
     def tokenize(self, text: str) -> list[str]:
-        return self._require_trained().encode(text.replace("\u2019", "'"), add_special_tokens=False).tokens
+        model = self._require_trained()
+        text = text.replace("\u2019", "'")
+        return native(lambda: model.encode(text, add_special_tokens=False).tokens, f"tokenizer {self.name!r}")
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         text = "".join(tokens).replace(_META, " ").strip()
         return re.sub(r" +", " ", text)
 
     def tokens(self) -> list[str]:
-        vocab = self._require_trained().get_vocab()
+        model = self._require_trained()
+        vocab = native(model.get_vocab, f"tokenizer {self.name!r}")
         return sorted(vocab, key=vocab.get)
 
     def state(self) -> dict:
         if self._state is None:
             import json
 
-            self._state = {"vocab_size": self.vocab_size, "model": json.loads(self._require_trained().to_str())}
+            model = self._require_trained()
+            self._state = {
+                "vocab_size": self.vocab_size,
+                "model": json.loads(native(model.to_str, f"tokenizer {self.name!r}")),
+            }
         return self._state
 
     def load_state(self, state: dict) -> None:
-        """Keep a stored model; it is parsed (by the library) when text is first split, so that
-        printing a model's captions (detokenize) needs no library."""
+        """Keep a stored model, checked (:func:`check_subword_model`: nothing of it reaches the library
+        unchecked); it is rebuilt when text is first split, so that printing a model's captions
+        (detokenize) needs no library."""
         if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
             raise ConfigError(f"vocabulary.tokenizer_model: expected the trained {self.name!r} model as a dictionary")
-        self._model, self._state = None, state
+        parts = check_subword_model(state["model"], self.name, self.model_options)
+        self._model, self._state, self._parts = None, state, parts
         size = state.get("vocab_size")
         self.vocab_size = size if isinstance(size, int) and not isinstance(size, bool) else self.vocab_size
 
@@ -416,9 +622,21 @@ class BPETokenizer(SubwordTokenizer):
     """Byte-pair encoding (Sennrich et al. 2016): merges of the most frequent pairs, ``data.vocab_size`` tokens."""
 
     name = "bpe"
+    model_options = {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": "<unk>",
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": False,
+        "byte_fallback": False,
+        "ignore_merges": False,
+    }
 
-    def _new_model(self, lib):
-        return lib.models.BPE(unk_token="<unk>")
+    def _new_model(self, lib, parts: dict | None = None):
+        if parts is None:
+            return lib.models.BPE(unk_token="<unk>")
+        return lib.models.BPE(vocab=parts["vocab"], merges=parts["merges"], unk_token="<unk>")
 
     def _trainer(self, lib, specials):
         return lib.trainers.BpeTrainer(vocab_size=self.vocab_size, special_tokens=specials, show_progress=False)
@@ -429,9 +647,12 @@ class UnigramTokenizer(SubwordTokenizer):
     """A unigram language model over subwords (Kudo 2018, SentencePiece's default), ``data.vocab_size`` tokens."""
 
     name = "unigram"
+    model_options = {"type": "Unigram", "unk_id": SPECIALS.index("<unk>"), "byte_fallback": False}
 
-    def _new_model(self, lib):
-        return lib.models.Unigram()
+    def _new_model(self, lib, parts: dict | None = None):
+        if parts is None:
+            return lib.models.Unigram()
+        return lib.models.Unigram(parts["vocab"], SPECIALS.index("<unk>"), False)
 
     def _trainer(self, lib, specials):
         return lib.trainers.UnigramTrainer(

@@ -10,14 +10,13 @@ and one that records no ``tokenizer_version`` split its words as nltk 3.10.4 did
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from captioning.compat import UNRECORDED_TOKENIZER, UNRECORDED_TOKENIZER_VERSION
 from captioning.errors import ConfigError
-from captioning.files import atomic_write_json
+from captioning.files import atomic_write_json, read_json_file
 from captioning.tokenizers import DEFAULT_TOKENIZER, TOKENIZERS, Tokenizer, build_tokenizer
 
 
@@ -168,7 +167,10 @@ class Vocabulary:
                 f"vocabulary: the {name!r} tokenizer is trained, but its model ('tokenizer_model') is missing"
             )
         tokenizer = build_tokenizer(name, "vocabulary.tokenizer", state=state, version=version)
-        return cls(d["itos"], min_freq=d.get("min_freq"), tokenizer=tokenizer)
+        min_freq = d.get("min_freq")
+        if min_freq is not None and (isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1):
+            raise ConfigError(f"vocabulary: 'min_freq' must be a positive integer or null, got {str(min_freq)[:40]}")
+        return cls(d["itos"], min_freq=min_freq, tokenizer=tokenizer)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         atomic_write_json(path, self.to_dict())
@@ -176,15 +178,7 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Vocabulary:
         path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such file") from None
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{path}: cannot read vocabulary ({err})") from None
+        d = read_json_file(path, ConfigError, "a vocabulary file")  # any bytes: one line naming the file
         try:
             return cls.from_dict(d)
         except ConfigError as err:

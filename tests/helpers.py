@@ -412,3 +412,60 @@ class FakeCaptioner:
             }
             for _ in images
         ]
+
+
+# ---------------------------------------------------------------------- what a loader's batch holds
+def large_png(path: Path, size: tuple[int, int] = (3000, 2000)) -> None:
+    """A PNG of ``size`` pixels in few colours: 18 MB of pixels at the default size, a few KB on disk."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", size, (200, 30, 30))
+    ImageDraw.Draw(image).rectangle((size[0] // 4, size[1] // 4, size[0] // 2, size[1] // 2), fill=(20, 40, 220))
+    image.save(path)
+
+
+def record_held_pixels(monkeypatch) -> list[int]:
+    """Records, per batch the stream loader (data/inputs.py: read_batch) reads, the bytes of pixels
+    its items hold (numpy arrays, PIL images, tuples of them): the list it returns fills as they run."""
+    from captioning.data import inputs
+
+    held: list[int] = []
+    read = inputs.read_batch
+
+    def nbytes(value) -> int:
+        if hasattr(value, "nbytes"):
+            return int(value.nbytes)
+        if hasattr(value, "size") and hasattr(value, "mode"):  # a PIL image
+            return value.size[0] * value.size[1] * len(value.getbands())
+        if isinstance(value, (tuple, list)):
+            return sum(nbytes(v) for v in value)
+        return 0
+
+    def recording(sources, *args, **kwargs):
+        batch = read(sources, *args, **kwargs)
+        held.append(sum(nbytes(b.image) for b in batch))
+        return batch
+
+    monkeypatch.setattr(inputs, "read_batch", recording)
+    return held
+
+
+# ---------------------------------------------------------------------- float32 tolerances
+FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.19e-7: the spacing of float32 numbers near 1
+#: the float32 operations along a value's path through the tests' tiny models (a few small
+#: convolutions, decoders of 16 to 64 dimensions over 4 to 49 locations, a dozen steps): a bound
+#: on the roundings that two ways of computing it (a batch or one image, another runtime) differ by
+TINY_PATH = 1024
+
+
+def float32_tolerance(reference, terms: int) -> dict:
+    """``rtol`` and ``atol`` for float32 results computed two ways (another order of sums, another
+    runtime or kernel) compared with ``reference``. Each may differ by the rounding of ``terms``
+    float32 operations (the products summed along the computation's path, added up: a bound) on
+    numbers as large as the reference's largest, a value near zero included (it may come from large
+    ones that cancel). So atol = eps * terms * max|reference| and rtol = eps * terms: never a fixed
+    absolute below float32's own error for the values compared."""
+    if hasattr(reference, "detach"):  # a tensor
+        reference = reference.detach().cpu().double().numpy()
+    scale = float(np.max(np.abs(np.asarray(reference, dtype=np.float64)), initial=0.0))
+    return {"rtol": FLOAT32_EPS * terms, "atol": FLOAT32_EPS * terms * scale}

@@ -122,3 +122,101 @@ def test_plain_json_turns_tensors_numpy_and_tuples_into_json_types():
     strict = plain_json(value, strict=True)
     assert strict["1"][4] is None and strict["1"][5] == "x"
     json.dumps(strict, allow_nan=False)  # strict values are plain JSON
+
+
+# ------------------------------------------------------------------------- JSON read totally, one helper
+def _model_folder(path):
+    """A folder whose config.json is ``path``'s contents (layout.read_config reads it first)."""
+    from captioning.storage.layout import read_config
+
+    folder = path.parent / "model"
+    folder.mkdir(exist_ok=True)
+    os.replace(path, folder / "config.json")
+    return read_config(str(folder))
+
+
+def _out_file(path):
+    from captioning.data.captions_out import CaptionsFile
+
+    jsonl = path.with_suffix(".jsonl")
+    os.replace(path, jsonl)
+    return CaptionsFile(jsonl).check()
+
+
+def _readers():
+    from captioning.data.features import read_index
+    from captioning.data.formats import load_records
+    from captioning.decoding.evaluator import read_results
+    from captioning.errors import AnnotationError, ConfigError
+    from captioning.metrics.chair import read_instances
+    from captioning.vocab import Vocabulary
+
+    return {
+        "vocabulary (fit --data.vocabulary)": (Vocabulary.load, ConfigError),
+        "model folder config.json": (_model_folder, CheckpointError),
+        "results file (score, compare)": (read_results, AnnotationError),
+        "CHAIR instances (--instances)": (read_instances, AnnotationError),
+        "feature-cache index": (read_index, ConfigError),
+        "annotation file": (load_records, AnnotationError),
+        "caption --out line": (_out_file, ConfigError),
+    }
+
+
+#: contents no reader can use: as deep as the parser cannot go, more digits than Python converts,
+#: bytes that are not UTF-8, a value of another type, nothing, a cut file
+BAD_JSON = {
+    "200,000 nested brackets": b"[" * 200_000 + b"]" * 200_000 + b"\n",
+    "a 5,000-digit integer": b'{"itos": ' + b"7" * 5000 + b', "image_ids": ' + b"7" * 5000 + b"}\n",
+    "Latin-1 bytes": b'{"name": "caf\xe9"}\n',
+    "a number": b"5\n",
+    "empty": b"",
+    "cut": b'{"itos": ["<pad>", \n',
+}
+
+
+@pytest.mark.parametrize("reader", list(_readers()))
+@pytest.mark.parametrize("content", list(BAD_JSON))
+def test_every_json_reader_answers_any_bytes_in_one_line(tmp_path, reader, content):
+    read, error = _readers()[reader]
+    path = tmp_path / "file.json"
+    path.write_bytes(BAD_JSON[content])
+    if reader == "caption --out line" and content == "empty":  # an empty --out is a run's that wrote nothing
+        assert len(read(path)) == 0
+        return
+    with pytest.raises(error) as info:
+        read(path)
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 600 and ("file.json" in message or "model" in message)
+
+
+def test_a_pipe_or_a_folder_is_not_read_as_json(tmp_path):
+    from captioning.errors import ConfigError
+    from captioning.files import read_json_file
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # reading it would wait for a writer for ever
+    for path, expected in ((fifo, "not a regular file"), (tmp_path, "is a directory"), (tmp_path / "x", "no such")):
+        with pytest.raises(ConfigError, match=expected):
+            read_json_file(path, ConfigError)
+
+
+def test_a_holdout_of_any_form_is_no_holdout(tmp_path):
+    from captioning.data.holdout import read_holdout
+
+    path = tmp_path / "dataset_shapes.json"
+    for content in list(BAD_JSON.values()) + [b'{"holdout": 5}', b'{"holdout": {"red": 1}}', b'{"holdout": [3]}']:
+        path.write_bytes(content)
+        assert read_holdout(str(path)) == ()
+    path.write_text('{"holdout": ["red:circle", 7, "blue:square"]}')
+    assert read_holdout(str(path)) == (("red", "circle"), ("blue", "square"))
+
+
+def test_printable_names_are_one_line_and_keep_their_bytes_visible():
+    from captioning.files import printable
+
+    assert printable("plain/name.jpg") == "plain/name.jpg" and printable("照片.jpg") == "照片.jpg"
+    assert printable("a\nb\tc\x1b[31m") == "a\\nb\\tc\\x1b[31m"
+    assert printable(os.fsdecode(b"caf\xe9.png")) == "caf\\xe9.png"
+    assert printable("x\u202egnp.exe") == "x\\u202egnp.exe"  # a right-to-left override hides nothing
+    cut = printable("a" * 10_000 + "END", limit=100)
+    assert len(cut) <= 100 and cut.startswith("aaa") and cut.endswith("END") and "..." in cut

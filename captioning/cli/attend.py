@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from captioning.cli.caption import load_captioner
+from captioning.cli.caption import load_captioner, report_problems
 from captioning.cli.commands import COMMANDS, Command
 from captioning.cli.focus import focus_args, focus_misfits, focus_overrides
 from captioning.cli.options import (
@@ -25,9 +25,9 @@ from captioning.cli.options import (
     layer_arg,
     loader_args,
     refuse_urls,
-    report_skipped,
 )
 from captioning.errors import CaptioningError
+from captioning.files import printable
 
 #: the file formats attend writes, by --out suffix
 FILE_SUFFIXES = (".gif", ".png")
@@ -84,10 +84,10 @@ def listed_sources(args) -> tuple[list, list]:
     """The images of the arguments (data/inputs.py: files, folders, globs, @lists, shards), listed by
     name and place only (their names decide the pictures' file names), and (argument, reason) for
     the arguments that name none; none at all is a one-line error."""
-    from captioning.data.inputs import check_items, iter_sources
+    from captioning.data.inputs import Problems, check_items, iter_sources
 
     items = check_items(args.images)
-    problems: list = []
+    problems = Problems()
     sources = list(iter_sources(items, problems))
     if not sources:
         raise CaptioningError(
@@ -171,7 +171,7 @@ class Attend(Command):
     def run(self, args: argparse.Namespace) -> int:
         from tqdm import tqdm
 
-        from captioning.data.inputs import load_batches
+        from captioning.data.inputs import load_batches, sized_pixels_of
 
         refuse_urls(args.images)
         out_kind(Path(args.out))  # a file suffix that is not .gif / .png: one line, before the model loads
@@ -195,11 +195,20 @@ class Attend(Command):
         overrides = {**generation_overrides(args), **focus_overrides(args)}
         files_of = iter(targets)
         with tqdm(total=len(sources), desc="attend", unit="img", disable=None, file=sys.stderr) as bar:
-            for batch in load_batches(sources, None, args.batch_size, args.num_workers):
+            # each image as the model's pixels, its size and a copy at the pictures' size: a batch of
+            # large photos holds no full-size pixels (data/inputs.py: sized_pixels)
+            prepare = sized_pixels_of(captioner.input_sizes, display=True)
+            for batch in load_batches(sources, prepare, args.batch_size, args.num_workers):
                 if args.focus is not None:  # an image the box does not fit: reported below, the rest drawn
                     batch = focus_misfits(batch, args.focus, [])
-                good = [b for b in batch if b.error is None]
-                results = iter(captioner([b.image for b in good], return_attention=True, **overrides) if good else [])
+                good = [b.image for b in batch if b.error is None]
+                results = iter(
+                    captioner.caption_pixels(
+                        [g.pixels for g in good], return_attention=True, sizes=[g.size for g in good], **overrides
+                    )
+                    if good
+                    else []
+                )
                 for item in batch:
                     files = next(files_of)
                     if item.error is not None:
@@ -211,7 +220,7 @@ class Attend(Command):
                         result.pop("head_attention")
                     for target, fmt in files:
                         captioner.render(
-                            item.image,
+                            item.image.display,
                             result,
                             target,
                             format=fmt,
@@ -221,8 +230,11 @@ class Attend(Command):
                             heads=args.heads,
                             members=args.members,
                         )
-                        print(f"{item.name}\t{result['generated_text']}\t-> {target}", flush=True)
+                        print(
+                            f"{printable(item.name)}\t{printable(result['generated_text'])}\t-> {printable(str(target))}",
+                            flush=True,
+                        )
                 bar.update(len(batch))
         bad = problems
-        report_skipped(bad)
+        report_problems(bad)
         return 1 if bad else 0

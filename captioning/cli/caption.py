@@ -24,9 +24,9 @@ from captioning.cli.options import (
     image_paths,
     loader_args,
     refuse_urls,
-    report_skipped,
 )
 from captioning.errors import CaptioningError
+from captioning.files import printable
 
 
 def gather_images(items: Sequence[str]) -> tuple[list, list]:
@@ -55,18 +55,18 @@ class ImageStream:
     with a progress bar (images/s and, where the images were counted first, an ETA) on stderr.
 
     ``skip``: names not to read (a resumed --out's). Iterating gives lists of ``Loaded`` (name, image
-    made ready by ``prepare``, error); afterwards ``problems`` holds (argument or image, reason) of
-    everything that could not be read, ``listed`` the number of images the arguments named, and
-    ``skipped`` the number of them in ``skip``."""
+    made ready by ``prepare``, error); afterwards ``problems`` counts (argument or image, reason) of
+    everything that could not be read (data/inputs.py: Problems, the first few kept), ``listed`` the
+    number of images the arguments named, and ``skipped`` the number of them in ``skip``."""
 
     def __init__(self, args, prepare=None, skip=(), desc: str = "captioning"):
-        from captioning.data.inputs import check_items
+        from captioning.data.inputs import Problems, check_items
 
         self.items = check_items(args.images)
         self.args, self.prepare, self.skip, self.desc = args, prepare, skip, desc
         self.encoded = False  # JPEGs as their bytes, for a GPU to decode (--decode-device)
-        self.problems: list = []
-        self.empty: list = []
+        self.problems = Problems()
+        self.empty = Problems()  # the arguments that name no image
         self.listed = self.skipped = 0
 
     def _sources(self):
@@ -84,11 +84,11 @@ class ImageStream:
 
     def _total(self) -> int | None:
         """The images to read, counted by a listing pass (only for a progress bar that shows)."""
-        from captioning.data.inputs import iter_sources
+        from captioning.data.inputs import Problems, iter_sources
 
         if not sys.stderr.isatty():
             return None
-        return sum(1 for s in iter_sources(self.items, []) if s.name not in self.skip)
+        return sum(1 for s in iter_sources(self.items, Problems(keep=0)) if s.name not in self.skip)
 
     def __iter__(self):
         from tqdm import tqdm
@@ -108,10 +108,11 @@ class ImageStream:
     def check_found(self) -> None:
         """None of the arguments named an image: the one-line error of today's commands."""
         if self.listed == 0:
+            more = f" and {self.empty.unshown:,} more" if self.empty.unshown else ""
             raise CaptioningError(
                 self.empty[0][1]
                 if len(self.empty) == 1
-                else f"no images found in {', '.join(i for i, _ in self.empty)}"
+                else f"no images found in {', '.join(i for i, _ in self.empty)}{more}"
             )
 
 
@@ -131,23 +132,31 @@ def decode_on_device(captioner, batch: list, device, problems: list) -> list:
 
 def caption_batch(captioner, loaded: list, **overrides) -> list[dict]:
     """The results of a batch's readable images: from the pixels the loader resized (a
-    :class:`~captioning.api.Captioner`), else from the PIL images (the ONNX captioner)."""
+    :class:`~captioning.api.Captioner`; with their images' sizes for a focus box), else from the
+    images the loader resized (the ONNX captioner)."""
+    from captioning.data.inputs import Sized
+
     images = [b.image for b in loaded]
     if not images:
         return []
-    if hasattr(captioner, "caption_pixels") and "focus" not in overrides:  # a focus box needs the image's size
+    if isinstance(images[0], Sized):  # a focus box is in the pixels of the image's own size
+        return captioner.caption_pixels([i.pixels for i in images], sizes=[i.size for i in images], **overrides)
+    if hasattr(captioner, "caption_pixels"):
         return captioner.caption_pixels(images, **overrides)
     return captioner(images, **overrides)
 
 
-def loader_prepare(captioner):
+def loader_prepare(captioner, focus: bool = False):
     """What the loader's workers make of each image for ``captioner``: its resized pixels (a
-    Captioner), or the RGB image itself (the ONNX captioner resizes its own)."""
-    if hasattr(captioner, "caption_pixels"):
-        from captioning.data.inputs import model_pixels_of
+    Captioner; with ``focus`` also the image's size), or the image resized to the model's size (the
+    ONNX captioner; its own resize of it is a copy). No batch holds an image's full pixels."""
+    from captioning.data.inputs import model_image_of, model_pixels_of, sized_pixels_of
 
+    if focus:
+        return sized_pixels_of(captioner.input_sizes)
+    if hasattr(captioner, "caption_pixels"):
         return model_pixels_of(captioner.input_sizes)
-    return None
+    return model_image_of(captioner.image_size, captioner.interpolation)
 
 
 def load_captioner(args):
@@ -229,7 +238,7 @@ class Caption(Command):
         if args.focus is not None and getattr(args, "onnx", None):
             raise CaptioningError("--focus needs the PyTorch model (the ONNX step graph takes no attention prior)")
         captioner = load_captioner(args)
-        stream.prepare = None if args.focus is not None else loader_prepare(captioner)  # --focus: the images' sizes
+        stream.prepare = loader_prepare(captioner, focus=args.focus is not None)
         if decode_device is not None:
             decode_device = captioner.check_decode_device(args.decode_device)  # the model's resize: one line
             stream.encoded = True
@@ -252,7 +261,7 @@ class Caption(Command):
                 if out is not None:
                     out.append(rows)
                 elif args.json:
-                    collected += [r for r in rows if "error" not in r]
+                    collected += rows  # an image's error in its place
                 else:
                     print_rows([r for r in rows if "error" not in r])
         finally:
@@ -263,9 +272,9 @@ class Caption(Command):
             return report_out(args.out, stream)
         bad = stream.problems
         if args.json:
-            collected += [{"image": p, "error": reason} for p, reason in bad]
-            print(json.dumps(collected, indent=2, ensure_ascii=False))
-        report_skipped(bad)
+            collected += [{"image": p, "error": reason} for p, reason in stream.empty]
+            print_text(json.dumps(collected, indent=2, ensure_ascii=False))
+        report_problems(bad)
         return 1 if bad else 0
 
 
@@ -285,10 +294,35 @@ def result_row(image: str, result: dict, grouped: bool) -> dict:
 
 
 def print_rows(rows: list[dict]) -> None:
+    """An image per line, ``NAME<TAB>CAPTION``: the name's and caption's control characters escaped
+    (files.py: printable), so that a name holding a newline or a tab is one record, and a terminal
+    is sent no escape sequence."""
     for row in rows:
-        print(f"{row['image']}\t{row['generated_text']}", flush=True)
+        print(f"{printable(row['image'])}\t{printable(row['generated_text'])}", flush=True)
         for beam in row.get("beams", []):  # each group's beams, best first within the group
-            print(f"  group {beam['group']}\t{beam['score']:.3f}\t{beam['generated_text']}")
+            print(f"  group {beam['group']}\t{beam['score']:.3f}\t{printable(beam['generated_text'])}")
+
+
+def print_text(text: str) -> None:
+    """``text`` on stdout; names that are not UTF-8 keep their bytes (as in an --out file), where
+    stdout's own encoding cannot write them."""
+    try:
+        print(text, flush=True)
+    except UnicodeEncodeError:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape") + b"\n")
+        sys.stdout.buffer.flush()
+
+
+def report_problems(bad) -> None:
+    """The images that could not be read, on stderr: the first few (data/inputs.py: Problems keeps
+    them), how many more, and the count."""
+    for _, reason in bad:
+        print(f"skipped: {reason}", file=sys.stderr)
+    if getattr(bad, "unshown", 0):
+        print(f"skipped: ... and {counted(bad.unshown, 'more image')}", file=sys.stderr)
+    if bad:
+        print(f"{counted(len(bad), 'image')} skipped", file=sys.stderr)
 
 
 def report_out(out: str, stream: ImageStream) -> int:

@@ -152,14 +152,56 @@ def format_table(scores: dict) -> str:
     return "\n".join(lines)
 
 
+def md_text(text) -> str:
+    """A caption, reference or name as Markdown text: one line, its HTML escaped (report.md carries no
+    markup of a caption's, as index.html does not) and Markdown's link, image and emphasis characters
+    escaped (a caption cannot add a picture or a link to the report)."""
+    text = html.escape(" ".join(str(text).split()), quote=False)
+    return "".join("\\" + ch if ch in "\\`*_[]()#!|~" else ch for ch in text)
+
+
+def check_outputs(out: str | None, report: str | None) -> None:
+    """``--out`` and ``--report``, checked before any scoring: a file where a folder should be (or
+    the reverse), a folder that cannot be made, a symbolic link: one line, not a traceback at the end."""
+    from captioning.files import refuse_link
+
+    if out is not None:
+        refuse_link(out, ConfigError, "--out")
+        if os.path.isdir(out):
+            raise ConfigError(f"--out {out}: a folder; give the JSON file to write (e.g. comparison.json)")
+        parent = os.path.dirname(os.path.abspath(out))
+        if os.path.exists(parent) and not os.path.isdir(parent):
+            raise ConfigError(f"--out {out}: {parent} is a file, not a folder")
+    if report is not None:
+        refuse_link(report, ConfigError, "--report")
+        if os.path.exists(report) and not os.path.isdir(report):
+            raise ConfigError(
+                f"--report {report}: a file; --report names the folder to write report.md and index.html in"
+            )
+        parent = os.path.dirname(os.path.abspath(report))
+        if os.path.exists(parent) and not os.path.isdir(parent):
+            raise ConfigError(f"--report {report}: {parent} is a file, not a folder")
+        images = os.path.join(report, "images")
+        refuse_link(images, ConfigError, "--report's images folder")
+        if os.path.exists(images) and not os.path.isdir(images):
+            raise ConfigError(f"--report {report}: {images} is a file, not the report's images folder")
+
+
 def write_report(out: str, comparison: dict, data, split: str, top: int = 10, gifs: bool = True) -> Path:
     """``out``/report.md and ``out``/index.html: the comparison's table and the ``top`` images whose
     CIDEr-D differs most between A and B (the sides' first runs), with both captions, the references
-    and the image (and both attention GIFs when the runs are checkpoints). Returns the HTML's path."""
+    and the image (and both attention GIFs when the runs are checkpoints). Returns the HTML's path.
+
+    A new folder is written whole in a temporary sibling and renamed into place; in an existing one
+    each file is replaced atomically: a symbolic link there (index.html, images/N.jpg) is replaced,
+    never written through, and an ``images`` that is a link is refused (files.py: folder_writer)."""
+    import io
+
     import numpy as np
 
-    folder = Path(out)
-    (folder / "images").mkdir(parents=True, exist_ok=True)
+    from captioning.files import atomic_write_bytes, atomic_write_text, folder_writer, refuse_link
+
+    check_outputs(None, out)
     (path_a, caps_a, scored_a, model_a) = comparison["runs"]["a"][0]
     (path_b, caps_b, scored_b, model_b) = comparison["runs"]["b"][0]
 
@@ -173,28 +215,42 @@ def write_report(out: str, comparison: dict, data, split: str, top: int = 10, gi
     order = np.argsort(-np.abs(ca - cb), kind="stable")[:top]
     records = {r.image_id: r for r in data.records(split)}
     references = data.references(split)
-    items = []
-    for k in order:
-        i = ids[k]
-        entry = {"image_id": i, "a": caps_a[i], "b": caps_b[i], "cider_a": float(ca[k]), "cider_b": float(cb[k])}
-        entry["name"] = (scored_a.names or {}).get(i, i)  # the dataset's own id (AI Challenger: the file name)
-        entry["references"] = references[i]
-        try:
-            image = data.read_image(records[i]).convert("RGB")
-            image.thumbnail((320, 320))
-            image.save(folder / "images" / f"{i}.jpg", quality=90)
-            entry["image"] = f"images/{i}.jpg"
-        except Exception as err:  # an unreadable image: the report says so and goes on
-            entry["image_error"] = str(err)
-        for side, model in (("a", model_a), ("b", model_b)):
-            if gifs and model is not None and "image" in entry:
-                entry[f"gif_{side}"] = _attention_gif(model, data, records[i], folder / "images" / f"{i}_{side}.gif")
-        items.append(entry)
+    with folder_writer(out, ConfigError, "the report folder") as folder:
+        refuse_link(folder / "images", ConfigError, "the report's images folder")
+        (folder / "images").mkdir(exist_ok=True)
+        items = []
+        for k in order:
+            i = ids[k]
+            entry = {"image_id": i, "a": caps_a[i], "b": caps_b[i], "cider_a": float(ca[k]), "cider_b": float(cb[k])}
+            entry["name"] = (scored_a.names or {}).get(i, i)  # the dataset's own id (AI Challenger: the file name)
+            entry["references"] = references[i]
+            try:
+                image = data.read_image(records[i]).convert("RGB")
+                image.thumbnail((320, 320))
+                jpeg = io.BytesIO()
+                image.save(jpeg, format="JPEG", quality=90)
+                atomic_write_bytes(folder / "images" / f"{i}.jpg", jpeg.getvalue())
+                entry["image"] = f"images/{i}.jpg"
+            except Exception as err:  # an unreadable image: the report says so and goes on
+                entry["image_error"] = str(err)
+            for side, model in (("a", model_a), ("b", model_b)):
+                if gifs and model is not None and "image" in entry:
+                    entry[f"gif_{side}"] = _attention_gif(
+                        model, data, records[i], folder / "images" / f"{i}_{side}.gif"
+                    )
+            items.append(entry)
+        atomic_write_text(folder / "report.md", _markdown(comparison, items, split))
+        atomic_write_text(folder / "index.html", _page(comparison, items, split))
+    return Path(out) / "index.html"
+
+
+def _markdown(comparison: dict, items: list[dict], split: str) -> str:
+    """report.md: the table and the images, every text from the runs and the data escaped (:func:`md_text`)."""
     labels = (", ".join(comparison["a"]), ", ".join(comparison["b"]))
     md = [
-        f"# {labels[0]} (A) against {labels[1]} (B)",
+        f"# {md_text(labels[0])} (A) against {md_text(labels[1])} (B)",
         "",
-        f"Split {split!r}, {comparison['num_images']} images; {comparison['resamples']} paired resamples "
+        f"Split {md_text(split)}, {comparison['num_images']} images; {comparison['resamples']} paired resamples "
         f"(seed {comparison['seed']}); intervals 95%, percentile bootstrap; p: approximate randomisation.",
         "",
         "| metric | A | B | A - B | 95% interval | p |",
@@ -202,21 +258,25 @@ def write_report(out: str, comparison: dict, data, split: str, top: int = 10, gi
     ]
     for name, s in comparison["scores"].items():
         md.append(
-            f"| {name} | {s['a']:.4f} | {s['b']:.4f} | {s['difference']:+.4f} | "
+            f"| {md_text(name)} | {s['a']:.4f} | {s['b']:.4f} | {s['difference']:+.4f} | "
             f"[{s['ci_low']:+.4f}, {s['ci_high']:+.4f}] | {s['p_value']:.3f} |"
         )
     md += ["", f"## The {len(items)} images where A and B differ most in CIDEr-D", ""]
     for e in items:
-        md += [f"### image {e['name']}: CIDEr-D A {e['cider_a']:.3f}, B {e['cider_b']:.3f}", ""]
+        md += [f"### image {md_text(e['name'])}: CIDEr-D A {e['cider_a']:.3f}, B {e['cider_b']:.3f}", ""]
         if "image" in e:
-            md += [f"![image {e['name']}]({e['image']})", ""]
-        md += [f"- **A**: {e['a']}", f"- **B**: {e['b']}"]
-        md += [f"- reference: {r}" for r in e["references"]]
+            md += [f"![image {md_text(e['name'])}]({e['image']})", ""]
+        md += [f"- **A**: {md_text(e['a'])}", f"- **B**: {md_text(e['b'])}"]
+        md += [f"- reference: {md_text(r)}" for r in e["references"]]
         md += [f"- attention of {s.upper()}: ![{s}]({e[f'gif_{s}']})" for s in "ab" if e.get(f"gif_{s}")]
         md.append("")
-    (folder / "report.md").write_text("\n".join(md), encoding="utf-8")
+    return "\n".join(md)
 
+
+def _page(comparison: dict, items: list[dict], split: str) -> str:
+    """index.html: the table and the images, every text escaped."""
     esc = html.escape
+    labels = (", ".join(comparison["a"]), ", ".join(comparison["b"]))
     rows = "".join(
         f"<tr><td>{esc(n)}</td><td>{s['a']:.4f}</td><td>{s['b']:.4f}</td><td>{s['difference']:+.4f}</td>"
         f"<td>[{s['ci_low']:+.4f}, {s['ci_high']:+.4f}]</td><td>{s['p_value']:.3f}</td></tr>"
@@ -231,7 +291,7 @@ def write_report(out: str, comparison: dict, data, split: str, top: int = 10, gi
             f"<div>{pictures}</div><p><b>A</b>: {esc(e['a'])}<br><b>B</b>: {esc(e['b'])}</p>"
             f"<ul>{refs}</ul></section>"
         )
-    page = (
+    return (
         "<!doctype html><html><head><meta charset='utf-8'><title>captioning compare</title>"
         "<style>body{font-family:sans-serif;max-width:60em;margin:auto}td,th{padding:0 .6em;text-align:right}"
         "td:first-child{text-align:left}img{margin-right:.5em;max-height:240px}</style></head><body>"
@@ -241,12 +301,11 @@ def write_report(out: str, comparison: dict, data, split: str, top: int = 10, gi
         "<table><tr><th>metric</th><th>A</th><th>B</th><th>A - B</th><th>95% interval</th><th>p</th></tr>"
         f"{rows}</table><h2>The images where A and B differ most in CIDEr-D</h2>{''.join(cards)}</body></html>"
     )
-    (folder / "index.html").write_text(page, encoding="utf-8")
-    return folder / "index.html"
 
 
 def _attention_gif(model, data, record, path: Path) -> str | None:
-    """The model's attention GIF of one image (as ``captioning attend`` draws it), or None."""
+    """The model's attention GIF of one image (as ``captioning attend`` draws it, written atomically:
+    a link at ``path`` is replaced, not followed), or None."""
     from captioning.api import Captioner
 
     image_path = os.path.join(data.images_root, record.path)
@@ -254,7 +313,7 @@ def _attention_gif(model, data, record, path: Path) -> str | None:
         return None
     captioner = Captioner.from_model(model, device="cpu")
     result = captioner([image_path], return_attention=True)[0]
-    captioner.render(image_path, result, path, format="gif")
+    captioner.render(image_path, result, path, format="gif")  # viz/pictures.py: save_frames, atomic
     return f"images/{path.name}"
 
 
@@ -283,6 +342,7 @@ class Compare(Command):
 
         annotations = args.annotations[0] if len(args.annotations) == 1 else args.annotations
         a, b = side_paths(args.a, "A"), side_paths(args.b, "B")
+        check_outputs(args.out, args.report)  # before the scoring: a bad --out is one line, not a lost run
         comparison = compare_runs(
             a,
             b,
@@ -307,7 +367,10 @@ class Compare(Command):
                 file=sys.stderr,
             )
         if args.out:
-            atomic_write_json(args.out, {k: v for k, v in comparison.items() if k != "runs"})
+            try:
+                atomic_write_json(args.out, {k: v for k, v in comparison.items() if k != "runs"})
+            except OSError as err:
+                raise ConfigError(f"--out {args.out}: cannot write it ({err.strerror or err})") from None
         if args.report:
             page = write_report(
                 args.report, comparison, CaptionData(annotations, args.images_root), args.split, args.top

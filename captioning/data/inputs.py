@@ -1,44 +1,47 @@
 """Images to caption, as a stream: what ``captioning caption`` / ``attend`` and
 ``Captioner.caption_files`` read, in bounded memory whatever the number of images.
 
-**Inputs** (:func:`iter_sources`), each argument in the order given:
+**Inputs** (:func:`iter_sources`), each argument in the order given: a file; a folder (its images
+and its subfolders', in the order of their sorted paths, walked one folder at a time without
+recursion); a glob pattern (its matches, sorted); ``@list.txt`` (one path per line, from the current
+folder; blank and ``#`` lines passed over; read as the stream goes); WebDataset shards (``x.tar`` or
+``x-{000..009}.tar``: their image members in file order, named ``SHARD:MEMBER``, listed from their
+tar headers, each checked before the next is read by data/tars.py; a missing or damaged shard is a
+problem of that shard only).
 
-- a file: itself;
-- a folder: its images and its subfolders', walked one folder at a time, in the order of their
-  sorted paths (the order ``sorted(rglob)`` gives, without listing the whole tree first);
-- a glob pattern (``photos/*.jpg``): its matches, sorted;
-- ``@list.txt``: the files it lists, one path per line (relative paths from the current folder;
-  blank lines and lines starting with ``#`` are passed over), read as the stream goes;
-- WebDataset shards (``x.tar`` or a brace pattern ``x-{000..009}.tar``): their image members, in file
-  order, named ``SHARD:MEMBER``; only the tar headers are read while listing (the images are skipped
-  by seeking), a member's bytes when its batch is read.
+Only the names and places of the images are held while listing; an image's pixels exist while its
+batch is read and captioned. Only regular files are read (a FIFO or a device is one line, never
+waited on), and what cannot be read is counted, not kept (:class:`Problems`).
 
-Nothing but the names and places of the images is held while listing: the pixels of an image exist
-only while its batch is read and captioned.
-
-**The loader** (:func:`load_batches`): the sources are cut into batches in the main process and each
-batch is read by a worker (``num_workers`` processes of a PyTorch DataLoader; 0: in this process, and
-PyTorch is not imported then), which decodes its images (data/images.py's rules) and turns each into
-what the model takes (``prepare``: e.g. the resized uint8 pixels). Batches come back in input order;
-at most ``2 * num_workers`` batches are read ahead. A bad image is an item with an ``error`` (one line
-naming it), never an exception: the images beside it are captioned.
+**The loader** (:func:`load_batches`): batches are cut in the main process and read by
+``num_workers`` DataLoader workers (0: here, without importing PyTorch), which decode the images
+(data/images.py's rules) and ``prepare`` each for the model; batches come back in input order, at
+most ``2 * num_workers`` read ahead. A bad image is an item with an ``error`` (one line naming it),
+never an exception: the images beside it are captioned.
 """
 
 from __future__ import annotations
 
 import glob
+import io
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from captioning.data.images import IMAGE_SUFFIXES
+from captioning.data.tars import MAX_IMAGE_MEMBER, tar_members
 from captioning.errors import CaptioningError, ConfigError, ImageError
+from captioning.files import printable
 
 #: image members of a shard read as images (file suffixes, as data/formats/webdataset.py's IMAGE_EXTS)
 SHARD_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff")
-#: the most bytes one shard member may hold to be read as an image (as data/formats/webdataset.py's)
-MAX_MEMBER_BYTES = 1 << 30
+#: the most bytes one image (a file on the encoded route, a shard member) is read as (data/tars.py's)
+MAX_MEMBER_BYTES = MAX_IMAGE_MEMBER
+#: the longest a name is shown in a message (a longer one is cut in its middle: a 40 MB list line
+#: is a short error, not a second copy of the line)
+SHOWN_NAME = 300
 _BRACES = re.compile(r"\{[^{}]*\}")
 
 
@@ -52,6 +55,64 @@ class Source(NamedTuple):
     offset: int = 0
     size: int = 0
     error: str | None = None
+
+
+def normal_name(name: str) -> str:
+    """A source's name as a resumed run compares it: a path made absolute (from the current folder)
+    and normalised, so that ``dir/a.jpg``, ``./dir/a.jpg`` and ``$PWD/dir/a.jpg`` are one image; a
+    shard member's ``SHARD:MEMBER`` with its shard's path so (the member's name as it is)."""
+    cut = name.lower().find(".tar:")
+    if cut >= 0:
+        return os.path.normpath(os.path.abspath(name[: cut + 4])) + name[cut + 4 :]
+    return os.path.normpath(os.path.abspath(name))
+
+
+class Problems:
+    """The images (or arguments) that could not be read, as (name, reason): counted, and the first
+    ``keep`` kept (what the summary lines show), so that three million missing paths take no more
+    memory than ten. The kept names and reasons are :func:`~captioning.files.printable` lines (a
+    name of at most :data:`SHOWN_NAME` characters). Appended to like a list; ``len`` is the count."""
+
+    def __init__(self, keep: int = 10):
+        self.keep, self.count = keep, 0
+        self.kept: list[tuple[str, str]] = []
+
+    def append(self, problem: tuple[str, str]) -> None:
+        self.count += 1
+        if len(self.kept) < self.keep:
+            name, reason = problem
+            self.kept.append((printable(name, SHOWN_NAME), printable(reason, 2 * SHOWN_NAME)))
+
+    def __iadd__(self, problems: Iterable[tuple[str, str]]) -> Problems:
+        if isinstance(problems, Problems):  # another count: its kept ones, and its count
+            self.kept += problems.kept[: max(0, self.keep - len(self.kept))]
+            self.count += problems.count
+            return self
+        for problem in problems:
+            self.append(problem)
+        return self
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.kept)
+
+    def __getitem__(self, index: int) -> tuple[str, str]:
+        return self.kept[index]
+
+    @property
+    def unshown(self) -> int:
+        """How many were counted but not kept."""
+        return self.count - len(self.kept)
+
+
+def error_line(name: str, reason: str) -> str:
+    """A reader's one-line error about ``name``, with the name cut to :data:`SHOWN_NAME` characters
+    and made printable where the reason repeats it (data/images.py's messages start with it)."""
+    if reason.startswith(name):
+        reason = printable(name, SHOWN_NAME) + reason[len(name) :]
+    return printable(reason, 2 * SHOWN_NAME)
 
 
 class Loaded(NamedTuple):
@@ -81,32 +142,61 @@ def check_items(items: Iterable[str]) -> list[str]:
     for item in items:
         if is_list_item(item):
             path = item[1:]
+            shown = printable(path, SHOWN_NAME)
+            if not os.path.exists(path):
+                raise ConfigError(f"@{shown}: no such list file (@FILE lists image paths, one per line)")
             if not os.path.isfile(path):
-                raise ConfigError(f"{item}: no such list file {path!r} (@FILE lists image paths, one per line)")
+                raise ConfigError(
+                    f"@{shown}: not a regular file (a folder, a pipe or a device); @FILE names a list file"
+                )
             if not os.access(path, os.R_OK):
-                raise ConfigError(f"{item}: cannot read the list file {path!r} (permission denied)")
+                raise ConfigError(f"@{shown}: cannot read the list file (permission denied)")
     return items
+
+
+def open_regular(path: str, error: type[CaptioningError] = ImageError):
+    """``path`` opened for reading in binary, if it is a regular file: a FIFO or a device (which a
+    read would wait on, or never finish) is one line of ``error``, checked on the opened file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as err:
+        raise error(f"{printable(path, SHOWN_NAME)}: cannot read ({err.strerror or err})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise error(f"{printable(path, SHOWN_NAME)}: not a regular file (a pipe, a device or a folder)")
+    return os.fdopen(fd, "rb")
+
+
+def _entries(folder: str) -> Iterator[tuple[str, str]]:
+    """A folder's (sort key, path) entries, sorted: a subfolder's key is its name and "/"."""
+    try:
+        with os.scandir(folder) as it:
+            entries = [(e.name + "/" if e.is_dir(follow_symlinks=False) else e.name, e.path) for e in it]
+    except OSError:
+        entries = []
+    return iter(sorted(entries))
 
 
 def _walk(folder: str) -> Iterator[str]:
     """The image files under ``folder`` in the order of their sorted paths, one folder listed at a time.
 
     A folder's entries are sorted by name, a subfolder's name followed by "/": that is where its files
-    fall among the sorted paths. Links to folders are not followed (as ``Path.rglob``)."""
-    try:
-        with os.scandir(folder) as it:
-            entries = [(e.name + "/" if e.is_dir(follow_symlinks=False) else e.name, e.path) for e in it]
-    except OSError:
-        return
-    for key, path in sorted(entries):
-        if key.endswith("/"):
-            yield from _walk(path)
-        elif os.path.splitext(key)[1].lower() in IMAGE_SUFFIXES and os.path.isfile(path):
-            yield path
+    fall among the sorted paths. Links to folders are not followed (as ``Path.rglob``). The folders
+    being walked are a stack of their sorted entries (no recursion, whatever the depth)."""
+    stack = [_entries(folder)]
+    while stack:
+        for key, path in stack[-1]:
+            if key.endswith("/"):
+                stack.append(_entries(path))  # its entries come before the rest of this folder's
+                break
+            if os.path.splitext(key)[1].lower() in IMAGE_SUFFIXES and os.path.isfile(path):
+                yield path
+        else:
+            stack.pop()
 
 
 def _listed(list_file: str) -> Iterator[str]:
-    with open(list_file, encoding="utf-8", errors="surrogateescape") as f:
+    with open_regular(list_file) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape") as f:
         for line in f:
             path = line.rstrip("\r\n")
             if path.strip() and not path.lstrip().startswith("#"):
@@ -114,78 +204,91 @@ def _listed(list_file: str) -> Iterator[str]:
 
 
 def shard_files(item: str) -> list[str]:
-    """The shard files of a ``.tar`` item (a brace pattern expanded as webdataset does)."""
+    """The shard files of a ``.tar`` item (a brace pattern expanded as webdataset does; the files
+    are not checked here: a missing one is a problem of that shard)."""
     if not _BRACES.search(item):
         return [item]
-    from captioning.data.formats.webdataset import shard_paths
+    from captioning.data.formats.webdataset import expand_pattern
 
-    return shard_paths(item)
+    try:
+        return expand_pattern(item)
+    except CaptioningError as err:  # unbalanced braces, a pattern of a billion names
+        raise ImageError(str(err)) from None
 
 
 def _shard_members(shard: str) -> Iterator[Source]:
-    """A shard's image members (name, offset, size), reading headers only; a damaged shard raises
-    ImageError naming it after the members read before the damage."""
-    import tarfile
-
-    try:
-        with tarfile.open(shard, "r:") as tar:
-            while True:
-                info = tar.next()
-                tar.members.clear()  # the headers are streamed: TarFile would keep every one read
-                if info is None:
-                    return
-                if info.isfile() and info.name.rsplit(".", 1)[-1].lower() in SHARD_IMAGE_EXTS:
-                    yield Source(f"{shard}:{info.name}", shard, info.offset_data, info.size)
-    except (tarfile.TarError, OSError) as err:
-        raise ImageError(f"{shard}: unreadable shard ({' '.join(str(err).split())[:200]})") from None
+    """A shard's image members (name, offset, size), reading headers only, each checked before the
+    next is read (data/tars.py); a damaged shard raises ImageError naming it after the members read
+    before the damage."""
+    for info, _ in tar_members(shard, ImageError):
+        if info.name.rsplit(".", 1)[-1].lower() in SHARD_IMAGE_EXTS:
+            yield Source(f"{shard}:{info.name}", shard, info.offset_data, info.size)
 
 
 def _item_sources(item: str) -> Iterator[Source]:
+    """The sources of one argument, a shard's problem as a Source with its ``error`` in its place."""
     if is_list_item(item):
         yield from (Source(p) for p in _listed(item[1:]))
     elif os.path.isdir(item):
         yield from (Source(p) for p in _walk(item))
     elif is_shard_item(item):
         for shard in shard_files(item):
-            if not os.path.isfile(shard):
-                raise ImageError(f"{shard}: no such shard file")
-            yield from _shard_members(shard)
+            if not os.path.exists(shard):
+                yield Source(shard, error=f"{printable(shard, SHOWN_NAME)}: no such shard file")
+            elif not os.path.isfile(shard):
+                yield Source(shard, error=f"{printable(shard, SHOWN_NAME)}: not a regular file, not a shard")
+            else:
+                try:
+                    yield from _shard_members(shard)
+                except ImageError as err:
+                    yield Source(shard, error=str(err))
     elif any(ch in item for ch in "*?[") and not os.path.exists(item):
         yield from (Source(p) for p in sorted(glob.glob(item)))
     else:
         yield Source(item)
 
 
-def iter_sources(items: Iterable[str], problems: list | None = None, inline: bool = False) -> Iterator[Source]:
+def iter_sources(
+    items: Iterable[str], problems: list | Problems | None = None, inline: bool = False
+) -> Iterator[Source]:
     """The images the arguments name, in order (see the module docstring), listed as the stream goes.
 
     An argument that names no image (an empty folder, a pattern matching nothing, an empty list, an
-    unreadable shard) is, with ``inline``, a Source with its ``error`` in its place; else appended
-    to ``problems`` as (argument, reason) when given; else raised as one ImageError."""
+    unreadable shard; a shard of a pattern, each on its own) is, with ``inline``, a Source with its
+    ``error`` in its place; else appended to ``problems`` as (argument, reason) when given; else
+    raised as one ImageError."""
+
+    def problem(name: str, reason: str) -> Iterator[Source]:
+        if inline:
+            yield Source(name, error=reason)
+        elif problems is not None:
+            problems.append((name, reason))
+        else:
+            raise ImageError(reason)
+
     for item in items:
         item = os.fspath(item)
-        found, reason = 0, None
+        found = reported = 0
         try:
             for source in _item_sources(item):
+                if source.error is not None:
+                    reported += 1
+                    yield from problem(source.name, source.error)
+                    continue
                 found += 1
                 yield source
         except ImageError as err:
-            reason = str(err)
-        if not found and reason is None:
-            reason = f"{item}: no images found (an empty folder or list, or a pattern that matches nothing)"
-        if reason is None:
-            continue
-        if inline:
-            yield Source(item, error=reason)
-        elif problems is not None:
-            problems.append((item, reason))
-        else:
-            raise ImageError(reason)
+            reported += 1
+            yield from problem(item, str(err))
+        if not found and not reported:
+            shown = printable(item, SHOWN_NAME)
+            reason = f"{shown}: no images found (an empty folder or list, or a pattern that matches nothing)"
+            yield from problem(item, reason)
 
 
 def count_sources(items: Iterable[str]) -> int:
     """How many images :func:`iter_sources` will give (a listing pass: no image is read)."""
-    return sum(1 for _ in iter_sources(items, problems=[]))
+    return sum(1 for _ in iter_sources(items, problems=Problems(keep=0)))
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -209,18 +312,20 @@ def read_source(source: Source):
 
 
 def source_bytes(source: Source) -> bytes | None:
-    """The bytes of a source's file or shard member, None where they cannot be read (the reading
-    route then says why)."""
+    """The bytes of a source's file or shard member, None where they cannot be read or are no image's
+    (not a regular file, over :data:`MAX_MEMBER_BYTES`): the reading route then says why. At most
+    the size the file had when opened is read (a file growing meanwhile, /dev/zero: never more)."""
     try:
         if source.shard is None:
-            with open(source.name, "rb") as f:
-                return f.read()
+            with open_regular(source.name) as f:
+                size = os.fstat(f.fileno()).st_size
+                return f.read(size) if size <= MAX_MEMBER_BYTES else None
         if source.size > MAX_MEMBER_BYTES:
             return None
         with open(source.shard, "rb") as f:
             f.seek(source.offset)
             return f.read(source.size)
-    except OSError:
+    except (OSError, ImageError):
         return None
 
 
@@ -246,7 +351,7 @@ def read_batch(sources: list[Source], prepare: Callable | None = None, encoded: 
             image = read_source(source)
             out.append(Loaded(source.name, prepare(image) if prepare is not None else image))
         except ImageError as err:
-            out.append(Loaded(source.name, error=str(err)))
+            out.append(Loaded(source.name, error=error_line(source.name, str(err))))
     return out
 
 
@@ -339,3 +444,56 @@ def model_pixels_of(sizes) -> Callable:
     import functools
 
     return functools.partial(model_pixels, sizes=tuple((int(s), str(i)) for s, i in sizes))
+
+
+class Sized(NamedTuple):
+    """An image made ready for a model, with its own size: ``pixels`` (:func:`model_pixels`'
+    arrays), ``size`` (W, H) of the image read (what a ``--focus`` box is in pixels of), and, for
+    pictures, ``display``: the image shrunk to what a picture shows (None when not asked)."""
+
+    pixels: tuple
+    size: tuple[int, int]
+    display: Any = None
+
+
+def display_copy(image):
+    """``image`` as the attention pictures show it: shrunk (bicubic) to viz/pictures.py's display
+    size when that is smaller, so that a batch of 8000 x 8000 photos holds 640-pixel copies, not
+    their full pixels; the pictures drawn from it are those drawn from the image."""
+    from PIL import Image
+
+    from captioning.viz.pictures import display_size
+
+    shown = display_size(image.size)
+    if shown[0] >= image.width and shown[1] >= image.height:
+        return image
+    return image.resize(shown, Image.Resampling.BICUBIC)
+
+
+def sized_pixels(image, sizes: tuple[tuple[int, str], ...], display: bool = False) -> Sized:
+    """An RGB image -> :class:`Sized`: the model's pixels (:func:`model_pixels`), its size and, with
+    ``display``, its :func:`display_copy`: what ``caption --focus`` and ``attend`` keep of an image
+    while its batch is captioned, whatever the image's size."""
+    return Sized(model_pixels(image, sizes), image.size, display_copy(image) if display else None)
+
+
+def sized_pixels_of(sizes, display: bool = False) -> Callable:
+    """The picklable ``prepare`` of :func:`load_batches` that makes :class:`Sized` items."""
+    import functools
+
+    return functools.partial(sized_pixels, sizes=tuple((int(s), str(i)) for s, i in sizes), display=display)
+
+
+def model_image(image, size: int, interpolation: str):
+    """An RGB image resized to the model's ``size`` x ``size`` (the resize of data/images.py's
+    ``to_pixels``), as an image: what the ONNX captioner reads (its own resize of it is a copy)."""
+    from captioning.data.images import INTERPOLATIONS, check_interpolation
+
+    return image.resize((size, size), INTERPOLATIONS[check_interpolation(interpolation)])
+
+
+def model_image_of(size: int, interpolation: str) -> Callable:
+    """The picklable ``prepare`` of :func:`load_batches` that makes :func:`model_image` items."""
+    import functools
+
+    return functools.partial(model_image, size=int(size), interpolation=str(interpolation))

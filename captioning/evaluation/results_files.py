@@ -25,15 +25,9 @@ def read_results(path: str) -> dict[int | str, str]:
     as the file names them (integers, or a dataset's own names such as AI Challenger's file names; see
     :func:`cover_split`). One line of :class:`AnnotationError` for anything else (not a list, an id that is
     neither, a duplicate id, a caption that is not a string), so that nothing is scored from half a file."""
-    import json
+    from captioning.files import read_json_file
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            items = json.load(f)
-    except FileNotFoundError:
-        raise AnnotationError(f"{path}: no such results file") from None
-    except (OSError, ValueError) as err:
-        raise AnnotationError(f"{path}: not a readable JSON file ({err})") from None
+    items = read_json_file(path, AnnotationError, "a COCO results file", missing="no such results file")
     if not isinstance(items, list):
         raise AnnotationError(f'{path}: expected a COCO results list [{{"image_id": int, "caption": str}}, ...]')
     captions: dict[int | str, str] = {}
@@ -43,10 +37,15 @@ def read_results(path: str) -> dict[int | str, str]:
         i, caption = item["image_id"], item["caption"]
         if isinstance(i, bool) or not isinstance(i, (int, str)) or (isinstance(i, str) and not i.strip()):
             raise AnnotationError(
-                f"{path}: item {k}: image_id must be an integer (or the dataset's own name of the image), got {i!r}"
+                f"{path}: item {k}: image_id must be an integer (or the dataset's own name of the image), "
+                f"got {repr(i)[:40]}"
             )
+        if isinstance(i, int) and not -(2**63) <= i < 2**63:
+            raise AnnotationError(f"{path}: item {k}: image_id {str(i)[:40]}... is outside the 64-bit integers")
         if not isinstance(caption, str):
-            raise AnnotationError(f"{path}: item {k} (image {i}): the caption must be a string, got {caption!r}")
+            raise AnnotationError(
+                f"{path}: item {k} (image {i}): the caption must be a string, got {repr(caption)[:40]}"
+            )
         if i in captions:
             raise AnnotationError(
                 f"{path}: image_id {i!r} has more than one caption (items of a results file are one per image)"

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import copy
 import importlib
-import os
+import io
 import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from captioning.errors import CheckpointError
 from captioning.export.onnx_captioner import LSTM_STATE
-from captioning.files import atomic_write_json, atomic_write_text
+from captioning.files import atomic_write_bytes, atomic_write_json, atomic_write_text, folder_writer, remove_file
 from captioning.models.decoder import DecoderState
 from captioning.models.encoders import Encoder
 from captioning.registry import Registry
@@ -120,7 +121,9 @@ class StepGraph(nn.Module):
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: list, axes: dict, opset: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Trace ``module`` to ONNX in memory, then write ``path`` atomically (files.py: a link there is
+    replaced, never written through)."""
+    graph = io.BytesIO()
     mha = torch.backends.mha
     fastpath = mha.get_fastpath_enabled()
     with warnings.catch_warnings():
@@ -132,7 +135,7 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: l
             torch.onnx.export(
                 module,
                 args,
-                str(tmp),
+                graph,
                 input_names=inputs,
                 output_names=outputs,
                 dynamic_axes=axes,
@@ -142,7 +145,7 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list, outputs: l
             )
         finally:
             mha.set_fastpath_enabled(fastpath)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, graph.getvalue())
 
 
 #: ONNX exporters by decoder kind: kind -> (export(model, spec, S, out, opset) -> config.json's
@@ -202,16 +205,19 @@ def export_onnx(model, out, card: dict | None = None, opset: int = OPSET) -> Pat
             "export it as a safetensors folder (the default format) instead"
         )
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     spec = model.spec
     model = copy.deepcopy(model).cpu().float().eval()
     S = int(spec.image_size)
     config = model_config(model, card, spec)
-    with torch.no_grad():
-        config["onnx"] = {"opset": opset, "encoder": ENCODER_ONNX, **export(model, spec, S, out, opset)}
-    atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())
-    atomic_write_json(out / CONFIG_FILE, config)
-    atomic_write_text(out / CARD_FILE, model_card(config))
+    # as storage/folder.py's save_folder: a new folder whole (a temporary sibling), an existing one
+    # without its config.json until every graph is written, every file atomically
+    with folder_writer(out, CheckpointError, "the ONNX folder") as folder:
+        remove_file(folder / CONFIG_FILE)
+        with torch.no_grad():
+            config["onnx"] = {"opset": opset, "encoder": ENCODER_ONNX, **export(model, spec, S, folder, opset)}
+        atomic_write_json(folder / VOCAB_FILE, model.vocab.to_dict())
+        atomic_write_text(folder / CARD_FILE, model_card(config))
+        atomic_write_json(folder / CONFIG_FILE, config)
     return out
 
 

@@ -28,6 +28,7 @@ mean); a transformer its position and fixed-length key/value cache over its grid
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -178,6 +179,18 @@ class OnnxCaptioner:
                     f"{path}: takes {', '.join(sorted(inputs))} and gives {', '.join(sorted(outputs))}, not the "
                     f"state config.json's onnx.state describes (files of different models?)"
                 )
+            shapes = {i.name: i.shape for i in session.get_inputs()}
+            for name, start in self.state["carried"].items():
+                if isinstance(start, str):
+                    continue
+                graph = shapes[name][1:]  # (its first axis is the rows)
+                if len(graph) != len(start["zeros"]) or any(
+                    isinstance(g, int) and g != n for g, n in zip(graph, start["zeros"])
+                ):
+                    raise CheckpointError(
+                        f"{path}: its input {name} is of shape {graph} a row, but config.json's onnx.state "
+                        f"declares {start['zeros']} (files of different models?)"
+                    )
 
     def _check_shapes(self) -> None:
         """One blank image through the graphs: their sizes against config.json and vocab.json (a graph
@@ -509,6 +522,12 @@ class OnnxCaptioner:
         return results
 
 
+#: the most values one row of a carried state may hold for each step of the search (a transformer's
+#: key/value cache: layers x 2 x hidden, 6,144 for 6 layers of 512; 49,152 for 24 of 1,024), so that
+#: a folder cannot make the search allocate what it likes
+MAX_STATE_VALUES = 1 << 20
+
+
 def _read_state(state, path: str) -> dict:
     """config.json's onnx.state, checked (one line naming the file and the field otherwise):
     {"carried": {name: encoder output | {"zeros": [size | "steps", ...], "dtype": ...}},
@@ -529,12 +548,20 @@ def _read_state(state, path: str) -> dict:
         if (
             not isinstance(sizes, list)
             or not all(n == "steps" or (isinstance(n, int) and not isinstance(n, bool) and n >= 1) for n in sizes)
+            or not isinstance(start.get("dtype"), str)
             or start.get("dtype") not in STATE_DTYPES
         ):
             raise bad(
                 f".carried.{name}",
                 f"must name an encoder output or be {{zeros: [sizes or 'steps'], dtype: "
-                f"{' or '.join(STATE_DTYPES)}}}, got {start!r:.60}",
+                f"{' or '.join(STATE_DTYPES)}}}, got {repr(start)[:60]}",
+            )
+        values = math.prod(n for n in sizes if n != "steps")
+        if values > MAX_STATE_VALUES:
+            raise bad(
+                f".carried.{name}",
+                f"declares {values if values < 2**50 else f'about 2^{values.bit_length() - 1}'} values a row (each "
+                f"step), more than the {MAX_STATE_VALUES:,} a state may hold",
             )
     if not isinstance(constants, list) or not constants or not all(isinstance(c, str) for c in constants):
         raise bad(".constants", f"must be a non-empty list of encoder output names, got {constants!r:.60}")

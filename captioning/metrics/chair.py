@@ -46,7 +46,6 @@ but not at that size ("wrong_size").
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -224,36 +223,50 @@ def caption_objects(caption: str) -> list[tuple[str, str]]:
 def read_instances(path: str | os.PathLike) -> dict[int, set[str]]:
     """image_id -> the COCO categories (names) of its instance annotations, for every image the file
     lists ("images") or annotates. One line of :class:`AnnotationError` for a file that is not a COCO
-    instances file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise AnnotationError(f"{path}: no such instances file") from None
-    except (OSError, ValueError) as err:
-        raise AnnotationError(f"{path}: not a readable JSON file ({err})") from None
+    instances file: unreadable JSON (files.py: read_json_file), or a field of another type (ids must
+    be 64-bit integers, names strings, ``images`` and ``annotations`` lists of objects)."""
+    from captioning.files import read_json_file
+
+    data = read_json_file(path, AnnotationError, "a COCO instances file", missing="no such instances file")
     if not isinstance(data, dict) or not isinstance(data.get("categories"), list) or not data["categories"]:
         raise AnnotationError(
             f"{path}: no 'categories' list: a COCO instances file (instances_val2014.json) names its object categories"
         )
     if not isinstance(data.get("annotations"), list):
         raise AnnotationError(f"{path}: no 'annotations' list: expected a COCO instances file")
+    images = data.get("images")
+    if images is not None and not isinstance(images, list):
+        raise AnnotationError(f"{path}: 'images' must be a list of objects with an 'id', got {type(images).__name__}")
     synonyms = coco_synonyms()
-    try:
-        names = {c["id"]: synonyms.get(c["name"], c["name"]) for c in data["categories"]}
-    except (TypeError, KeyError):
-        raise AnnotationError(f"{path}: categories[]: expected objects with 'id' and 'name'") from None
+    names: dict[int, str] = {}
+    for k, c in enumerate(data["categories"]):
+        if not (isinstance(c, dict) and _is_id(c.get("id")) and isinstance(c.get("name"), str)):
+            raise AnnotationError(f"{path}: categories[{k}]: expected an object with an integer 'id' and a 'name'")
+        names[c["id"]] = synonyms.get(c["name"], c["name"])
     objects: dict[int, set[str]] = {}
-    for image in data.get("images") or []:
+    for k, image in enumerate(images or []):
         if isinstance(image, dict) and "id" in image:
+            if not _is_id(image["id"]):
+                raise AnnotationError(
+                    f"{path}: images[{k}].id: expected a 64-bit integer, got {repr(image['id'])[:40]}"
+                )
             objects.setdefault(image["id"], set())
     for k, ann in enumerate(data["annotations"]):
-        if not isinstance(ann, dict) or ann.get("category_id") not in names or "image_id" not in ann:
+        if not (isinstance(ann, dict) and _is_id(ann.get("image_id")) and _is_id(ann.get("category_id"))):
             raise AnnotationError(
-                f"{path}: annotations[{k}]: expected an 'image_id' and a 'category_id' among the categories"
+                f"{path}: annotations[{k}]: expected an integer 'image_id' and an integer 'category_id'"
+            )
+        if ann["category_id"] not in names:
+            raise AnnotationError(
+                f"{path}: annotations[{k}]: category_id {ann['category_id']} is not among the categories"
             )
         objects.setdefault(ann["image_id"], set()).add(names[ann["category_id"]])
     return objects
+
+
+def _is_id(value) -> bool:
+    """An id of a COCO file: an integer (not a boolean) that 64 bits hold."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
 #: the per-image counts CHAIR is a ratio of (metrics/bootstrap.py sums them over a resample)

@@ -20,7 +20,7 @@ from captioning import __version__
 from captioning.common import grid_shape
 from captioning.compat import UNRECORDED_INTERPOLATION
 from captioning.errors import CaptioningError, CheckpointError
-from captioning.files import atomic_write_bytes, atomic_write_json, atomic_write_text
+from captioning.files import atomic_write_bytes, atomic_write_json, atomic_write_text, folder_writer, remove_file
 from captioning.models.spec import ModelSpec
 from captioning.storage.checkpoint import TRAINING_KEYS, ModelFile, ModelSource, to_plain
 from captioning.storage.layout import (
@@ -223,14 +223,18 @@ def save_folder(out, model, card: dict | None = None, spec: ModelSpec | None = N
     from safetensors.torch import save
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     config = model_config(model, card, spec)
     weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-    # through files.atomic_write_bytes: written whole or not at all, with the umask's mode like the other files
-    atomic_write_bytes(out / WEIGHTS_FILE, save(weights, metadata={"format": "pt", "library": "captioning"}))
-    atomic_write_json(out / VOCAB_FILE, model.vocab.to_dict())
-    atomic_write_json(out / CONFIG_FILE, config)
-    atomic_write_text(out / CARD_FILE, model_card(config))
+    # a new folder is written in a temporary sibling and renamed into place; an existing one (export
+    # --overwrite) loses its config.json first and gets it back last, every file written atomically
+    # (a link in it is replaced, never written through): a folder stopped half-way is refused by the
+    # readers (no config.json), never read as new weights under an old config
+    with folder_writer(out, CheckpointError, "the model folder") as folder:
+        remove_file(folder / CONFIG_FILE)
+        atomic_write_bytes(folder / WEIGHTS_FILE, save(weights, metadata={"format": "pt", "library": "captioning"}))
+        atomic_write_json(folder / VOCAB_FILE, model.vocab.to_dict())
+        atomic_write_text(folder / CARD_FILE, model_card(config))
+        atomic_write_json(folder / CONFIG_FILE, config)
     return out
 
 

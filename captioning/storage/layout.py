@@ -19,10 +19,10 @@ ONNX captioner (export/onnx_captioner.py) use it. Hub ids: storage/hub.py. Every
 
 from __future__ import annotations
 
-import json
 import os
 
 from captioning.errors import CheckpointError
+from captioning.files import read_json_file
 
 #: the name and version of the folder layout in config.json (a reader refuses newer versions)
 FORMAT = "show-attend-tell-captioning"
@@ -41,20 +41,9 @@ REQUIRED = {"safetensors": (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE), "onnx": (CON
 
 
 def read_json(path: str) -> object:
-    """A JSON file's value; one line naming the file when it is missing or malformed."""
-    if not os.path.exists(path):
-        raise CheckpointError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise CheckpointError(f"{path}: is a directory, not a JSON file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as err:
-        raise CheckpointError(
-            f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg} (a truncated or edited file?)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
+    """A JSON file's value; one line naming the file when it is missing, malformed or not a regular
+    file (files.py: read_json_file, every JSON reader's: any bytes, any depth, any number of digits)."""
+    return read_json_file(path, CheckpointError, "a JSON file")
 
 
 def _need(config: dict, path: str, *keys: str):
@@ -78,16 +67,22 @@ FIELDS = {
     ("preprocessing", "image_size"): "count",
     ("generation",): dict,
 }
+#: the largest count (a size of the model) config.json may give: what a 32-bit shape holds
+MAX_COUNT = 2**31 - 1
 #: fields a folder may leave out (or set to null), checked when present
 OPTIONAL_FIELDS = {("preprocessing", "interpolation"): str, ("card",): dict, ("training",): dict}
 
 
 def _check_type(value, expected, path: str, where: str) -> None:
     """A one-line CheckpointError naming the file and the field unless ``value`` is of the ``expected``
-    type (``"count"``: an integer >= 1, not a boolean)."""
+    type (``"count"``: an integer from 1 to :data:`MAX_COUNT`, not a boolean)."""
     if expected == "count":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise CheckpointError(f"{path}: {where} must be a positive integer, got {value!r:.40}")
+        if value > MAX_COUNT:
+            raise CheckpointError(
+                f"{path}: {where} must be at most {MAX_COUNT:,}, got an integer of {len(str(value))} digits"
+            )
     elif not isinstance(value, expected):
         kind = {dict: "an object", str: "a string"}[expected]
         raise CheckpointError(f"{path}: {where} must be {kind}, got {type(value).__name__} {value!r:.40}")

@@ -12,6 +12,7 @@ SIGTERM); a ModelCheckpoint in ``trainer.callbacks`` replaces that default, and
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -227,6 +228,24 @@ class CaptioningCLI(LightningCLI):
         parser = self._subcommand_parsers.get(subcommand, self.parser)
         super(ShortUsageParser, parser).error(f"unrecognized arguments: {given}{hint}")
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        """The subcommand; one that fails before its first training step (a data setup that refuses
+        its files, Ctrl-C while loading) leaves no run folder of its own behind: the log folder it
+        created (``lightning_logs/version_N``, holding a TensorBoard file with nothing in it) is
+        removed, so that the next run is not numbered past an empty one. A folder holding a
+        checkpoint is kept. (The logger's folders are listed, not asked for: asking fixes its
+        version, which ``--ckpt_path last`` reads.)"""
+        logger = self.trainer.logger if self.trainer.is_global_zero else None
+        root = getattr(logger, "root_dir", None)  # lightning_logs/: the runs' version folders
+        before = set(os.listdir(root)) if root and os.path.isdir(root) else None
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            if root and self.trainer.global_step == 0 and os.path.isdir(root):
+                for name in sorted(set(os.listdir(root)) - (before or set())):
+                    remove_unused_run_folder(os.path.join(root, name))
+            raise
+
     def _parse_ckpt_path(self) -> None:
         """LightningCLI reads ``--ckpt_path``'s hyperparameters into the config before anything is
         built, with ``torch.load``: the file is first read by the project's loader, and a URL refused
@@ -285,6 +304,27 @@ class CaptioningCLI(LightningCLI):
             model.step_strategy.clip_val = float(trainer["gradient_clip_val"])
             kwargs["gradient_clip_val"] = None
         return super().instantiate_trainer(**kwargs)
+
+
+def remove_unused_run_folder(folder: str) -> None:
+    """Remove ``folder``, a log folder this process created and never used: it holds nothing, or only
+    this process's TensorBoard files (``events.out.tfevents.TIME.HOST.PID.N``, PID ours: not those of
+    another run started meanwhile) and the config Lightning saves; and its parent if that is left
+    empty. Anything else there (a checkpoint, another process's file) keeps it. Links in it are
+    removed, never followed."""
+    import shutil
+
+    pid = str(os.getpid())
+    for _, _, files in os.walk(folder):
+        for name in files:
+            ours = name.startswith("events.out.tfevents.") and pid in name.split(".")[4:]
+            if not ours and name not in ("config.yaml", "hparams.yaml"):
+                return
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(folder))  # lightning_logs/, when this run's was its only folder
+    except OSError:
+        pass
 
 
 def run_lightning_cli(args: Sequence[str], run: bool = True) -> CaptioningCLI:

@@ -18,6 +18,7 @@ import pytest
 from PIL import Image
 
 from captioning.cli import main
+from tests.helpers import large_png, record_held_pixels
 
 DECODE = ["--device", "cpu", "--num-beams", "1", "--max-new-tokens", "5"]
 
@@ -242,3 +243,115 @@ def test_memory_is_bounded_by_the_batch_not_by_the_number_of_images(tiny_checkpo
     large = _peak_rss_mb(["caption", str(many), "--out", str(tmp_path / "many.jsonl"), *args])
     assert len((tmp_path / "many.jsonl").read_text().splitlines()) == 1500
     assert large - small < 60, (small, large)  # 15 times the images, the same memory give or take 60 MB
+
+
+# ------------------------------------------------------------------------- names, shards, writers, pixels
+def test_a_forged_shard_header_is_one_problem_and_the_rest_is_captioned(tiny_checkpoint, photos, tmp_path):
+    """A shard whose second member's size is negative (base-256): the members before it are
+    captioned, the shard is one problem (on stderr, and the exit status), the next argument is
+    captioned; no endless loop (a deadline), no traceback, no batch lost."""
+    shard = tmp_path / "forged.tar"
+    pngs = sorted(photos.glob("*.png"))
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for p in pngs[:2]:
+            info = tarfile.TarInfo(p.name)
+            info.size = p.stat().st_size
+            tar.addfile(info, io.BytesIO(p.read_bytes()))
+    data = bytearray(shard.read_bytes())
+    second = 512 + -(-pngs[0].stat().st_size // 512) * 512  # the second member's header
+    data[second + 124 : second + 136] = b"\xff" + (-512 % 256**11).to_bytes(11, "big")  # its size: -512
+    data[second + 148 : second + 156] = b" " * 8
+    data[second + 148 : second + 156] = b"%06o\0 " % sum(data[second : second + 512])
+    shard.write_bytes(bytes(data))
+    out = tmp_path / "out.jsonl"
+    args = ["caption", str(shard), str(pngs[2]), "--checkpoint", str(tiny_checkpoint), "--out", str(out), *DECODE]
+    done = subprocess.run([sys.executable, "-m", "captioning.cli", *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    rows = _lines(out)  # the images captioned; the shard's problem is the run's (stderr), not an image's line
+    assert [r["image"] for r in rows] == [f"{shard}:{pngs[0].name}", str(pngs[2])]
+    assert all("generated_text" in r for r in rows)
+    assert f"{shard}: member '{pngs[1].name}': its header declares -512 bytes" in done.stderr
+
+
+def test_names_that_are_not_utf8_or_hold_control_characters(tiny_checkpoint, photos, tmp_path, capsys):
+    """A Latin-1 file name (bytes, as the file system gives it) is captioned into --out with its bytes
+    and resumed; printed, every name is one TSV record (a newline, a tab, an escape sequence shown
+    escaped)."""
+    folder = tmp_path / "names"
+    folder.mkdir()
+    png = sorted(photos.glob("*.png"))[0].read_bytes()
+    latin = os.path.join(os.fsencode(folder), b"caf\xe9.png")
+    with open(latin, "wb") as f:
+        f.write(png)
+    tricky = folder / "two\nlines\t\x1b[31mred.png"
+    tricky.write_bytes(png)
+    out = tmp_path / "out.jsonl"
+    assert _caption(tiny_checkpoint, folder, "--out", out) == 0
+    assert b"caf\xe9.png" in out.read_bytes() and len(out.read_bytes().splitlines()) == 2
+    assert _caption(tiny_checkpoint, folder, "--out", out) == 0
+    assert "2 images already in" in capsys.readouterr().err
+    listing = tmp_path / "list.txt"
+    listing.write_bytes(latin + b"\n")
+    assert _caption(tiny_checkpoint, f"@{listing}") == 0
+    assert _caption(tiny_checkpoint, folder) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(line.count("\t") == 1 for line in lines)
+    assert lines[0].startswith(f"{folder}/caf\\xe9.png\t")
+    assert f"{folder}/two\\nlines\\tx\\x1b[31mred.png".replace("\\tx", "\\t") in lines[2] and "\x1b" not in lines[2]
+
+
+HOLDER = """
+import sys
+from captioning.data.captions_out import CaptionsFile
+out = CaptionsFile(sys.argv[1])
+out.check()
+print("locked", flush=True)
+sys.stdin.readline()  # held until the test says
+out.append([{"image": "first.png", "generated_text": "x", "score": -1.0}])
+out.close()
+"""
+
+
+def test_a_second_run_on_one_out_is_refused_while_the_first_writes(tiny_checkpoint, photos, tmp_path):
+    out = tmp_path / "out.jsonl"
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert first.stdout.readline().strip() == "locked"
+        args = ["caption", str(photos), "--checkpoint", str(tiny_checkpoint), "--out", str(out), *DECODE]
+        second = subprocess.run(
+            [sys.executable, "-m", "captioning.cli", *args], capture_output=True, text=True, timeout=300
+        )
+        err = second.stderr.strip().splitlines()
+        assert second.returncode != 0 and len(err) == 1, second.stderr[-2000:]
+        assert "another `captioning caption` run is writing to it" in err[0]
+        assert out.read_bytes() == b""  # nothing of the second run's
+    finally:
+        first.communicate("\n", timeout=60)
+    assert first.returncode == 0 and [r["image"] for r in _lines(out)] == ["first.png"]
+
+
+def test_one_image_spelt_three_ways_is_captioned_once(tiny_checkpoint, photos, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(photos.parent)
+    out = tmp_path / "out.jsonl"
+    assert _caption(tiny_checkpoint, photos.name, "--out", out) == 1  # (the broken image)
+    count = len(_lines(out))
+    assert _caption(tiny_checkpoint, f"./{photos.name}", "--out", out) == 0
+    assert _caption(tiny_checkpoint, str(photos), "--out", out) == 0
+    assert len(_lines(out)) == count
+    assert capsys.readouterr().err.count(f"{count} images already in") == 2
+
+
+@pytest.fixture
+def held_pixels(monkeypatch):
+    return record_held_pixels(monkeypatch)
+
+
+def test_focus_holds_the_models_pixels_not_the_images(tiny_checkpoint, tmp_path, held_pixels, capsys):
+    for i in range(3):
+        large_png(tmp_path / f"big{i}.png")
+    assert _caption(tiny_checkpoint, tmp_path, "--focus", "0,0,1500,1000", "--batch-size", "3", "--json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 3 and all(r["generated_text"] is not None for r in rows)
+    assert held_pixels and max(held_pixels) < 3 * 3 * 256 * 256  # the model's few pixels, not 3 x 18 MB

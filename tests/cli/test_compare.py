@@ -138,3 +138,66 @@ def test_ai_challenger_checkpoint_against_its_results_file(tiny_checkpoint, tiny
     comparison = compare_runs([str(tiny_checkpoint)], [str(results)], str(annotations), split="val", **FAST)
     assert comparison["num_images"] == 8 and comparison["coverage"] == []
     assert comparison["scores"]["CIDEr"]["difference"] == 0.0 and comparison["scores"]["CIDEr"]["p_value"] == 1.0
+
+
+def test_a_report_folder_with_planted_links_never_writes_through_them(systems, tmp_path, capfd):
+    """index.html and images/N.jpg planted as links to files elsewhere: the report replaces the links
+    with its own files and the files they pointed at are untouched; an images/ that is a link is
+    refused in one line before any scoring."""
+    annotations, a, b = systems
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    report = tmp_path / "report"
+    (report / "images").mkdir(parents=True)
+    (report / "index.html").symlink_to(victim)
+    (report / "report.md").symlink_to(victim)
+    ids = [i["image_id"] for i in json.loads(open(a).read())]
+    for i in ids:
+        (report / "images" / f"{i}.jpg").symlink_to(victim)
+    argv = ["compare", a, b, "--annotations", annotations, "--resamples", "20", "--top", "40", "--report", str(report)]
+    assert main(argv) == 0
+    capfd.readouterr()
+    assert victim.read_text() == "keep me"
+    assert not (report / "index.html").is_symlink() and "<section>" in (report / "index.html").read_text()
+    assert not any(p.is_symlink() for p in (report / "images").iterdir())
+    linked = tmp_path / "linked"
+    (linked / "images").mkdir(parents=True)
+    (linked / "images").rename(tmp_path / "elsewhere")
+    (linked / "images").symlink_to(tmp_path / "elsewhere")
+    argv[-1] = str(linked)
+    assert main(argv) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a symbolic link" in err[0] and "captions of" not in err[0]
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_bad_out_or_report_is_one_line_before_the_scoring(systems, tmp_path, capfd):
+    annotations, a, b = systems
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for flags, expected in (
+        (["--report", str(a_file)], "a file; --report names the folder"),
+        (["--out", str(a_file / "compare.json")], "is a file, not a folder"),
+        (["--out", str(tmp_path)], "a folder; give the JSON file"),
+    ):
+        assert main(["compare", a, b, "--annotations", annotations, "--resamples", "20", *flags]) == 1
+        captured = capfd.readouterr()
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0], err  # one line, and no scoring ran before it
+        assert captured.out == ""
+
+
+def test_report_md_carries_no_markup_of_the_captions(systems, tmp_path, capfd):
+    annotations, a, _ = systems
+    items = json.loads(open(a).read())
+    html_b = tmp_path / "html.json"
+    html_b.write_text(
+        json.dumps([dict(x, caption="<img src=x onerror=alert(1)> ![t](http://e.example/t.png) *x*") for x in items])
+    )
+    report = tmp_path / "report"
+    argv = ["compare", a, str(html_b), "--annotations", annotations, "--resamples", "20", "--top", "2"]
+    assert main([*argv, "--report", str(report)]) == 0
+    capfd.readouterr()
+    md = (report / "report.md").read_text()
+    assert "<img" not in md and "](http" not in md and "&lt;img src=x onerror=alert\\(1\\)&gt;" in md
+    assert "<img src=x" not in (report / "index.html").read_text()

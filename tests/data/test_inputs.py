@@ -121,7 +121,7 @@ def test_bad_loader_settings_are_one_line(settings):
 def test_out_file_appends_whole_lines_and_lists_names_on_resume(tmp_path):
     path = tmp_path / "captions.jsonl"
     out = CaptionsFile(path)
-    assert len(out.check()) == 0 and not path.exists()
+    assert len(out.check()) == 0 and path.read_bytes() == b""  # created and locked, empty
     out.append([{"image": "a.jpg", "generated_text": "a cat", "score": -1.0}, {"image": "b.jpg", "error": "bad"}])
     out.close()
     with open(path, "ab") as f:
@@ -173,3 +173,190 @@ def test_name_set_holds_hashes():
     names = NameSet(name_key(n) for n in "abca")
     assert "a" in names and "c" in names and "d" not in names and len(names) == 3
     assert "a" not in NameSet()
+
+
+# ------------------------------------------------------------------------- --out: ours, whole, locked
+#: a child process that runs ``code`` with a deadline (a read that would wait for ever fails the test)
+def _child(code: str, *args, timeout: float = 120, limit_bytes: int | None = None):
+    import subprocess
+    import sys
+
+    prefix = ""
+    if limit_bytes is not None:  # an address-space limit: reading without bound fails, not the machine
+        prefix = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({limit_bytes}, {limit_bytes}))\n"
+    return subprocess.run(
+        [sys.executable, "-c", prefix + code, *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("results.json", b'{"image_id": 1, "caption": "a cat"}'),  # one line of someone else's, no line end
+        ("results.jsonl", b'{"image": "a.jpg", "generated_text": "x"}\n{"other": 1}'),  # ours, then another's
+        ("notes.jsonl", b"my notes, no line end"),
+        ("nul.jsonl", b'{"image": "a.jpg", "generated_text": "x"}\n{"image": \x00\x00'),
+        ("table.csv", b"name,value"),  # not even the start of our header
+    ],
+)
+def test_a_file_whose_last_line_is_cut_is_taken_only_when_ours(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ConfigError, match="not a file written by `captioning caption --out`") as err:
+        CaptionsFile(path).check()
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+    assert path.read_bytes() == data  # left as it was, not truncated
+
+
+@pytest.mark.parametrize("cut", [b'{"ima', b'{"image": "b.jpg", "gener'])
+def test_our_own_cut_line_is_removed(tmp_path, cut):
+    path = tmp_path / "captions.jsonl"
+    whole = b'{"image": "a.jpg", "generated_text": "x", "score": -1.0}\n'
+    path.write_bytes(whole + cut)
+    assert "a.jpg" in CaptionsFile(path).check()
+    assert path.read_bytes() == whole
+    path.write_bytes(cut)  # a first write cut: the start of one of ours
+    assert len(CaptionsFile(path).check()) == 0 and path.read_bytes() == b""
+
+
+def test_a_fifo_or_a_device_is_refused_at_once(tmp_path):
+    import os
+
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    code = """
+import sys
+from captioning.data.captions_out import CaptionsFile
+from captioning.errors import ConfigError
+for path in sys.argv[1:]:
+    try:
+        CaptionsFile(path).check()
+        print("taken", path)
+    except ConfigError as err:
+        print(err)
+"""
+    done = _child(code, fifo, "/dev/null", "/dev/stdout", timeout=60)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 3, done.stderr
+    assert all("not a regular file" in line for line in lines), lines
+
+
+def test_csv_records_with_line_breaks_resume_and_formulas_are_escaped(tmp_path):
+    path = tmp_path / "captions.csv"
+    names = ["two\nlines.jpg", "=HYPERLINK(1).jpg", "+1.jpg", "-2.jpg", "@x.jpg", "'quoted.jpg", "plain.jpg"]
+    with CaptionsFile(path) as out:
+        out.check()
+        out.append([{"image": n, "generated_text": "=cmd|' /C calc'!A0", "score": -1.5} for n in names])
+    cells = [row for row in __import__("csv").reader(io.StringIO(path.read_text(), newline=""))]
+    assert cells[0] == ["image", "generated_text", "score", "error"] and len(cells) == 1 + len(names)
+    assert all(not row[0].startswith(("=", "+", "-", "@")) for row in cells[1:])  # a spreadsheet runs none
+    assert all(row[1] == "'=cmd|' /C calc'!A0" and row[2] == "-1.5" for row in cells[1:])
+    done = CaptionsFile(path).check()  # read back as a stream of records: the file is its own
+    assert all(n in done for n in names) and len(done) == len(names)
+    with open(path, "ab") as f:
+        f.write(b'"cut\nin the middle of a quoted cell')
+    assert len(CaptionsFile(path).check()) == len(names)
+    assert path.read_text().endswith("\n") and path.read_text().count("cut") == 0
+
+
+def test_names_that_are_not_utf8_are_written_as_their_bytes_and_resumed(tmp_path):
+    import os
+
+    name = os.fsdecode(b"caf\xe9.png")  # a Latin-1 name, as the file system gives it
+    for suffix in ("jsonl", "csv"):
+        path = tmp_path / f"captions.{suffix}"
+        with CaptionsFile(path) as out:
+            out.check()
+            out.append([{"image": name, "generated_text": "a cat", "score": -1.0}, {"image": "b.png", "error": "x"}])
+        assert b"caf\xe9.png" in path.read_bytes()
+        done = CaptionsFile(path).check()
+        assert name in done and "b.png" in done and len(done) == 2
+
+
+def test_spellings_of_one_path_are_one_image(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done = NameSet(name_key(n) for n in ["dir/a.png", "shards/x.tar:k0.png"])
+    for same in ("./dir/a.png", f"{tmp_path}/dir/a.png", "dir//a.png", "dir/sub/../a.png"):
+        assert same in done, same
+    assert f"{tmp_path}/shards/./x.tar:k0.png" in done and "./shards/x.tar:k0.png" in done
+    assert "dir/b.png" not in done and "shards/x.tar:k1.png" not in done
+
+
+def test_a_second_writer_is_refused_and_the_first_keeps_the_file(tmp_path):
+    path = tmp_path / "captions.jsonl"
+    first = CaptionsFile(path)
+    first.check()
+    first.append([{"image": "a.jpg", "generated_text": "x", "score": -1.0}])
+    with pytest.raises(ConfigError, match="another `captioning caption` run is writing to it") as err:
+        CaptionsFile(path).check()
+    assert "\n" not in str(err.value)
+    first.append([{"image": "b.jpg", "generated_text": "y", "score": -1.0}])
+    first.close()
+    assert len(CaptionsFile(path).check()) == 2  # free again once the first run ends
+
+
+def test_an_unused_new_file_is_not_left_behind(tmp_path):
+    path = tmp_path / "captions.jsonl"
+    with CaptionsFile(path) as out:
+        out.check()  # e.g. the model then fails to load
+    assert not path.exists()
+
+
+# ------------------------------------------------------------------------- listing: deep, many, regular
+def test_a_tree_deeper_than_the_recursion_limit_is_walked(tmp_path):
+    import os
+    import sys
+
+    depth = sys.getrecursionlimit() + 100
+    folders = [tmp_path / "d"]
+    for _ in range(depth - 1):  # (os.makedirs and shutil.rmtree recurse: made and removed a level at a time)
+        folders.append(folders[-1] / "d")
+    for folder in folders:
+        folder.mkdir()
+    write_jpeg(folders[-1] / "deep.jpg", seed=0, size=8)
+    write_jpeg(tmp_path / "top.jpg", seed=1, size=8)
+    try:
+        assert _names([tmp_path]) == [str(folders[-1] / "deep.jpg"), str(tmp_path / "top.jpg")]
+    finally:
+        os.unlink(folders[-1] / "deep.jpg")
+        for folder in reversed(folders):
+            folder.rmdir()
+
+
+def test_problems_are_counted_not_kept_and_long_names_are_cut(tmp_path):
+    from captioning.data.inputs import Problems, read_batch
+
+    listing = tmp_path / "list.txt"
+    long_name = str(tmp_path / ("x" * 100_000 + ".jpg"))
+    listing.write_text("\n".join([long_name] + [str(tmp_path / f"missing{i}.jpg") for i in range(20_000)]) + "\n")
+    problems = Problems()
+    for batch in load_batches(iter_sources([f"@{listing}"]), batch_size=500):
+        problems += [(b.name, b.error) for b in batch if b.error is not None]
+        if batch[0].name == long_name:
+            assert len(batch[0].error) < 1000 and "x" * 100 in batch[0].error  # its start, its end, its reason
+    assert len(problems) == 20_001 and len(problems.kept) == problems.keep < 100
+    assert problems.unshown == 20_001 - problems.keep and all(len(r) < 1000 for _, r in problems)
+    assert read_batch([Source(long_name)])[0].error.endswith(": no such file")
+
+
+def test_the_encoded_route_reads_regular_files_of_an_images_size_only(tmp_path):
+    """--decode-device: an @list entry naming /dev/zero, a FIFO or a file larger than an image may be
+    is not read (its reading route says why in one line); run with an address-space limit of 1 GB."""
+    import os
+
+    fifo = tmp_path / "fifo.jpg"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.jpg"
+    with open(huge, "wb") as f:
+        f.truncate(3 << 30)  # a sparse file of 3 GB: no disk, but a read would take 3 GB
+    small = tmp_path / "small.jpg"
+    write_jpeg(small, seed=0, size=16)
+    code = """
+import sys
+from captioning.data.inputs import Source, read_batch, source_bytes
+print([source_bytes(Source(p)) is None for p in sys.argv[1:]])
+print([b.error is not None for b in read_batch([Source(p) for p in sys.argv[1:]], encoded=True)])
+"""
+    done = _child(code, "/dev/zero", fifo, huge, small, timeout=60, limit_bytes=1 << 30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[True, True, True, False]", "[True, True, True, False]"]

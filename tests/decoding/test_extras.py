@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from captioning.cli import main
+from tests.helpers import TINY_PATH, float32_tolerance
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,9 @@ def test_an_ensemble_returns_and_draws_each_members_map(tiny_checkpoint, images,
     T, gh, gw = alone["attention"].shape
     assert both["member_attention"].shape == (T, 2, gh, gw)
     for k in range(2):  # a model with itself: each member's map is the model's
-        np.testing.assert_allclose(both["member_attention"][:, k], alone["attention"], atol=1e-6)
+        np.testing.assert_allclose(
+            both["member_attention"][:, k], alone["attention"], **float32_tolerance(1.0, TINY_PATH)
+        )
     each, mean = pair.render(images[0], both, members="each"), pair.render(images[0], both)
     plain = single.render(images[0], alone)
     assert len(each) == len(mean) == len(plain)  # a frame per word, then the whole caption

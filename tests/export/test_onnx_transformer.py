@@ -20,6 +20,7 @@ from captioning.models.encoders import EncoderConfig
 from captioning.models.spec import ModelSpec, build_model
 from captioning.models.transformer import TransformerConfig
 from captioning.vocab import Vocabulary
+from tests.helpers import float32_tolerance
 
 pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
 
@@ -86,6 +87,15 @@ def pair(request, tmp_path_factory):
     return Captioner.from_model(model, "cpu"), OnnxCaptioner(root / "onnx"), model
 
 
+#: the float32 operations along a value's path through these tiny models, bounding their rounding
+#: (tests/helpers.py: float32_tolerance): the encoder's 3 x 3 convolutions over 8 channels (72 products
+#: a value), the projections of 8 to 16, two layers of attention over 16 dimensions and 16 locations and
+#: their feed-forward of 64: a few hundred
+PATH = 512
+#: attention maps are probabilities (at most 1): the rounding of PATH operations on numbers up to 2
+MAPS = float32_tolerance(2.0, PATH)
+
+
 def close(a: float, b: float) -> bool:
     """float32 sums of log-probabilities in another order: within 1e-4, relatively beyond 1."""
     return abs(a - b) <= 1e-4 * max(1.0, abs(b))
@@ -103,9 +113,9 @@ def assert_identical(ra: list, rb: list, what) -> None:
             assert all(close(p["score"], q["score"]) for p, q in zip(x["beams"], y["beams"])), what
         if "attention" in x:
             assert x["locations"] == y["locations"], what
-            np.testing.assert_allclose(x["attention"], y["attention"], atol=1e-4)
+            np.testing.assert_allclose(x["attention"], y["attention"], **MAPS)
         if "head_attention" in x:
-            np.testing.assert_allclose(x["head_attention"], y["head_attention"], atol=1e-4)
+            np.testing.assert_allclose(x["head_attention"], y["head_attention"], **MAPS)
 
 
 @pytest.mark.parametrize(
@@ -157,7 +167,8 @@ def test_the_step_graph_is_the_decoders_step_and_the_cache_follows_the_beams(pai
     encoded = onnx_captioner.encode(images.numpy())
     with torch.no_grad():
         features = model.encoder(images)
-        np.testing.assert_allclose(encoded["memory"], dec.memory(features).numpy(), rtol=1e-4, atol=1e-5)
+        memory = dec.memory(features).numpy()
+        np.testing.assert_allclose(encoded["memory"], memory, **float32_tolerance(memory, PATH))
     carried, constants = onnx_captioner.start(encoded, 8)
     carried = {k: np.repeat(v, K, 0) for k, v in carried.items()}
     words = torch.randint(4, len(model.vocab), (B * K, 5), generator=torch.Generator().manual_seed(4))
@@ -167,9 +178,9 @@ def test_the_step_graph_is_the_decoders_step_and_the_cache_follows_the_beams(pai
         logp, carried, alpha, heads = onnx_captioner.step(words[:, t].numpy(), carried, constants)
         with torch.no_grad():
             ref, state, g = dec.step(words[:, t], state)
-        np.testing.assert_allclose(logp, ref.numpy(), rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(carried["cache"], state.cache.numpy(), rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(alpha, g.alpha.numpy(), atol=1e-4)
+        np.testing.assert_allclose(logp, ref.numpy(), **float32_tolerance(ref, PATH))
+        np.testing.assert_allclose(carried["cache"], state.cache.numpy(), **float32_tolerance(state.cache, PATH))
+        np.testing.assert_allclose(alpha, g.alpha.numpy(), **MAPS)
         assert (heads is None) == (g.head_alpha is None)
     parent = np.array([2, 2, 0, 4, 3, 3])  # each beam takes another beam of its image as its parent
     carried = {k: v[parent] for k, v in carried.items()}
@@ -177,7 +188,8 @@ def test_the_step_graph_is_the_decoders_step_and_the_cache_follows_the_beams(pai
     logp, _, _, _ = onnx_captioner.step(words[:, 3].numpy(), carried, constants)
     with torch.no_grad():
         forced = dec(features.repeat_interleave(K, 0), words, torch.full((B * K,), 5), static=True).logits[:, 3]
-    np.testing.assert_allclose(logp, forced.log_softmax(-1).numpy(), rtol=1e-4, atol=1e-4)
+    reference = forced.log_softmax(-1).numpy()
+    np.testing.assert_allclose(logp, reference, **float32_tolerance(reference, PATH))
     unordered, _, _, _ = onnx_captioner.step(
         words[:, 3].numpy(), {k: np.repeat(v[::K], K, 0) for k, v in carried.items()}, constants
     )
@@ -220,3 +232,28 @@ def test_a_damaged_state_description_is_one_line(tmp_path):
         with pytest.raises(CheckpointError) as err:
             OnnxCaptioner(folder)
         assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "zeros, words",
+    [
+        ([2, 2, "steps", 2**40], "more than the 1,048,576 a state may hold"),  # was a memory-error traceback
+        ([2**20, 2**20, 2**20], "about 2^60 values a row"),
+        ([2, 2, "steps", 17], "its input cache is of shape"),  # not the step graph's (16)
+        ([2, "steps", 16], "its input cache is of shape"),
+    ],
+)
+def test_a_carried_state_the_graph_does_not_take_is_refused_before_it_is_allocated(tmp_path, zeros, words):
+    import shutil
+
+    from captioning.export.onnx import export_onnx
+    from captioning.export.onnx_captioner import OnnxCaptioner
+
+    folder = tmp_path / "onnx"
+    shutil.copytree(export_onnx(built(), tmp_path / "source"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["onnx"]["state"]["carried"]["cache"]["zeros"] = zeros
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        OnnxCaptioner(folder)
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)

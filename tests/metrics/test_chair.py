@@ -187,3 +187,27 @@ def test_shapes_chair_against_the_objects_field():
     assert scores["CHAIR_object_recall"] == pytest.approx(2 / 3)
     parts = [scores[f"CHAIR_i_{e}"] for e in ("absent", "wrong_colour", "wrong_size")]
     assert parts == pytest.approx([1 / 5, 1 / 5, 1 / 5]) and sum(parts) == pytest.approx(scores["CHAIR_i"])
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda d: d["images"].__setitem__(0, {"id": [1]}), "images[0].id: expected a 64-bit integer"),
+        (lambda d: d["images"].__setitem__(0, {"id": {"a": 1}}), "images[0].id: expected a 64-bit integer"),
+        (lambda d: d.__setitem__("images", 5), "'images' must be a list"),
+        (lambda d: d["annotations"][0].__setitem__("image_id", [1]), "annotations[0]: expected an integer 'image_id'"),
+        (lambda d: d["annotations"][0].__setitem__("category_id", {"x": 1}), "annotations[0]: expected an integer"),
+        (lambda d: d["annotations"][0].__setitem__("category_id", 99), "category_id 99 is not among the categories"),
+        (lambda d: d["categories"][0].__setitem__("id", [18]), "categories[0]: expected an object with an integer"),
+        (lambda d: d["categories"][0].__setitem__("name", 5), "categories[0]: expected an object with an integer"),
+        (lambda d: d["images"].__setitem__(0, {"id": 2**64}), "images[0].id: expected a 64-bit integer"),
+    ],
+)
+def test_instances_of_the_wrong_types_are_one_line(tmp_path, change, expected):
+    path = instances_file(tmp_path)
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(AnnotationError, match=expected.replace("[", r"\[").replace("(", r"\(")) as err:
+        read_instances(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)

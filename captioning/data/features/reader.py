@@ -31,7 +31,6 @@ any file cache (docs/PERFORMANCE.md, Feature cache: the read rates of both).
 from __future__ import annotations
 
 import glob
-import json
 import os
 from collections.abc import Sequence
 
@@ -41,6 +40,7 @@ import torch
 from captioning import compat
 from captioning.common import PathLike, grid_shape
 from captioning.errors import ConfigError, ImageError
+from captioning.files import read_json_file
 
 #: the dtypes a cache may store its grids in -> the suffix of its data files
 DTYPES = {"float16": ".f16", "float32": ".f32"}
@@ -63,28 +63,40 @@ def check_meta(recorded: dict, ours: dict, where: str) -> None:
             )
 
 
+#: the most values one cache row (one image's grid, L x D) may hold: far above any encoder's (a
+#: 37 x 37 grid of 1,536 features is 2.1 million), so that an index cannot make every read of a row
+#: allocate what it likes
+MAX_ROW_VALUES = 1 << 24
+
+
 def read_index(path: str) -> dict:
     """A part's index, checked: {"image_ids": [int, ...], "grid": [L, D], "meta": {...}}; one line of
-    ConfigError naming the file otherwise."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            index = json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise ConfigError(f"{path}: not a readable feature-cache index ({' '.join(str(err).split())[:120]})") from None
+    ConfigError naming the file otherwise (any bytes: files.py read_json_file; ids 64-bit integers,
+    each once; a grid of at most :data:`MAX_ROW_VALUES` values)."""
+    index = read_json_file(path, ConfigError, "a feature-cache index")
     if not isinstance(index, dict):
         raise ConfigError(f"{path}: a feature-cache index must be a JSON object, got {type(index).__name__}")
     ids, grid = index.get("image_ids"), index.get("grid")
     dtype = index.get("dtype", compat.UNRECORDED_FEATURE_DTYPE)
-    if dtype not in DTYPES:
-        raise ConfigError(f'{path}: "dtype" must be one of {", ".join(DTYPES)}, got {dtype!r}')
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ConfigError(f'{path}: "dtype" must be one of {", ".join(DTYPES)}, got {repr(dtype)[:40]}')
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise ConfigError(f'{path}: "image_ids" must be a list of integers')
+    outside = next((i for i in ids if not -(2**63) <= i < 2**63), None)
+    if outside is not None:
+        raise ConfigError(f'{path}: "image_ids": {str(outside)[:40]} is outside the 64-bit integers an image id may be')
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f'{path}: "image_ids" lists an image twice (a damaged index)')
     if not (
         isinstance(grid, list)
         and len(grid) == 2
         and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in grid)
     ):
-        raise ConfigError(f'{path}: "grid" must be [L, D], two positive integers, got {grid!r}')
+        raise ConfigError(f'{path}: "grid" must be [L, D], two positive integers, got {repr(grid)[:60]}')
+    if grid[0] * grid[1] > MAX_ROW_VALUES:
+        raise ConfigError(
+            f'{path}: "grid" {str(grid[0])[:20]} x {str(grid[1])[:20]} is more than the {MAX_ROW_VALUES:,} values a cache row may hold'
+        )
     return index
 
 

@@ -79,6 +79,7 @@ def _open_part(
             )
         recorded = index.get("meta")
         check_meta(recorded if isinstance(recorded, dict) else {}, meta, index_path)  # the same encoder settings
+        _check_resumable(base, rows, grid, dtype)  # before mapping: np.memmap "r+" would zero-extend a cut file
         return (
             np.memmap(base + suffix, dtype=dtype, mode="r+", shape=(rows, *grid)),
             np.memmap(base + ".done", dtype=np.uint8, mode="r+", shape=(rows,)),
@@ -91,6 +92,23 @@ def _open_part(
         json.dump({"image_ids": image_ids, "grid": list(grid), "dtype": dtype, "meta": meta}, f)
     os.replace(tmp, index_path)  # the index appears only once its files exist
     return data, done
+
+
+def _check_resumable(base: str, rows: int, grid: tuple, dtype: str) -> None:
+    """A part resumed must have the data and done files its index says, of their exact sizes: a file
+    cut short (a full disk, a partial copy) would be zero-extended by mapping it for writing, its rows
+    then read as features of zeros with their done flags still set. One line naming the file."""
+    sizes = {DTYPES[dtype]: rows * int(np.prod(grid)) * np.dtype(dtype).itemsize, ".done": rows}
+    for suffix, size in sizes.items():
+        path = base + suffix
+        actual = os.path.getsize(path) if os.path.isfile(path) else None
+        if actual != size:
+            found = "missing" if actual is None else f"{actual:,} bytes"
+            raise ConfigError(
+                f"{path}: {found}, but its index lists {rows} images of grid {list(grid)} ({size:,} bytes): "
+                f"the part is damaged (cut by a full disk or a partial copy?) and cannot be resumed; delete "
+                f"{os.path.basename(base)}.* or use a new --out folder"
+            )
 
 
 def pool_grid(grids: torch.Tensor, side: int) -> torch.Tensor:

@@ -18,7 +18,6 @@ imports its module.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError
-from captioning.files import require_file
+from captioning.files import read_json_file, require_file
 from captioning.registry import Registry
 
 if TYPE_CHECKING:
@@ -231,21 +230,10 @@ def check_image_size(width: Any, height: Any, where: str) -> tuple[int | None, i
 
 
 def read_json(path: str) -> Any:
-    """A JSON annotation file, with one-line AnnotationErrors for a missing, unreadable or malformed file."""
+    """A JSON annotation file, with one-line AnnotationErrors for a missing, unreadable or malformed file
+    (files.py: read_json_file, every JSON reader's)."""
     require_file(path, AnnotationError, "an annotation file")
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
-    except json.JSONDecodeError as err:
-        raise AnnotationError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
-    except UnicodeDecodeError:
-        raise AnnotationError(f"{path}: not UTF-8 text (is it really a JSON annotation file?)") from None
-    except RecursionError:
-        raise AnnotationError(f"{path}: JSON nested too deeply to be an annotation file") from None
-    except ValueError as err:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
-        raise AnnotationError(f"{path}: unreadable JSON ({' '.join(str(err).split())[:120]})") from None
-    except OSError as err:
-        raise AnnotationError(f"{path}: cannot read ({err.strerror or err})") from None
+    return read_json_file(path, AnnotationError, "a JSON annotation file")
 
 
 def image_path(path: str, where: str, *parts: str) -> str:

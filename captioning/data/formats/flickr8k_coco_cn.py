@@ -23,14 +23,15 @@ from __future__ import annotations
 import os
 import re
 
-from captioning.data.formats.base import FORMATS, AnnotationFormat, check_text, image_path
+from captioning.data.formats.base import FORMATS, ID_RANGE, AnnotationFormat, check_text, image_path
 from captioning.data.records import ImageRecord
 from captioning.errors import AnnotationError
 from captioning.files import require_file
 from captioning.tokenizers import tokenize
 
-_LINE = re.compile(r"^(?P<image>[^\s#]+)#(?:(?P<tag>[A-Za-z]\w*)#)?(?P<n>\d+)\s+(?P<caption>.*)$")
-_COCO_NAME = re.compile(r"^COCO_(?P<folder>[a-z]+\d{4})_(?P<id>\d+)$")
+_LINE = re.compile(r"^(?P<image>[^\s#]+)#(?:(?P<tag>[A-Za-z]\w*)#)?(?P<n>[0-9]+)\s+(?P<caption>.*)$")
+# ASCII digits only: Python's \d takes any script's digits, and int() reads Arabic-Indic "٤٢" as 42
+_COCO_NAME = re.compile(r"^COCO_(?P<folder>[a-z]+[0-9]{4})_(?P<id>[0-9]+)$")
 FLICKR8K_LISTS = {
     "train": "Flickr_8k.trainImages.txt",
     "val": "Flickr_8k.devImages.txt",
@@ -122,21 +123,31 @@ def load_coco_cn(path: str, problems: list | None = None) -> list[ImageRecord]:
     captions = parse_lines(path, problems)
     splits = read_splits(path, COCO_CN_LISTS, _folders(path)[:1])
     records = []
+    seen: dict[int, str] = {}  # image id -> the name that gave it
     for name, caps in sorted(captions.items()):
         match = _COCO_NAME.match(_stem(name))
         split = splits.get(_stem(name))
-        message = None
+        message, image_id = None, None
         if match is None:
-            message = f"{path}: image {name!r} is not a COCO image name (COCO_<folder>_<12 digits>)"
+            message = f"{path}: image {name!r:.80} is not a COCO image name (COCO_<folder>_<12 digits>)"
+        elif len(digits := match.group("id").lstrip("0") or "0") > 19 or int(digits) > ID_RANGE[1]:
+            message = f"{path}: image {name!r:.80}: its id is outside the 64-bit integers an image id may be"
         elif split is None:
             message = f"{path}: image {name!r} is in none of the split lists ({', '.join(COCO_CN_LISTS.values())})"
+        else:
+            image_id = int(digits)
+            if image_id in seen:
+                message = (
+                    f"{path}: image {name!r} has the id {image_id} of image {seen[image_id]!r} (one image, two names)"
+                )
         if message is not None:
             if problems is None:
                 raise AnnotationError(message)
             problems.append(message)
             continue
+        seen[image_id] = name
         rel = image_path(path, f"image {name!r}", match.group("folder"), _stem(name) + ".jpg")
-        records.append(ImageRecord(len(records), int(match.group("id")), rel, split, caps, [tokenize(c) for c in caps]))
+        records.append(ImageRecord(len(records), image_id, rel, split, caps, [tokenize(c) for c in caps]))
     return records
 
 

@@ -11,7 +11,6 @@ so in one line on stderr.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import random
 import sys
@@ -20,6 +19,7 @@ from captioning.common import PathLike
 from captioning.data.formats.base import FORMATS, AnnotationFormat, check_text, image_path
 from captioning.data.records import SPLITS, ImageRecord
 from captioning.errors import AnnotationError
+from captioning.files import parse_json
 from captioning.tokenizers import tokenize
 
 FOLDER_SUFFIXES = (".csv", ".jsonl")
@@ -42,14 +42,7 @@ def _rows(path: str):
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise AnnotationError(f"{path}: line {n}: malformed JSON ({err.msg})") from None
-                except (ValueError, RecursionError) as err:  # more digits than Python converts; nesting
-                    raise AnnotationError(
-                        f"{path}: line {n}: unreadable JSON ({' '.join(str(err).split())[:120]})"
-                    ) from None
+                row = parse_json(line, f"{path}: line {n}", AnnotationError)  # any line: one line of error
                 if not isinstance(row, dict):
                     raise AnnotationError(f'{path}: line {n}: expected an object {{"image", "caption"}}')
                 yield n, row

@@ -40,7 +40,9 @@ splits come from the samples' ``split`` fields: one set of shards may hold all s
 split its own shards (what :func:`write_shards` writes) and name them together.
 
 **Writing**: :func:`write_shards` (``captioning prepare --to-webdataset OUT``) writes the records of
-any dataset the project reads as ``OUT/{split}-NNNNNN.tar`` with webdataset's ShardWriter.
+any dataset the project reads as ``OUT/{split}-NNNNNN.tar`` with webdataset's ShardWriter, whole or
+not at all: a run stopped between shards leaves no ``.tar`` that a later reading would take for the
+dataset (a new folder is written in a temporary sibling, then renamed).
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ import io
 import json
 import os
 import re
-import tarfile
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -70,7 +71,9 @@ from captioning.data.formats.base import (
     is_int,
 )
 from captioning.data.records import ImageRecord
+from captioning.data.tars import TAR_ERRORS, TEXT_EXTS, tar_members
 from captioning.errors import AnnotationError, ConfigError, ImageError, ImageTooLargeError, NotAnImageError
+from captioning.files import folder_writer, parse_json
 from captioning.tokenizers import tokenize
 from captioning.vocab import Vocabulary
 
@@ -87,12 +90,10 @@ SPLIT_NAMES = {
 }
 _KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's key + extension of a member name
 _BRACES = re.compile(r"\{[^{}]*\}")
+#: a shard being written (write_shards), renamed to its .tar name once every shard is whole
+_PARTIAL = re.compile(r"\w+-\d{6}\.tar\.partial")
 #: the most shard files one brace pattern may name (counted before it is expanded)
 MAX_PATTERN_SHARDS = 1_000_000
-#: the most bytes one member may hold: a text member is read whole while indexing, an image member
-#: whole when its sample is read
-MAX_TEXT_MEMBER = 64 << 20
-MAX_IMAGE_MEMBER = 1 << 30
 
 
 # ---------------------------------------------------------------------------------------- naming
@@ -120,7 +121,7 @@ def shard_paths(path) -> list[str]:
         if os.path.isdir(item):
             out += sorted(os.path.join(item, f) for f in os.listdir(item) if f.lower().endswith(".tar"))
             continue
-        for file in _expand(item) if _BRACES.search(item) else [item]:
+        for file in expand_pattern(item) if _BRACES.search(item) else [item]:
             if "://" in file or file.startswith("pipe:"):
                 raise AnnotationError(f"{file}: shards are read from local files (copy them first)")
             if not os.path.isfile(file):
@@ -131,7 +132,7 @@ def shard_paths(path) -> list[str]:
     return out
 
 
-def _expand(pattern: str) -> list[str]:
+def expand_pattern(pattern: str) -> list[str]:
     """The files of a brace pattern (webdataset's own expansion, braceexpand), counted first: a
     pattern of more than :data:`MAX_PATTERN_SHARDS` names is one line, not a list built in memory."""
     try:
@@ -255,14 +256,7 @@ def _sample_record(imgid: int, files: dict, image: Member | None) -> ImageRecord
     """The record of one sample's text files (``files``: extension -> bytes); AnnotationError for a problem."""
     meta = {}
     if "json" in files:
-        try:
-            meta = json.loads(_text(files["json"], ".json"))
-        except json.JSONDecodeError as err:
-            raise AnnotationError(
-                f".json: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}"
-            ) from None
-        except (ValueError, RecursionError) as err:  # more digits than Python converts; nesting
-            raise AnnotationError(f".json: unreadable JSON ({' '.join(str(err).split())[:120]})") from None
+        meta = parse_json(_text(files["json"], ".json"), ".json", AnnotationError)  # any text: one line
         if not isinstance(meta, dict):
             raise AnnotationError(f".json: expected an object, got {type(meta).__name__}")
     if image is None:
@@ -315,51 +309,24 @@ def _token_lists(tokens, n: int) -> bool:
     )
 
 
-def _check_member(shard: str, info: tarfile.TarInfo, end: int, limit: int) -> None:
-    """A member's header, checked before its bytes are read or skipped: its size lies within the
-    shard's ``end`` bytes and under ``limit``, and it is no sparse file (whose stored bytes are not
-    its content). A one-line AnnotationError naming the shard and member otherwise."""
-    where = f"{shard}: member {info.name!r}"
-    if info.issparse():
-        raise AnnotationError(
-            f"{where}: a sparse file (its stored bytes are not its content); write shards of plain files"
-        )
-    if info.size < 0 or info.offset_data + info.size > end:
-        raise AnnotationError(
-            f"{where}: its header declares {info.size:,} bytes, past the end of the shard "
-            f"({end:,} bytes): a damaged or forged tar header"
-        )
-    if info.size > limit:
-        raise AnnotationError(f"{where}: {info.size:,} bytes, more than the {limit:,} a member of its kind may hold")
-
-
 def _shard_samples(shard: str) -> dict[str, tuple[dict, list]]:
     """key -> (text files {extension: bytes}, [image Member]) of one shard: every member's header is
-    checked (:func:`_check_member`) before its bytes are read (text) or skipped (images)."""
-    try:
-        end = os.path.getsize(shard)
-        tar = tarfile.open(shard, "r:")
-    except (tarfile.TarError, OSError, ValueError, OverflowError) as err:
-        raise AnnotationError(f"{shard}: not a readable tar file ({err})") from None
+    checked (data/tars.py, the check every shard reader shares) before its bytes are read (text)
+    or skipped (images)."""
     samples: dict[str, tuple[dict, list]] = {}
-    with tar:
-        try:
-            for info in tar:  # the next header is read only after this member's was checked
-                if not info.isfile():
-                    continue  # folders, links: no bytes of their own
-                match = _KEY.match(info.name)
-                ext = match.group(2).lower() if match else ""
-                _check_member(shard, info, end, MAX_TEXT_MEMBER if ext in ("txt", "json") else MAX_IMAGE_MEMBER)
-                if not match or os.path.basename(info.name).startswith("."):
-                    continue
-                files, image = samples.setdefault(match.group(1), ({}, []))
-                if ext in IMAGE_EXTS:
-                    image.append(Member(shard, info.offset_data, info.size, info.name))
-                elif ext in ("txt", "json"):
-                    files[ext] = tar.extractfile(info).read()
-        except (tarfile.TarError, OSError, ValueError, OverflowError, EOFError) as err:
-            # a header tarfile cannot parse (bad number fields, a PAX record of absurd length, a cut file)
-            raise AnnotationError(f"{shard}: damaged tar file ({' '.join(str(err).split())[:160]})") from None
+    for info, tar in tar_members(shard, AnnotationError):
+        match = _KEY.match(info.name)
+        if not match or os.path.basename(info.name).startswith("."):
+            continue
+        ext = match.group(2).lower()
+        files, image = samples.setdefault(match.group(1), ({}, []))
+        if ext in IMAGE_EXTS:
+            image.append(Member(shard, info.offset_data, info.size, info.name))
+        elif ext in TEXT_EXTS:
+            try:
+                files[ext] = tar.extractfile(info).read()
+            except TAR_ERRORS as err:
+                raise AnnotationError(f"{shard}: damaged tar file ({' '.join(str(err).split())[:160]})") from None
     return samples
 
 
@@ -783,29 +750,38 @@ def write_shards(
         raise ConfigError(f"shard size: expected an integer >= 1, got {shard_size!r}")
     if os.path.isdir(out_dir) and any(f.lower().endswith(".tar") for f in os.listdir(out_dir)):
         raise ConfigError(f"{out_dir}: holds .tar files already; write shards to a new or empty folder")
-    os.makedirs(out_dir, exist_ok=True)
-    written: dict[str, list[str]] = {}
+    names: dict[str, list[str]] = {}
     splits = sorted({r.split for r in records}, key=lambda s: (("train", "val", "test", "restval") + (s,)).index(s))
-    for split in splits:
-        part = [r for r in records if r.split == split]
-        if split == "train":
-            part = [part[i] for i in np.random.default_rng(seed).permutation(len(part)).tolist()]
-        pattern = os.path.join(out_dir, f"{split}-%06d.tar")
-        with wds.ShardWriter(pattern, maxcount=shard_size, verbose=0) as sink:
-            for n, r in enumerate(
-                tqdm(part, desc=f"writing {split} shards", unit="img", disable=None if progress else True)
-            ):
-                ext, data = _image_payload(os.path.join(images_root, r.path))
-                meta = {
-                    "captions": list(r.captions),
-                    "tokens": [list(t) for t in r.tokens],
-                    "split": split,
-                    "image_id": r.image_id,
-                    "source": r.path,
-                }
-                meta.update({k: v for k, v in (("objects", r.objects), ("width", r.width), ("height", r.height)) if v})
-                sink.write({"__key__": f"{split}{n:09d}", ext: data, "json": json.dumps(meta).encode()})
-        written[split] = sorted(
-            os.path.join(out_dir, f) for f in os.listdir(out_dir) if re.fullmatch(rf"{split}-\d{{6}}\.tar", f)
-        )
-    return written
+    # a new (or empty) folder is written whole in a temporary sibling, renamed into place at the end;
+    # in a folder holding other files the shards are written as NAME.tar.partial, renamed to NAME.tar
+    # once every one is whole: a run killed between shards leaves no .tar a reader would trust
+    with folder_writer(out_dir, ConfigError, "the shards' folder") as folder:
+        for stale in os.listdir(folder):
+            if _PARTIAL.fullmatch(stale):  # a killed run's
+                os.unlink(os.path.join(folder, stale))
+        for split in splits:
+            part = [r for r in records if r.split == split]
+            if split == "train":
+                part = [part[i] for i in np.random.default_rng(seed).permutation(len(part)).tolist()]
+            pattern = os.path.join(folder, f"{split}-%06d.tar.partial")
+            with wds.ShardWriter(pattern, maxcount=shard_size, verbose=0) as sink:
+                for n, r in enumerate(
+                    tqdm(part, desc=f"writing {split} shards", unit="img", disable=None if progress else True)
+                ):
+                    ext, data = _image_payload(os.path.join(images_root, r.path))
+                    meta = {
+                        "captions": list(r.captions),
+                        "tokens": [list(t) for t in r.tokens],
+                        "split": split,
+                        "image_id": r.image_id,
+                        "source": r.path,
+                    }
+                    meta.update(
+                        {k: v for k, v in (("objects", r.objects), ("width", r.width), ("height", r.height)) if v}
+                    )
+                    sink.write({"__key__": f"{split}{n:09d}", ext: data, "json": json.dumps(meta).encode()})
+            names[split] = sorted(f for f in os.listdir(folder) if re.fullmatch(rf"{split}-\d{{6}}\.tar\.partial", f))
+        for files in names.values():
+            for f in files:
+                os.replace(os.path.join(folder, f), os.path.join(folder, f.removesuffix(".partial")))
+    return {split: [os.path.join(out_dir, f.removesuffix(".partial")) for f in files] for split, files in names.items()}

@@ -55,13 +55,19 @@ def holds_novel(objects: Sequence[dict], holdout: Sequence[Pair]) -> bool:
 
 
 def read_holdout(annotations: str) -> tuple[Pair, ...]:
-    """The held-out pairs a shapes annotation file records (its top-level ``holdout``), else ()."""
-    import json
+    """The held-out pairs a shapes annotation file records (its top-level ``holdout``: a list of
+    "colour:shape"), else () (any other file, or a value of another form: read totally, as every JSON
+    reader, files.py: read_json_file)."""
+    from captioning.errors import CaptioningError
+    from captioning.files import read_json_file
 
+    if not isinstance(annotations, str):  # several files, shards: not the shapes data's one file
+        return ()
     try:
-        with open(annotations, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        data = read_json_file(annotations, ConfigError, "a shapes annotation file")
+    except CaptioningError:
         return ()
     items = data.get("holdout") if isinstance(data, dict) else None
-    return tuple(tuple(str(p).split(":", 1)) for p in items or [])  # type: ignore[misc]
+    if not isinstance(items, list):
+        return ()
+    return tuple(tuple(p.split(":", 1)) for p in items if isinstance(p, str) and p.count(":") == 1)  # type: ignore[misc]

@@ -238,3 +238,38 @@ def test_resume_refuses_a_part_written_with_other_encoder_settings(data, encoder
     extract(data, encoder, tmp_path, max_batches=1, meta={"encoder": "resnet50"})
     with pytest.raises(ConfigError, match="features extracted with encoder 'resnet50', this run has 'resnet101'"):
         extract(data, encoder, tmp_path, meta={"encoder": "resnet101"})
+
+
+def test_a_part_cut_short_is_refused_not_zero_extended(data, encoder, tmp_path):
+    """A part's data file cut (a full disk, a partial copy) is not mapped for writing (which would
+    extend it with zeros, its rows then read as features with their done flags set): one line."""
+    extract(data, encoder, tmp_path, max_batches=2)
+    part = next(tmp_path.glob("*.f16"))
+    size = part.stat().st_size
+    with open(part, "r+b") as f:
+        f.truncate(size // 3)
+    with pytest.raises(ConfigError, match="cannot be resumed") as err:
+        extract(data, encoder, tmp_path)
+    assert "\n" not in str(err.value) and str(part) in str(err.value)
+    assert part.stat().st_size == size // 3  # left as it was
+
+
+@pytest.mark.parametrize(
+    "index, rows, expected",
+    [
+        ({"image_ids": [2**70], "grid": [4, 8]}, 1, "outside the 64-bit integers"),
+        ({"image_ids": [3, 3], "grid": [4, 8]}, 2, "lists an image twice"),
+        ({"image_ids": [3], "grid": [1, 2**27]}, 1, "more than the 16,777,216 values a cache row may hold"),
+        ({"image_ids": [3], "grid": [4, 8], "dtype": ["float16"]}, 1, '"dtype" must be one of'),
+    ],
+)
+def test_an_index_no_reader_could_use_is_one_line(tmp_path, index, rows, expected):
+    part = tmp_path / "part-000-of-001"
+    grid = index["grid"]
+    with open(f"{part}.f16", "wb") as f:
+        f.truncate(rows * grid[0] * grid[1] * 2)  # sparse: the sizes agree with the index
+    (tmp_path / "part-000-of-001.done").write_bytes(b"\x01" * rows)
+    (tmp_path / "part-000-of-001.index.json").write_text(json.dumps(index))
+    with pytest.raises(ConfigError, match=expected) as err:
+        FeatureCache(tmp_path)
+    assert "\n" not in str(err.value)

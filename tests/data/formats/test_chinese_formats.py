@@ -222,3 +222,23 @@ def test_prepare_without_the_images_folder_names_it_and_writes_nothing(fmt, tmp_
     errors = [line for line in err if line.startswith("error: ")]
     assert len(errors) == 1 and errors[0] == err[-1], err
     assert "missing or unreadable" in err[-1] and "is --images-root" in err[-1]
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("COCO_val2014_9223372036854775808", "its id is outside the 64-bit integers"),  # 2**63: crashed fit
+        ("COCO_val2014_" + "7" * 5000, "its id is outside the 64-bit integers"),  # crashed prepare
+        ("COCO_val2014_٤٢", "is not a COCO image name"),  # Arabic-Indic 42: was image 42 again
+        ("COCO_val2014_42", "has the id 42 of image 'COCO_val2014_000000000042'"),  # one image, two names
+    ],
+)
+def test_coco_cn_ids_are_ascii_digits_in_64_bits_once_each(tmp_path, name, expected):
+    path = coco_cn(tmp_path, COCO_CN + f"{name}#0\t一个女孩\n")
+    (tmp_path / "coco-cn_train.txt").write_text(f"COCO_val2014_000000000042\n{name}\n", encoding="utf-8")
+    with pytest.raises(AnnotationError, match=expected) as info:
+        load_records(str(path))
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+    problems = []
+    records = load_records(str(path), problems=problems)  # prepare lists it and reads the rest
+    assert [r.image_id for r in records] == [42] and len(problems) == 1 and expected in problems[0]

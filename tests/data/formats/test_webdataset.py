@@ -284,3 +284,43 @@ def test_a_resumed_fit_sees_the_batches_the_interrupted_one_had_left(shards, tmp
     (last,) = (tmp_path / "stopped").rglob("last.ckpt")
     resumed = fit(tmp_path / "stopped", 30, str(last))
     assert sorted(resumed) == [28, 29] and all(resumed[s] == whole[s] for s in resumed)
+
+
+#: a child that writes shards and kills itself (SIGKILL: no clean-up) as the third image is packed
+KILLED_WRITER = """
+import os, signal, sys
+from captioning.cli import main
+from captioning.data import webdataset
+payload, calls = webdataset._image_payload, [0]
+def killing(path):
+    calls[0] += 1
+    if calls[0] == 3:  # two shards of one image written, the third begun
+        os.kill(os.getpid(), signal.SIGKILL)
+    return payload(path)
+webdataset._image_payload = killing
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_writer_killed_between_shards_leaves_no_shard_to_trust(tiny_shapes, tmp_path, existing):
+    """`prepare --to-webdataset` killed between shards (a real process): no .tar is left that a later
+    `prepare` or `fit` would take for the dataset, in a new folder or in one holding other files; the
+    next run writes every shard."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "shards"
+    if existing:
+        out.mkdir()
+        (out / "README.md").write_text("the shards of the shapes data\n")
+    argv = ["prepare", "--annotations", str(tiny_shapes), "--min-word-freq", "1", "--to-webdataset", str(out)]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, *argv, "--shard-size", "1"], capture_output=True, timeout=300
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not list(out.glob("*.tar")) if out.exists() else not existing
+    assert main([*argv, "--shard-size", "16"]) == 0
+    assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tar")) == (["README.md"] if existing else [])
+    records = load_records(str(out))
+    assert len(records) == len(load_records(str(tiny_shapes)))
