@@ -195,7 +195,7 @@ class FastLSTM:
         P = decoder.window.W_p.out_features if self.local else 0
         self.M, self.H, self.splits = M, H, [Q, 1, P]
         self.width = Q + 1 + P
-        self._cache: tuple | None = None
+        self._search: Fused | None = None  # the fused products of the search under way (initial_state)
         step = self._luong_step if self.luong else self._step
         self.step_fn = torch.compile(step, dynamic=True) if decoder.config.compile_step else step
 
@@ -225,17 +225,17 @@ class FastLSTM:
         return self.train(False)
 
     def initial_state(self, features: Tensor, max_steps: int | None = None) -> DecoderState:
+        """The plain decoder's, and the fused products of the parameters as they are now, which the
+        search's steps then read (a search starts here; the parameters do not change within it)."""
+        self._search = None if torch.is_grad_enabled() else self.weights()
         return self.plain.initial_state(features, max_steps)
 
     # ------------------------------------------------------------------ the fused parameters
     def weights(self) -> Fused:
-        """The fused products, from the plain parameters: made anew while gradients are made (they
-        flow back to the plain parameters), else kept while the parameters do not change."""
+        """The fused products, made from the plain parameters as they are (gradients flow back to
+        them). Nothing is kept between passes: an optimizer (fused Adam) may change the parameters
+        in place without a trace a cache could check."""
         d = self.plain
-        params = list(d.parameters())
-        key = (torch.is_grad_enabled(), tuple((id(p), p._version, p.dtype, p.device) for p in params))
-        if not torch.is_grad_enabled() and self._cache is not None and self._cache[0] == key:
-            return self._cache[1]
         M, H = self.M, self.H
         T, zero = d.T, d.f_beta.bias.new_zeros
         rows = [d.f_beta.weight]
@@ -253,8 +253,6 @@ class FastLSTM:
             rows.append(T.weight[:, M : M + H])
             bias.append(T.bias)
             fused = Fused((torch.cat(rows), torch.cat(bias)), T.weight[:, :M], T.weight[:, M + H :], None)
-        if not torch.is_grad_enabled():
-            self._cache = (key, fused)
         return fused
 
     # ------------------------------------------------------------------ one step
@@ -329,7 +327,7 @@ class FastLSTM:
         mode = d.attention_mode(mode)
         Ey = d.E(tokens)
         tau = attention_temperature if d.attention_kind == "hard" and mode == "expected" else 1.0
-        w = self.weights()
+        w = self._search if self._search is not None and not torch.is_grad_enabled() else self.weights()
         out = self.step_fn(self.inputs(Ey, w), state, mode, temperature=tau, layers=self.layers(w, deferred=False))
         logits = d.deep_output(Ey, out.h, out.z)
         log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
@@ -341,6 +339,7 @@ class FastLSTM:
         """The plain decoder's ``forward``: the shrinking batch (Luong: the whole sequence at once),
         the static pass with ``static``, or scheduled sampling with ``sample_prob`` > 0."""
         mode = self.plain.attention_mode(mode)
+        self._search = None  # a search after this pass makes its products anew (initial_state)
         if sample_prob > 0:
             if self.attention_kind != "soft":
                 raise ConfigError(

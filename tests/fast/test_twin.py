@@ -290,3 +290,26 @@ def test_the_commands_model_is_the_twin_and_the_models_own_call_is_plain(tiny_mo
     assert not calls  # model.generate runs the plain decoder
     twin = fast.generate(images=images, config=config)
     assert calls and torch.equal(twin.sequences, plain.sequences)
+
+
+@pytest.mark.parametrize("variant", ["paper", "luong_local_heads"])
+def test_the_twin_follows_the_parameters_as_they_train(variant, make_decoder, make_batch):
+    """Fused Adam changes the parameters in place without bumping their version counters: after each
+    step the twin's search is still the plain decoder's (nothing fused is kept between searches)."""
+    dec = make_decoder(sharpen=3.0, eos=1.0, **VARIANTS[variant])
+    twin = FastLSTM(dec)
+    features, captions, lengths = make_batch()
+    optimizer = torch.optim.Adam(dec.parameters(), lr=0.05, fused=True)
+    config = GenerationConfig(num_beams=2, max_new_tokens=6)
+    for _ in range(3):
+        with torch.no_grad():
+            before = generate(twin, features, config)
+        out = twin(features, captions, lengths)
+        loss = -caption_log_likelihood(out.logits, captions[:, 1:], out.mask).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            plain, fast = generate(dec, features, config), generate(twin, features, config)
+        torch.testing.assert_close(fast.scores, plain.scores, rtol=1e-11, atol=1e-11)
+        assert not torch.allclose(fast.scores, before.scores)  # the step changed the model
