@@ -67,14 +67,19 @@ def reinforce_loss(
 ) -> ReinforceTerms:
     """The second and third terms of Eq. 12, as a loss to minimise.
 
-    log_likelihood: (B,) log p(y | s, a), summed over steps (its gradient is the first term, left
-    to the caller: it is -log_likelihood). location_log_prob: (B, T) log p(s_t | a), 0 where the
-    expected context was used; entropy: (B, T) H[alpha_t]; mask: (B, T) real steps; baseline: a
-    scalar b or one per caption (B,), which must not depend on the caption's sampled locations.
+    Args:
+        log_likelihood: (B,) log p(y | s, a), summed over steps (its gradient is the first term, left
+            to the caller: it is -log_likelihood).
+        location_log_prob: (B, T) log p(s_t | a), 0 where the expected context was used.
+        entropy: (B, T) H[alpha_t].
+        mask: (B, T) real steps.
+        baseline: a scalar b or one per caption (B,), which must not depend on the caption's sampled
+            locations.
+
     The reward R is the caption's plain log-likelihood (never label-smoothed) averaged over its
     real steps (the authors' code; ``reward_per_step=False`` uses the summed log-likelihood, for
-    which lambda_r = 1 makes the estimator unbiased for the gradient of E_s[log p(y | s, a)]). ``scale``: the advantage is
-    divided by it (reward normalisation; a number fixed before the step's samples). ``weight``: (B,)
+    which lambda_r = 1 makes the estimator unbiased for the gradient of E_s[log p(y | s, a)]).
+    ``scale``: the advantage is divided by it (reward normalisation; a number fixed before the step's samples). ``weight``: (B,)
     row weights of the loss (``semi_sampling_per: expectation``), None for 1.
     """
     reward = caption_reward(log_likelihood, mask, reward_per_step)  # (B,)
