@@ -54,11 +54,11 @@ def _indent(line: str) -> int:
 def _units(lines: list[str], first_line: int) -> Iterator[list[tuple[int, str]]]:
     """Runs of prose lines (each with its line number) that no sentence crosses.
 
-    A blank line, a list item ("- ", "* ", "1. ", "(a) "...), a change of indentation after a line ending with ":" or
-    back to a shallower one (as in the "Args:" sections) each start a new run. Literal blocks (the indented lines after
-    a line ending with "::", or after a blank line, 4 columns deeper than the paragraph above or
-    deeper than one ending with ":"), doctests (">>>" to the next blank
-    line), reST tables (a rule of "=" or "-" to the next blank line) and fenced blocks are skipped.
+    A blank line, a list item ("- ", "* ", "1. ", "(a) "...), a deeper indentation after a line ending with ":"
+    and a return to a shallower one (as in the "Args:" sections) each start a new run. Skipped: literal blocks,
+    doctests (">>>" to the next blank line), reST tables (a rule of "=" or "-" to the next blank line) and
+    fenced blocks. A literal block is the indented lines after a line ending with "::", or after a blank line
+    when they are 4 columns deeper than the paragraph above (or deeper than one ending with ":").
     """
     unit: list[tuple[int, str]] = []
     code_above: int | None = None  # inside a literal block: the indentation its lines are deeper than
