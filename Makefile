@@ -77,6 +77,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m tools.dev.check_commits
+	$(BIN)/python -m tools.dev.check_prose
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

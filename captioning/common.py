@@ -48,8 +48,8 @@ def default_device(device: str | torch.device | None = None) -> torch.device:
 
 # --------------------------------------------------------------------------- threads on a shared machine
 # PyTorch's intra-op threads default to one a core; on a machine where other processes keep cores
-# busy, those threads wait on one another and a step can take four times as long as with one thread
-# (docs/PERFORMANCE.md, "Threads"). The commands that compute choose their threads from the cores
+# busy, those threads wait on one another and a step takes several times as long as with one thread
+# (measured: docs/PERFORMANCE.md, "Threads"). The commands that compute choose their threads from the cores
 # that are free, unless told (--threads N, or OMP_NUM_THREADS).
 
 #: a core counts as free when at least this share of it is idle

@@ -3,36 +3,18 @@
 A checkpoint, model folder, ONNX folder, vocabulary, config or import written for an earlier version
 may lack something this version records, or spell it differently. Each such case is one entry of
 this module, and the code that reads the file takes the meaning from here (tests/test_compat.py
-holds each promise against its reader):
+holds each promise against its reader). The entries: the values of fields old files do not record
+(:data:`UNRECORDED_INTERPOLATION`, :data:`UNRECORDED_DECODER_KIND`, :data:`UNRECORDED_TOKENIZER`,
+:data:`UNRECORDED_TOKENIZER_VERSION`, :data:`UNRECORDED_FEATURE_DTYPE`), a decoder config of the time
+when every kind shared one (:data:`SHARED_DECODER_FIELDS`, :func:`decoder_fields`), a checkpoint's
+field names (:data:`CHECKPOINT_SPEC_KEYS`), an objective's earlier spelling and state
+(:func:`objective_spelling`, :data:`NEWER_OBJECTIVE_STATE`, :data:`GUMBEL_DROPPED_STATE`) and import
+paths (:data:`OLD_IMPORT_PATHS`). Old LSTM weight names are converted in storage/paper_names.py,
+checkpoints without a model card get one in storage/checkpoint.py, and settings an old checkpoint
+does not record are not compared on resume (training/resume.py).
 
-- a model file that records no resize interpolation: :data:`UNRECORDED_INTERPOLATION`
-  (``ModelSpec.from_dict``, for checkpoints, model folders and ONNX folders alike);
-- a model file that records no decoder kind: :data:`UNRECORDED_DECODER_KIND`, the paper's LSTM
-  (``DecoderConfig.kind``'s default);
-- a decoder config of the time when every kind shared one config: the other kinds' fields it
-  holds at their unset or only accepted values are dropped (:data:`SHARED_DECODER_FIELDS`,
-  :func:`decoder_fields`; models/kinds.py);
-- an LSTM decoder's weights stored fused under earlier names: storage/paper_names.py;
-- a vocabulary that records no tokenizer: :data:`UNRECORDED_TOKENIZER` (``Vocabulary.from_dict``);
-- a vocabulary that records no tokenizer version: :data:`UNRECORDED_TOKENIZER_VERSION`, the word
-  pattern of nltk 3.10.4's ``RegexpTokenizer`` (``Vocabulary.from_dict``, tokenizers.py ``word_pattern``);
-- a checkpoint's names of the model description's fields, ``test_generation`` for the default
-  decoding: :data:`CHECKPOINT_SPEC_KEYS` (storage/checkpoint.py);
-- ``HardAttentionReinforce`` with ``estimator: gumbel``, the Gumbel objective's earlier spelling, in a
-  config or a checkpoint: :func:`objective_spelling` (objectives/__init__.py, training/cli.py);
-- running state an objective gained after the first checkpoints: filled with its start value
-  (:data:`NEWER_OBJECTIVE_STATE`, objectives/hard.py); REINFORCE's running state in a checkpoint of
-  that earlier Gumbel spelling: dropped (:data:`GUMBEL_DROPPED_STATE`, objectives/gumbel.py);
-- a checkpoint without its own model card: one is made from Lightning's state
-  (storage/checkpoint.py ``checkpoint_card``);
-- a checkpoint that does not record a setting ``--ckpt_path`` resuming compares: that setting is not
-  compared (training/resume.py ``SETTINGS``);
-- import paths of earlier versions: :data:`OLD_IMPORT_PATHS`;
-- a feature-cache index that records no stored dtype: :data:`UNRECORDED_FEATURE_DTYPE` (data/features/reader.py:
-  the reader before ``extract-features --dtype`` took every cache as float16 ``.f16`` files, whatever
-  its index said); caches of that version read as they are, unpooled.
-
-A promise is dropped by deleting its entry here and what reads it; nothing else keeps one.
+Each promise, the file it concerns and the code that reads it: docs/COMPATIBILITY.md. A promise is
+dropped by deleting its entry here and what reads it; nothing else keeps one.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ A tokenizer is one class registered in :data:`TOKENIZERS`::
     @TOKENIZERS.register("chars")
     class CharTokenizer(Tokenizer):
         name = "chars"
-
         def tokenize(self, text): return [c for c in text if not c.isspace()]
 
         def detokenize(self, tokens): return "".join(tokens)
@@ -14,18 +13,9 @@ The data names one (``data.tokenizer``); the vocabulary built from its tokens re
 (:class:`~captioning.vocab.Vocabulary`), so that every route that turns ids back into text (the
 API, evaluation, the web page, the ONNX captioner) joins tokens the way they were split.
 
-Built in (docs/LANGUAGES.md):
-
-* ``words``: lower-cased words and numbers, punctuation dropped (spaced scripts; the default); the
-  project's own pattern, versioned (:data:`WORDS_VERSION`, recorded in the vocabulary: a
-  vocabulary splits its captions the same on every machine, an old one as it always did);
-* ``chars``: one token per CJK character (Han, kana), words of spaced scripts and digit runs whole;
-* ``jieba``: Chinese word segmentation by the ``jieba`` package (``pip install -e '.[zh]'``), as AI
-  Challenger's evaluation segments;
-* ``bpe`` / ``unigram``: a subword vocabulary of ``data.vocab_size`` tokens trained on the training
-  captions by Hugging Face ``tokenizers`` (``pip install -e '.[subword]'``); the trained model is kept
-  in the vocabulary (:meth:`Tokenizer.state`).
-
+Built in: ``words`` (the default: lower-cased words and numbers, the project's own pattern, versioned
+by :data:`WORDS_VERSION` in the vocabulary), ``chars``, ``jieba``, and the subwords ``bpe`` / ``unigram``
+(their trained model kept in the vocabulary, :meth:`Tokenizer.state`): docs/LANGUAGES.md, "Tokenizers".
 Text in CJK scripts is joined without spaces (:func:`join_words`); :func:`pick_tokenizer` chooses
 ``jieba`` (else ``chars``) for training captions that are mostly CJK.
 """

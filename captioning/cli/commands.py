@@ -1,5 +1,4 @@
-"""The ``captioning`` subcommands: one :class:`Command` per module under cli/, registered in
-:data:`COMMANDS` by its name.
+"""The ``captioning`` subcommands: one :class:`Command` per module under cli/, registered by name in :data:`COMMANDS`.
 
 A new command is one module::
 

@@ -2,28 +2,21 @@
 and tools use :class:`CaptionData` itself; training uses its LightningDataModule,
 data/datamodule.py's :class:`CaptionDataModule`).
 
-The annotation file may be of any registered format (data/formats/: a Karpathy split JSON, raw
-COCO caption JSON with an optional Karpathy split file, a captions CSV / JSON-lines file next to a
-folder of images, a Hub dataset, WebDataset shards); the :class:`Annotations` its format reads say
-where the images come from (image files, or the shards: training streams them, evaluation reads
-the val/test images from them). The captions are split into tokens by ``tokenizer``
-(captioning/tokenizers.py), which the vocabulary records.
-
-Training yields one sample per (image, caption) pair, evaluation one sample per image (the
-datasets and the collate function are in datasets.py); ``setup`` only reads the annotation file,
-never the images.
+The annotation file may be of any registered format (data/formats/). The :class:`Annotations` its
+format reads say where the images come from: image files, or the shards (training streams them,
+evaluation reads the val/test images from them). The captions are split into tokens by
+``tokenizer`` (captioning/tokenizers.py), which the vocabulary records. Training yields one sample
+per (image, caption) pair, evaluation one sample per image (the datasets and the collate function
+are in datasets.py); ``setup`` only reads the annotation file, never the images.
 
 Batches (B samples, S = image_size, T = longest caption in the batch incl. BOS and EOS):
     train:      {"images": (B, 3, S, S) float, "captions": (B, T) long [BOS w.. EOS PAD..],
                  "lengths": (B,) long, "image_ids": (B,) long, "bad_images": list[str]}
     val / test: {"images": (B, 3, S, S) float, "image_ids": (B,) long, "bad_images": list[str]}
 With ``features`` (a cache written by ``captioning extract-features``) the visual input is
-``"features": (B, L, D) float16`` instead of ``"images"``.
-"bad_images" holds the messages of unreadable images dropped from the batch (``on_bad_image="skip"``);
-:meth:`CaptionData.drop_bad_images` removes it, counts them in ``skipped_samples`` and logs each file
-once (in training, the data module's ``on_before_batch_transfer`` calls it).
-With ``on_bad_image="error"`` the first one is raised as an :class:`ImageError` (one line, also when
-it happened in a worker process). A batch whose images are all unreadable has B = 0.
+``"features": (B, L, D) float16`` instead of ``"images"``. "bad_images" holds the messages of unreadable
+images dropped from the batch; :meth:`CaptionData.drop_bad_images` removes it. The formats, and what
+``on_bad_image`` does: docs/TRAINING.md, "Data".
 """
 
 from __future__ import annotations

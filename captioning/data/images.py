@@ -497,11 +497,12 @@ def drop_rows(batch: dict, rows: list[int], size: int) -> dict:
 
 
 def decode_entries(entries: list, names: list[str], sizes, device) -> tuple[list, list[str | None]]:
-    """The GPU route of the streaming commands (``caption --decode-device``): each entry a loader read
-    (data/inputs.py), a JPEG's bytes as a 1-D uint8 array or one uint8 (3, S, S) array per (size,
-    interpolation) of ``sizes``, -> (per entry a tuple, one image per size: the JPEGs decoded and
-    resized on ``device`` as uint8 tensors, the others as they were; None where unreadable), and the
-    one-line error of each (None where read)."""
+    """The GPU route of the streaming commands (``caption --decode-device``).
+
+    Each entry is what a loader read (data/inputs.py): a JPEG's bytes as a 1-D uint8 array, or one
+    uint8 (3, S, S) array per (size, interpolation) of ``sizes``. Returns, per entry, a tuple of one
+    image per size (the JPEGs decoded and resized on ``device`` as uint8 tensors, the others as
+    they were; None where unreadable), and the one-line error of each (None where read)."""
     import torch
 
     rows = [i for i, e in enumerate(entries) if isinstance(e, np.ndarray) and e.ndim == 1]

@@ -1,13 +1,13 @@
 """Images to caption, as a stream: what ``captioning caption`` / ``attend`` and
 ``Captioner.caption_files`` read, in bounded memory whatever the number of images.
 
-**Inputs** (:func:`iter_sources`), each argument in the order given: a file; a folder (its images
-and its subfolders', in the order of their sorted paths, walked one folder at a time without
-recursion); a glob pattern (its matches, sorted); ``@list.txt`` (one path per line, from the current
-folder; blank and ``#`` lines passed over; read as the stream goes); WebDataset shards (``x.tar`` or
-``x-{000..009}.tar``: their image members in file order, named ``SHARD:MEMBER``, listed from their
+**Inputs** (:func:`iter_sources`) are read in the order given. A folder gives its images and its
+subfolders', in the order of their sorted paths, walked one folder at a time without recursion; a glob
+pattern gives its matches, sorted. ``@list.txt`` gives one path per line, from the current folder
+(blank and ``#`` lines passed over; read as the stream goes). WebDataset shards (``x.tar`` or
+``x-{000..009}.tar``) give their image members in file order, named ``SHARD:MEMBER``, listed from their
 tar headers, each checked before the next is read by data/tars.py; a missing or damaged shard is a
-problem of that shard only).
+problem of that shard only. A file is itself.
 
 Only the names and places of the images are held while listing; an image's pixels exist while its
 batch is read and captioned. Only regular files are read (a FIFO or a device is one line, never

@@ -8,7 +8,7 @@ another order, of another seed, batch size or number of processes, is refused).
 
 The epoch's order is a list of batches. Shuffled: a random permutation cut into batches. Bucketed
 by length (``lengths`` given): captions of similar length are batched together, as the authors'
-code does, so that a batch wastes few padded steps: a random permutation is cut into chunks of
+code does, so that a batch wastes few padded steps. A random permutation is cut into chunks of
 ``bucket_batches`` batches, each chunk is sorted by caption length and cut into batches, and the
 full batches of the epoch are shuffled (a last, partial batch stays last). Under DDP each rank
 takes every ``num_replicas``-th batch; the epoch is first padded (with its first items) to a whole
@@ -107,10 +107,12 @@ class EpochShuffleSampler(DistributedSampler):
 
 class SharingLoader(DataLoader):
     """A DataLoader whose worker processes (forked) leave alone the objects they share with the
-    training process: the workers are started with every object the garbage collector tracks
-    frozen (``gc.freeze``; thawed again at once in the parent), so that a full collection in a
-    worker, which writes a field of every object it walks, does not copy the parent's pages (at
-    COCO's size ~170 MB a worker: docs/PERFORMANCE.md, COCO-sized data). The datasets hold their
+    training process.
+
+    The workers are started with every object the garbage collector tracks frozen (``gc.freeze``;
+    thawed again at once in the parent). So a full collection in a worker, which writes a field of
+    every object it walks, does not copy the parent's pages (what it saves a worker at COCO's size:
+    docs/PERFORMANCE.md, "COCO-sized data"). The datasets hold their
     records as arrays (data/datasets.py), so that reading them copies nothing either."""
 
     def _get_iterator(self):

@@ -1,9 +1,9 @@
 """The tokenizer a dataset's captions get: picked for CJK captions, trained for subwords, applied.
 
 :class:`~captioning.data.captions.CaptionData` calls :func:`fit_tokenizer` once it has read the
-records: where no tokenizer was named and the training captions are mostly CJK it picks ``jieba``
-(``chars`` without jieba) and says so in one line; a trained tokenizer (bpe, unigram) not yet
-trained learns from the training captions; then every caption is split again by the tokenizer
+records. Where no tokenizer was named and the training captions are mostly CJK, it picks ``jieba``
+(``chars`` without jieba) and says so in one line. A trained tokenizer (bpe, unigram) not yet
+trained learns from the training captions. Then every caption is split again by the tokenizer
 (the readers' own tokens are ``words``' at the newest version of its word pattern).
 """
 

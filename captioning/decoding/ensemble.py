@@ -8,15 +8,9 @@ weighted mean of its members' scores. Members may mix soft and hard attention: e
 own kind, the config's ``attention_mode`` / ``attention_temperature`` / ``location_samples`` apply to
 the hard members.
 
-The search loops (search.py) see an :class:`EnsembleDecoder` as a decoder: ``initial_state`` over the
-members' features (one tensor per member) gives an :class:`EnsembleState`, whose carried tensors
-are the members' one after the other (an LSTM's h, c; a transformer's position and key/value cache:
-members of both kinds mix), and ``step`` gives the averaged log-probabilities, the new state and a
-glimpse whose ``alpha`` is the members' weighted mean map (on the first member's grid; the others'
-maps are resampled to it), whose ``head_alpha`` holds each member's map on that grid (N, members, L)
-(the search returns them as ``head_alphas``; the API as "member_attention") and whose ``location``
-is the mean map's argmax. A focus (decoding/steering.py) steers every member with the same box's
-prior on its own grid (:meth:`EnsembleDecoder.focused`).
+The search loops (search.py) see an :class:`EnsembleDecoder` as a decoder (how: its docstring). A
+focus (decoding/steering.py) steers every member with the same box's prior on its own grid
+(:meth:`EnsembleDecoder.focused`).
 
     ensemble = Ensemble([model_a, model_b], weights=[0.7, 0.3], names=["a.ckpt", "b.ckpt"])
     out = ensemble.generate(images=batch, config=GenerationConfig(num_beams=3))
@@ -75,6 +69,14 @@ class EnsembleState:
 
 class EnsembleDecoder:
     """The members' decoders as one decoder for the search loops: the averaged log-probabilities.
+
+    ``initial_state`` over the members' features (one tensor per member) gives an :class:`EnsembleState`.
+    Its carried tensors are the members' one after the other: an LSTM's h, c; a transformer's position
+    and key/value cache (members of both kinds mix). ``step`` gives the averaged log-probabilities,
+    the new state and a glimpse. The glimpse's ``alpha`` is the members' weighted mean map, on the
+    first member's grid (the others' maps are resampled to it). Its ``head_alpha`` holds each member's
+    map on that grid (N, members, L): the search returns them as ``head_alphas``, the API as
+    "member_attention". Its ``location`` is the mean map's argmax.
 
     ``state_layout`` is itself: how search.py takes an :class:`EnsembleState` apart (each member's
     carried tensors and constants, member after member, by the member's own layout) and puts it

@@ -4,7 +4,7 @@ For every word of the model's own caption, the caption is teacher-forced again w
 image's L annotation vectors removed, and the word's log-probability read at its step (the rest
 of the caption fixed). Which vectors: the k most attended at that word's step (alpha_t of the
 unperturbed pass; for hard attention the expected attention), k random ones, or the k least
-attended; removal replaces a vector by the image's mean vector ("mean") or by zeros ("zero"),
+attended. Removal replaces a vector by the image's mean vector ("mean") or by zeros ("zero"),
 for the whole pass (the initial state, which reads the mean of the vectors, sees the removal too).
 Removing every vector with "zero" leaves the image-free language model. Deletion curves (remove
 the top fraction f) and insertion curves (keep only the top fraction f) and their areas follow

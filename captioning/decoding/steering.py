@@ -14,12 +14,9 @@ An ensemble (decoding/ensemble.py) is steered member by member: each member's de
 prior of the same box on its own grid (members may read different image sizes), so every member
 reads the region, and the search averages their steered log-probabilities as usual.
 
-What it can do: make the decoder read the region's annotation vectors, so that the words it
-writes are the ones those vectors support. What it cannot do: change what the language model
-wants to say next (a caption's structure, its count of objects), nor what the initial state
-reads (h_0 and c_0 come from the mean of all L vectors), nor reach a model without attention
-scores to add the prior to (:func:`steer_problem` says which; the ONNX captioner's exported step
-takes no prior either and refuses a focus).
+It makes the decoder read the region's annotation vectors, so that the words it writes are the ones
+those vectors support. It cannot reach a model without attention scores to add the prior to
+(:func:`steer_problem` says which). What else it cannot do: docs/EVALUATION.md, "Steering".
 """
 
 from __future__ import annotations

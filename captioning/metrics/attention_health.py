@@ -11,8 +11,8 @@ each caption's maps alpha_1..alpha_n (n tokens, EOS included; rows over L locati
   every consecutive pair of every caption.
 
 :class:`AttentionHealth` gathers the sums batch by batch (numpy arrays; per caption with
-:meth:`AttentionHealth.caption_sums`, so that an evaluator can count each image once); :meth:`AttentionHealth.scores`
-gives the figures and a warning when the maps are near uniform (ratio above ``uniform_ratio``,
+:meth:`AttentionHealth.caption_sums`, so that an evaluator can count each image once).
+:meth:`AttentionHealth.scores` gives the figures and a warning when the maps are near uniform (ratio above ``uniform_ratio``,
 default 0.95) or barely move (movement below ``movement_floor``, default 0.05), over the maps of
 at least ``min_captions`` captions (default 10: a handful says little). Training does not log them
 for the sanity check's validation, before any step (training/module.py).

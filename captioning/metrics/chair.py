@@ -1,47 +1,22 @@
 """CHAIR: the objects a caption names that its image does not hold (Rohrbach et al., EMNLP 2018).
 
 COCO: the procedure of the paper's released code (github.com/LisaAnne/Hallucination, utils/chair.py,
-``CHAIR.caption_to_words``), step by step:
-
-1. the caption is lower-cased and split into words as ``nltk.word_tokenize`` (nltk 3.2.5, its pinned
-   version) splits it: sentences, then the Treebank tokenizer with word_tokenize's additions
-   (:func:`word_tokenize`; transcribed, so that no nltk data is needed);
-2. each word is singularised by ``pattern.en.singularize`` (Pattern 3.6): here a table of the singulars
-   of every word that matters (data/chair_singulars.txt, derived from pattern's source by
-   tools/dev/chair_reference.py), so that its quirks are kept ("bus" -> "bu", so a singular "bus" is no
-   mention while "buses" is; "ties" -> "ty"; "glass" -> "glas");
-3. two consecutive words that form one of its compounds are joined (:func:`double_words`): "hot dog" is
-   the hot dog category, not a dog; "teddy bear" is not a bear; "baby bird" / "adult bird" (and the other
-   animal words) is the animal, not a person; "passenger train" / "passenger jet" is the vehicle, not a
-   person; "bow tie" is a tie; "toilet seat" a toilet; "wine glas" (pattern's singular of "wine glass")
-   the wine glass; "motor bike", "home plate", "train track" and "stove top oven" are joined but are no
-   object (the synonym list spells the first " motor bike", and the others are in no list; a three-word
-   compound is never joined);
-4. if the caption says "toilet" and "seat", every "seat" is dropped ("the seat of the toilet" is no chair);
-5. each remaining word that is an entry of the synonym file (data/chair_synonyms.txt, the paper's file,
-   read as the released code reads it: each line split at ", ", so " motor bike" and " cheesecake", written
-   after a double space, keep their space and are never met, and "iPhone" is never met in a lower-cased
-   caption) is a mention of its line's category (the first entry); every mention counts, repeats included.
-
-The objects an image holds: the categories of its instance annotations (``instances_val2014.json``)
-and those its reference captions mention, by the same procedure. Then:
-
-* CHAIR-i = mentions of categories the image does not hold / all mentions;
-* CHAIR-s = captions with at least one such mention / captions;
-* object recall = the image's categories the caption mentions / the image's categories (summed over
-  images; not in the released code).
-
-Where this can differ from the released code: nltk splits sentences with its punkt model (data that
-needs a download); :func:`word_tokenize` ends a sentence at ".", "?" or "!" (and closing quotes or
-brackets) followed by white space, where punkt would keep a period of a learned abbreviation ("st.",
-"dr.") inside its sentence. That decides only whether such a word keeps its period; no looked-up word
-is a usual abbreviation, but this was not checked against punkt's model. tools/dev/chair_reference.py
-checks the rest against the released code's own source.
+``CHAIR.caption_to_words``), step by step. The caption is lower-cased and split into words as
+``nltk.word_tokenize`` (nltk 3.2.5) splits it (:func:`word_tokenize`, transcribed: no nltk data is
+needed). Each word is singularised as ``pattern.en.singularize`` (Pattern 3.6) does, quirks kept (a
+table, data/chair_singulars.txt, derived from pattern's source by tools/dev/chair_reference.py). Two
+consecutive words that form one of its compounds are joined (:func:`double_words`). "seat" is dropped
+from a caption that says "toilet". Each remaining word that is an entry of the synonym file
+(data/chair_synonyms.txt, the paper's file, read as the released code reads it) is a mention of its
+line's category. The objects an image holds: the categories of its instance annotations
+(``instances_val2014.json``) and those its reference captions mention, by the same procedure. CHAIR-i,
+CHAIR-s and object recall (not in the released code) are counted from these.
 
 Shapes data (``shapes_chair``): the same counts with (size, colour, shape) mentions against the
-image's objects field, and each hallucinated mention told apart: a shape the image does not hold
-("absent"), a shape it holds but not in that colour ("wrong_colour"), a shape and colour it holds
-but not at that size ("wrong_size").
+image's objects field, each hallucinated mention told apart ("absent", "wrong_colour", "wrong_size").
+
+Each step's rules and quirks, the counts, where this can differ from the released code (sentence
+splits without punkt) and how it was checked: docs/EVALUATION.md, "Hallucination: CHAIR".
 """
 
 from __future__ import annotations

@@ -1,32 +1,21 @@
 """In-process CIDEr-D for self-critical training rewards (Rennie et al. 2017), equal to pycocoevalcap's ``Cider``.
 
-pycocoevalcap's ``Cider`` (which is CIDEr-D) scores a candidate caption against its image's
-references with tf-idf vectors of n-grams, n = 1..4. The order-n vector of a sentence holds, for
-each of its n-grams g, ``tf(g) * (log(N) - log(max(1, df(g))))``: the n-gram's count in the
-sentence times its inverse document frequency, N being the number of images and df(g) the number
-of images whose references contain g. Between candidate c and reference r (vectors c_n, r_n)::
+The order-n vector of a sentence holds, for each of its n-grams g (n = 1..4), ``tf(g) * (log(N) -
+log(max(1, df(g))))``, N being the number of images and df(g) the number of images whose references
+contain g. Between candidate c and reference r (vectors c_n, r_n)::
 
     sim_n(c, r) = sum_g min(c_n[g], r_n[g]) * r_n[g] / (|c_n| |r_n|) * exp(-(l_c - l_r)^2 / (2 sigma^2))
     CIDEr-D(c)  = 10 * mean over n of (mean over the references r of sim_n(c, r))
 
-with CIDEr-D's clipped counts (``min``) and Gaussian length penalty (sigma = 6); the division is
-skipped where a norm is 0 (the sum is then 0 too). The length l is pycocoevalcap's: it counts the
-sentence's *bigrams*, ``len(words) - 1`` (0 for one word or none), whatever n.
-Sentences are split on whitespace (``str.split``), as pycocoevalcap does.
+with sigma = 6 and l the sentence's number of bigrams, as pycocoevalcap counts it. :class:`CiderD`
+takes df and N once from the training references, where pycocoevalcap takes them from the corpus it
+scores, and :meth:`CiderD.state_dict` stores them in a checkpoint, so every process and a resumed run
+give the same rewards. Built from exactly the reference sets it scores, it gives pycocoevalcap's
+per-image scores. :func:`tokenize` gives its tokens from raw captions.
 
-pycocoevalcap takes df and N from the very corpus it scores. :class:`CiderD` takes them once from
-the training references (one reference set per image), keeps ``log(N)`` like pycocoevalcap, and
-scores any batch against them; :meth:`CiderD.state_dict` stores them in a checkpoint, so every
-process and a resumed run give the same rewards. Built from exactly the reference sets it scores,
-it gives pycocoevalcap's per-image scores (up to the order of float summation, ~1e-16).
-
-Why a call is fast (no Python loop over n-grams or pairs): the batch's words get integer ids, and
-its k-grams ids built order by order from the keys ``(id of the (k-1)-gram prefix, id of the last
-word)``. The stored corpus has such keys too, so the document frequencies of a batch's distinct
-n-grams are found with one vectorised hash lookup per order. Each sentence becomes a sparse vector
-(sorted (n-gram, tf-idf) entries). Candidates repeat their image's references, so each distinct
-reference set is vectorised once, and each candidate's entries are joined with its set's reference
-entries by ``searchsorted`` (its speed: docs/PERFORMANCE.md).
+The derivation in full: docs/EVALUATION.md, "CIDEr-D, in process"; why a call is fast (vectorised
+n-gram ids, one hash lookup per order, ``searchsorted`` joins) and its speed: docs/PERFORMANCE.md,
+"The benchmark".
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ no references, and its harmonic mean with the caption's best match among the ref
     RefCLIP-S(c, R, v) = H-mean(CLIP-S(c, v), max(max_r cos(E_t(c), E_t(r)), 0))   (the texts with that prefix too)
 
 averaged over the images, as the paper's code does (its text prefix included). The CLIP model is an
-OpenCLIP one (the extra ``ecosystem``): ``MODEL/TAG`` (e.g. ``ViT-B-32/openai``; the tag one of
-OpenCLIP's for the model, :func:`check_open_clip_name`), its weights from OpenCLIP's cache, or
-``MODEL`` with ``weights=`` a local safetensors file or weights-only state dict of the whole CLIP,
+OpenCLIP one (the extra ``ecosystem``). It is ``MODEL/TAG`` (e.g. ``ViT-B-32/openai``; the tag one of
+OpenCLIP's for the model, :func:`check_open_clip_name`), its weights from OpenCLIP's cache; or
+``MODEL`` with ``weights=`` a local safetensors file or weights-only state dict of the whole CLIP;
 or ``hf-hub:owner/name`` (``local-dir:PATH``) for one published on the Hub (SigLIP, DFN, fine-tuned
 ones): its open_clip_config.json and safetensors weights (:func:`load_hosted_open_clip`).
 Where none can be loaded (no open_clip, offline with nothing cached, a damaged weights file), the

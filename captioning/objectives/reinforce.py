@@ -4,49 +4,20 @@
 
 The locations s_t ~ Cat(alpha_t) are sampled along each caption; with probability
 ``semi_sampling_p`` a caption uses the expected context instead (the paper's variance reduction,
-Section 4.1); b is a moving average of the reward (saved in checkpoints).
-
-Options that lower the variance of the location-gradient term and keep the estimator the paper's
-(a score-function estimator, unbiased for the gradient of E_s[R] whatever the baseline, as long as
-the baseline does not depend on the sampled locations):
-
-* ``num_samples`` K > 1 with ``baseline: leave_one_out``: K location sequences per caption, each
-  sample's baseline the mean reward of the other K - 1 (Kool et al. 2019, "Buy 4 REINFORCE samples").
-* ``baseline: learned``: b(a) = the moving average + w^T mean_i(a_i) + c, a linear function of the
-  image's mean annotation vector fitted to the rewards (normalised least mean squares, one update a
-  step, in :meth:`commit`; the weights are buffers saved in checkpoints, not trained by Adam).
-* ``normalize_reward``: the advantage divided by a running standard deviation of past advantages
-  (from earlier steps only, so it rescales the step without biasing its direction).
-* ``lambda_e_final`` / ``entropy_anneal_steps``: the entropy bonus moved linearly from lambda_e to
-  lambda_e_final over that many steps (a large bonus explores early, a small one lets alpha sharpen).
-* ``semi_sampling_per``: one expected-context draw per batch (the authors' code) or per image (the paper),
-  or ``expectation``: no draw; every caption is decoded twice, with the expected context and with
-  sampled locations, the two losses weighted p and 1 - p. That is the exact expectation over the
-  paper's per-image draw of its estimator (a Rao-Blackwellised draw: the same expected update, less
-  variance per caption), at two decoder rows per caption (not less variance per decoder row).
-* ``semi_sampling_p_final`` / ``semi_sampling_anneal_steps``: the probability of the expected context
-  moved linearly from ``semi_sampling_p`` to ``semi_sampling_p_final`` (e.g. 1 -> 0.5: every caption
-  starts on the expected context, which trains the attention network at full rate while alpha is
-  still near uniform, and the sampled share grows to the paper's half). The estimator of each step
-  is the paper's; the schedule of its mixing probability is this codebase's.
-
-Label smoothing (``label_smoothing``, epsilon, as :class:`~captioning.objectives.CrossEntropy`'s)
-applies to the first term only: the likelihood term's word targets are 1 - epsilon on the caption's
-word and epsilon spread over the V words, so that term's loss per word is (1 - epsilon) *
--log p(y_t | s, a) + epsilon * mean_w -log p(w | s, a). The reward R stays the caption's plain
-log p(y | s, a) (per step, as ``reward_per_step`` says), for three reasons. The REINFORCE term is
-the score-function estimator of the gradient of E_s[log p(y | s, a)], the paper's bound on
-log p(y | a) (Eq. 10-12): the bound, and so the reward, is the caption's likelihood, while smoothing
-is a regulariser of the decoder's word distribution. The smoothed term rewards a flat word
-distribution (mean_w log p(w) is largest at the uniform one), so in the reward it would pay the
-attention for locations that leave the next word uncertain, the opposite of what it should learn.
-And the baseline, the logged reward and the figures stay comparable between runs with and without
-smoothing. epsilon 0 is the paper's loss, the same numbers as before the option.
+Section 4.1); b is a moving average of the reward (saved in checkpoints). Options lower the variance
+of the location-gradient term and keep the estimator the paper's (unbiased whatever the baseline, as
+long as it does not depend on the sampled locations): ``num_samples`` K with ``baseline:
+leave_one_out``, ``baseline: learned`` (fitted in :meth:`commit`), ``normalize_reward``,
+``lambda_e_final`` / ``entropy_anneal_steps``, ``semi_sampling_per`` (batch, image or ``expectation``)
+and ``semi_sampling_p_final`` / ``semi_sampling_anneal_steps``. ``label_smoothing`` applies to the
+likelihood term only; the reward R stays the caption's plain log-likelihood.
 
 The straight-through Gumbel estimator (not the paper's) is its own objective, gumbel.py's
 :class:`~captioning.objectives.gumbel.HardAttentionGumbel`; a config or checkpoint that names this
 class with ``estimator: gumbel`` (its earlier spelling) is read as one. What the two share (the
 semi-sampling draw and its schedule, the entropy bonus, the reward's moving average) is in hard.py.
+
+Each option, why it keeps the paper's estimator and why the reward is not smoothed: docs/TRAINING.md, "Hard attention".
 """
 
 from __future__ import annotations
@@ -96,14 +67,19 @@ def reinforce_loss(
 ) -> ReinforceTerms:
     """The second and third terms of Eq. 12, as a loss to minimise.
 
-    log_likelihood: (B,) log p(y | s, a), summed over steps (its gradient is the first term, left
-    to the caller: it is -log_likelihood); location_log_prob: (B, T) log p(s_t | a), 0 where the
-    expected context was used; entropy: (B, T) H[alpha_t]; mask: (B, T) real steps; baseline: a
-    scalar b or one per caption (B,), which must not depend on the caption's sampled locations.
+    Args:
+        log_likelihood: (B,) log p(y | s, a), summed over steps (its gradient is the first term, left
+            to the caller: it is -log_likelihood).
+        location_log_prob: (B, T) log p(s_t | a), 0 where the expected context was used.
+        entropy: (B, T) H[alpha_t].
+        mask: (B, T) real steps.
+        baseline: a scalar b or one per caption (B,), which must not depend on the caption's sampled
+            locations.
+
     The reward R is the caption's plain log-likelihood (never label-smoothed) averaged over its
     real steps (the authors' code; ``reward_per_step=False`` uses the summed log-likelihood, for
-    which lambda_r = 1 makes the estimator unbiased for the gradient of E_s[log p(y | s, a)]). ``scale``: the advantage is
-    divided by it (reward normalisation; a number fixed before the step's samples). ``weight``: (B,)
+    which lambda_r = 1 makes the estimator unbiased for the gradient of E_s[log p(y | s, a)]).
+    ``scale``: the advantage is divided by it (reward normalisation; a number fixed before the step's samples). ``weight``: (B,)
     row weights of the loss (``semi_sampling_per: expectation``), None for 1.
     """
     reward = caption_reward(log_likelihood, mask, reward_per_step)  # (B,)

@@ -10,21 +10,14 @@ subtracted:
     loss = -(r - b) * log p(sample)
 
 with log p summed over the sample's tokens, EOS included, and the loss averaged over the B x K
-samples. For hard attention the sampled locations are part of the trajectory: log p(sample) also
-holds sum_t log p(s_t | a), so the locations get the same advantage (``location_gradient false``
-keeps the word-only gradient; the locations are still sampled).
+samples. For hard attention log p(sample) also holds sum_t log p(s_t | a) (``location_gradient false``
+keeps the word-only gradient). The rewards are computed in process (metrics/cider.py, no JVM) from
+document frequencies of the training references, kept in the checkpoints (``checkpoint_state``);
+nothing is gathered across ranks. The decoder's dropout is off while the samples are drawn and scored
+(two passes in train mode would draw two different masks), so the estimate is exact REINFORCE for the
+policy that decoding at test time uses.
 
-The rewards are computed in process (metrics/cider.py: pycocoevalcap's CIDEr-D, no JVM), from
-document frequencies of the training references; the captions are tokenised as the evaluation
-tokenises them (PTB tokens, lower case, punctuation removed: metrics/ptb.py). The frequencies are
-computed once per run (from the same references on every rank) and kept in the checkpoints
-(``checkpoint_state``), so a resumed run gets the same rewards. Nothing is gathered across ranks:
-each rank rewards its own samples.
-
-The decoder's dropout is off while the samples are drawn and scored: they are drawn from the
-policy that decoding at test time uses, and scored under the same dropout mask (none), so the
-estimate is exact REINFORCE for that policy (the teacher-forced scoring pass is a second pass, and
-two passes in train mode would draw two different masks).
+The loss, the reward and the settings: docs/TRAINING.md, "Self-critical sequence training (SCST)".
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 A CPU training step allocates and frees the same large tensors at every step: activations and
 their gradients of several MB each. glibc's malloc serves blocks above its mmap threshold (128 KB
-at first, moved up as such blocks are freed, to at most 32 MB) with fresh mappings from the kernel,
-and gives the top of its heap back to the kernel once more than its trim threshold (128 KB) is free
-there; either way the next step's tensors of the same size are mapped afresh and every page of
+at first, moved up as such blocks are freed, to at most 32 MB) with fresh mappings from the kernel.
+It gives the top of its heap back to the kernel once more than its trim threshold (128 KB) is free
+there. Either way the next step's tensors of the same size are mapped afresh and every page of
 them is faulted in again. :func:`keep_freed_memory` sets the mmap threshold to its largest value
 (32 MB) and the trim threshold far above any step's memory, so that freed blocks stay in the
 process and the next step reuses them: the process keeps its peak heap instead of shrinking

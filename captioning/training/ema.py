@@ -10,10 +10,10 @@ that ends before ``start_step`` ends with them.
 
 Every checkpoint holds the run as of the step it records, whoever writes it and when: the average as
 the model (``state_dict``), the training weights beside it (``current_model_state``), the average
-updated for that step. Two moments need care: a checkpoint written inside a validation (last.ckpt of a
-run stopped by a signal there), while the module holds the average and the copy the training weights;
-and one written at the end of a training batch by a callback whose hook runs before this one's
-(LastCheckpoint: a signal, the periodic save), before the average's update for that step.
+updated for that step. Two moments need care. One is a checkpoint written inside a validation (last.ckpt
+of a run stopped by a signal there), while the module holds the average and the copy the training
+weights. The other is one written at the end of a training batch by a callback whose hook runs before
+this one's (LastCheckpoint: a signal, the periodic save), before the average's update for that step.
 """
 
 from __future__ import annotations

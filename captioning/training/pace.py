@@ -2,7 +2,7 @@
 (common.py: ``choose_threads``), and the time a step budget will take.
 
 :class:`ThreadWatch` chooses the intra-op threads when the run starts, from the cores other
-processes leave free, and checks again every ``every`` seconds from the CPU time the machine and
+processes leave free. It checks again every ``every`` seconds from the CPU time the machine and
 the run used since the last check (no extra waiting): a run started on a quiet machine drops to
 fewer threads when another process takes cores, and takes them back when it ends. It is added
 when neither ``--threads N`` nor OMP_NUM_THREADS fixes the threads (training/cli.py).

@@ -1,31 +1,21 @@
 """A feature cache: the frozen encoder's grids (L, D), extracted once and read instead of images.
 
-Layout of a cache folder, one *part* per extraction process (``--shard i/n``; ``part-000-of-001``
-without sharding)::
-
-    part-000-of-002.index.json   {"image_ids": [...], "grid": [L, D], "dtype": "float16", "meta": {...}}
-    part-000-of-002.f16          raw array (rows, L, D) float16 (.f32: float32), row r = image_ids[r]
-    part-000-of-002.done         raw array (rows,) uint8, 1 once row r is flushed to disk
-
-The data file is a bare C-order array, so ``np.memmap(path, dtype, mode="r", shape=(rows, L, D))``
-(:meth:`FeatureCache.arrays`) maps it. ``dtype`` (:data:`DTYPES`) is the stored type: float16 by
-default (half the disk and page cache of float32); the reader gives rows in it and the model
-casts them to float32 on its device (ShowAttendTell.features). ``meta`` holds the extraction's
-settings (:data:`SETTINGS`; ``grid_size`` is the side of a pooled grid, ``captioning
-extract-features --pool N``), which a run reading the cache must share.
-
-The index is written first (atomically); a row's done flag is set and flushed only after the row's
-data was flushed, so an interrupted extraction resumes at the rows whose flag is 0 and a half-written
-row is never read as valid. This file reads caches; captioning/data/features/writer.py writes them. Readers
-merge every part of the folder.
+A cache folder holds one *part* per extraction process (``--shard i/n``; ``part-000-of-001`` without
+sharding): ``part-I-of-N.index.json`` (the image ids, the grid ``[L, D]``, ``dtype`` and ``meta``),
+the data file ``part-I-of-N.f16`` (``.f32``: float32), a bare C-order array (rows, L, D) that
+``np.memmap`` maps (:meth:`FeatureCache.arrays`), and ``part-I-of-N.done``, one uint8 flag a row.
+``dtype`` (:data:`DTYPES`) is the stored type: float16 by default (half the disk and page cache of
+float32); the reader gives rows in it and the model casts them to float32 on its device
+(ShowAttendTell.features). ``meta`` holds the extraction's settings (:data:`SETTINGS`; ``grid_size`` is
+the side of a pooled grid, ``captioning extract-features --pool N``), which a run reading the cache must
+share. A row's done flag is set and flushed only after the row's data was, so an interrupted extraction
+resumes at the rows whose flag is 0. This file reads caches (readers merge every part of the folder);
+captioning/data/features/writer.py writes them.
 
 Memory does not grow with the cache: a row is read when a sample asks for it, with one positional
-read (``os.preadv``) into a fresh array, from file descriptors opened lazily once per process (each
-DataLoader worker opens its own); the index is three flat arrays (24 bytes an image). Rows are read,
-not mapped: the pages of a mapped file count in the resident memory of every process that touched
-them, so a loader worker walking a 100 GB cache would look 100 GB large and its pages would be the
-last the kernel reclaims, while read pages stay in the kernel's page cache only, reclaimable like
-any file cache (docs/PERFORMANCE.md, Feature cache: the read rates of both).
+read (``os.preadv``) into a fresh array, from file descriptors opened lazily once per process. The
+index is three flat arrays (24 bytes an image). Rows are read, not mapped: why, and the read rates of
+both, in docs/PERFORMANCE.md, "Feature cache". The layout in full: docs/TRAINING.md, "Feature caches".
 """
 
 from __future__ import annotations

@@ -6,28 +6,15 @@ An annotation "path" is a Hub dataset when it is
   cache (offline and not cached: one line naming the dataset), or
 - a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``.
 
-Either may end in ``?column=...&...``, a column mapping for any other layout (below). The layout
-is recognised by the columns:
+The layout is recognised by the columns (yerevann/coco-karpathy, nlphuji/flickr30k, jxie/flickr8k).
+Either path may end in ``?column=...&...``, a column mapping for any other layout: ``image`` or
+``path``, ``captions``, ``split`` and ``id``, e.g. ``hf://me/pets?image=photo&captions=text_a,text_b&split=fold``.
+Splits come from the split column where there is one, else from the Hub split. Images held in the
+dataset are written once under ``$CAPTIONING_IMAGE_CACHE`` (default ``~/.cache/captioning/dataset-images``)
+and read from there by the one image route, so that every later check (prepare, the loaders) is that
+of image files. Image URLs are never fetched.
 
-=====================  ==================================================  =========================
-layout (e.g.)          columns                                             images
-=====================  ==================================================  =========================
-yerevann/coco-karpathy ``filepath, filename, sentences, split, cocoid``    files under --data.images_root
-nlphuji/flickr30k      ``image, caption`` (a list), ``split, img_id``      in the dataset
-jxie/flickr8k          ``image, caption_0 ... caption_4``                  in the dataset
-=====================  ==================================================  =========================
-
-The column mapping names the columns of another layout: ``image`` (image bytes or an image
-feature) or ``path`` (file paths under --data.images_root, ``/``-joined if several), ``captions``
-(a column of a list of strings, or several string columns, comma-separated), ``split`` and ``id``
-(optional), e.g. ``hf://me/pets?image=photo&captions=text_a,text_b&split=fold``.
-
-Splits come from the split column where there is one, else from the Hub split (``validation`` is
-``val``); ``restval`` is merged into ``train`` as for Karpathy files. Images held in the dataset
-are written once (their bytes as stored, of the accepted formats of data/images.py only) under
-``$CAPTIONING_IMAGE_CACHE`` (default ``~/.cache/captioning/dataset-images``) and read from there
-by the one image route, so that every later check (prepare, the loaders) is that of image files.
-Image URLs are never fetched.
+The layouts' columns, the column mapping, splits and images: docs/DATA_ECOSYSTEM.md, "Hub datasets".
 """
 
 from __future__ import annotations

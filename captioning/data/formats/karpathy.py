@@ -127,9 +127,9 @@ def load_karpathy(
     reading; a problem of the whole file still raises.
 
     The file's ``images`` are parsed one at a time (:func:`_streamed_images`), each made a record
-    before the next is read, so that the whole file's parse is never held beside the records (at
-    COCO's size 0.9 GB less, and 5x faster: docs/PERFORMANCE.md); a file that is not a plain
-    JSON object with one ``images`` list is read whole, as before, and any error is that reading's.
+    before the next is read, so that the whole file's parse is never held beside the records (what
+    it saves: docs/PERFORMANCE.md, "COCO-sized data"). A file that is not a plain JSON object with
+    one ``images`` list is read whole, as before, and any error is that reading's.
     """
     path = os.fspath(path)
     require_file(path, AnnotationError, "an annotation file")

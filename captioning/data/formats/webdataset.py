@@ -1,48 +1,22 @@
 """WebDataset shards: ``.tar`` files of samples ``KEY.jpg|png|webp`` + ``KEY.txt`` (one caption) or
 ``KEY.json`` (captions and fields), as img2dataset writes them; read, streamed for training, and written.
 
-**Naming shards.** An annotation "path" is shards when it is a ``.tar`` file, a brace pattern
-(``data/train-{000000..000031}.tar``), a folder holding ``.tar`` files (all of them, sorted by name),
-or a list of these. Shards are local files (copy remote ones first: the index below records where
-each image lies in its shard).
+An annotation "path" is shards when it is a ``.tar`` file, a brace pattern (``data/train-{000000..000031}.tar``),
+a folder holding ``.tar`` files (all of them, sorted by name), or a list of these. Shards are local files (the
+index records where each image lies in its shard). A sample is the files of one key (``KEY.EXT``, the key up to
+the first dot of the name, as webdataset groups them). A sample's problem (no image or captions, an unknown
+split, an id used twice) is that sample's, and ``captioning prepare`` lists them all.
 
-**A sample** is the files of one key (``KEY.EXT``, the key up to the first dot of the name, as
-webdataset groups them): one image (``jpg``, ``jpeg``, ``png``, ``webp``, or another format of
-data/images.py's allow-list), and its captions from ``KEY.json``: ``"captions"`` (a list of strings) or
-``"caption"`` (img2dataset's one string), else ``KEY.txt``. ``KEY.json`` may also hold ``"split"``
-(train, val/validation, test or restval; default train: a set of shards without splits is training
-data), ``"image_id"`` (an integer; default the sample's position over the shards), ``"tokens"`` (the
-captions' word lists, kept from a Karpathy file), and the shapes data's ``"objects"``, ``"width"``,
-``"height"``. A sample without image or captions, of an unknown split or an id used twice is a
-problem of that sample (``captioning prepare`` lists them all).
+- The index: one pass over the tar headers and text members gives the records and each image's place (shard,
+  offset, size); images are skipped by seeking past them.
+- :class:`ShardStream` (an IterableDataset) streams training: each pair read once per epoch, in a shuffle
+  buffer, an image decoded when it leaves the buffer. :class:`ShardLoader` saves the epoch and the batches
+  served, so that a resume is exact.
+- :class:`ShardImageDataset` (map-style) reads evaluation's val/test images by their place.
+- :func:`write_shards` (``captioning prepare --to-webdataset OUT``) writes any dataset as
+  ``OUT/{split}-NNNNNN.tar`` with webdataset's ShardWriter, whole or not at all.
 
-**The index.** One pass over the shards reads their tar headers and text members and never an image
-(images are skipped by seeking past them): the records (captions, split, id: the vocabulary is built
-and the references scored from them) and each image's place (shard, offset, size).
-
-**Training** streams (:class:`ShardStream`, an IterableDataset): every epoch the training shards are
-taken in an order drawn from ``seed + epoch``; their (image, caption) pairs (or images, with
-``group_captions``), in file order, form the epoch's sequence, cut into one contiguous range per
-DDP rank and, within a rank, into whole batches per DataLoader worker, so that each pair is read
-once per epoch and every rank steps the same number of times (the sequence is first padded with its
-first items to a multiple of the number of ranks, as DistributedSampler pads: at most ranks - 1
-pairs seen twice). Each worker reads its range in file order, image bytes only, and mixes it through
-a shuffle buffer of ``shuffle_buffer`` pairs drawn from (seed, epoch, rank, worker); an image is
-decoded (data/images.py's rules) when it leaves the buffer. **Resume is exact**:
-:class:`ShardLoader` saves the epoch and the batches served; a resumed run replays its workers'
-streams up to that point reading bytes but decoding nothing, and goes on with the very batches the
-interrupted run had still to see (a resume with another batch size, seed, number of ranks or
-workers, or shuffle buffer is refused in one line).
-
-**Evaluation** reads val/test images by their place in the shards (:class:`ShardImageDataset`,
-map-style: Lightning's DistributedSampler splits it under DDP and the evaluator gathers once). The
-splits come from the samples' ``split`` fields: one set of shards may hold all splits, or give each
-split its own shards (what :func:`write_shards` writes) and name them together.
-
-**Writing**: :func:`write_shards` (``captioning prepare --to-webdataset OUT``) writes the records of
-any dataset the project reads as ``OUT/{split}-NNNNNN.tar`` with webdataset's ShardWriter, whole or
-not at all: a run stopped between shards leaves no ``.tar`` that a later reading would take for the
-dataset (a new folder is written in a temporary sibling, then renamed).
+The samples' fields, the stream's order, resume and writing: docs/DATA_ECOSYSTEM.md, "WebDataset shards".
 """
 
 from __future__ import annotations

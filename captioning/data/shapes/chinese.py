@@ -1,8 +1,8 @@
 """The shapes data's captions in Chinese (``captioning make-shapes --language zh``), and their objects.
 
 The same scenes as the English captions (data/shapes/__init__.py), described in Chinese word order rather
-than word for word: an object is "<colour>的<size><shape>" ("红色的大圆形", a large red circle),
-counted with the classifier 个 ("一个红色的大圆形"); a place comes first as the topic of an
+than word for word. An object is "<colour>的<size><shape>" ("红色的大圆形", a large red circle),
+counted with the classifier 个 ("一个红色的大圆形"). A place comes first as the topic of an
 existential 有 ("左上角有一个红色的大圆形", there is ... in the top left); a relation is
 "A在B的左边" (A to the left of B); a listing is "从左到右依次是A、B和C". Each scene gets as many
 phrasings as the English one, drawn with the same random numbers, so the images are the same.
