@@ -1,0 +1,196 @@
+"""The attention catalogue's study: every mechanism on the shapes data, seeds and equal steps.
+
+    python -m tools.studies.catalogue_study run --data shapes=DATA.json --data hard=HARD.json \
+        --steps 600 --seeds 0 1 --runs runs/catalogue [--mechanisms soft,uniform,...] [--threads 1]
+    python -m tools.studies.catalogue_study table runs/catalogue > table.md
+
+``run`` trains each mechanism (configs/shapes_<name>.yaml, the demo's recipe with the mechanism's
+decoder) for ``--steps`` steps per data set and seed, then measures its best checkpoint on the test
+split: the scores with grounding (``evaluate --grounding``), faithfulness (deletion of the attended
+annotation vectors), and steering at each ``--strengths`` value (how often the caption names the
+object whose box is the focus). RUNS/<data>/<name>_s<seed>.json holds one run's figures; a run whose
+file exists is skipped, so a stopped study resumes. ``table`` prints the study's tables: the seeds'
+mean and each seed. Data: ``make-shapes`` (the demo's preset) and ``make-shapes --preset hard``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: The catalogue in the order of the course notes: name, config.
+CATALOGUE = (
+    "uniform", "soft", "hard", "concat", "dot", "general", "scaled_dot", "normalized", "scaled",
+    "sparsemax", "multihead", "luong", "local", "local_p", "local_m", "hierarchical", "attention_pool",
+    "over_attention", "refiner", "transformer", "conv",
+)  # fmt: skip
+STRENGTHS = (1.0, 3.0, 10.0)
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def fit(name: str, data: str, steps: int, seed: int, root: Path, threads: int | None) -> tuple[Path, float]:
+    """Train one mechanism; (its best checkpoint, seconds a step took)."""
+    best = sorted(root.glob("lightning_logs/version_*/checkpoints/best-*.ckpt"))
+    timing = root / "seconds_per_step.txt"
+    if best and timing.exists():
+        return best[-1], float(timing.read_text())
+    command = [
+        sys.executable, "-m", "captioning.cli", "fit", "--config", str(CONFIGS / f"shapes_{name}.yaml"),
+        "--data.annotations", data, "--trainer.max_steps", str(steps), "--trainer.max_time", "null",
+        "--trainer.max_epochs", "10000", "--seed_everything", str(seed), "--trainer.default_root_dir", str(root),
+    ] + (["--threads", str(threads)] if threads else [])  # fmt: skip
+    root.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(root.with_suffix(".fit.log"), "w", encoding="utf-8") as log:
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
+    timing.write_text(f"{(time.perf_counter() - start) / steps:.4f}")
+    return sorted(root.glob("lightning_logs/version_*/checkpoints/best-*.ckpt"))[-1], float(timing.read_text())
+
+
+def measure(checkpoint: Path, data: str, strengths, faithfulness_images: int, beams: int) -> dict:
+    """Scores with grounding, faithfulness and steering of one checkpoint on the test split."""
+    from captioning.api import Captioner
+    from captioning.cli.evaluate import evaluate
+    from captioning.storage.load import load_model
+    from tools.studies.attention_faithfulness_study import steering_or_reason
+
+    model = load_model(str(checkpoint))
+    generation = model.spec.generation.replace(num_beams=beams)
+    try:
+        report = evaluate(
+            model, data, split="test", generation=generation, grounding=True, faithfulness=True,
+            faithfulness_images=faithfulness_images, metrics=("BLEU", "CIDEr", "objects", "grounding"),
+            tokenizer="python", progress=False,
+        )  # fmt: skip
+    except Exception as err:  # a mechanism faithfulness cannot take: the scores without it, and why
+        report = evaluate(
+            model, data, split="test", generation=generation, grounding=True,
+            metrics=("BLEU", "CIDEr", "objects", "grounding"), tokenizer="python", progress=False,
+        )  # fmt: skip
+        report["faithfulness"] = {"unavailable": f"{type(err).__name__}: {err}"}
+    captioner = Captioner.from_model(model, device="cpu")
+    steer = [steering_or_reason(captioner, data, s, {"num_beams": beams}) for s in strengths]
+    return {"scores": report["scores"], "faithfulness": report.get("faithfulness"), "steering": steer}
+
+
+def run(args) -> None:
+    names = CATALOGUE if args.mechanisms in (None, "all") else tuple(args.mechanisms.split(","))
+    missing = [n for n in names if not (CONFIGS / f"shapes_{n}.yaml").exists()]
+    if missing:
+        print(f"catalogue_study: no config for {', '.join(missing)}: skipped", file=sys.stderr)
+    for item in args.data:
+        label, _, data = item.partition("=")
+        for seed in args.seeds:
+            for name in (n for n in names if n not in missing):
+                out = Path(args.runs) / label / f"{name}_s{seed}.json"
+                if out.exists():
+                    continue
+                print(f"catalogue_study: {label} {name} seed {seed}", flush=True)
+                try:
+                    ckpt, per_step = fit(name, data, args.steps, seed, out.with_suffix(""), args.threads)
+                    result = measure(ckpt, data, args.strengths, args.faithfulness_images, args.beams)
+                except (subprocess.CalledProcessError, OSError, RuntimeError, ValueError) as err:
+                    print(f"catalogue_study: {label} {name} seed {seed} failed: {err}", file=sys.stderr)
+                    continue
+                result.update(name=name, seed=seed, data=label, steps=args.steps, seconds_per_step=per_step)
+                out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------- the table
+def figures(r: dict) -> dict:
+    s = r["scores"]
+    faith = r.get("faithfulness") or {}
+    area = None
+    if "removal" in faith and "object" in faith["removal"].get("mean", {}):
+        a = faith["removal"]["mean"]["object"]["area"]
+        area = a["deletion_random"] - a["deletion_top"]  # how much more the attended cells matter
+    needed = None
+    for st in r.get("steering", []):
+        if "unavailable" not in st and st["named_only_focused"] >= 0.5:
+            needed = st["strength"]
+            break
+    steerable = any("unavailable" not in st for st in r.get("steering", []))
+    return {
+        "f1": s.get("object_f1"),
+        "cider": s.get("CIDEr"),
+        "correct": s.get("attention_correctness"),
+        "pointing": s.get("pointing_game"),
+        "faith": area,
+        "steer": needed if needed is not None else (math.inf if steerable else None),
+        "step": r.get("seconds_per_step"),
+    }
+
+
+def cell(v, fmt="{:.3f}") -> str:
+    if v is None:
+        return "-"
+    if v == math.inf:
+        return f"> {max(STRENGTHS):g}"
+    return fmt.format(v)
+
+
+def table(args) -> None:
+    for folder in sorted(p for p in glob.glob(os.path.join(args.runs, "*")) if os.path.isdir(p)):
+        groups: dict[str, list[dict]] = {}
+        for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+            if re.search(r"_s\d+\.json$", path):
+                r = json.loads(Path(path).read_text(encoding="utf-8"))
+                groups.setdefault(r["name"], []).append(r)
+        if not groups:
+            continue
+        steps = {r["steps"] for rs in groups.values() for r in rs}
+        print(f"\n### {os.path.basename(folder)} ({', '.join(map(str, sorted(steps)))} steps)\n")
+        print(
+            "| mechanism | seeds | object F1 | CIDEr | attention correctness | pointing game | "
+            "faithfulness: deletion area, random - attended | steering strength for 50% | s/step |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        order = [n for n in CATALOGUE if n in groups] + sorted(n for n in groups if n not in CATALOGUE)
+        for name in order:
+            runs = sorted(groups[name], key=lambda r: r["seed"])
+            fs = [figures(r) for r in runs]
+
+            def mean(key, fmt="{:.3f}"):
+                vals = [f[key] for f in fs if f[key] is not None]
+                if not vals:
+                    return "-"
+                each = " / ".join(cell(f[key], fmt) for f in fs)
+                m = sum(vals) / len(vals)
+                return f"{cell(m, fmt)} ({each})" if len(fs) > 1 else cell(m, fmt)
+
+            steer = " / ".join(cell(f["steer"], "{:g}") for f in fs)
+            print(
+                f"| {name} | {len(runs)} | {mean('f1')} | {mean('cider', '{:.2f}')} | {mean('correct')} | "
+                f"{mean('pointing')} | {mean('faith')} | {steer} | {mean('step', '{:.2f}')} |"
+            )
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m tools.studies.catalogue_study", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="train and measure every mechanism")
+    r.add_argument("--data", action="append", required=True, metavar="LABEL=DATA.json")
+    r.add_argument("--steps", type=int, default=600)
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    r.add_argument("--runs", default="runs/catalogue")
+    r.add_argument("--mechanisms", default=None, help="NAME,NAME,... (default: the whole catalogue)")
+    r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--beams", type=int, default=3)
+    r.add_argument("--strengths", type=float, nargs="+", default=list(STRENGTHS))
+    r.add_argument("--faithfulness-images", type=int, default=60)
+    t = sub.add_parser("table", help="the study's tables from RUNS")
+    t.add_argument("runs")
+    args = p.parse_args(argv)
+    run(args) if args.command == "run" else table(args)
+
+
+if __name__ == "__main__":
+    main()
