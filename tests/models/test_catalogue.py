@@ -426,6 +426,7 @@ def test_onnx_export_refuses_each_option_in_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------------- every option end to end
+@pytest.mark.slow  # training until learned: 10 to 50 s an option on a busy 2-core machine
 @pytest.mark.parametrize("name", list(CATALOGUE))
 def test_every_option_learns(name, make_decoder, make_batch):
     """A few dozen steps of the twin the commands train (the plain decoder where it has none) fit four
