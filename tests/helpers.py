@@ -46,7 +46,29 @@ VARIANTS = {
     "refiner_aoa": dict(refiner_layers=1, refiner_heads=2, refiner_aoa=True),
     "luong_aoa_heads": dict(placement="luong", aoa=True, heads=2),
     "no_deep_output_extras": dict(prev2out=False, ctx2out=False),
+    # the course notes' catalogue (docs/CATALOGUE.md)
+    "uniform": dict(score="uniform"),
+    "concat": dict(score="concat"),
+    "normalized": dict(normalize=True),
+    "normalized_concat_heads": dict(score="concat", normalize=True, heads=2),
+    "scaled": dict(score="general", scale=True),
+    "scaled_dot_heads": dict(score="dot", scale=True, heads=3),
+    "sparsemax": dict(normalizer="sparsemax"),
+    "local_p": dict(window="local_p", local_width=1),
+    "local_m": dict(window="local_m", local_width=1),
+    "luong_local_p_sparsemax_heads": dict(
+        placement="luong", window="local_p", local_width=1, normalizer="sparsemax", heads=2
+    ),  # fmt: skip
+    "hierarchical": dict(window="hierarchical", region_size=2),
+    "hierarchical_sparsemax_heads": dict(window="hierarchical", region_size=2, normalizer="sparsemax", heads=2),
+    "attention_pool": dict(init="attention_pool"),
+    "over_attention": dict(over_attention=True),
+    "over_attention_general_sparsemax": dict(over_attention=True, score="general", normalizer="sparsemax"),
 }
+
+#: the variants the fast path's twin computes (tests/fast/): over_attention's decoder is a subclass,
+#: which the commands run as written
+TWIN_VARIANTS = {name: settings for name, settings in VARIANTS.items() if not settings.get("over_attention")}
 
 
 # ---------------------------------------------------------------------- captions and training runs

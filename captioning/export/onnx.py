@@ -154,6 +154,9 @@ EXPORTERS = Registry("ONNX export", field="model.decoder.kind")
 #: the modules of the built-in kinds' exporters besides the LSTM's (each registers itself)
 BUILT_IN = ("captioning.export.onnx_transformer",)
 
+#: the LSTM settings the ONNX step graph reproduces: any other value of these is refused in one line
+#: (the catalogue's scores and windows through ``score`` and ``window``; local_width and region_size
+#: only act with a window)
 PAPER_ATTENTION = {
     "score": "additive",
     "heads": 1,
@@ -161,6 +164,11 @@ PAPER_ATTENTION = {
     "window": "global",
     "refiner_layers": 0,
     "aoa": False,
+    "normalizer": "softmax",
+    "normalize": False,
+    "scale": False,
+    "init": "mean",
+    "over_attention": False,
 }
 
 

@@ -419,7 +419,7 @@ class ShowAttendTellDecoder(nn.Module):
         self.pool = (
             variant("captioning.models.attention.pooling").AttentionPool(D, A) if config.init != "mean" else None
         )
-        self.window = None if config.window == "global" else WINDOWS.get(config.window)(H, A, config)
+        self.window = None if config.window == "global" else WINDOWS.get(config.window)(H, A, config, feature_dim=D)
         self.multi_head = (
             variant("captioning.models.attention.heads").MultiHead(D, config.heads) if config.heads > 1 else None
         )

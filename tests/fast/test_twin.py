@@ -16,7 +16,7 @@ from captioning.fast.gradients import DeferredLinear, FirstRows
 from captioning.fast.lstm import FastLSTM, additive_scores
 from captioning.models.decoder import AdditiveScore, ShowAttendTellDecoder
 from captioning.objectives.cross_entropy import caption_log_likelihood
-from tests.helpers import VARIANTS
+from tests.helpers import TWIN_VARIANTS as VARIANTS
 
 
 def loss_and_grads(run, dec, features, captions, lengths, **kwargs):

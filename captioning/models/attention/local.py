@@ -26,7 +26,7 @@ def grid_cells(gh: int, gw: int, device=None, dtype=torch.float32) -> Tensor:
 class LocalWindow(nn.Module):
     """The predicted centre and the Gaussian window's log added to the scores."""
 
-    def __init__(self, hidden_dim: int, attention_dim: int, config):
+    def __init__(self, hidden_dim: int, attention_dim: int, config, feature_dim: int | None = None):
         super().__init__()
         self.W_p = nn.Linear(hidden_dim, attention_dim)
         self.v_p = nn.Linear(attention_dim, 2)
