@@ -484,3 +484,18 @@ def test_the_shapes_conv_config_learns_the_shapes_data(tmp_path_factory, tmp_pat
     # run's object F1 was 0.23; the decoder keeps learning well past 256 steps (docs/TRAINING.md).
     assert after["scores"]["object_f1"] > max(before["scores"]["object_f1"], 4 / 40), after["scores"]
     assert torch.isfinite(metrics["train/loss"])
+
+
+def test_the_grounding_shift_tool_reads_every_layer_and_the_mean(tmp_path, capsys):
+    """tools/studies/grounding_shift.py (docs/TRAINING.md's figures) on a conv model folder and three
+    shapes images: a row for the mean and one per layer (an untrained model names no object: "-")."""
+    from captioning.data.shapes import generate as make_shapes
+    from captioning.storage.folder import save_folder
+    from tools.studies.grounding_shift import main
+
+    data = make_shapes(tmp_path / "data", n_train=1, n_val=1, n_test=3, seed=0, image_size=32, progress=False)
+    main([str(save_folder(tmp_path / "conv", built())), "--data", str(data), "--beams", "2"])
+    rows = [line.split() for line in capsys.readouterr().out.strip().splitlines()[1:]]
+    assert [row[0] for row in rows] == ["mean", "0", "1"]
+    for row in rows:
+        assert len(row) == 6 and all(x == "-" or 0 <= float(x) <= 1 for x in row[1:5]) and int(row[5]) >= 0

@@ -44,10 +44,15 @@ def main(argv=None) -> None:
             # word t scored with word t - 1's map (the first word's with a zero map)
             before[image_id] = (words, np.concatenate([maps[:1] * 0, maps[:-1]]), None)
         a, b = grounding(records, at_noun, str(root)), grounding(records, before, str(root))
+        shown = [fmt(s[k]) for s in (a, b) for k in ("attention_correctness", "pointing_game")]
         print(
-            f"{str(layer if layer is not None else '-'):6} {a['attention_correctness']:.3f} {a['pointing_game']:.3f}"
-            f"  {b['attention_correctness']:.3f} {b['pointing_game']:.3f}  {a['count']}"
+            f"{str(layer if layer is not None else '-'):6} {shown[0]} {shown[1]}  {shown[2]} {shown[3]}  {a['count']}"
         )
+
+
+def fmt(value: float | None) -> str:
+    """A score to 3 decimals; "-" when no word named an object (no score)."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 if __name__ == "__main__":
