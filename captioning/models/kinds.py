@@ -20,7 +20,12 @@ from captioning.registry import Registry
 DECODERS: Registry[type] = Registry("decoder kind", field="model.decoder.kind")
 
 #: the modules of the built-in kinds and variants, imported on first use (each registers itself)
-BUILT_IN = ("captioning.models.decoder", "captioning.models.attention", "captioning.models.transformer")
+BUILT_IN = (
+    "captioning.models.decoder",
+    "captioning.models.attention",
+    "captioning.models.transformer",
+    "captioning.models.conv",
+)
 
 
 def load_built_ins() -> None:

@@ -405,10 +405,9 @@ class TransformerDecoder(nn.Module):
 
 
 def transformer_members(model) -> list:
-    """The transformer models of ``model`` (itself, or an Ensemble's members); [] for an LSTM."""
-    return [
-        m for m in getattr(model, "members", [model]) if isinstance(getattr(m, "decoder", None), TransformerDecoder)
-    ]
+    """The models of ``model`` (itself, or an Ensemble's members) whose decoder has layers of maps to
+    choose from (``chosen_maps``: a transformer, a conv decoder, models/conv.py); [] for an LSTM."""
+    return [m for m in getattr(model, "members", [model]) if hasattr(getattr(m, "decoder", None), "chosen_maps")]
 
 
 def attention_layer_field(model) -> dict:

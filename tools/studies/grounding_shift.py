@@ -1,0 +1,59 @@
+"""Grounding of a checkpoint's maps at the shape nouns (as ``evaluate --grounding``) and at the word
+before each noun (the noun's colour in the shapes captions), for each layer and the layers' mean.
+
+    python -m tools.studies.grounding_shift CKPT --data DATA/dataset_shapes.json [--beams 3]
+
+The test split; attention correctness (the map's mass inside the named object's box) and the
+pointing game (its maximum inside the box). docs/TRAINING.md reads a conv decoder with it: its
+maps find the object at the size and colour words and leave it at the noun.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from captioning.api import Captioner
+from captioning.data.formats import load_records
+from captioning.data.shapes import grounding
+from captioning.models.transformer import choose_attention_layer, transformer_members
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("checkpoint")
+    p.add_argument("--data", required=True, help="a shapes dataset_shapes.json")
+    p.add_argument("--beams", type=int, default=3)
+    args = p.parse_args(argv)
+    records = {r.image_id: r for r in load_records(args.data) if r.split == "test"}
+    root = Path(args.data).parent
+    captioner = Captioner.from_checkpoint(args.checkpoint, device="cpu")
+    paths = [str(root / r.path) for r in records.values()]
+    layered = transformer_members(captioner.model)
+    layers = ("mean", *range(captioner.model.decoder.num_layers)) if layered else (None,)
+    print("layer  noun: correctness pointing  word before: correctness pointing  nouns")
+    for layer in layers:
+        choose_attention_layer(captioner.model, layer)
+        outs = captioner(paths, return_attention=True, num_beams=args.beams)
+        at_noun, before = {}, {}
+        for image_id, out in zip(records, outs):
+            words, maps = list(out["tokens"]), out["attention"].reshape(len(out["tokens"]), -1)
+            at_noun[image_id] = (words, maps, None)
+            # word t scored with word t - 1's map (the first word's with a zero map)
+            before[image_id] = (words, np.concatenate([maps[:1] * 0, maps[:-1]]), None)
+        a, b = grounding(records, at_noun, str(root)), grounding(records, before, str(root))
+        shown = [fmt(s[k]) for s in (a, b) for k in ("attention_correctness", "pointing_game")]
+        print(
+            f"{str(layer if layer is not None else '-'):6} {shown[0]} {shown[1]}  {shown[2]} {shown[3]}  {a['count']}"
+        )
+
+
+def fmt(value: float | None) -> str:
+    """A score to 3 decimals; "-" when no word named an object (no score)."""
+    return "-" if value is None else f"{value:.3f}"
+
+
+if __name__ == "__main__":
+    main()
