@@ -61,7 +61,7 @@ def test_an_unknown_name_is_one_line_listing_the_registered_names(make, field, n
 
 
 def test_the_lists_are_the_registries():
-    assert SCORES.names() == ["additive", "dot", "general", "scaled_dot"]
+    assert SCORES.names() == ["additive", "concat", "dot", "general", "scaled_dot", "uniform"]
     assert sorted(list_decoders()) == ["conv", "lstm", "transformer"] and DECODERS.get("lstm") is DecoderConfig
     assert list_encoders()[0] == "small_cnn" and {"resnet101", "vgg19", "efficientnet_lite0"} <= set(list_encoders())
     assert "timm:<model> or open_clip:<model>" in str(encoders.ENCODERS.unknown("x", extra=encoders.PREFIXED_FORMS))
