@@ -12,7 +12,9 @@ from captioning.decoding.processors.base import EOS, PROCESSORS, Processor
 class MinNewTokens(Processor):
     """EOS at -inf in the rows with fewer than ``min_new_tokens`` tokens."""
 
-    options = {"min_new_tokens": option(0, "captions of at least N words (EOS is forbidden before)", min=0, metavar="N")}
+    options = {
+        "min_new_tokens": option(0, "captions of at least N words (EOS is forbidden before)", min=0, metavar="N")
+    }
 
     @classmethod
     def relation_problem(cls, config, say):
