@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from captioning.decoding.options import OPTION_TYPES, GenerationOption, option
-from captioning.decoding.processors import BAD_ENDINGS, PROCESSORS, bad_ending_ids, prefix_ids  # noqa: F401 (re-exported)
+from captioning.decoding.processors import (  # noqa: F401 (BAD_ENDINGS, bad_ending_ids, prefix_ids: re-exported)
+    BAD_ENDINGS,
+    PROCESSORS,
+    bad_ending_ids,
+    prefix_ids,
+)
 from captioning.errors import ConfigError
 from captioning.models import ATTENTION_MODES
 from captioning.vocab import Vocabulary

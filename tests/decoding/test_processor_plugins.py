@@ -167,6 +167,7 @@ def test_the_api_keyword_bans_the_word_and_a_model_folder_keeps_it(plugin, capti
     assert [r["generated_text"] for r in loaded(images, num_beams=3)] == [r["generated_text"] for r in banned]
 
 
+@pytest.mark.slow  # a fresh process that imports torch (the flag in this process: the first test)
 def test_caption_takes_the_flag_in_a_fresh_process(plugin, captioner, tiny_checkpoint, images, tmp_path):
     """The command line of a process that only has CAPTIONING_PLUGINS: the flag, its captions."""
     word = frequent_word(captioner(images, num_beams=3))
