@@ -1,8 +1,8 @@
 """A decoding option from a plugin file: docs/CONTRIBUTING.md's ``ban_word.py``, named in
-CAPTIONING_PLUGINS, is a GenerationConfig field, a flag of ``caption`` (in a fresh process), a
-keyword of the API and a line of its docstring, a field of the web form, a setting of a model
-folder's and a config's ``generation`` section, and the ONNX captioner honours it with its numpy
-twin. No file of the package is edited. Also the registry's rules: a processor without a twin is
+CAPTIONING_PLUGINS. It is a GenerationConfig field, a flag of ``caption`` (also in a fresh process),
+a keyword of the API and a line of its docstring, a field of the web form, a setting of a model
+folder's and a config's ``generation`` section; the ONNX captioner honours it with its numpy twin.
+No file of the package is edited. Also the registry's rules: a processor without a twin is
 refused by the ONNX captioner in one line, names cannot clash, removing a processor removes its
 options everywhere."""
 
@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -196,8 +197,8 @@ def test_the_onnx_captioner_honours_it_with_the_numpy_twin(plugin, captioner, ti
         expected = captioner(images, num_beams=beams, ban_word=wid)
         got = onnx(images, num_beams=beams, ban_word=wid)
         assert [r["generated_text"] for r in got] == [r["generated_text"] for r in expected], beams
-        for a, b in zip(got, expected):  # float32 sums of the same terms: a few ulps of the score
-            assert a["score"] == pytest.approx(b["score"], rel=1e-5, abs=1e-6)
+        for a, b in zip(got, expected):  # float32 sums of <= 30 terms in another order: tens of eps of the score
+            assert a["score"] == pytest.approx(b["score"], rel=64 * float(np.finfo(np.float32).eps))
         assert not any(word in r["tokens"] for r in got)
 
     class NoTwin(Processor):

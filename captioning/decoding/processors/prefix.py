@@ -21,10 +21,10 @@ def _not_words_problem(tokens: tuple) -> str | None:
 
 def prefix_ids(text: str, vocab: Vocabulary) -> list[int]:
     """The ids of a prefix's ``text`` (one of GenerationConfig.prefix's items), split as the model's
-    captions were: a token of ``vocab`` typed as it is stands for itself (a ``words``, ``chars`` or
-    ``jieba`` token, a special such as ``<unk>``, a subword piece with its "▁"); other text is split
-    by the vocabulary's tokenizer ("A large" -> a, large; "左上角有" -> 左上角, 有 with ``jieba``, 左, 上,
-    角, 有 with ``chars``; "a large" -> ▁a, ▁large or ▁a, ▁lar, ge with ``bpe``). A token the
+    captions were. A token of ``vocab`` typed as it is stands for itself (a ``words``, ``chars`` or
+    ``jieba`` token, a special such as ``<unk>``, a subword piece with its "▁"). Other text is split
+    by the vocabulary's tokenizer: "A large" -> a, large; "左上角有" -> 左上角, 有 with ``jieba``, 左, 上,
+    角, 有 with ``chars``; "a large" -> ▁a, ▁large or ▁a, ▁lar, ge with ``bpe``. A token the
     vocabulary lacks (a subword tokenizer's ``<unk>`` for an unseen character) is one line."""
     tokenizer = vocab.tokenizer
     special = text in Vocabulary.SPECIALS
