@@ -67,6 +67,8 @@ class Processor:
             them, (N, max_new_tokens), through the steps).
         last: applied after every processor that is not (the forced prefix: it decides the rows it forces).
         onnx_refusal: without :meth:`numpy`, why the ONNX captioner refuses a non-default value.
+        example: GenerationConfig keywords that set each of its options off its default (with what
+            they need beside them): the setting tests/export/test_onnx_parity.py decodes with.
 
     ``__init__(config, context)`` reads the config (resolved: token ids, not words) and builds its
     tables (:class:`Context`: ``mask``, ``ids``), on the device or, for the ONNX captioner, as
@@ -79,6 +81,7 @@ class Processor:
     needs_tokens: ClassVar[bool] = False
     last: ClassVar[bool] = False
     onnx_refusal: ClassVar[str] = "does not implement it"
+    example: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, config, context: Context):
         self.config, self.context = config, context
