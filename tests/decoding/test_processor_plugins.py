@@ -55,9 +55,10 @@ def warm_what_is_derived_from_the_options() -> None:
 
 
 @pytest.fixture(scope="module")
-def plugin(tmp_path_factory):
+def plugin(tmp_path_factory, tiny_checkpoint):
     """ban_word.py imported as CAPTIONING_PLUGINS names it; afterwards its processor is removed and
-    GenerationConfig has the built-in fields again."""
+    GenerationConfig has the built-in fields again. The session's tiny checkpoint is written before
+    (a model saved while the plugin is loaded records ban_word, and needs the plugin to load)."""
     path = tmp_path_factory.mktemp("plugins") / "ban_word.py"
     path.write_text(worked_example())
     with pytest.MonkeyPatch.context() as patch:
