@@ -25,7 +25,7 @@ from PIL import Image
 from captioning.common import default_device, grid_shape
 from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, pixels_to_float, to_tensor
 from captioning.decoding.ensemble import Ensemble
-from captioning.decoding.generation import GenerationConfig, generation_options
+from captioning.decoding.generation import GenerationConfig, generation_options, when_options_change
 from captioning.decoding.steering import focus_biases, focus_boxes, generate_focused
 from captioning.fast import fast_model
 from captioning.models.show_attend_tell import ShowAttendTell
@@ -560,4 +560,6 @@ def _options_doc(doc: str | None) -> str | None:
     return doc.replace(marker, ("\n" + indent).join(lines))
 
 
-Captioner.__call__.__doc__ = _options_doc(Captioner.__call__.__doc__)
+_CALL_DOC = Captioner.__call__.__doc__
+Captioner.__call__.__doc__ = _options_doc(_CALL_DOC)
+when_options_change(lambda: setattr(Captioner.__call__, "__doc__", _options_doc(_CALL_DOC)))  # a plugin's options

@@ -263,9 +263,10 @@ def generation_args(
     the decoding settings and the device of a command.
 
     The decoding flags are GenerationConfig's fields with ``cli`` true (decoding/generation.py:
-    ``generation_options()``), each with its help, bounds and choices; they default to None (the
-    model's own setting), except ``--num-beams``, whose default is the command's (``beams``), or 1
-    when the flags ask for sampling (:func:`generation_settings`)."""
+    ``generation_options()``; a registered logits processor's options too), each with its help,
+    bounds and choices; they default to None (the model's own setting), except ``--num-beams``,
+    whose default is the command's (``beams``), or 1 when the flags ask for sampling
+    (:func:`generation_settings`)."""
     if checkpoint and onnx:
         model = p.add_mutually_exclusive_group(required=True)
         model.add_argument("--checkpoint", action="append", help=CHECKPOINT_HELP + ENSEMBLE_HELP)
@@ -366,7 +367,7 @@ def check_generation_flags(args, base=None):
     overrides, note = generation_settings(args)
     base = base or GenerationConfig()
     changes = {k: v for k, v in overrides.items() if v is not None}
-    merged = dict(vars(base), **changes)
+    merged = {o.name: getattr(base, o.name) for o in generation_options()} | changes  # every field, a plugin's too
     problem = relation_problem(argparse.Namespace(**merged), flag_words)
     if problem:
         raise ConfigError(problem)

@@ -1,278 +1,32 @@
 """How captions are generated: :class:`GenerationConfig`, with the names of Hugging Face's
-``generate``, its fields described as user-facing options (:func:`generation_options`), and the
-words a caption should not end with.
+``generate``, its fields described as user-facing options (:func:`generation_options`).
 
-Kept apart from search.py and free of torch, so that the ONNX captioner (onnx_captioner.py), which
-runs without PyTorch, takes the same settings with the same checks.
+Its fields are the search's own (beams, length, sampling, attention) and the options of every
+registered logits processor (decoding/processors/: repetition_penalty, no_repeat_ngram_size,
+min_new_tokens, suppress_tokens, forbid_bad_endings, prefix; a plugin's, once its file is
+imported). Kept free of torch, so that the ONNX captioner (onnx_captioner.py), which runs without
+PyTorch, takes the same settings with the same checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from captioning.decoding.options import OPTION_TYPES, GenerationOption, option
+from captioning.decoding.processors import (  # noqa: F401 (BAD_ENDINGS, bad_ending_ids, prefix_ids: re-exported)
+    BAD_ENDINGS,
+    PROCESSORS,
+    bad_ending_ids,
+    prefix_ids,
+)
 from captioning.errors import ConfigError
 from captioning.models import ATTENTION_MODES
-from captioning.tokenizers import SUBWORD_MARK
 from captioning.vocab import Vocabulary
-
-#: Words a caption should not end with ("a man riding a", "a dog with"): articles, prepositions and
-#: conjunctions, but not those that also end captions as adverbs ("up", "down", "out", "off",
-#: "over", "by", "inside", "behind", "around"). Self-critical training is known to produce such
-#: endings (a cut caption keeps most of its CIDEr); ``GenerationConfig.forbid_bad_endings`` forbids them.
-BAD_ENDINGS = frozenset(
-    """
-    a an the
-    of in on at to for with from into onto upon near among between across against during toward towards
-    via within without under beneath beside than per
-    and or but nor because although though whereas unless whether
-""".split()
-)
-
-
-def bad_ending_ids(vocab: Vocabulary) -> tuple[int, ...]:
-    """The ids of the vocabulary's words in :data:`BAD_ENDINGS`."""
-    return tuple(sorted(vocab.stoi[w] for w in BAD_ENDINGS if w in vocab.stoi))
-
-
-# ---------------------------------------------------------------------- options: one field, one description
-# Every GenerationConfig field is declared with option(...): its default and its metadata (help,
-# bounds, choices, whether it is a flag of the decoding commands and a field of the web form).
-# generation_options() turns the metadata into GenerationOption objects; the config's checks, the
-# command-line flags (cli/options.py), the web form and the API's docstring are all derived from
-# them, so a new decoding option is its field here plus the code that acts on it.
-def option(
-    default: Any,
-    help: str,
-    *,
-    min: float | None = None,
-    max: float | None = None,
-    min_inclusive: bool = True,
-    max_inclusive: bool = True,
-    choices: tuple[str, ...] | None = None,
-    cli: bool = True,
-    web: bool = True,
-    metavar: str | None = None,
-) -> Any:
-    """A GenerationConfig field with its option metadata (see :class:`GenerationOption`)."""
-    return dataclasses.field(
-        default=default,
-        metadata={
-            "help": help,
-            "min": min,
-            "max": max,
-            "min_inclusive": min_inclusive,
-            "max_inclusive": max_inclusive,
-            "choices": choices,
-            "cli": cli,
-            "web": web,
-            "metavar": metavar,
-        },
-    )
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)``, cut to 60 characters (a message stays one short line)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _number(x: float) -> str:
-    return str(x) if isinstance(x, int) else f"{x:g}"
-
-
-@dataclass(frozen=True)
-class GenerationOption:
-    """One :class:`GenerationConfig` field as an option users set: on the command line, in the web
-    form, as a keyword of ``Captioner.__call__``, in a config's ``generation`` section.
-
-    Attributes:
-        name: the field (``num_beams``); :attr:`flag` is its command-line flag (``--num-beams``).
-        type: ``int``, ``float`` (always finite), ``bool``, ``str`` (one of ``choices``) or ``tuple``
-            (token ids >= 0 or words: ``suppress_tokens``).
-        default: the field's default (the commands' flags default to None: the model's own).
-        help: one line, what the option does.
-        min, max: the bounds of a number (None: unbounded on that side); ``min_inclusive`` /
-            ``max_inclusive``: whether the bound itself is allowed.
-        choices: the allowed values of a ``str`` option.
-        cli: a flag of the decoding commands (caption, attend, evaluate, compare-attention).
-        web: accepted by the web form and HTTP API. The server may cap what costs it time
-            (num_beams, max_new_tokens, location_samples multiply the work) below ``max``.
-        metavar: the flag's placeholder in ``--help`` (None: argparse's).
-
-    :meth:`check` (a value) and :meth:`parse` (a text from a command line or a form) refuse a
-    value in one line naming the field, the same line wherever the value came from;
-    ``GenerationConfig.__post_init__`` runs :meth:`check` on every field, then the checks that
-    relate fields (num_beam_groups divides num_beams, ...).
-    """
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    min: float | None = None
-    max: float | None = None
-    min_inclusive: bool = True
-    max_inclusive: bool = True
-    choices: tuple[str, ...] | None = None
-    cli: bool = True
-    web: bool = True
-    metavar: str | None = None
-
-    @property
-    def flag(self) -> str:
-        """The command-line flag: ``--num-beams`` for ``num_beams``."""
-        return "--" + self.name.replace("_", "-")
-
-    def expected(self) -> str:
-        """What a valid value is, in words: "an integer >= 1", "a finite number in (0, 1]"."""
-        if self.type is bool:
-            return "true or false"
-        if self.type is str:
-            return "one of " + ", ".join(self.choices or ())
-        if self.type is tuple:
-            return "token ids >= 0 or words"
-        what = "an integer" if self.type is int else "a finite number"
-        low, high = self.min, self.max
-        if low is not None and high is not None:
-            return (
-                f"{what} in {'[' if self.min_inclusive else '('}{_number(low)}, "
-                f"{_number(high)}{']' if self.max_inclusive else ')'}"
-            )
-        if low is not None:
-            return f"{what} {'>=' if self.min_inclusive else '>'} {_number(low)}"
-        if high is not None:
-            return f"{what} {'<=' if self.max_inclusive else '<'} {_number(high)}"
-        return what
-
-    def problem(self, value: Any) -> str | None:
-        """Why ``value`` is refused ("expected an integer >= 1, got 0"), or None when it is valid."""
-        if self.type is tuple:
-            return _token_problem(value, self.name)
-        if self.type is bool:
-            ok = isinstance(value, bool)
-        elif self.type is str:
-            ok = isinstance(value, str) and value in (self.choices or ())
-        else:
-            number = isinstance(value, int) if self.type is int else isinstance(value, (int, float))
-            ok = number and not isinstance(value, bool) and (self.type is int or math.isfinite(value))
-            if ok and self.min is not None:
-                ok = value >= self.min if self.min_inclusive else value > self.min
-            if ok and self.max is not None:
-                ok = value <= self.max if self.max_inclusive else value < self.max
-        return None if ok else f"expected {self.expected()}, got {_shown(value)}"
-
-    def check(self, value: Any) -> Any:
-        """``value`` (a list of tokens as a tuple) if valid, else a one-line ConfigError naming the field."""
-        if self.name == "prefix" and isinstance(value, str):  # a text: its words ("" none)
-            value = tuple(value.split())
-        problem = self.problem(value)
-        if problem:
-            raise ConfigError(f"{self.name}: {problem}")
-        if self.type is tuple:
-            return tuple(value) if isinstance(value, (list, tuple)) else (value,)
-        return value
-
-    def convert(self, text: str) -> Any:
-        """``text`` (a command line's or a form's) as this option's type, unchecked; a ValueError
-        says what was expected. Booleans: true/false, yes/no, on/off, 1/0; tokens: comma-separated
-        ids or words ("<unk>,3")."""
-        text = text.strip()
-        if self.type is int:
-            try:
-                return int(text)
-            except ValueError:
-                raise ValueError(f"expected an integer, got {_shown(text)}") from None
-        if self.type is float:
-            try:
-                return float(text)
-            except ValueError:
-                raise ValueError(f"expected a number, got {_shown(text)}") from None
-        if self.type is bool:
-            truth = {
-                "true": True,
-                "yes": True,
-                "on": True,
-                "1": True,
-                "false": False,
-                "no": False,
-                "off": False,
-                "0": False,
-            }
-            if text.lower() not in truth:
-                raise ValueError(f"expected true or false, got {_shown(text)}")
-            return truth[text.lower()]
-        if self.type is tuple:
-            items = [t.strip() for t in text.split(",")]
-            if not all(items):
-                raise ValueError(f"expected comma-separated token ids or words, got {_shown(text)}")
-            items = [word for item in items for word in item.split()]  # "a large" is two words
-            return tuple(int(t) if t.lstrip("-").isdigit() else t for t in items)
-        return text
-
-    def parse(self, text: str) -> Any:
-        """``text`` converted and checked: the value, or a one-line ConfigError naming the field."""
-        try:
-            value = self.convert(text)
-        except ValueError as err:
-            raise ConfigError(f"{self.name}: {err}") from None
-        return self.check(value)
-
-
-def _token_problem(tokens: Any, name: str = "suppress_tokens") -> str | None:
-    """Why ``suppress_tokens`` (or ``prefix``: ``name``) is refused, or None."""
-    if isinstance(tokens, (str, int)):
-        tokens = (tokens,)
-    if not isinstance(tokens, (list, tuple)):
-        return f"expected a list of token ids or words, got {_shown(tokens)}"
-    for t in tokens:
-        if isinstance(t, bool) or not isinstance(t, (int, str)) or (isinstance(t, int) and t < 0) or t == "":
-            return f"expected token ids >= 0 or words, got {_shown(t)}"
-        if name == "prefix" and t in (Vocabulary.eos_id, Vocabulary.pad_id, Vocabulary.bos_id):
-            return f"{t!r} cannot start a caption (EOS, PAD and BOS are not words)"
-        if name == "prefix" and t in (Vocabulary.EOS, Vocabulary.PAD, Vocabulary.BOS):
-            return f"{t!r} cannot start a caption (EOS, PAD and BOS are not words)"
-        if name != "prefix" and t in (Vocabulary.eos_id, Vocabulary.pad_id, Vocabulary.EOS, Vocabulary.PAD):
-            return f"{t!r} cannot be suppressed (captions end with it); min_new_tokens sets a least length"
-    return None
-
-
-def prefix_ids(text: str, vocab: Vocabulary) -> list[int]:
-    """The ids of a prefix's ``text`` (one of GenerationConfig.prefix's items), split as the model's
-    captions were: a token of ``vocab`` typed as it is stands for itself (a ``words``, ``chars`` or
-    ``jieba`` token, a special such as ``<unk>``, a subword piece with its "▁"); other text is split
-    by the vocabulary's tokenizer ("A large" -> a, large; "左上角有" -> 左上角, 有 with ``jieba``, 左, 上,
-    角, 有 with ``chars``; "a large" -> ▁a, ▁large or ▁a, ▁lar, ge with ``bpe``). A token the
-    vocabulary lacks (a subword tokenizer's ``<unk>`` for an unseen character) is one line."""
-    tokenizer = vocab.tokenizer
-    special = text in Vocabulary.SPECIALS
-    if text in vocab.stoi and (special or not tokenizer.trainable or text.startswith(SUBWORD_MARK)):
-        return [vocab.stoi[text]]
-    try:
-        tokens = tokenizer.tokenize(text)
-    except ConfigError as err:  # e.g. jieba or tokenizers not installed: the reason, one line
-        raise ConfigError(f"prefix: {text!r} cannot be split: {err}") from None
-    if not tokens:
-        raise ConfigError(f"prefix: {text!r} holds no token of the model's {tokenizer.name!r} tokenizer")
-    unknown = [t for t in tokens if t not in vocab.stoi or (t == Vocabulary.UNK and tokenizer.trainable)]
-    if not unknown:
-        return [vocab.stoi[t] for t in tokens]
-    if tokenizer.trainable:  # a subword tokenizer spells any text from characters it saw in training
-        known = set("".join(t for t in vocab.itos if t not in Vocabulary.SPECIALS))
-        missing = "".join(dict.fromkeys(c for c in text.lower() if not c.isspace() and c not in known))
-        raise ConfigError(
-            f"prefix: {text!r} holds characters the model's {tokenizer.name!r} vocabulary lacks ({missing or '?'})"
-        )
-    if len(tokens) == 1:
-        raise ConfigError(f"prefix: {text!r} is not a word of the model's vocabulary")
-    raise ConfigError(
-        f"prefix: {text!r} splits into {' '.join(tokens)} by the model's {tokenizer.name!r} tokenizer; "
-        f"{unknown[0]!r} is not in its vocabulary"
-    )
 
 
 @dataclass
@@ -280,8 +34,10 @@ class GenerationConfig:
     """How captions are generated, with the names of Hugging Face's ``generate``.
 
     Each field's one-line help, bounds and choices are its metadata (:func:`generation_options`
-    lists them; the commands' flags and the web form are built from them). What the fields mean
-    in more detail:
+    lists them; the commands' flags and the web form are built from them). The fields after
+    ``top_p`` are the options of the registered logits processors (decoding/processors/, one file
+    each; their docstrings say what they do), added by :func:`_take_processor_options`. What the
+    search's own fields mean in more detail:
 
     - attention_mode: "expected" is the expected context, as the authors' caption script; "argmax"
       the likeliest location; "sample" a sampled location. Soft-attention models always use the
@@ -292,10 +48,6 @@ class GenerationConfig:
       trained on sampled locations for part of its captions, can score better with a sharper
       context (docs/studies/HARD_ATTENTION.md); choose it on the validation split. Soft-attention
       models, and the modes "argmax" and "sample", ignore it.
-    - forbid_bad_endings: EOS gets probability 0 after a word of :data:`BAD_ENDINGS`, and so do the
-      words of BAD_ENDINGS at the last step max_new_tokens allows: a caption that the length limit
-      cuts ends on a good word too ("... to the right of" cannot happen; the search picks the best
-      good word there, and beam search weighs it in the beams' scores).
     - location_samples: K > 1 decodes each image K times with sampled locations (attention_mode
       is then "sample") and keeps the caption of the best score
       (:func:`captioning.decoding.search.best_of_k`). Soft-attention models ignore it.
@@ -307,24 +59,12 @@ class GenerationConfig:
       candidates lose ``diversity_penalty`` times the number of times each word was chosen at this
       step by the groups before it (Hugging Face's Hamming diversity; the penalty enters the beam
       scores, as there).
-    - no_repeat_ngram_size: n > 0: a word that would complete an n-gram already in the caption
-      gets probability 0 (3: ruotianluo's block_trigrams).
-    - repetition_penalty: Hugging Face's (CTRL, Keskar et al. 2019), applied to the
-      log-probabilities (all <= 0): a word already generated has its log p multiplied by the
-      penalty (> 1 discourages repeats), without renormalising, as Hugging Face's beam search
-      processes log-probabilities; the scores add the processed values.
     - top_p: nucleus sampling: draw among the smallest set of likeliest words whose probability
       reaches top_p (at least one word).
-    - suppress_tokens: words become ids with :meth:`resolve_tokens` (the searches take ids).
-    - prefix: every search continues these words (Hugging Face's forced start): at the first
-      steps each row's only candidate is the prefix's next word, at log-probability 0, so a
-      caption's score is its continuation's (its length, for length_penalty, counts the prefix).
-      Text becomes ids with :meth:`resolve_tokens`, split by the model's own tokenizer
-      (:func:`prefix_ids`: "左上角有" is 左上角, 有 for a jieba model); on the command line, words apart.
 
-    Every processed score (penalties, bans) is applied to the decoder's log-probabilities in the
-    order of Hugging Face's processors: repetition penalty, n-gram blocking, min_new_tokens,
-    suppressed tokens, bad endings; sampling then applies temperature, top_k, top_p.
+    The processors act on the decoder's log-probabilities in the registry's order (Hugging Face's
+    for the built-in ones: repetition penalty, n-gram blocking, min_new_tokens, suppressed tokens,
+    bad endings; the forced prefix last); sampling then applies temperature, top_k, top_p.
     """
 
     num_beams: int = option(1, "beams per image (1: greedy decoding)", min=1)
@@ -356,9 +96,6 @@ class GenerationConfig:
     num_return_sequences: int = option(
         1, "the best beams to return for each image (at most num_beams)", min=1, cli=False
     )  # the commands decide how many captions they print
-    forbid_bad_endings: bool = option(
-        False, "never end a caption on an article, preposition or conjunction ('a', 'with', 'and'...)"
-    )
     location_samples: int = option(
         1,
         "hard attention: decode each image K times with sampled locations and keep the best-scoring caption",
@@ -379,15 +116,6 @@ class GenerationConfig:
     diversity_penalty: float = option(
         0.0, "diverse beam search: subtracted from a word's score per earlier group that chose it", min=0
     )
-    no_repeat_ngram_size: int = option(
-        0, "never repeat an n-gram of N words within a caption (3: block trigrams; 0: off)", min=0, metavar="N"
-    )
-    repetition_penalty: float = option(
-        1.0,
-        "multiply the log-probability of words already in the caption by this (> 1 discourages repeats)",
-        min=0,
-        min_inclusive=False,
-    )
     top_p: float = option(
         1.0,
         "with do_sample: sample among the likeliest words of total probability P (nucleus sampling; 1: every word)",
@@ -395,17 +123,6 @@ class GenerationConfig:
         max=1,
         min_inclusive=False,
         metavar="P",
-    )
-    min_new_tokens: int = option(0, "captions of at least N words (EOS is forbidden before)", min=0, metavar="N")
-    suppress_tokens: tuple[int | str, ...] = option(
-        (), "words or token ids never generated, e.g. '<unk>' (comma-separated on the command line)", metavar="TOKENS"
-    )
-
-    prefix: tuple[int | str, ...] = option(
-        (),
-        "decoding continues this text, e.g. 'a large' (split by the model's tokenizer; every search; "
-        "the score is the continuation's)",
-        metavar="WORDS",
     )
 
     def __post_init__(self):
@@ -416,30 +133,12 @@ class GenerationConfig:
             raise ConfigError(problem)
 
     def resolve_tokens(self, vocab: Vocabulary) -> GenerationConfig:
-        """This config with ``suppress_tokens`` as ids of ``vocab`` (a word it lacks, or an id
-        beyond it, is a one-line ConfigError)."""
-        if not self.suppress_tokens or all(isinstance(t, int) for t in self.suppress_tokens):
-            ids = self.suppress_tokens
-        else:
-            ids = []
-            for t in self.suppress_tokens:
-                if isinstance(t, str) and t not in vocab.stoi:
-                    raise ConfigError(f"suppress_tokens: {t!r} is not a word of the model's vocabulary")
-                ids.append(vocab.stoi[t] if isinstance(t, str) else t)
-            ids = tuple(ids)
-        beyond = [t for t in ids if t >= len(vocab)]
-        if beyond:
-            raise ConfigError(f"suppress_tokens: id {beyond[0]} is beyond the vocabulary ({len(vocab)} tokens)")
-        prefix = []
-        for t in self.prefix:  # ids as they are; text split by the model's own tokenizer
-            prefix.extend([t] if isinstance(t, int) else prefix_ids(t, vocab))
-        if any(t >= len(vocab) for t in prefix):
-            raise ConfigError(f"prefix: id {max(prefix)} is beyond the vocabulary ({len(vocab)} tokens)")
+        """This config with its words as ids of ``vocab`` (``suppress_tokens``; ``prefix``, split by
+        the model's tokenizer; a processor's own: ``Processor.resolve``). A word it lacks, or an id
+        beyond it, is a one-line ConfigError."""
         changes = {}
-        if ids != self.suppress_tokens:
-            changes["suppress_tokens"] = tuple(ids)
-        if tuple(prefix) != self.prefix:
-            changes["prefix"] = tuple(prefix)
+        for processor in PROCESSORS.classes():
+            changes.update(processor.resolve(self, vocab))
         return dataclasses.replace(self, **changes) if changes else self
 
     def one_beam(self) -> GenerationConfig:
@@ -449,6 +148,66 @@ class GenerationConfig:
     def replace(self, **changes) -> GenerationConfig:
         """A copy with the given fields changed; fields given as None keep their value."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+# ---------------------------------------------------------------------- the processors' options as fields
+#: GenerationConfig's own fields (its class body's), before the processors' options
+_OWN_FIELDS = dict(GenerationConfig.__dataclass_fields__)
+#: a processor option's annotation, by its type
+_ANNOTATIONS = {int: int, float: float, bool: bool, str: str, tuple: tuple[int | str, ...]}
+_watchers: list[Callable[[], None]] = []
+
+
+def _processor_fields() -> dict[str, dataclasses.Field]:
+    """The options of every registered processor, in the order they apply; a ValueError names a
+    processor whose option is not declared with ``option(...)`` or is another's name."""
+    fields: dict[str, dataclasses.Field] = {}
+    owners: dict[str, str] = {}
+    for processor in PROCESSORS.classes():
+        where = f"logits processor {processor.__name__}: its option"
+        for name, f in processor.options.items():
+            if not isinstance(f, dataclasses.Field) or "help" not in f.metadata:
+                raise TypeError(f"{where} {name!r}: declare it with option(default, help, ...)")
+            if not name.isidentifier() or name.startswith("_"):
+                raise ValueError(f"{where} {name!r}: an option's name is a Python identifier without a leading _")
+            if name in _OWN_FIELDS or name in owners:
+                taken = "a field of GenerationConfig" if name in _OWN_FIELDS else f"an option of {owners[name]}"
+                raise ValueError(f"{where} {name!r} is already {taken}")
+            if hasattr(GenerationConfig, name) and name not in GenerationConfig.__dataclass_fields__:
+                raise ValueError(f"{where} {name!r} is a method of GenerationConfig")
+            fields[name], owners[name] = f, processor.__name__
+    return fields
+
+
+def _take_processor_options() -> None:
+    """Make GenerationConfig's fields its own and every registered processor's options, then tell
+    the watchers (:func:`when_options_change`). The class is processed by ``dataclasses`` again,
+    in place: every module holding it sees the fields, and ``dataclasses.fields``, ``replace``,
+    ``asdict``, ``==``, jsonargparse and config files treat a plugin's option as a built-in one.
+    A config made before reads a new option's default (the class attribute)."""
+    cls, wanted = GenerationConfig, _processor_fields()
+    annotations = cls.__dict__["__annotations__"]
+    for name in [n for n in annotations if n not in _OWN_FIELDS]:  # the options of before
+        del annotations[name]
+        if name in cls.__dict__:
+            delattr(cls, name)
+    for name, f in {**_OWN_FIELDS, **wanted}.items():  # each a Field again, for dataclasses to read
+        setattr(cls, name, dataclasses.field(default=f.default, metadata=f.metadata))
+        if name in wanted:
+            annotations[name] = _ANNOTATIONS[f.metadata["type"]]
+    for method in ("__init__", "__repr__", "__eq__", "__hash__", "__match_args__", "__replace__"):
+        if method in cls.__dict__:  # written by dataclasses for the fields of before
+            delattr(cls, method)
+    dataclasses.dataclass(cls)
+    _options.cache_clear()
+    for callback in _watchers:
+        callback()
+
+
+def when_options_change(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` whenever GenerationConfig's options change (a processor registered or
+    removed): what is derived from them and kept (the web form's fields, the API's docstring)."""
+    _watchers.append(callback)
 
 
 # ---------------------------------------------------------------------- how the fields relate
@@ -505,23 +264,17 @@ def relation_problem(config: Any, say: typing.Callable[..., str] = field_words) 
         )
     if c.top_p < 1 and not c.do_sample:
         return f"{say('top_p')} ({c.top_p}) applies to sampling: {say('do_sample', True)} (with one beam)"
-    if len(c.prefix) >= c.max_new_tokens:
-        return (
-            f"{say('prefix')} ({len(c.prefix)} words) must be shorter than {say('max_new_tokens')} "
-            f"({c.max_new_tokens}): the caption needs room to continue and end"
-        )
-    if c.min_new_tokens >= c.max_new_tokens:
-        return (
-            f"{say('min_new_tokens')} ({c.min_new_tokens}) must be below {say('max_new_tokens')} "
-            f"({c.max_new_tokens}): a caption needs room for EOS"
-        )
+    for processor in PROCESSORS.classes():  # its options with the others (min_new_tokens below max_new_tokens, ...)
+        problem = processor.relation_problem(c, say)
+        if problem:
+            return problem
     return None
 
 
 # ---------------------------------------------------------------------- the options' list
 @functools.cache
 def _options() -> dict[str, GenerationOption]:
-    """GenerationConfig's fields as options, by name (built once, on first use)."""
+    """GenerationConfig's fields as options, by name (built on first use, and again when they change)."""
     hints = typing.get_type_hints(GenerationConfig)
     options = {}
     for f in dataclasses.fields(GenerationConfig):
@@ -529,9 +282,10 @@ def _options() -> dict[str, GenerationOption]:
             raise TypeError(f"GenerationConfig.{f.name}: declare it with option(...) (its help and bounds)")
         hint = hints[f.name]
         kind = tuple if typing.get_origin(hint) is tuple else hint
-        if kind not in (int, float, bool, str, tuple):
+        if kind not in OPTION_TYPES:
             raise TypeError(f"GenerationConfig.{f.name}: an option is an int, float, bool, str or tuple, not {hint}")
-        options[f.name] = GenerationOption(name=f.name, type=kind, default=f.default, **f.metadata)
+        metadata = {k: v for k, v in f.metadata.items() if k != "type"}  # (the annotation's)
+        options[f.name] = GenerationOption(name=f.name, type=kind, default=f.default, **metadata)
     return options
 
 
@@ -553,3 +307,7 @@ def generation_option(name: str) -> GenerationOption:
     if name not in options:
         raise ConfigError(f"unknown decoding option {name!r}; expected one of {', '.join(options)}")
     return options[name]
+
+
+_take_processor_options()  # the built-in processors' options
+PROCESSORS.watch(_take_processor_options)  # and a plugin's, when it registers

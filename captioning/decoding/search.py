@@ -1,9 +1,9 @@
 """Caption search: greedy (or sampled) decoding and beam search over a whole batch at once.
 
 All images, and the K beams of each, advance together as rows of one tensor: one decoder step per
-time step. Each step (:func:`greedy_step`, :func:`beam_step`) is the decoder's step, the processing
-of its log-probabilities (processors.py), the choice of words (diverse beam search: group after
-group) and finished rows masked (they continue with PAD at no cost), all on the device. The loop
+time step. Each step (:func:`greedy_step`, :func:`beam_step`) is the decoder's step, the registered
+logits processors the config asks for (processors/), the choice of words (diverse beam search: group
+after group) and finished rows masked (they continue with PAD at no cost), all on the device. The loop
 asks whether every row has finished only every ``check_every`` steps, through a non-blocking copy
 read one check later, and cuts the outputs at the first check at which every row had finished;
 ``GenerationConfig.cuda_graphs`` captures the step per (batch, beams) shape on a GPU (sampling is
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from captioning.cuda_graphs import ShapeGraphs, graphs_available
 from captioning.decoding.generation import BAD_ENDINGS, GenerationConfig, bad_ending_ids  # noqa: F401 (their home is torch-free)
-from captioning.decoding.processors import LogitsProcessor, extend_prefix, sample_token
+from captioning.decoding.processors import Context, LogitsProcessor, extend_prefix, sample_token
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
@@ -226,7 +226,7 @@ def greedy(
     state = initial_state(decoder, features, config)
     constants = layout.constants(state)
     B, device, dtype = constants[0].size(0), constants[0].device, constants[0].dtype
-    process = LogitsProcessor(decoder, config, device)
+    process = LogitsProcessor(config, Context.of(decoder, device))
     carry = (
         [
             torch.full((B,), BOS, dtype=torch.long, device=device),
@@ -325,7 +325,7 @@ def beam(decoder, features: Tensor, config: GenerationConfig, check_every: int =
     B, device = constants[0].size(0), constants[0].device
     beam_scores = constants[0].new_zeros(B, G, K // G, dtype=_score_dtype(constants[0].dtype))
     beam_scores[:, :, 1:] = float("-inf")  # at the start one beam of each group is alive
-    process = LogitsProcessor(decoder, config, device)
+    process = LogitsProcessor(config, Context.of(decoder, device))
     carry = (
         [
             torch.full((B * K,), BOS, dtype=torch.long, device=device),

@@ -11,11 +11,11 @@ or ``captioning caption --onnx model_onnx photo.jpg``. The results are those of
 :class:`captioning.api.Captioner` (same keys), from the same preprocessing (data/images.py: the
 file checks, EXIF, modes, the bilinear resize) and the same search: decoding/search.py's batched
 greedy decoding and beam search, step for step in numpy (scores in float32, the same finished-beam
-rule and length normalisation), with the same processing of the log-probabilities (banned
-endings, no_repeat_ngram_size, repetition_penalty, min_new_tokens, suppress_tokens: decoding/processors.py's
-LogitsProcessor in numpy). Sampling (``do_sample`` and so ``top_p``, attention_mode "sample",
-``location_samples``) and diverse beam search (``num_beam_groups``) are PyTorch's only:
-:data:`ONNX_OPTIONS` records the decision for every decoding option.
+rule and length normalisation), with the same processing of the log-probabilities (each logits
+processor's numpy twin: decoding/processors/). Sampling (``do_sample`` and so ``top_p``,
+attention_mode "sample", ``location_samples``), diverse beam search (``num_beam_groups``) and a
+processor without a twin are PyTorch's only: :data:`ONNX_OPTIONS` records the decision for every
+decoding option.
 
 The search carries the decoder's state as named arrays, as config.json's ``onnx.state`` describes
 it (decoding/search.py's state layouts in numpy): the step graph's inputs ``carried`` from step to
@@ -38,20 +38,15 @@ import numpy as np
 from captioning.common import grid_shape
 from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, check_interpolation, to_array
 from captioning.decoding.generation import GenerationConfig, bad_ending_ids, generation_options
+from captioning.decoding.processors import PROCESSORS, Context, LogitsProcessor
 from captioning.errors import CheckpointError, ConfigError
+from captioning.plugins import load_plugins
 from captioning.storage.hub import resolve_folder
 from captioning.storage.layout import ENCODER_ONNX, read_config, read_vocab
 from captioning.vocab import Vocabulary
 
 BOS, EOS, PAD = Vocabulary.bos_id, Vocabulary.eos_id, Vocabulary.pad_id
 
-#: What this captioner does with each GenerationConfig field. ``HONOURED``: the numpy search acts on
-#: it as decoding/ does, or ignores it where PyTorch's search ignores it too (temperature and top_k
-#: act only when sampling; cuda_graphs is how PyTorch runs, not what it writes; a soft-attention
-#: model reads the expected context whatever attention_mode and attention_temperature say; a hard
-#: one's limits are check_generation's). Otherwise, why a value other than the field's default is
-#: refused. A field missing here is refused at any value but its default, and tests/export
-#: (the parity test over every field) fails until it is decided.
 #: the LSTM's state (config.json's onnx.state; folders written before it have this one)
 LSTM_STATE = {"carried": {"h": "h0", "c": "c0"}, "constants": ["features", "projected"]}
 #: the dtypes a carried array may start as zeros of
@@ -60,6 +55,14 @@ STATE_DTYPES = {"int64": np.int64, "float32": np.float32}
 HONOURED = "honoured"
 SAMPLING = "decodes greedily or with beam search, without sampling"
 DIVERSE = "has no diverse beam search"
+#: What this captioner does with each GenerationConfig field. ``HONOURED``: the numpy search acts on
+#: it as decoding/ does, or ignores it where PyTorch's search ignores it too (temperature and top_k
+#: act only when sampling; cuda_graphs is how PyTorch runs, not what it writes; a soft-attention
+#: model reads the expected context whatever attention_mode and attention_temperature say; a hard
+#: one's limits are check_generation's). Otherwise, why a value other than the field's default is
+#: refused. A logits processor's options get its decision (``Processor.onnx_decision``: its numpy
+#: twin, or its reason) when it registers. A field missing here is refused at any value but its
+#: default, and tests/export (the parity test over every field) fails until it is decided.
 ONNX_OPTIONS: dict[str, str] = {
     "num_beams": HONOURED,
     "max_new_tokens": HONOURED,
@@ -70,18 +73,31 @@ ONNX_OPTIONS: dict[str, str] = {
     "attention_mode": HONOURED,
     "attention_temperature": HONOURED,
     "num_return_sequences": HONOURED,
-    "forbid_bad_endings": HONOURED,
     "location_samples": SAMPLING,
     "cuda_graphs": HONOURED,
     "num_beam_groups": DIVERSE,
     "diversity_penalty": DIVERSE,
-    "no_repeat_ngram_size": HONOURED,
-    "repetition_penalty": HONOURED,
     "top_p": SAMPLING,
-    "min_new_tokens": HONOURED,
-    "suppress_tokens": HONOURED,
-    "prefix": "does not force a caption's start",
 }
+_decided: dict[type, tuple[str, ...]] = {}  # processor -> its options, whose decisions ONNX_OPTIONS holds
+
+
+def _decide_processors() -> None:
+    """ONNX_OPTIONS with the decision of each processor registered since (once: an entry taken out
+    stays out) and without those of processors no longer registered."""
+    registered = PROCESSORS.classes()
+    for processor in [p for p in _decided if p not in registered]:
+        for name in _decided.pop(processor):
+            ONNX_OPTIONS.pop(name, None)
+    for processor in [p for p in registered if p not in _decided]:
+        decision = processor.onnx_decision()
+        for name in processor.options:
+            ONNX_OPTIONS[name] = HONOURED if decision is None else decision
+        _decided[processor] = tuple(processor.options)
+
+
+_decide_processors()  # the built-in processors'
+PROCESSORS.watch(_decide_processors)  # a plugin's, when it registers
 
 
 def _session(path: str, num_threads: int | None):
@@ -123,6 +139,7 @@ class OnnxCaptioner:
         local_files_only: bool | None = None,
         token: str | bool | None = None,
     ):
+        load_plugins()  # the folder's generation settings may hold a plugin's decoding option
         # a path, or a Hub id owner/name
         folder = resolve_folder(os.fspath(folder), local_files_only=local_files_only, token=token)
         self.folder = folder
@@ -306,53 +323,9 @@ class OnnxCaptioner:
             )
         return mode
 
-    def _ban(self, config: GenerationConfig) -> np.ndarray | None:
-        if not config.forbid_bad_endings:
-            return None
-        table = np.zeros(len(self.vocab), dtype=bool)
-        table[list(self.bad_ending_ids)] = True
-        return table
-
-    @staticmethod
-    def _forbid_eos(logp: np.ndarray, previous: np.ndarray, table: np.ndarray | None) -> np.ndarray:
-        if table is not None:
-            logp[table[previous], EOS] = -np.inf
-        return logp
-
-    def _process(
-        self,
-        logp: np.ndarray,
-        previous: np.ndarray,
-        lengths: np.ndarray,
-        prefix: np.ndarray,
-        config: GenerationConfig,
-        ban: np.ndarray | None,
-    ) -> np.ndarray:
-        """decoding/processors.py's LogitsProcessor: logp (N, V), previous tokens (N,), tokens so far
-        (N,), prefix (N, T) holding them."""
-        N = logp.shape[0]
-        if config.repetition_penalty != 1.0:
-            seen = np.zeros(logp.shape, dtype=bool)
-            seen[np.arange(N)[:, None], prefix] = True
-            seen[:, PAD] = False
-            penalty = np.float32(config.repetition_penalty)
-            logp = np.where(seen, np.where(logp < 0, logp * penalty, logp / penalty), logp).astype(np.float32)
-        n = config.no_repeat_ngram_size
-        if n > 0:
-            for i in range(N):
-                L = int(lengths[i])
-                tail = prefix[i, L - n + 1 : L].tolist() if n > 1 else []
-                for j in range(L - n + 1):
-                    if prefix[i, j : j + n - 1].tolist() == tail:
-                        logp[i, prefix[i, j + n - 1]] = -np.inf
-        if config.min_new_tokens > 0:
-            logp[lengths < config.min_new_tokens, EOS] = -np.inf
-        suppress = config.resolve_tokens(self.vocab).suppress_tokens
-        if suppress:
-            logp[:, list(suppress)] = -np.inf
-        if ban is not None:  # the last word the length limit allows is not a bad ending either
-            logp[np.ix_(lengths == config.max_new_tokens - 1, ban)] = -np.inf
-        return self._forbid_eos(logp, previous, ban)
+    def processors(self, config: GenerationConfig) -> LogitsProcessor:
+        """The logits processors ``config`` asks for, built for their numpy twins (``.numpy``)."""
+        return LogitsProcessor(config.resolve_tokens(self.vocab), Context(len(self.vocab), self.bad_ending_ids))
 
     @staticmethod
     def _extend(prefix: np.ndarray, lengths: np.ndarray, tokens: np.ndarray) -> None:
@@ -368,11 +341,11 @@ class OnnxCaptioner:
         scores = np.zeros(B, dtype=np.float32)
         lengths = np.zeros(B, dtype=np.int64)
         out_tokens, out_alpha, out_loc, out_heads = [], [], [], []
-        ban, rows = self._ban(config), np.arange(B)
+        process, rows = self.processors(config), np.arange(B)
         prefix = np.full((B, config.max_new_tokens), PAD, dtype=np.int64)
         for _ in range(config.max_new_tokens):
             logp, carried, alpha, heads = self.step(tokens, carried, constants, mode)
-            logp = self._process(logp, tokens, lengths, prefix, config, ban)
+            logp = process.numpy(logp, tokens, lengths, prefix)
             nxt = logp.argmax(-1)
             running = ~finished
             scores += logp[rows, nxt] * running
@@ -408,11 +381,11 @@ class OnnxCaptioner:
         lengths = np.zeros(B * K, dtype=np.int64)
         base = (np.arange(B) * K)[:, None]  # (B, 1): first row of each image
         history = []
-        ban = self._ban(config)
+        process = self.processors(config)
         prefix = np.full((B * K, config.max_new_tokens), PAD, dtype=np.int64)
         for _ in range(config.max_new_tokens):
             logp, carried, alpha, heads = self.step(tokens, carried, constants, mode)  # (B*K, V)
-            logp = self._process(logp, tokens, lengths, prefix, config, ban)
+            logp = process.numpy(logp, tokens, lengths, prefix)
             V = logp.shape[1]
             logp[finished] = -np.inf  # a finished beam may only continue with PAD, at no cost
             logp[finished, PAD] = 0.0

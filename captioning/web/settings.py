@@ -6,7 +6,8 @@ the page's form and of ``POST /api/caption``: its text is parsed and checked by 
 error naming the field), within the server's caps (:data:`CAPS`) on the fields that multiply a
 request's work. The fields are then checked together by GenerationConfig over the model's own
 settings (``ServedModel.settings``). A field left out, or empty, is the model's own value. A new
-decoding option therefore reaches the form and the API without an edit here.
+decoding option (a logits processor's, a plugin's too) therefore reaches the form and the API
+without an edit here.
 
 Besides them, the steering fields ``focus`` ("x0,y0,x1,y1", a box in the uploaded image's own
 pixels) and ``focus_strength`` (default 10) (:class:`Focus`, :func:`parse_focus`): checked as the
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from captioning.decoding.generation import GenerationOption, generation_options
+from captioning.decoding.generation import GenerationOption, generation_options, when_options_change
 from captioning.decoding.steering import DEFAULT_STRENGTH, Box, check_shape, check_strength, parse_box
 from captioning.errors import ConfigError
 from captioning.web.errors import RequestError
@@ -59,6 +60,9 @@ def form_options() -> dict[str, GenerationOption]:
             )
         options[option.name] = option
     return options
+
+
+when_options_change(form_options.cache_clear)  # a plugin's processor registered: its options are fields too
 
 
 #: the steering fields, as ``GET /api/models`` lists them after the decoding options

@@ -1,7 +1,7 @@
 """The ONNX captioner (numpy + onnxruntime) against PyTorch's decoding, option by option: every
 GenerationConfig field is either honoured (the same captions and scores at a value other than its
 default) or refused in one line (export/onnx_captioner.py: ONNX_OPTIONS). A new field fails here
-until it is decided."""
+until it is decided and has a setting (here, or its logits processor's ``example``)."""
 
 import dataclasses
 
@@ -9,7 +9,10 @@ import pytest
 
 from captioning.cli import main
 from captioning.decoding.generation import GenerationConfig
+from captioning.decoding.options import option
+from captioning.decoding.processors import PROCESSORS, Processor
 from captioning.errors import ConfigError
+from captioning.vocab import Vocabulary
 from tests.helpers import shapes_test_images
 
 #: for each field, a setting where it differs from its default (with what it needs beside it)
@@ -35,6 +38,15 @@ NON_DEFAULT = {
     "suppress_tokens": dict(suppress_tokens=("<unk>", "picture")),
     "prefix": dict(prefix=("a",)),
 }
+
+
+def setting_of(name: str) -> dict | None:
+    """The setting of the field ``name``: NON_DEFAULT's, else its logits processor's ``example``."""
+    if name in NON_DEFAULT:
+        return NON_DEFAULT[name]
+    owner = [p for p in PROCESSORS.classes() if name in p.options]
+    return (owner[0].example or None) if owner else None
+
 
 #: the honoured options whose setting above changes the tiny model's captions (the others are ignored
 #: by a soft-attention model's greedy search, PyTorch's as the ONNX captioner's, or do not bite on it)
@@ -104,7 +116,8 @@ def test_every_field_has_a_setting_and_a_decision():
     from captioning.export.onnx_captioner import ONNX_OPTIONS
 
     fields = [f.name for f in dataclasses.fields(GenerationConfig)]
-    assert sorted(NON_DEFAULT) == sorted(fields), "a new decoding option: give it a setting here"
+    missing = [name for name in fields if setting_of(name) is None]
+    assert not missing, f"a new decoding option: give it a setting here, or its processor an example: {missing}"
     assert sorted(ONNX_OPTIONS) == sorted(fields), "a new decoding option: decide it in ONNX_OPTIONS"
 
 
@@ -113,8 +126,8 @@ def test_each_option_is_honoured_or_refused_in_one_line(name, captioners, images
     from captioning.export.onnx_captioner import HONOURED, ONNX_OPTIONS
 
     torch_captioner, onnx_captioner = captioners
-    setting = NON_DEFAULT.get(name)
-    assert setting is not None, f"{name}: no setting in NON_DEFAULT"
+    setting = setting_of(name)
+    assert setting is not None, f"{name}: no setting in NON_DEFAULT, nor an example of its processor"
     config = GenerationConfig(**setting)
     assert getattr(config, name) != getattr(GenerationConfig(), name), name  # the setting does set the field
     decision = ONNX_OPTIONS.get(name)
@@ -183,3 +196,35 @@ def test_onnx_refuses_diverse_beams_and_sampling_in_one_line(captioners, images)
         with pytest.raises(ConfigError) as err:
             captioners[1](images[:1], **options)
         assert message in str(err.value) and "\n" not in str(err.value)
+
+
+class EosBonus(Processor):
+    """Adds ``eos_bonus`` to EOS's log-probability (a processor written in a test, with its twin)."""
+
+    options = {"eos_bonus": option(0.0, "add this to EOS's log-probability", type=float)}
+    example = {"eos_bonus": 1.5, "num_beams": 3}
+
+    def __call__(self, logp, previous, lengths, prefix):
+        logp[:, Vocabulary.eos_id] += self.config.eos_bonus
+        return logp
+
+    def numpy(self, logp, previous, lengths, prefix):
+        logp[:, Vocabulary.eos_id] += self.config.eos_bonus
+        return logp
+
+
+def test_a_processor_brings_its_setting_and_is_held_to_pytorch(captioners, images):
+    """A new processor is one file: its ``example`` is its setting here, its twin its ONNX decision."""
+    from captioning.export.onnx_captioner import HONOURED, ONNX_OPTIONS
+
+    PROCESSORS.register("eos_bonus")(EosBonus)
+    try:
+        assert setting_of("eos_bonus") == EosBonus.example and ONNX_OPTIONS["eos_bonus"] == HONOURED
+        torch_captioner, onnx_captioner = captioners
+        expected = torch_captioner(images, **EosBonus.example)
+        assert_same(expected, onnx_captioner(images, **EosBonus.example), EosBonus.example)
+        plain = torch_captioner(images, num_beams=3)
+        assert [r["generated_text"] for r in expected] != [r["generated_text"] for r in plain]  # it bites
+    finally:
+        PROCESSORS.unregister("eos_bonus")
+    assert setting_of("eos_bonus") is None and "eos_bonus" not in ONNX_OPTIONS
