@@ -204,6 +204,18 @@ def _take_processor_options() -> None:
         callback()
 
 
+def recorded(config: GenerationConfig) -> dict:
+    """The settings a model file records: every field, except a plugin's option at its default (a
+    model saved while a plugin is loaded then loads without it, unless it decodes with the option)."""
+    data = dataclasses.asdict(config)
+    for processor in PROCESSORS.classes():
+        if processor.__module__.split(".")[0] != "captioning":
+            for name, f in processor.options.items():
+                if data.get(name) == f.default:
+                    del data[name]
+    return data
+
+
 def when_options_change(callback: Callable[[], None]) -> None:
     """Call ``callback()`` whenever GenerationConfig's options change (a processor registered or
     removed): what is derived from them and kept (the web form's fields, the API's docstring)."""

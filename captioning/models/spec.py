@@ -28,7 +28,7 @@ from typing import Any
 from captioning.checked import from_dict
 from captioning.compat import UNRECORDED_INTERPOLATION
 from captioning.data.images import DEFAULT_INTERPOLATION, check_interpolation
-from captioning.decoding.generation import GenerationConfig
+from captioning.decoding.generation import GenerationConfig, recorded
 from captioning.errors import ConfigError
 from captioning.files import plain_json
 from captioning.models.decoder import DecoderConfig
@@ -73,8 +73,8 @@ class ModelSpec:
 
     def to_dict(self) -> dict:
         """Plain JSON values: {"encoder": {...}, "decoder": {...}, "image_size": S, "generation": {...},
-        "interpolation": "bicubic"}."""
-        return plain_json(dataclasses.asdict(self))
+        "interpolation": "bicubic"}; a plugin's decoding option only where it is not at its default."""
+        return plain_json({**dataclasses.asdict(self), "generation": recorded(self.generation)})
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "model") -> ModelSpec:

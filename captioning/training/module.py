@@ -19,7 +19,7 @@ from typing import Any, Literal
 import lightning as L
 from torch import Tensor
 
-from captioning.decoding.generation import GenerationConfig
+from captioning.decoding.generation import GenerationConfig, recorded
 from captioning.errors import ConfigError
 from captioning.evaluation.evaluator import Evaluator
 from captioning.evaluation.split_scores import known_training_captions, split_images
@@ -138,8 +138,8 @@ class CaptioningModule(L.LightningModule):
                 "decoder": dataclasses.asdict(decoder),
                 "objective": self.objective.spec(),
                 "optimizer": dataclasses.asdict(optimizer),
-                "val_generation": dataclasses.asdict(val_generation),
-                "test_generation": dataclasses.asdict(test_generation),
+                "val_generation": recorded(val_generation),
+                "test_generation": recorded(test_generation),
                 "nonfinite_loss": nonfinite_loss,
                 "image_size": image_size,
                 "static_shapes": static_shapes,

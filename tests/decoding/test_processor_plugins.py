@@ -8,6 +8,7 @@ options everywhere."""
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -58,7 +59,7 @@ def warm_what_is_derived_from_the_options() -> None:
 def plugin(tmp_path_factory, tiny_checkpoint):
     """ban_word.py imported as CAPTIONING_PLUGINS names it; afterwards its processor is removed and
     GenerationConfig has the built-in fields again. The session's tiny checkpoint is written before
-    (a model saved while the plugin is loaded records ban_word, and needs the plugin to load)."""
+    (kept free of the plugin's option)."""
     path = tmp_path_factory.mktemp("plugins") / "ban_word.py"
     path.write_text(worked_example())
     with pytest.MonkeyPatch.context() as patch:
@@ -167,6 +168,11 @@ def test_the_api_keyword_bans_the_word_and_a_model_folder_keeps_it(plugin, capti
     loaded = Captioner.from_pretrained(folder, "cpu")
     assert loaded.generation.ban_word == wid
     assert [r["generated_text"] for r in loaded(images, num_beams=3)] == [r["generated_text"] for r in banned]
+
+    # at its default the option is not recorded: the folder loads where the plugin is not installed
+    plain_folder = captioner.save_pretrained(tmp_path / "plain")
+    written = json.loads((Path(plain_folder) / "config.json").read_text())
+    assert "ban_word" not in written["generation"] and "no_repeat_ngram_size" in written["generation"]
 
 
 @pytest.mark.slow  # a fresh process that imports torch (the flag in this process: the first test)
