@@ -95,7 +95,7 @@ gif(soft, images[0], first)
 
 # %%
 T = len(words(first))
-matrix(alpha.reshape(len(alpha), -1)[:T], words(first), title="alpha: words x locations")
+matrix(alpha.reshape(len(alpha), -1)[:T], words(first))
 
 # %% [markdown]
 # How sharp is each word's map? The entropy $-\sum_i \alpha_{ti} \log \alpha_{ti}$ is $\log L$ for a

@@ -40,15 +40,15 @@ trained = {}
 
 
 def show(name, checkpoint):
-    """Caption the first test image with the model, print its caption and scores, show its maps."""
+    """Caption the first test image with the model, print its caption and scores, show its maps; the
+    captioner and its result are kept in ``trained[name]``."""
     if checkpoint is None:
-        return None
+        return
     captioner = Captioner.from_checkpoint(checkpoint)
-    trained[name] = captioner
     [out] = captioner(images[:1], num_beams=3, return_attention=True)
+    trained[name] = captioner, out
     print(f"{name}: {out['generated_text']}   {scores(captioner, data)}")
     display(grid(captioner, images[0], out))
-    return captioner, out
 
 
 # %% [markdown]
@@ -88,20 +88,20 @@ show("luong", train("luong", STEPS, LANGUAGE, placement="luong"))
 #   order) instead of predicted.
 
 # %%
-local = show("local", train("local", STEPS, LANGUAGE, window="local"))
+show("local", train("local", STEPS, LANGUAGE, window="local"))
 for name, options in {"local_p": {"window": "local_p"}, "local_m": {"window": "local_m"}}.items():
-    result = show(name, train(name, STEPS, LANGUAGE, **options))
-    if result is not None:
-        maps = np.asarray(result[1]["attention"]).reshape(len(result[1]["attention"]), -1)
-        print("weights' sums per word (local_p, local_m: at most 1):", maps.sum(1).round(2))
+    show(name, train(name, STEPS, LANGUAGE, **options))
+    if name in trained:
+        maps = np.asarray(trained[name][1]["attention"]).reshape(len(trained[name][1]["attention"]), -1)
+        print("weights' sums per word (at most 1: not renormalised):", maps.sum(1).round(2))
 
 # %% [markdown]
 # Where the version keeps them, the search returns each step's window (`views["window"]`: its centre and
 # extent) beside alpha:
 
 # %%
-if local is not None:
-    views = search_views(local[0], images[0])
+if "local" in trained:
+    views = search_views(trained["local"][0], images[0])
     if "window" in views:
         print("window per step (centre row, centre column, extent...):")
         print(np.asarray(views["window"]).round(2)[:6])
@@ -179,7 +179,7 @@ show("attention_pool", train("attention_pool", STEPS, LANGUAGE, init="attention_
 # The GIF of each model on the same image, one frame per word:
 
 # %%
-for name, captioner in trained.items():
+for name, (captioner, _) in trained.items():
     [out] = captioner(images[1:2], num_beams=3, return_attention=True)
     print(name, "->", out["generated_text"])
     display(gif(captioner, images[1], out))

@@ -90,7 +90,8 @@ refined = Captioner.from_checkpoint(train("refiner", STEPS, LANGUAGE, refiner_la
 print(out["generated_text"], scores(refined, data))
 cells = grid_self_attention(refined, images[0])
 print("grid self-attention:", cells.shape, "(heads, cells, cells)")
-matrix(cells.mean(0), [str(i) for i in range(cells.shape[1])], cell=6, title="refiner, layer 1: cells x cells")
+rows = [str(i) if i % 8 == 0 else "" for i in range(cells.shape[1])]  # the first cell of each row of the grid
+matrix(cells.mean(0), rows, cell=6)
 
 # %% [markdown]
 # ## The Transformer decoder
@@ -138,9 +139,7 @@ for number, weights in enumerate(layers):
         f"layer {number}: {weights.shape[0]} heads; above the diagonal (later words):",
         float(np.triu(weights.mean(0), 1).sum()),
     )
-    display(
-        matrix(weights.mean(0)[: len(labels), : len(labels)], labels, labels, title=f"layer {number}: words x words")
-    )
+    display(matrix(weights.mean(0)[: len(labels), : len(labels)], labels, labels))
 
 # %% [markdown]
 # ## Attention on Attention (Huang et al. 2019)

@@ -61,7 +61,9 @@ def say(language: str, key: str, **values) -> None:
     print(MESSAGES[language][key].format(**values))
 
 
-def make_data(language: str = "en", n_train: int = 1500, n_val: int = 50, n_test: int = 50) -> Path:
+def make_data(
+    language: str = "en", n_train: int = 1500, n_val: int = 50, n_test: int = 50, announce: bool = True
+) -> Path:
     """The shapes data (captioning.data.shapes.generate: 64 px images, five captions each), made once."""
     from captioning.data.shapes import generate
 
@@ -69,7 +71,8 @@ def make_data(language: str = "en", n_train: int = 1500, n_val: int = 50, n_test
     annotations = folder / "dataset_shapes.json"
     if not annotations.is_file():
         generate(folder, n_train=n_train, n_val=n_val, n_test=n_test, seed=0, language=language, progress=False)
-    say(language, "data", path=annotations.relative_to(REPO))
+    if announce:
+        say(language, "data", path=annotations.relative_to(REPO))
     return annotations
 
 
@@ -123,7 +126,7 @@ def train(
     if why:
         say(language, "skip", name=name, why=why)
         return None
-    annotations = annotations or make_data(language)
+    annotations = annotations or make_data(language, announce=False)
     settings = {**(SMALL if small else {}), **(CHINESE if language == "zh" else {})}
     settings.update({k if "." in k else f"model.decoder.{k}": v for k, v in options.items()})
     args = ["--config", str(REPO / "configs" / config), "--data.annotations", str(annotations)]
@@ -256,13 +259,18 @@ def search_views(captioner, image, **generation) -> dict:
     return {k: v[0].cpu().numpy() for k, v in (getattr(out, "views", None) or {}).items()}
 
 
+def plain_model(captioner):
+    """The model as written (models/): the Captioner runs its fast twin (captioning/fast/) where there is one."""
+    return getattr(captioner.model, "model", captioner.model).eval()
+
+
 def _features(captioner, image):
     """The annotation vectors (1, L, D) of one image, as the Captioner feeds the model."""
     import torch
     from PIL import Image
 
     with torch.no_grad():
-        return captioner.model.eval().encoder(captioner._batch([Image.open(image).convert("RGB")]))
+        return plain_model(captioner).encoder(captioner._batch([Image.open(image).convert("RGB")]))
 
 
 def word_self_attention(captioner, image, result) -> list[np.ndarray]:
@@ -271,7 +279,7 @@ def word_self_attention(captioner, image, result) -> list[np.ndarray]:
     teacher-forced pass (models/transformer.py)."""
     import torch
 
-    model, vocab = captioner.model.eval(), captioner.vocab
+    model, vocab = plain_model(captioner), captioner.vocab
     tokens = [t for t in result["tokens"] if t != vocab.EOS]
     captions = torch.tensor([vocab.encode(tokens)])
     weights, hooks = [], []
@@ -295,7 +303,7 @@ def grid_self_attention(captioner, image) -> np.ndarray:
     from captioning.common import grid_shape
     from captioning.models.attention.refiner import grid_position_embedding
 
-    refiner = captioner.model.decoder.refiner
+    refiner = plain_model(captioner).decoder.refiner
     features = _features(captioner, image)
     gh, gw = grid_shape(features.size(1))
     x = features + grid_position_embedding(gh, gw, features.size(-1), features.device, features.dtype)

@@ -78,7 +78,7 @@ gif(soft, images[0], first)
 
 # %%
 T = len(words(first))
-matrix(alpha.reshape(len(alpha), -1)[:T], words(first), title="alpha: words x locations")
+matrix(alpha.reshape(len(alpha), -1)[:T], words(first))
 
 # %% [markdown]
 # 每个词的注意力图有多集中？熵 $-\sum_i \alpha_{ti} \log \alpha_{ti}$ 对均匀分布是 $\log L$，只看一个单元时为 0。表示物体的词（形状、颜色）应该看向它的物体；"有""的"这类词不必看特定的地方。

@@ -72,7 +72,8 @@ def test_the_chinese_notebook_runs_the_english_code(name):
 @pytest.mark.parametrize("source", ENGLISH + CHINESE, ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_each_notebook_explains_with_equations(source):
     markdown = "\n".join(c.source for c in jupytext.read(source).cells if c.cell_type == "markdown")
-    assert markdown.count("$$") >= 4  # two displayed equations at least
+    equations = re.findall(r"\$\$.+?\$\$|\$[^$\n]+\$", markdown, re.DOTALL)  # displayed and inline LaTeX
+    assert len(equations) >= 8 and "$$" in markdown, len(equations)
     if source.parent.name == "zh":
         chinese = sum("\u4e00" <= ch <= "\u9fff" for ch in markdown)
         assert chinese > 300, chinese
