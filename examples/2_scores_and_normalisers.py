@@ -110,7 +110,8 @@ for name, captioner in captioners.items():
     s = scores(captioner, data)
     maps = np.asarray(results[name]["attention"]).reshape(len(results[name]["attention"]), -1)
     entropy = float(-(maps * np.log(maps + 1e-12)).sum(1).mean())
-    print(f"{name:>20}  {s['object F1']:9.3f}  {s['pointing game']:8.3f}  {entropy:7.2f}")
+    pointing = "-" if s["pointing game"] is None else f"{s['pointing game']:.3f}"  # -: no shape word named
+    print(f"{name:>20}  {s['object F1']:9.3f}  {pointing:>8}  {entropy:7.2f}")
 
 # %% [markdown]
 # ## The normaliser: softmax or sparsemax

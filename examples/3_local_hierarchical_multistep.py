@@ -82,8 +82,9 @@ show("luong", train("luong", STEPS, LANGUAGE, placement="luong"))
 # - `window local` (with `local_sigma`, default 1.5): the product renormalised to sum to one, over the whole
 #   grid, differentiable everywhere;
 # - `window local_p` (with `local_width` $D$): Luong's as published: only the cells within $D$ of $p_t$
-#   (the window $[p_t - D, p_t + D]$), $\sigma = D / 2$, the Gaussian multiplied in and **not**
-#   renormalised, so the weights sum to less than one;
+#   (the window $[p_t - D, p_t + D]$ in rows and in columns), $\operatorname{align}$ the softmax over those
+#   cells only, $\sigma = D / 2$, the Gaussian multiplied in and **not** renormalised, so the weights sum to
+#   less than one;
 # - `window local_m`: *monotonic* alignment, the centre set by the step ($p_t = t$, the cells in reading
 #   order) instead of predicted.
 
@@ -126,15 +127,16 @@ show("hierarchical", train("hierarchical", STEPS, LANGUAGE, window="hierarchical
 # ## Attention over attention (Cui et al. 2017)
 #
 # Not to be confused with Huang et al.'s *Attention on Attention* (`aoa`, notebook 4), which gates the
-# context. Cui's mechanism compares **every word written so far** with every location: the matching matrix
-# $M = Y^\top A$ ($Y$ the words' states, $A$ the annotation vectors) gets a softmax per word over the
-# locations ($\alpha$, column-wise) and a softmax per location over the words ($\beta$, row-wise); the
-# words' weights averaged over the locations, $\bar\beta$, weigh the words' maps:
+# context. Cui's mechanism compares **every word read so far** with every location: the matching matrix
+# $M_{ij} = \operatorname{score}(a_i, h_j)$ ($L \times t$: the locations down, the decoder's states
+# $h_0 \dots h_{t-1}$ across) gets a softmax per state over the locations ($\alpha$, column-wise) and a
+# softmax per location over the states ($\beta$, row-wise); the states' weights averaged over the
+# locations, $\bar\beta$, weigh the states' maps into the step's map $\alpha_t$ (Cui's $s$):
 #
 # $$\alpha_{\cdot j} = \operatorname{softmax}(M_{\cdot j}), \quad \beta_{i \cdot} = \operatorname{softmax}(M_{i \cdot}),
-#   \quad \bar\beta = \frac{1}{L}\sum_i \beta_{i \cdot}, \quad \gamma = \alpha\, \bar\beta^\top.$$
+#   \quad \bar\beta = \frac{1}{L}\sum_i \beta_{i \cdot}, \quad \alpha_t = \alpha\, \bar\beta^\top.$$
 #
-# Option: `over_attention true`.
+# Option: `over_attention true` (with the paper's placement, `bahdanau`).
 
 # %%
 show("over_attention", train("over_attention", STEPS, LANGUAGE, over_attention=True))

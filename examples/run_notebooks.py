@@ -37,6 +37,8 @@ def notebook_of(source: Path):
 
     notebook = jupytext.read(source)
     notebook.metadata.pop("jupytext", None)
+    for i, cell in enumerate(notebook.cells):  # ids by position: --sync writes the same file each time
+        cell.id = f"cell-{i}"
     return notebook
 
 
@@ -94,7 +96,8 @@ def execute(path: Path, out: Path, timeout: int, steps: int | None) -> dict:
     try:
         client.execute()
     except Exception as err:  # a failing cell: its traceback is in the executed copy
-        error = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()  # without the terminal's colours
+        error = lines[-1] if lines else type(err).__name__
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -98,7 +98,8 @@ for name, captioner in captioners.items():
     s = scores(captioner, data)
     maps = np.asarray(results[name]["attention"]).reshape(len(results[name]["attention"]), -1)
     entropy = float(-(maps * np.log(maps + 1e-12)).sum(1).mean())
-    print(f"{name:>20}  {s['object F1']:9.3f}  {s['pointing game']:8.3f}  {entropy:7.2f}")
+    pointing = "-" if s["pointing game"] is None else f"{s['pointing game']:.3f}"  # -：描述中没有提到任何形状
+    print(f"{name:>20}  {s['object F1']:9.3f}  {pointing:>8}  {entropy:7.2f}")
 
 # %% [markdown]
 # ## 归一化函数：softmax 还是 sparsemax

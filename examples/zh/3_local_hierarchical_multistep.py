@@ -72,7 +72,7 @@ show("luong", train("luong", STEPS, LANGUAGE, placement="luong"))
 # 三个版本，三个选项：
 #
 # - `window local`（配合 `local_sigma`，默认 1.5）：乘积在整个网格上重新归一化为和为 1，处处可微；
-# - `window local_p`（配合 `local_width` $D$）：Luong 论文中的原版：只保留距 $p_t$ 不超过 $D$ 的单元（窗口 $[p_t - D, p_t + D]$），$\sigma = D / 2$，乘上高斯函数后**不**重新归一化，所以权重之和小于 1；
+# - `window local_p`（配合 `local_width` $D$）：Luong 论文中的原版：只保留距 $p_t$ 不超过 $D$ 的单元（行和列各取窗口 $[p_t - D, p_t + D]$），$\operatorname{align}$ 只在这些单元上做 softmax，$\sigma = D / 2$，乘上高斯函数后**不**重新归一化，所以权重之和小于 1；
 # - `window local_m`：**单调**对齐，中心由步数决定（$p_t = t$，单元按阅读顺序），而不是预测出来的。
 
 # %%
@@ -111,12 +111,12 @@ show("hierarchical", train("hierarchical", STEPS, LANGUAGE, window="hierarchical
 # %% [markdown]
 # ## 注意力之上的注意力（attention-over-attention，Cui 等 2017）
 #
-# 不要和 Huang 等的 *Attention on Attention*（`aoa`，见笔记本 4）混淆，后者是给上下文向量加门控。Cui 的机制把**已经写出的每个词**和每个位置做比较：匹配矩阵 $M = Y^\top A$（$Y$ 是各词的状态，$A$ 是注释向量）对每个词在位置上做 softmax（按列，$\alpha$），对每个位置在词上做 softmax（按行，$\beta$）；把词的权重在位置上取平均得到 $\bar\beta$，再用它加权各词的注意力图：
+# 不要和 Huang 等的 *Attention on Attention*（`aoa`，见笔记本 4）混淆，后者是给上下文向量加门控。Cui 的机制把**已经读过的每个词**和每个位置做比较：匹配矩阵 $M_{ij} = \operatorname{score}(a_i, h_j)$（$L \times t$：行是位置，列是解码器到目前为止的状态 $h_0 \dots h_{t-1}$）对每个状态在位置上做 softmax（按列，$\alpha$），对每个位置在状态上做 softmax（按行，$\beta$）；把状态的权重在位置上取平均得到 $\bar\beta$，再用它加权各状态的注意力图，得到这一步的注意力 $\alpha_t$（Cui 的 $s$）：
 #
 # $$\alpha_{\cdot j} = \operatorname{softmax}(M_{\cdot j}), \quad \beta_{i \cdot} = \operatorname{softmax}(M_{i \cdot}),
-#   \quad \bar\beta = \frac{1}{L}\sum_i \beta_{i \cdot}, \quad \gamma = \alpha\, \bar\beta^\top.$$
+#   \quad \bar\beta = \frac{1}{L}\sum_i \beta_{i \cdot}, \quad \alpha_t = \alpha\, \bar\beta^\top.$$
 #
-# 选项：`over_attention true`。
+# 选项：`over_attention true`（使用论文的注意力位置 `bahdanau`）。
 
 # %%
 show("over_attention", train("over_attention", STEPS, LANGUAGE, over_attention=True))
