@@ -73,7 +73,8 @@ gpu-check: $(STAMP)
 
 # The notebooks of examples/ and examples/zh/, each executed top to bottom on the CPU (examples/run_notebooks.py:
 # nbclient, each cell within NOTEBOOK_TIMEOUT seconds); the executed copies and their times in
-# outputs/notebooks/executed/. NOTEBOOK_ARGS="--steps 20" runs them briefly.
+# outputs/notebooks/executed/. NOTEBOOK_ARGS="--steps 20" runs them briefly (CI: .ci/run; each model trains
+# 20 steps, so the stage checks that every cell runs, not what the models learn).
 NOTEBOOK_TIMEOUT ?= 900
 NOTEBOOK_ARGS ?=
 notebooks: $(STAMP)
