@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-floors gpu-check lint format install clean browser-setup
+.PHONY: demo test test-slow test-floors gpu-check lint format install clean browser-setup notebooks
 
 # Opt-in: the index PyTorch's wheels come from, installed before the package (which then finds them in
 # place), e.g. the CPU-only build: `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu`, a fifth
@@ -70,6 +70,15 @@ GPU_CHECK_OUT ?= outputs/gpu_check
 GPU_CHECK_ARGS ?=
 gpu-check: $(STAMP)
 	$(BIN)/python -m tools.benchmarks.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+# The notebooks of examples/ and examples/zh/, each executed top to bottom on the CPU (examples/run_notebooks.py:
+# nbclient, each cell within NOTEBOOK_TIMEOUT seconds); the executed copies and their times in
+# outputs/notebooks/executed/. NOTEBOOK_ARGS="--steps 20" runs them briefly (CI: .ci/run; each model trains
+# 20 steps, so the stage checks that every cell runs, not what the models learn).
+NOTEBOOK_TIMEOUT ?= 900
+NOTEBOOK_ARGS ?=
+notebooks: $(STAMP)
+	$(BIN)/python examples/run_notebooks.py --timeout $(NOTEBOOK_TIMEOUT) $(NOTEBOOK_ARGS)
 
 # ruff (the lint rules and the format: pyproject.toml's [tool.ruff]; `make format` rewrites the files) and
 # commit subjects of at most 72 characters (tools/dev/check_commits.py)

@@ -1,6 +1,6 @@
 """The documentation's relative links resolve, and the README stays a front page.
 
-For README.md and every Markdown file under docs/, each relative link or image target
+For README.md, README.zh-CN.md and every Markdown file under docs/, each relative link or image target
 (``[text](path)``, ``![alt](path)``) must name an existing file or folder, relative to the file
 that links it. Web addresses (http, https), ``mailto:`` and in-page anchors (``#section``) are not
 checked; a path's ``#fragment`` is dropped before the check.
@@ -25,7 +25,7 @@ EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|//)", re.IGNORECASE)  # http:, ht
 
 
 def markdown_files() -> list[Path]:
-    return [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    return [README, ROOT / "README.zh-CN.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def links(text: str) -> list[tuple[int, str]]:

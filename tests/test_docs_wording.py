@@ -28,7 +28,7 @@ HISTORY = {
 
 
 def markdown_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [ROOT / "README.md", ROOT / "README.zh-CN.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def history_lines(text: str) -> list[tuple[int, str, str]]:

@@ -1,6 +1,6 @@
 """``captioning serve``: the web page and HTTP API (the ``web`` extra), its flags and its run.
 
-``captioning serve --checkpoint CKPT [--host 127.0.0.1] [--port 7860]``. ``add_serve_arguments(parser)``
+``captioning serve --checkpoint CKPT [--host 127.0.0.1] [--port 7860] [--lang en|zh]``. ``add_serve_arguments(parser)``
 adds the flags and ``cmd_serve(args)`` runs the server: the ``Serve`` command and
 ``python -m captioning.web`` (web/__main__.py) are both these two.
 """
@@ -40,6 +40,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``serve``'s flags to ``p``. The web modules whose defaults they show are imported here,
     not at the module's top: ``captioning fit`` imports every command module but builds no flags."""
     from captioning.web.gifs import DEFAULT_GIF_PIXELS
+    from captioning.web.page import LANGUAGES
     from captioning.web.server import DEFAULT_HOST, DEFAULT_MAX_PIXELS, DEFAULT_PORT
     from captioning.web.service import DEFAULT_MAX_RENDER
 
@@ -149,6 +150,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "* for any (this turns off the DNS-rebinding guard)",
     )
     layer_arg(p, "shown on the page and returned by the API")
+    p.add_argument(
+        "--lang",
+        choices=tuple(LANGUAGES),
+        default=None,
+        help="the web page's language: en (English) or zh (Simplified Chinese); default: each browser's "
+        "(zh when its Accept-Language prefers Chinese, else en). The API's JSON is the same in both",
+    )
     p.add_argument("--threads", type=at_least(1), default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
@@ -190,4 +198,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         limits=limits,
         layer=args.layer,
+        lang=args.lang,
     )

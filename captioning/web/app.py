@@ -2,7 +2,8 @@
 
 Routes:
 
-    GET  /                    the page (captioning/web/page.py)
+    GET  /                    the page (captioning/web/page.py), in ``?lang=``'s language, else ``lang``'s,
+                              else the Accept-Language header's (English or Chinese)
     GET  /api/models          the served models: name, description, default settings
     POST /api/caption         multipart form: ``image`` (the file) and optional fields ``model``,
                               ``return_gif``, ``return_image``, the decoding settings and the
@@ -75,18 +76,22 @@ def create_app(
     workdir: str | None = None,
     limits: Limits = Limits(),
     host: str = "127.0.0.1",
+    lang: str | None = None,
 ):
     """The ASGI application serving ``models`` (the first is the default of the API), bound to
-    ``host`` (for the Host header check: see :func:`allowed_host_names`)."""
+    ``host`` (for the Host header check: see :func:`allowed_host_names`); ``lang``: the page's language
+    (a key of ``web.page.LANGUAGES``; None: the browser's, from its Accept-Language header)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import FileResponse, HTMLResponse, JSONResponse
     from starlette.routing import Route
 
-    from captioning.web.page import PAGE
+    from captioning.web.page import LANGUAGES, choose_language, page
 
     if not models:
         raise ValueError("at least one model to serve")
+    if lang is not None and lang not in LANGUAGES:
+        raise ValueError(f"the page's language: expected one of {', '.join(LANGUAGES)}, got {lang!r}")
     by_name = {m.name: m for m in models}
     if len(by_name) != len(models):
         raise ValueError(f"model names must differ: {[m.name for m in models]}")
@@ -101,8 +106,12 @@ def create_app(
     def error(err: RequestError) -> JSONResponse:
         return JSONResponse({"error": str(err)}, status_code=err.status, headers=dict(err.headers) or None)
 
-    async def page(request: Request):
-        return HTMLResponse(PAGE)
+    async def show_page(request: Request):
+        language = choose_language(request.query_params.get("lang"), lang, request.headers.get("accept-language"))
+        headers = {"Content-Language": LANGUAGES[language][0]}
+        if lang is None:  # the answer depends on the header: caches keep one per language
+            headers["Vary"] = "Accept-Language"
+        return HTMLResponse(page(language), headers=headers)
 
     async def health(request: Request):
         queue = state.get("queue")
@@ -239,7 +248,7 @@ def create_app(
                 shutil.rmtree(workdir, ignore_errors=True)
 
     routes = [
-        Route("/", page),
+        Route("/", show_page),
         Route("/healthz", health),
         Route("/api/models", list_models),
         Route("/api/caption", caption, methods=["POST"]),

@@ -5,15 +5,22 @@ everything it shows a client script can get too. The per-word view draws each wo
 map over the image in the browser, the way ``captioning.viz.pictures.overlay`` does (bicubic
 stretch of the grid over the whole image, min-max normalised, the inferno colour map at 0.6
 opacity; a hard model's chosen cell outlined over its faint soft map). Kept in a Python module
-rather than a data file so that it ships with the package without any package-data setting.
+rather than a data file so that it ships with the package without any package-data setting. Its visible
+strings are one table, :data:`STRINGS`, a column per language (``serve --lang``, or the browser's
+Accept-Language: :func:`choose_language`); :func:`page` fills them in.
 """
 
+import functools
+import html
+import json
+import re
+
 PAGE = r"""<!doctype html>
-<html lang="en">
+<html lang="{{html_lang}}">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Show, Attend and Tell: try a model</title>
+<title>{{title}}</title>
 <style>
   :root { --ink: #1d1d1f; --muted: #6b6b70; --line: #dedee3; --accent: #d63c00; --bg: #f6f6f8; }
   * { box-sizing: border-box; }
@@ -21,6 +28,7 @@ PAGE = r"""<!doctype html>
   header { padding: 14px 24px; background: #fff; border-bottom: 1px solid var(--line); }
   header h1 { margin: 0; font-size: 20px; }
   header p { margin: 2px 0 0; color: var(--muted); }
+  header .lang-switch { margin-left: 12px; font-size: 13px; font-weight: normal; color: var(--muted); }
   main { display: grid; grid-template-columns: 300px 1fr; gap: 20px; padding: 20px 24px; align-items: start; }
   aside, .card { background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 16px; }
   aside h2, .card h2 { margin: 0 0 10px; font-size: 16px; }
@@ -65,44 +73,44 @@ PAGE = r"""<!doctype html>
 </head>
 <body>
 <header>
-  <h1>Show, Attend and Tell</h1>
-  <p>Upload, paste (Ctrl+V) or pick an image; read its captions; click or slide over the words to see where the model looked; drag a box over the image to caption that region.</p>
+  <h1>{{heading}} <a class="lang-switch" href="?lang={{other_lang}}" hreflang="{{other_html_lang}}">{{other_language}}</a></h1>
+  <p>{{intro}}</p>
 </header>
 <main>
   <aside>
-    <h2>Image</h2>
+    <h2>{{image}}</h2>
     <label id="drop" for="file-input">
-      <span id="drop-text">Drop an image here or click to choose one</span>
+      <span id="drop-text">{{drop}}</span>
     </label>
     <input id="file-input" type="file" accept="image/*">
-    <div id="focus-area" class="hidden" title="drag a box: the caption describes that region">
-      <img id="preview" alt="the image: drag a box over it to focus the caption there" draggable="false">
+    <div id="focus-area" class="hidden" title="{{focus_area_title}}">
+      <img id="preview" alt="{{preview_alt}}" draggable="false">
       <div id="focus-box" class="hidden"></div>
     </div>
     <div id="focus-block" class="hidden">
-      <div class="hint" id="focus-text">Drag a box over the image to caption that region.</div>
-      <div class="focus-row"><button id="focus-clear" type="button" disabled>Clear the box</button></div>
-      <label class="field">focus strength <input id="focus-strength" type="number" min="0" step="any" placeholder="10" title="how much attention score the cells outside the box lose (0: no focus)"></label>
+      <div class="hint" id="focus-text">{{focus_hint}}</div>
+      <div class="focus-row"><button id="focus-clear" type="button" disabled>{{focus_clear}}</button></div>
+      <label class="field">{{focus_strength}} <input id="focus-strength" type="number" min="0" step="any" placeholder="10" title="{{focus_strength_title}}"></label>
     </div>
     <div id="examples-block" class="hidden">
-      <div class="hint">Examples</div>
+      <div class="hint">{{examples}}</div>
       <div class="examples" id="examples"></div>
     </div>
-    <h2>Generation</h2>
-    <label class="field">beams <input id="num-beams" type="number" min="1" max="10" value="3"></label>
-    <label class="field">diverse groups <input id="num-beam-groups" type="number" min="1" max="10" value="1"></label>
-    <label class="field">diversity penalty <input id="diversity-penalty" type="number" min="0" max="10" step="0.1" placeholder="0.5"></label>
-    <label class="field">maximum length <input id="max-new-tokens" type="number" min="1" max="100" placeholder="model's"></label>
-    <label class="field">length penalty <input id="length-penalty" type="number" min="-5" max="5" step="0.1" placeholder="model's"></label>
-    <label class="field" title="the caption continues these words, e.g. 'a large'">starts with <input id="prefix" type="text" placeholder="e.g. a large"></label>
-    <label class="field hidden" id="mode-field">attention mode (hard models)
+    <h2>{{generation}}</h2>
+    <label class="field">{{num_beams}} <input id="num-beams" type="number" min="1" max="10" value="3"></label>
+    <label class="field">{{num_beam_groups}} <input id="num-beam-groups" type="number" min="1" max="10" value="1"></label>
+    <label class="field">{{diversity_penalty}} <input id="diversity-penalty" type="number" min="0" max="10" step="0.1" placeholder="0.5"></label>
+    <label class="field">{{max_new_tokens}} <input id="max-new-tokens" type="number" min="1" max="100" placeholder="{{models_own}}"></label>
+    <label class="field">{{length_penalty}} <input id="length-penalty" type="number" min="-5" max="5" step="0.1" placeholder="{{models_own}}"></label>
+    <label class="field" title="{{prefix_title}}">{{prefix}} <input id="prefix" type="text" placeholder="{{prefix_placeholder}}"></label>
+    <label class="field hidden" id="mode-field">{{attention_mode}}
       <select id="attention-mode">
-        <option value="">model's</option><option>expected</option><option>argmax</option><option>sample</option>
+        <option value="">{{models_own}}</option><option value="expected">{{mode_expected}}</option><option value="argmax">{{mode_argmax}}</option><option value="sample">{{mode_sample}}</option>
       </select>
     </label>
-    <details id="more-block" class="hidden"><summary class="hint">more settings</summary><div id="more-fields"></div></details>
-    <div id="models-block" class="models hidden"><h2>Models</h2><div id="model-list"></div></div>
-    <button id="run" disabled>Caption</button>
+    <details id="more-block" class="hidden"><summary class="hint">{{more_settings}}</summary><div id="more-fields"></div></details>
+    <div id="models-block" class="models hidden"><h2>{{models}}</h2><div id="model-list"></div></div>
+    <button id="run" disabled>{{run}}</button>
     <div id="global-error" class="error hidden"></div>
   </aside>
   <div id="results"></div>
@@ -114,6 +122,8 @@ const INFERNO = ["#000004", "#1b0c42", "#4b0c6b", "#781c6d", "#a52c60", "#cf4446
 const ALPHA = 0.6;
 const state = { models: [], blob: null, name: null, cards: {}, focus: null, drag: null };  // focus: [x0, y0, x1, y1] in the image's own pixels
 const $ = id => document.getElementById(id);
+const STRINGS = {{strings_json}};  // this language's column of captioning/web/page.py: STRINGS
+function t(key, vars = {}) { return STRINGS[key].replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m)); }
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -219,9 +229,9 @@ function showFocus() {
   const [sx, sy] = shownScale(), f = state.focus;
   $("focus-clear").disabled = !f;
   $("focus-area").dataset.focus = f ? f.join(",") : "";
-  if (!f) { $("focus-box").classList.add("hidden"); $("focus-text").textContent = "Drag a box over the image to caption that region."; return; }
+  if (!f) { $("focus-box").classList.add("hidden"); $("focus-text").textContent = t("focus_hint"); return; }
   placeBox(f[0] / sx, f[1] / sy, f[2] / sx, f[3] / sy);
-  $("focus-text").textContent = `focus: ${f.join(", ")} (pixels of the ${$("preview").naturalWidth} x ${$("preview").naturalHeight} image)`;
+  $("focus-text").textContent = t("focus_shown", { box: f.join(", "), width: $("preview").naturalWidth, height: $("preview").naturalHeight });
 }
 function endDrag(e) {
   if (!state.drag) return;
@@ -244,7 +254,7 @@ function clearFocus(rerun) {
 
 // ---------------------------------------------------------------- model cards
 function fmt(value) {
-  if (value === null || value === undefined || value === "") return "unknown";
+  if (value === null || value === undefined || value === "") return t("unknown");
   if (typeof value === "number") return Number.isInteger(value) ? value.toLocaleString("en") : value.toFixed(3);
   if (Array.isArray(value)) return value.map(fmt).join(", ");
   if (typeof value === "object") return Object.entries(value).map(([k, v]) => `${k} ${fmt(v)}`).join(", ");
@@ -252,13 +262,13 @@ function fmt(value) {
 }
 function describe(model) {
   const d = model.description || {}, rows = [
-    ["attention", d.attention], ["encoder", d.encoder], ["vocabulary", d.vocab_size], ["image size", d.image_size],
-    ["attention grid", model.grid ? model.grid.join(" x ") : null],
-    ["maps of", d.attention_layer === undefined ? null : d.attention_layer === "mean" ? "the mean over the layers" : `layer ${d.attention_layer}`],
-    ["training data", d.training_data],
-    ["test scores", d.test_scores || "not recorded in the checkpoint"], ["parameters", d.parameters], ["checkpoint", d.checkpoint]];
+    ["row_attention", d.attention], ["row_encoder", d.encoder], ["row_vocabulary", d.vocab_size], ["row_image_size", d.image_size],
+    ["row_grid", model.grid ? model.grid.join(t("by")) : null],
+    ["row_maps_of", d.attention_layer === undefined ? null : d.attention_layer === "mean" ? t("layers_mean") : t("layer_n", { layer: d.attention_layer })],
+    ["row_training_data", d.training_data],
+    ["row_test_scores", d.test_scores || t("no_test_scores")], ["row_parameters", d.parameters], ["row_checkpoint", d.checkpoint]];
   const table = el("table", { class: "description" });
-  for (const [k, v] of rows) if (!((k === "attention grid" || k === "maps of") && v === null)) table.append(el("tr", {}, el("th", { text: k }), el("td", { text: fmt(v) })));
+  for (const [k, v] of rows) if (!((k === "row_grid" || k === "row_maps_of") && v === null)) table.append(el("tr", {}, el("th", { text: t(k) }), el("td", { text: fmt(v) })));
   return table;
 }
 function card(model) {
@@ -268,14 +278,14 @@ function card(model) {
     status: el("div", { class: "status" }), error: el("div", { class: "error hidden" }),
     caption: el("p", { class: "caption-text" }), score: el("div", { class: "score" }),
     beams: el("ol", { class: "beams" }), words: el("div", { class: "words" }),
-    slider: el("input", { class: "word-slider hidden", type: "range", min: "0", max: "0", value: "0", "aria-label": "word" }),
+    slider: el("input", { class: "word-slider hidden", type: "range", min: "0", max: "0", value: "0", "aria-label": t("word") }),
     canvas: el("canvas", { class: "word-map hidden", width: "1", height: "1" }),
-    mapLabel: el("figcaption"), gif: el("img", { class: "gif hidden", alt: "attention GIF" }),
-    gifLabel: el("figcaption", { class: "hidden", text: "the attention GIF: a frame per word" }),
+    mapLabel: el("figcaption"), gif: el("img", { class: "gif hidden", alt: t("gif_alt") }),
+    gifLabel: el("figcaption", { class: "hidden", text: t("gif_label") }),
     description: describe(model), result: null, image: null,
   };
   const d = model.description || {};
-  c.root.append(el("h2", { text: `${model.name}` }, el("span", { class: "hint", text: `  ${d.attention || ""} attention, ${d.encoder || ""}` })),
+  c.root.append(el("h2", { text: `${model.name}` }, el("span", { class: "hint", text: "  " + t("card_kind", { attention: d.attention || "", encoder: d.encoder || "" }) })),
     c.status, c.error, c.caption, c.score, c.beams, c.words, c.slider,
     el("div", { class: "views" }, el("figure", {}, c.canvas, c.mapLabel), el("figure", {}, c.gif, c.gifLabel), c.description));
   c.slider.addEventListener("input", () => select(c, Number(c.slider.value)));
@@ -301,13 +311,13 @@ function select(c, i) {
   drawMap(c.canvas, c.image, r.attention[i], hard ? r.locations[i] : null);
   if (r.focus) drawFocus(c.canvas, r.focus.box, r.image_size);
   c.canvas.dataset.word = String(i);
-  c.mapLabel.textContent = `"${list[i]}"` + (hard ? `: chosen cell (row ${r.locations[i][0]}, column ${r.locations[i][1]})` : "");
+  c.mapLabel.textContent = t("quoted", { word: list[i] }) + (hard ? t("chosen_cell", { row: r.locations[i][0], column: r.locations[i][1] }) : "");
 }
 async function show(c, result, seconds) {
   c.result = result;
   c.error.classList.add("hidden");
-  c.caption.textContent = result.generated_text || "(empty caption)";
-  c.score.textContent = `score ${result.score.toFixed(3)} (log-probability, length-normalised)`;
+  c.caption.textContent = result.generated_text || t("empty_caption");
+  c.score.textContent = t("score", { score: result.score.toFixed(3) });
   c.beams.replaceChildren(...(result.beams.length > 1 ? result.beams : []).map(b =>
     el("li", {}, b.generated_text, el("span", { text: b.score.toFixed(3) }))));
   const list = words(result);
@@ -329,11 +339,11 @@ async function show(c, result, seconds) {
   c.canvas.width = Math.max(1, Math.round(w * scale)); c.canvas.height = Math.max(1, Math.round(h * scale));
   c.canvas.classList.remove("hidden");
   select(c, 0);
-  const t = result.timing_ms || {};
-  c.status.textContent = `answered in ${seconds.toFixed(2)} s (model ${Math.round(t.caption || 0)} ms` +
-    (t.batch > 1 ? ` in a batch of ${t.batch}` : "") + `, GIF ${Math.round(t.render || 0)} ms, waited ${Math.round(t.queue || 0)} ms)` +
-    `; image ${result.image_size.join(" x ")}` +
-    (result.focus ? `; focused on ${result.focus.box.join(", ")} (strength ${result.focus.strength})` : "");
+  const ms = result.timing_ms || {};
+  c.status.textContent = t("answered", { seconds: seconds.toFixed(2), model: Math.round(ms.caption || 0) }) +
+    (ms.batch > 1 ? t("in_batch", { batch: ms.batch }) : "") + t("answered_rest", { gif: Math.round(ms.render || 0), queue: Math.round(ms.queue || 0) }) +
+    t("image_size", { size: result.image_size.join(t("by")) }) +
+    (result.focus ? t("focused_on", { box: result.focus.box.join(", "), strength: result.focus.strength }) : "");
   c.root.dataset.focus = result.focus ? result.focus.box.join(",") : "";
   if (state.models.length > 1) {  // the grid is known once a model has answered
     const m = state.models.find(x => x.name === result.model);
@@ -355,7 +365,7 @@ async function run() {
   await Promise.all(chosen.map(async model => {
     const c = card(model);
     c.root.classList.remove("hidden");
-    c.status.textContent = "captioning…";
+    c.status.textContent = t("captioning");
     const form = new FormData();
     form.append("image", state.blob, state.name || "image");
     form.append("model", model.name);
@@ -391,17 +401,17 @@ const SHOWN = ["num_beams", "num_beam_groups", "diversity_penalty", "max_new_tok
 function optionInput(o) {
   let input;
   if (o.type === "bool" || o.choices) {
-    input = el("select", { name: o.name }, el("option", { value: "", text: "model's" }));
+    input = el("select", { name: o.name }, el("option", { value: "", text: t("models_own") }));
     for (const c of o.choices || ["true", "false"]) input.append(el("option", { text: c }));
   } else if (o.type === "int" || o.type === "float") {
-    input = el("input", { name: o.name, type: "number", step: o.type === "int" ? "1" : "any", placeholder: "model's" });
+    input = el("input", { name: o.name, type: "number", step: o.type === "int" ? "1" : "any", placeholder: t("models_own") });
     if (o.min !== null) input.min = o.min;
     if (o.max !== null) input.max = o.max;
   } else {
-    input = el("input", { name: o.name, type: "text", placeholder: "model's" });
+    input = el("input", { name: o.name, type: "text", placeholder: t("models_own") });
   }
   input.addEventListener("change", run);
-  return el("label", { class: "field", title: o.help }, o.name.replaceAll("_", " "), input);
+  return el("label", { class: "field", title: o.help }, t("option_label", { name: o.name, spaced: o.name.replaceAll("_", " ") }), input);
 }
 
 function setImage(blob, name) {
@@ -413,7 +423,7 @@ function setImage(blob, name) {
   preview.src = URL.createObjectURL(blob);
   $("focus-area").classList.remove("hidden");
   $("focus-block").classList.remove("hidden");
-  $("drop-text").textContent = `${name || "pasted image"}: drop or click for another`;
+  $("drop-text").textContent = t("drop_another", { name: name || t("pasted_image") });
   run();
 }
 
@@ -428,7 +438,7 @@ async function init() {
     if (more.length) $("more-block").classList.remove("hidden");
     const first = state.models[0].defaults || {};
     for (const [id, value] of [["max-new-tokens", first.max_new_tokens], ["length-penalty", first.length_penalty]])
-      if (value !== null && value !== undefined) { $(id).placeholder = String(value); $(id).title = `empty: the model's default (${value})`; }
+      if (value !== null && value !== undefined) { $(id).placeholder = String(value); $(id).title = t("empty_default", { value }); }
     if (state.models.length > 1) {
       $("models-block").classList.remove("hidden");
       for (const m of state.models)
@@ -443,7 +453,7 @@ async function init() {
       }
     }
   } catch (err) {
-    $("global-error").textContent = `could not reach the server: ${err.message}`;
+    $("global-error").textContent = t("unreachable", { message: err.message });
     $("global-error").classList.remove("hidden");
   }
   $("run").disabled = false;
@@ -472,10 +482,152 @@ drop.addEventListener("dragover", e => { e.preventDefault(); drop.classList.add(
 drop.addEventListener("dragleave", () => drop.classList.remove("over"));
 drop.addEventListener("drop", e => { e.preventDefault(); drop.classList.remove("over"); const f = e.dataTransfer.files[0]; if (f) setImage(f, f.name); });
 document.addEventListener("paste", e => {
-  for (const item of e.clipboardData.items) if (item.kind === "file" && item.type.startsWith("image/")) { setImage(item.getAsFile(), "pasted image"); break; }
+  for (const item of e.clipboardData.items) if (item.kind === "file" && item.type.startsWith("image/")) { setImage(item.getAsFile(), t("pasted_image")); break; }
 });
 init();
 </script>
 </body>
 </html>
 """
+
+#: The page's languages: the code ``serve --lang`` takes -> (the HTML lang attribute, the language's own name).
+LANGUAGES = {"en": ("en", "English"), "zh": ("zh-CN", "中文")}
+#: What the Chinese page keeps as written: the paper's title, a key, a file format, the English page's name.
+KEPT = ("Show, Attend and Tell", "Ctrl+V", "GIF", "English")
+
+#: Every visible string of the page, one column per language: ``{{key}}`` in the HTML, ``t("key", {...})``
+#: in the script, ``{name}`` a value filled in by the script. The API's own text (captions, model names
+#: and descriptions, the decoding options' names and help, error messages) is shown as the API sends it.
+STRINGS: dict[str, dict[str, str]] = {
+    "title": {"en": "Show, Attend and Tell: try a model", "zh": "Show, Attend and Tell：试用模型"},
+    "heading": {"en": "Show, Attend and Tell", "zh": "Show, Attend and Tell：看图说话"},
+    "intro": {
+        "en": "Upload, paste (Ctrl+V) or pick an image; read its captions; click or slide over the words to see "
+        "where the model looked; drag a box over the image to caption that region.",
+        "zh": "上传、粘贴（Ctrl+V）或选择一张图片，读模型为它写的描述；点击或滑过每个词，看模型写这个词时注意了图中"
+        "哪里；在图片上拖出一个框，只描述框里的区域。",
+    },
+    "image": {"en": "Image", "zh": "图片"},
+    "drop": {"en": "Drop an image here or click to choose one", "zh": "把图片拖到这里，或点击选择一张"},
+    "drop_another": {"en": "{name}: drop or click for another", "zh": "{name}：拖入或点击换一张"},
+    "pasted_image": {"en": "pasted image", "zh": "粘贴的图片"},
+    "focus_area_title": {"en": "drag a box: the caption describes that region", "zh": "拖出一个框：描述只讲这个区域"},
+    "preview_alt": {
+        "en": "the image: drag a box over it to focus the caption there",
+        "zh": "当前图片：在上面拖出一个框，让描述聚焦到那里",
+    },
+    "focus_hint": {
+        "en": "Drag a box over the image to caption that region.",
+        "zh": "在图片上拖出一个框，为该区域生成描述。",
+    },
+    "focus_shown": {
+        "en": "focus: {box} (pixels of the {width} x {height} image)",
+        "zh": "聚焦区域：{box}（以 {width}×{height} 原图的像素计）",
+    },
+    "focus_clear": {"en": "Clear the box", "zh": "清除选框"},
+    "focus_strength": {"en": "focus strength", "zh": "聚焦强度"},
+    "focus_strength_title": {
+        "en": "how much attention score the cells outside the box lose (0: no focus)",
+        "zh": "框外网格单元的注意力得分减去多少（0：不聚焦）",
+    },
+    "examples": {"en": "Examples", "zh": "示例"},
+    "generation": {"en": "Generation", "zh": "生成设置"},
+    "num_beams": {"en": "beams", "zh": "束宽"},
+    "num_beam_groups": {"en": "diverse groups", "zh": "多样性分组数"},
+    "diversity_penalty": {"en": "diversity penalty", "zh": "多样性惩罚"},
+    "max_new_tokens": {"en": "maximum length", "zh": "最大长度"},
+    "length_penalty": {"en": "length penalty", "zh": "长度惩罚"},
+    "models_own": {"en": "model's", "zh": "模型默认"},
+    "empty_default": {"en": "empty: the model's default ({value})", "zh": "留空：用模型的默认值（{value}）"},
+    "prefix": {"en": "starts with", "zh": "开头词语"},
+    "prefix_title": {
+        "en": "the caption continues these words, e.g. 'a large'",
+        "zh": "描述接着这些词往下写，例如“左上角有”",
+    },
+    "prefix_placeholder": {"en": "e.g. a large", "zh": "例如：左上角有"},
+    "attention_mode": {"en": "attention mode (hard models)", "zh": "注意力方式（硬注意力模型）"},
+    "mode_expected": {"en": "expected", "zh": "期望上下文"},
+    "mode_argmax": {"en": "argmax", "zh": "权重最大的位置"},
+    "mode_sample": {"en": "sample", "zh": "采样"},
+    "more_settings": {"en": "more settings", "zh": "更多设置"},
+    "option_label": {"en": "{spaced}", "zh": "{name}"},  # a decoding option of /api/models: zh shows its API name
+    "models": {"en": "Models", "zh": "模型"},
+    "run": {"en": "Caption", "zh": "生成描述"},
+    "unreachable": {"en": "could not reach the server: {message}", "zh": "无法连接服务器：{message}"},
+    "unknown": {"en": "unknown", "zh": "未知"},
+    "row_attention": {"en": "attention", "zh": "注意力"},
+    "row_encoder": {"en": "encoder", "zh": "编码器"},
+    "row_vocabulary": {"en": "vocabulary", "zh": "词表大小"},
+    "row_image_size": {"en": "image size", "zh": "图像尺寸"},
+    "row_grid": {"en": "attention grid", "zh": "注意力网格"},
+    "row_maps_of": {"en": "maps of", "zh": "注意力图取自"},
+    "layers_mean": {"en": "the mean over the layers", "zh": "各层的平均"},
+    "layer_n": {"en": "layer {layer}", "zh": "第 {layer} 层"},
+    "row_training_data": {"en": "training data", "zh": "训练数据"},
+    "row_test_scores": {"en": "test scores", "zh": "测试得分"},
+    "no_test_scores": {"en": "not recorded in the checkpoint", "zh": "检查点中没有记录"},
+    "row_parameters": {"en": "parameters", "zh": "参数量"},
+    "row_checkpoint": {"en": "checkpoint", "zh": "检查点"},
+    "card_kind": {"en": "{attention} attention, {encoder}", "zh": "{attention} 注意力，编码器 {encoder}"},
+    "word": {"en": "word", "zh": "词"},
+    "gif_alt": {"en": "attention GIF", "zh": "注意力动图"},
+    "gif_label": {"en": "the attention GIF: a frame per word", "zh": "注意力 GIF 动图：每个词一帧"},
+    "quoted": {"en": '"{word}"', "zh": "“{word}”"},
+    "chosen_cell": {
+        "en": ": chosen cell (row {row}, column {column})",
+        "zh": "：选中的单元（第 {row} 行，第 {column} 列）",
+    },
+    "empty_caption": {"en": "(empty caption)", "zh": "（空描述）"},
+    "score": {
+        "en": "score {score} (log-probability, length-normalised)",
+        "zh": "得分 {score}（对数概率，按长度归一化）",
+    },
+    "captioning": {"en": "captioning…", "zh": "正在生成描述…"},
+    "answered": {"en": "answered in {seconds} s (model {model} ms", "zh": "{seconds} 秒内返回（模型 {model} 毫秒"},
+    "in_batch": {"en": " in a batch of {batch}", "zh": "，同一批 {batch} 个请求"},
+    "answered_rest": {"en": ", GIF {gif} ms, waited {queue} ms)", "zh": "，GIF {gif} 毫秒，排队 {queue} 毫秒）"},
+    "image_size": {"en": "; image {size}", "zh": "；图像 {size}"},
+    "by": {"en": " x ", "zh": "×"},  # between a width and a height
+    "focused_on": {"en": "; focused on {box} (strength {strength})", "zh": "；聚焦于 {box}（强度 {strength}）"},
+}
+
+
+def choose_language(asked: str | None, fixed: str | None, accept_language: str | None) -> str:
+    """The page's language: ``asked`` (the page's ``?lang=`` link) when it is one of :data:`LANGUAGES`, else
+    ``fixed`` (``serve --lang``), else the first language of the browser's Accept-Language header that the
+    page has (by its primary subtag: ``zh-TW`` is ``zh``), else English."""
+    if asked in LANGUAGES:
+        return asked
+    if fixed is not None:
+        return fixed
+    ranked = []
+    for i, part in enumerate((accept_language or "").split(",")):
+        tag, _, params = part.strip().partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        ranked.append((-q, i, tag.strip().lower().split("-")[0]))
+    return next((code for q, _, code in sorted(ranked) if q < 0 and code in LANGUAGES), "en")
+
+
+@functools.cache
+def page(language: str = "en") -> str:
+    """The page in ``language`` (a key of :data:`LANGUAGES`): :data:`PAGE` with its strings filled in."""
+    if language not in LANGUAGES:
+        raise ValueError(f"the page's language: expected one of {', '.join(LANGUAGES)}, got {language!r}")
+    other = next(code for code in LANGUAGES if code != language)
+    words = {key: column[language] for key, column in STRINGS.items()}
+    fill = {
+        **{key: html.escape(value) for key, value in words.items()},
+        "html_lang": LANGUAGES[language][0],
+        "other_lang": other,
+        "other_html_lang": LANGUAGES[other][0],
+        "other_language": LANGUAGES[other][1],
+        "strings_json": json.dumps(words, ensure_ascii=False).replace("</", "<\\/"),
+    }
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: fill[m.group(1)], PAGE)

@@ -119,11 +119,13 @@ def serve(
     log_level: str = "info",
     limits=None,
     layer=None,
+    lang: str | None = None,
 ) -> int:
     """Load the checkpoints and serve the page and the API until interrupted.
 
     ``limits`` (:class:`captioning.web.guard.Limits`) holds the deadlines and the other caps; its
-    ``max_active`` is ``max_connections`` (requests being handled at once, 503 beyond)."""
+    ``max_active`` is ``max_connections`` (requests being handled at once, 503 beyond). ``lang``: the
+    page's language (None: each browser's own, from its Accept-Language header)."""
     try:
         import python_multipart  # noqa: F401  (python-multipart: Starlette's form parser, by its own name)
         import starlette  # noqa: F401
@@ -153,6 +155,7 @@ def serve(
         max_pending=max_pending,
         limits=limits,
         host=host,
+        lang=lang,
     )
     shown = f"[{host}]" if ":" in host else host
     print(

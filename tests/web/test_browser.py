@@ -263,3 +263,39 @@ def test_drag_a_box_and_see_the_focused_caption(browser, page_server, tiny_shape
     wait(browser, lambda d: not soft.get_attribute("data-focus") and "focused on" not in status.text, "not cleared")
     assert soft.find_element(By.CSS_SELECTOR, ".caption-text").text == plain
     assert not browser.find_element(By.ID, "focus-box").is_displayed()
+
+
+def test_the_chinese_page(browser, page_server, tiny_shapes, tmp_path):
+    """The page at ?lang=zh, after a caption: every word a reader sees is Chinese, a name the page keeps
+    (captioning/web/page.py: KEPT), the API's own text (captions, model names and descriptions) or the
+    upload's file name."""
+    import json
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    from captioning.web.client import caption
+    from captioning.web.page import KEPT
+    from tests.helpers import get_json
+
+    src = sorted((tiny_shapes.parent / "images" / "test").glob("*.png"))[1]
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(jpeg_640x480(src))
+    browser.get(page_server.url + "/?lang=zh")
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", "no page")
+    assert browser.find_element(By.TAG_NAME, "html").get_attribute("lang") == "zh-CN"
+    browser.find_element(By.ID, "file-input").send_keys(str(photo))
+    for name in ("soft", "hard"):
+        status = card(browser, name).find_element(By.CSS_SELECTOR, ".status")
+        wait(browser, lambda d, s=status: "秒内返回" in s.text, f"no Chinese status line for {name}")
+    card(browser, "hard").find_elements(By.CSS_SELECTOR, "button.word")[0].click()
+    shown = browser.find_element(By.TAG_NAME, "body").text
+    # what the API says, as the page got it: the models' descriptions and the captions of the same upload
+    _, models = get_json(page_server.url, "/api/models")
+    answers = [caption(photo, url=page_server.url, model=name, num_beams=3) for name in ("soft", "hard")]
+    api_words = set(re.findall(r"[A-Za-z_]\w*", json.dumps([models, answers, photo.name])))  # and the file's name
+    for name in KEPT:
+        shown = shown.replace(name, "")
+    left = [w for w in re.findall(r"[A-Za-z_]\w*", shown) if w not in api_words]
+    assert left == [], shown
+    assert "第" in card(browser, "hard").find_element(By.CSS_SELECTOR, "figcaption").text  # 第 r 行，第 c 列
