@@ -8,22 +8,12 @@ Nothing here imports PyTorch, so a machine without it captions with
     out["generated_text"], out["score"], out["attention"].shape   # (T, gh, gw)
 
 or ``captioning caption --onnx model_onnx photo.jpg``. The results are those of
-:class:`captioning.api.Captioner` (same keys), from the same preprocessing (data/images.py: the
-file checks, EXIF, modes, the bilinear resize) and the same search: decoding/search.py's batched
-greedy decoding and beam search, step for step in numpy (scores in float32, the same finished-beam
-rule and length normalisation), with the same processing of the log-probabilities (each logits
-processor's numpy twin: decoding/processors/). Sampling (``do_sample`` and so ``top_p``,
-attention_mode "sample", ``location_samples``), diverse beam search (``num_beam_groups``) and a
-processor without a twin are PyTorch's only: :data:`ONNX_OPTIONS` records the decision for every
-decoding option.
-
-The search carries the decoder's state as named arrays, as config.json's ``onnx.state`` describes
-it (decoding/search.py's state layouts in numpy): the step graph's inputs ``carried`` from step to
-step (one row per caption, reordered with the beams; the graph's output ``<name>_next`` is the next
-value), each starting as an encoder output or as zeros of a shape ("steps": the search's
-max_new_tokens), and the encoder outputs every step reads once per image (``constants``). The LSTM
-carries h and c over the features (:data:`LSTM_STATE`, also what folders without ``onnx.state``
-mean); a transformer its position and fixed-length key/value cache over its grid's keys and values.
+:class:`captioning.api.Captioner` (same keys), from the same preprocessing (data/images.py) and the
+same search as decoding/search.py's, step for step in numpy (scores in float32), with each logits
+processor's numpy twin (decoding/processors/). Sampling, diverse beam search and a processor
+without a twin are PyTorch's only: :data:`ONNX_OPTIONS` records the decision for every decoding
+option. The search carries the decoder's state as the named arrays of config.json's ``onnx.state``
+(docs/SHARING.md, "ONNX", describes them).
 """
 
 from __future__ import annotations

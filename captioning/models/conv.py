@@ -123,8 +123,8 @@ class ConvLayer(nn.Module):
     def forward(
         self, window: Tensor, x: Tensor, g: Tensor, memory: Tensor, beams: int = 1, bias: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """``window`` (N, d, T + k - 1): the layer's (dropped-out) inputs x^{l-1} with k - 1 earlier
-        ones (zeros before y_0) before the T read; ``x`` (N, T, d) the same inputs without dropout
+        """``window`` (N, d, T + k - 1): the layer's (dropped-out) inputs x^{l-1}, after the k - 1
+        earlier ones (zeros before y_0). ``x`` (N, T, d) the same inputs without dropout
         (the residual); ``g`` (N, T, d) the embeddings; ``memory`` (N / beams, 2, L, d): z and z + e;
         ``bias`` (N / beams, L) added to the scores (a focus prior). -> x^l (N, T, d), a^l (N, T, L)."""
         h = F.glu(self.conv(window), dim=1).transpose(1, 2)  # (N, T, d): GLU(A; B) = A * sigmoid(B)

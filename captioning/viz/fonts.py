@@ -1,9 +1,9 @@
 """Fonts for the words written on pictures: a font with CJK glyphs where the words need one.
 
 Pillow's default font has Latin glyphs only: Chinese or Japanese titles would be drawn as boxes.
-:func:`text_font` gives the default font for text it covers and, for text with CJK characters, a
-CJK font found at run time: the file named by ``CAPTIONING_CJK_FONT`` (any .ttf/.ttc/.otf, e.g. one
-the system already has: no download), else the ``cjk-font`` extra's (``pip install -e
+:func:`text_font` gives the default font for text it covers. For text with CJK characters it
+gives a CJK font found at run time. It looks for the file named by ``CAPTIONING_CJK_FONT`` (any
+.ttf/.ttc/.otf, e.g. one the system already has: no download), else the ``cjk-font`` extra's (``pip install -e
 '.[cjk-font]'``: Noto Sans CJK from PyPI, no root needed), else a Debian, macOS or Windows font at
 its usual place (fonts-noto-cjk, fonts-wqy-microhei, ...; PingFang, Hiragino; Microsoft YaHei,
 SimHei), else fontconfig's answer for ``:lang=zh``. In a collection (.ttc) the Simplified Chinese

@@ -17,9 +17,9 @@ def prepare(path: str, inputs: Sequence[tuple[int, str]]) -> tuple[Image.Image, 
 
     ``inputs``: the (S, filter) of each resize the captioner makes of an image (one per member of
     an ensemble: :func:`captioning.web.served.model_inputs`). The caption must be the one the
-    original image gets from ``captioning caption``: when every resize is the same, the model input
+    original image gets from ``captioning caption``. When every resize is the same, the model input
     is the image resized so, S x S, exactly as ``captioning.data.images.to_pixels`` resizes (the
-    captioner's own resize of an S x S image is then a copy); when they differ (an ensemble of
+    captioner's own resize of an S x S image is then a copy). When they differ (an ensemble of
     members that read different sizes or filters), a resize for one would be resized again for the
     others, so the model input is the decoded image itself, each member's resize made from it.
 

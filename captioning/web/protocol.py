@@ -9,16 +9,12 @@ makes a protocol class (uvicorn's ``http=`` setting takes one) that
 * closes a connection whose request line and headers are not complete within ``header_timeout``
   seconds of its opening or of the previous answer on it (kept-alive connections included);
 * resets a connection whose client has not taken its answer within ``send_timeout`` seconds of
-  the answer outgrowing the server's write buffer (the transport's high-water mark): a client that
-  sends a request and never reads would otherwise keep the answer in the server's memory and the
-  connection open for ever, and a streamed answer (an example image) would keep its request
-  counted by :class:`captioning.web.guard.Guard`, whose slots such clients would fill. The reset
-  (``SO_LINGER`` 0, then ``abort``) drops what is buffered, here and in the kernel; the app's
-  pending ``send`` returns at once (uvicorn marks the request disconnected) and its slot is freed;
+  the answer outgrowing the server's write buffer (the transport's high-water mark), with
+  ``SO_LINGER`` 0 and ``abort``: the buffered answer is dropped and its request's slot freed;
 * closes at once a connection beyond ``max_sockets`` open ones.
 
-Requests being handled are counted by :class:`captioning.web.guard.Guard` (503 beyond), the body's
-deadline is Guard's too; header sizes are h11's limit (``h11_max_incomplete_event_size``).
+Why each limit, and what Guard (requests, body deadline) and h11 (header sizes) add: docs/WEB.md,
+"Strangers' files, slow clients and load".
 """
 
 from __future__ import annotations
