@@ -4,8 +4,11 @@ It talks to the server only through the public API (GET /api/models, POST /api/c
 everything it shows a client script can get too. The per-word view draws each word's attention
 map over the image in the browser, the way ``captioning.viz.pictures.overlay`` does (bicubic
 stretch of the grid over the whole image, min-max normalised, the inferno colour map at 0.6
-opacity; a hard model's chosen cell outlined over its faint soft map). Kept in a Python module
-rather than a data file so that it ships with the package without any package-data setting.
+opacity; a hard model's chosen cell outlined over its faint soft map). The view selector draws
+the other views of captioning/viz/views.py from the API's ``views`` arrays (``return_views``): the
+alignment matrix, self-attention, the gate, the window, the sampled cell. :data:`ATLAS_PAGE` (``GET
+/atlas``) shows every served model on one image and one word (``POST /api/atlas``). Kept in a Python
+module rather than a data file so that it ships with the package without any package-data setting.
 """
 
 PAGE = r"""<!doctype html>
@@ -60,13 +63,18 @@ PAGE = r"""<!doctype html>
   .status { color: var(--muted); font-size: 13px; min-height: 18px; }
   .error { color: #b00020; background: #fdecee; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
   .hidden { display: none !important; }
+  canvas.view-matrix { display: block; max-width: 100%; height: auto; margin-top: 8px; }
+  .gate { display: flex; align-items: flex-end; gap: 6px; font-size: 12px; color: var(--muted); }
+  .gate-bar { width: 18px; height: 120px; background: #ebebee; border: 1px solid #888; position: relative; }
+  .gate-fill { position: absolute; bottom: 0; left: 0; right: 0; background: var(--accent); }
+  .view-note { color: var(--muted); font-size: 13px; margin: 4px 0; }
   @media (max-width: 800px) { main { grid-template-columns: 1fr; } }
 </style>
 </head>
 <body>
 <header>
   <h1>Show, Attend and Tell</h1>
-  <p>Upload, paste (Ctrl+V) or pick an image; read its captions; click or slide over the words to see where the model looked; drag a box over the image to caption that region.</p>
+  <p>Upload, paste (Ctrl+V) or pick an image; read its captions; click or slide over the words to see where the model looked; drag a box over the image to caption that region. <a href="/atlas">The atlas</a>: every model on one image and one word.</p>
 </header>
 <main>
   <aside>
@@ -98,6 +106,13 @@ PAGE = r"""<!doctype html>
     <label class="field hidden" id="mode-field">attention mode (hard models)
       <select id="attention-mode">
         <option value="">model's</option><option>expected</option><option>argmax</option><option>sample</option>
+      </select>
+    </label>
+    <label class="field" title="what to draw for each model (captioning attend --view)">view
+      <select id="view">
+        <option value="maps">maps: each word's map</option><option value="alignment">alignment: words x locations</option>
+        <option value="self">self-attention</option><option value="gate">gate beta_t</option>
+        <option value="window">window: centre and extent</option><option value="sample">sampled cell (hard)</option>
       </select>
     </label>
     <details id="more-block" class="hidden"><summary class="hint">more settings</summary><div id="more-fields"></div></details>
@@ -200,6 +215,81 @@ function drawFocus(canvas, box, size) {  // the focus box (the image's own pixel
   ctx.lineWidth = 1.5; ctx.strokeStyle = "#fff"; ctx.strokeRect(...r); ctx.restore();
 }
 
+// ---------------------------------------------------------------- the other views (captioning/viz/views.py draws them so)
+function grey(v) { const g = Math.round(255 * Math.min(Math.max(v, 0), 1)); return `rgb(${g},${g},${g})`; }
+function drawWindow(canvas, win, gh, gw) {  // centre (row, col) and extent in cells: the box centre +- extent
+  const [row, col, extent] = win, ctx = canvas.getContext("2d"), sx = canvas.width / gw, sy = canvas.height / gh;
+  const cx = (col + 0.5) * sx, cy = (row + 0.5) * sy, w = Math.max(2, Math.round(Math.min(canvas.width, canvas.height) / 120));
+  ctx.save();
+  for (const [colour, width] of [["#000", w + 2], ["#00d2ff", w]]) {
+    ctx.lineWidth = width; ctx.strokeStyle = colour;
+    ctx.strokeRect(cx - extent * sx, cy - extent * sy, 2 * extent * sx, 2 * extent * sy);
+  }
+  ctx.fillStyle = "#00d2ff"; ctx.beginPath(); ctx.arc(cx, cy, 2 * w, 0, 2 * Math.PI); ctx.fill(); ctx.stroke();
+  ctx.restore();
+}
+function drawAlignment(canvas, image, maps, list, current) {  // words down, locations across, the cells on top
+  const T = list.length, gh = maps[0].length, gw = maps[0][0].length, L = gh * gw;
+  const cell = Math.max(4, Math.min(24, Math.floor(1000 / L))), gap = 2, left = 90, top = cell + 8;
+  canvas.width = left + L * cell + (gh - 1) * gap + 4; canvas.height = top + T * cell + 4;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+  let hi = 1e-12;
+  for (let t = 0; t < T; t++) for (const row of maps[t]) for (const v of row) hi = Math.max(hi, v);
+  const x = j => left + j * cell + Math.floor(j / gw) * gap;
+  const W = image.naturalWidth, H = image.naturalHeight;
+  for (let j = 0; j < L; j++) {
+    const r = Math.floor(j / gw), col = j % gw;
+    ctx.drawImage(image, col * W / gw, r * H / gh, W / gw, H / gh, x(j), 2, cell, cell);
+  }
+  ctx.font = `${Math.min(14, Math.max(10, cell))}px system-ui, sans-serif`; ctx.textAlign = "right"; ctx.textBaseline = "middle";
+  for (let t = 0; t < T; t++) {
+    ctx.fillStyle = t === current ? "#d63c00" : "#1d1d1f";
+    ctx.fillText(list[t], left - 6, top + t * cell + cell / 2);
+    for (let j = 0; j < L; j++) { ctx.fillStyle = grey(maps[t][Math.floor(j / gw)][j % gw] / hi); ctx.fillRect(x(j), top + t * cell, cell, cell); }
+  }
+  ctx.strokeStyle = "#d63c00"; ctx.lineWidth = 2; ctx.strokeRect(left - 1, top + current * cell, canvas.width - left - 3, cell);
+  canvas.title = `rows: the words; columns: the ${gh} x ${gw} locations, row by row (their cells above); white: ${hi.toFixed(3)}`;
+}
+function drawSelf(canvas, views, list, current) {  // each layer's and head's matrix: the words', then the grid refiner's
+  const parts = [];
+  if (views.self) parts.push(["word", views.self.values.map(step => step), views.self.shape]);
+  if (views.refiner) parts.push(["grid", views.refiner.values, views.refiner.shape]);
+  const blocks = parts.map(([kind, values, shape]) => {
+    const layers = kind === "word" ? shape[1] : shape[0], heads = kind === "word" ? shape[2] : shape[1];
+    const n = kind === "word" ? shape[0] : shape[2], cell = Math.max(1, Math.min(16, Math.floor(200 / n)));
+    const at = kind === "word" ? (l, h, a, b) => values[a][l][h][b] : (l, h, a, b) => values[l][h][a][b];
+    return { kind, layers, heads, n, cell, at };
+  });
+  const gap = 12, title = 18, left = 70;
+  canvas.width = Math.max(...blocks.map(b => left + b.heads * (b.n * b.cell + gap)), 200);
+  canvas.height = blocks.reduce((s, b) => s + title + b.layers * (b.n * b.cell + gap + title), 0) + 4;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+  ctx.font = "12px system-ui, sans-serif"; ctx.textBaseline = "top";
+  let y = 0;
+  for (const b of blocks) {
+    ctx.fillStyle = "#1d1d1f";
+    ctx.fillText(b.kind === "word" ? "words: row = the word written, column = the word read (<start> first)" : "grid refiner: row i = how location i reads every location", 4, y + 2);
+    y += title;
+    for (let l = 0; l < b.layers; l++) {
+      for (let h = 0; h < b.heads; h++) {
+        const x0 = left + h * (b.n * b.cell + gap);
+        let hi = 1e-12;
+        if (b.kind === "grid") for (let a = 0; a < b.n; a++) for (let k = 0; k < b.n; k++) hi = Math.max(hi, b.at(l, h, a, k));
+        ctx.fillStyle = "#1d1d1f"; ctx.fillText(`layer ${l}, head ${h}`, x0, y);
+        for (let a = 0; a < b.n; a++) for (let k = 0; k < b.n; k++) {
+          ctx.fillStyle = grey(b.kind === "word" ? b.at(l, h, a, k) : b.at(l, h, a, k) / hi);
+          ctx.fillRect(x0 + k * b.cell, y + title + a * b.cell, b.cell, b.cell);
+        }
+        if (b.kind === "word") { ctx.strokeStyle = "#d63c00"; ctx.lineWidth = 1.5; ctx.strokeRect(x0, y + title + current * b.cell, b.n * b.cell, b.cell); }
+      }
+      y += title + b.n * b.cell + gap;
+    }
+  }
+  canvas.title = `"${list[current]}": its row outlined`;
+}
+
 // ---------------------------------------------------------------- focus: a box dragged over the image
 function shownScale() {  // the preview's displayed size against the image's own pixels
   const img = $("preview"), r = img.getBoundingClientRect();
@@ -273,11 +363,17 @@ function card(model) {
     mapLabel: el("figcaption"), gif: el("img", { class: "gif hidden", alt: "attention GIF" }),
     gifLabel: el("figcaption", { class: "hidden", text: "the attention GIF: a frame per word" }),
     description: describe(model), result: null, image: null,
+    canvas2: el("canvas", { class: "word-map hidden", width: "1", height: "1" }),
+    gate: el("div", { class: "gate hidden" }), gateFill: el("div", { class: "gate-fill" }), gateText: el("span"),
+    viewNote: el("div", { class: "view-note hidden" }), matrix: el("canvas", { class: "view-matrix hidden", width: "1", height: "1" }),
+    model,
   };
+  c.gate.append(el("div", { class: "gate-bar" }, c.gateFill), c.gateText);
   const d = model.description || {};
   c.root.append(el("h2", { text: `${model.name}` }, el("span", { class: "hint", text: `  ${d.attention || ""} attention, ${d.encoder || ""}` })),
-    c.status, c.error, c.caption, c.score, c.beams, c.words, c.slider,
-    el("div", { class: "views" }, el("figure", {}, c.canvas, c.mapLabel), el("figure", {}, c.gif, c.gifLabel), c.description));
+    c.status, c.error, c.caption, c.score, c.beams, c.words, c.slider, c.viewNote,
+    el("div", { class: "views" }, el("figure", {}, c.canvas, c.mapLabel), el("figure", { class: "second" }, c.canvas2), c.gate,
+      el("figure", {}, c.gif, c.gifLabel), c.description), c.matrix);
   c.slider.addEventListener("input", () => select(c, Number(c.slider.value)));
   $("results").append(c.root);
   state.cards[model.name] = c;
@@ -289,6 +385,12 @@ function words(result) {
   if (tokens.length && tokens[tokens.length - 1] === "<end>") tokens.pop();
   return tokens;
 }
+function viewOf(c) {  // the view drawn for this card: the chosen one when the model has it, else its maps
+  const view = $("view").value, has = (c.model.views || ["maps"]).includes(view) && c.result && c.result.views;
+  c.viewNote.classList.toggle("hidden", view === "maps" || has);
+  if (view !== "maps" && !has) c.viewNote.textContent = `this model has no ${view} view (its views: ${(c.model.views || ["maps"]).join(", ")}): its maps instead`;
+  return has ? view : "maps";
+}
 function select(c, i) {
   const r = c.result;
   if (!r || !c.image) return;
@@ -297,11 +399,33 @@ function select(c, i) {
   i = Math.min(Math.max(i, 0), list.length - 1);
   c.slider.value = String(i);
   c.words.querySelectorAll(".word").forEach((b, j) => b.classList.toggle("active", j === i));
-  const hard = r.attention_kind === "hard";
-  drawMap(c.canvas, c.image, r.attention[i], hard ? r.locations[i] : null);
+  const hard = r.attention_kind === "hard", view = viewOf(c), v = r.views || {};
+  c.root.dataset.view = view;
+  c.canvas2.classList.toggle("hidden", view !== "sample");
+  c.gate.classList.toggle("hidden", view !== "gate");
+  c.matrix.classList.toggle("hidden", view !== "alignment" && view !== "self");
+  drawMap(c.canvas, c.image, r.attention[i], hard && view !== "sample" ? r.locations[i] : null);
   if (r.focus) drawFocus(c.canvas, r.focus.box, r.image_size);
   c.canvas.dataset.word = String(i);
-  c.mapLabel.textContent = `"${list[i]}"` + (hard ? `: chosen cell (row ${r.locations[i][0]}, column ${r.locations[i][1]})` : "");
+  c.mapLabel.textContent = `"${list[i]}"` + (hard && view !== "sample" ? `: chosen cell (row ${r.locations[i][0]}, column ${r.locations[i][1]})` : "");
+  if (view === "gate") {
+    const beta = v.gate.values[i];
+    c.gateFill.style.height = `${Math.round(Math.min(Math.max(beta, 0), 1) * 100)}%`;
+    c.gateText.textContent = `gate beta = ${beta.toFixed(2)}`;
+  } else if (view === "window") {
+    drawWindow(c.canvas, v.window.values[i], r.attention[i].length, r.attention[i][0].length);
+    const [row, col, extent] = v.window.values[i];
+    c.mapLabel.textContent += `: window centre (${row.toFixed(1)}, ${col.toFixed(1)}), extent ${extent.toFixed(1)} cells`;
+  } else if (view === "sample") {
+    c.canvas2.width = c.canvas.width; c.canvas2.height = c.canvas.height;
+    const cell = v.sample.values[i], first = Array.isArray(cell[0]) ? cell[0] : cell;
+    drawMap(c.canvas2, c.image, r.attention[i], first);
+    c.mapLabel.textContent += `: its soft map, and the cell sampled from it (row ${first[0]}, column ${first[1]})`;
+  } else if (view === "alignment") {
+    drawAlignment(c.matrix, c.image, r.attention, list, i);
+  } else if (view === "self") {
+    drawSelf(c.matrix, v, list, i);
+  }
 }
 async function show(c, result, seconds) {
   c.result = result;
@@ -371,6 +495,11 @@ async function run() {
     }
     form.append("return_gif", "1");
     form.append("return_image", "1");
+    const view = $("view").value;
+    if (view !== "maps" && (model.views || []).includes(view)) {
+      form.append("return_views", "1");
+      if (view === "sample" && model.attention_modes.length && $("attention-mode").value === "") form.append("attention_mode", "sample");
+    }
     const start = performance.now();
     try {
       const response = await fetch("/api/caption", { method: "POST", body: form });
@@ -452,7 +581,7 @@ async function init() {
 
 $("file-input").addEventListener("change", e => { const f = e.target.files[0]; if (f) setImage(f, f.name); });
 $("run").addEventListener("click", run);
-for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode", "num-beam-groups", "diversity-penalty", "prefix"]) $(id).addEventListener("change", run);
+for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode", "num-beam-groups", "diversity-penalty", "prefix", "view"]) $(id).addEventListener("change", run);
 $("focus-strength").addEventListener("change", () => { if (state.focus) run(); });
 $("focus-clear").addEventListener("click", () => clearFocus(true));
 const area = $("focus-area");
@@ -474,6 +603,115 @@ drop.addEventListener("drop", e => { e.preventDefault(); drop.classList.remove("
 document.addEventListener("paste", e => {
   for (const item of e.clipboardData.items) if (item.kind === "file" && item.type.startsWith("image/")) { setImage(item.getAsFile(), "pasted image"); break; }
 });
+init();
+</script>
+</body>
+</html>
+"""
+
+ATLAS_PAGE = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Show, Attend and Tell: the attention atlas</title>
+<style>
+  :root { --ink: #1d1d1f; --muted: #6b6b70; --line: #dedee3; --accent: #d63c00; --bg: #f6f6f8; }
+  body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color: var(--ink); background: var(--bg); }
+  header { padding: 14px 24px; background: #fff; border-bottom: 1px solid var(--line); }
+  header h1 { margin: 0; font-size: 20px; }
+  header p { margin: 2px 0 0; color: var(--muted); }
+  main { padding: 20px 24px; display: grid; gap: 16px; }
+  .card { background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 16px; }
+  .examples { display: flex; flex-wrap: wrap; gap: 6px; margin: 8px 0; }
+  .examples img { width: 56px; height: 56px; object-fit: cover; border-radius: 6px; border: 2px solid transparent; cursor: pointer; }
+  .examples img.chosen, .examples img:hover { border-color: var(--accent); }
+  .row { display: flex; gap: 12px; align-items: center; flex-wrap: wrap; }
+  button { font: inherit; font-weight: 600; color: #fff; background: var(--ink); border: 0; border-radius: 6px; padding: 6px 14px; cursor: pointer; }
+  button:disabled { opacity: .5; }
+  #atlas { max-width: 100%; height: auto; display: block; }
+  table { border-collapse: collapse; font-size: 14px; }
+  th, td { text-align: left; padding: 4px 10px 4px 0; vertical-align: top; border-bottom: 1px solid var(--line); }
+  td.eq { font-family: ui-monospace, monospace; font-size: 12px; color: #46465a; }
+  .status { color: var(--muted); font-size: 13px; }
+  .error { color: #b00020; background: #fdecee; border-radius: 6px; padding: 6px 10px; }
+  .hidden { display: none !important; }
+</style>
+</head>
+<body>
+<header>
+  <h1>The attention atlas</h1>
+  <p>Every served model on one image and one word: each panel titled with its mechanism and equation, its caption and, for an example of the shapes data, its object F1. <a href="/">Back to the captioning page</a>.</p>
+</header>
+<main>
+  <section class="card">
+    <div class="row">
+      <label>Image <input id="file" type="file" accept="image/*"></label>
+      <label>word <input id="word" type="text" placeholder="the first shared object word"></label>
+      <button id="draw" disabled>Draw the atlas</button>
+      <span id="status" class="status"></span>
+    </div>
+    <div id="examples" class="examples"></div>
+    <div id="error" class="error hidden"></div>
+  </section>
+  <section class="card hidden" id="result">
+    <img id="atlas" alt="the atlas">
+    <table id="panels"><thead><tr><th>model</th><th>mechanism</th><th>equation</th><th>caption</th><th>word</th><th>object F1</th></tr></thead><tbody></tbody></table>
+  </section>
+</main>
+<script>
+"use strict";
+const $ = id => document.getElementById(id);
+const state = { blob: null, name: null, example: null };
+function cell(text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; return td; }
+function choose(blob, name, example) {
+  state.blob = blob; state.name = name; state.example = example;
+  document.querySelectorAll("#examples img").forEach((img, i) => img.classList.toggle("chosen", i === example));
+  $("draw").disabled = false;
+  draw();
+}
+async function draw() {
+  if (!state.blob) return;
+  $("draw").disabled = true; $("error").classList.add("hidden"); $("status").textContent = "every model is captioning…";
+  const form = new FormData();
+  form.append("image", state.blob, state.name || "image");
+  if ($("word").value.trim()) form.append("word", $("word").value.trim());
+  if (state.example !== null) form.append("example", String(state.example));
+  const start = performance.now();
+  try {
+    const response = await fetch("/api/atlas", { method: "POST", body: form });
+    const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
+    if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+    $("atlas").src = body.atlas;
+    const rows = body.panels.map(p => {
+      const tr = document.createElement("tr");
+      tr.append(cell(p.label), cell(p.mechanism), cell(p.equations.join("\n"), "eq"), cell(p.caption), cell(p.word === null ? "(not in the caption)" : p.word),
+                cell(p.object_f1 === null ? "" : p.object_f1.toFixed(2)));
+      return tr;
+    });
+    $("panels").tBodies[0].replaceChildren(...rows);
+    $("result").classList.remove("hidden");
+    $("status").textContent = `${body.panels.length} models, the word ${body.word === null ? "of each caption" : `"${body.word}"`}` +
+      (body.note ? ` (${body.note})` : "") + `; ${((performance.now() - start) / 1000).toFixed(2)} s`;
+    document.body.dataset.drawn = String(body.panels.length);
+  } catch (err) {
+    $("status").textContent = ""; $("error").textContent = err.message; $("error").classList.remove("hidden");
+  }
+  $("draw").disabled = false;
+}
+async function init() {
+  const info = await (await fetch("/api/models")).json();
+  info.examples.forEach((ex, i) => {
+    const img = document.createElement("img");
+    img.src = ex.url; img.alt = ex.name; img.title = ex.name;
+    img.addEventListener("click", async () => choose(await (await fetch(ex.url)).blob(), ex.name, i));
+    $("examples").append(img);
+  });
+  document.body.dataset.ready = "1";
+}
+$("file").addEventListener("change", e => { const f = e.target.files[0]; if (f) choose(f, f.name, null); });
+$("draw").addEventListener("click", draw);
+$("word").addEventListener("change", draw);
 init();
 </script>
 </body>
