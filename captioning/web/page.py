@@ -385,11 +385,15 @@ function words(result) {
   if (tokens.length && tokens[tokens.length - 1] === "<end>") tokens.pop();
   return tokens;
 }
-function viewOf(c) {  // the view drawn for this card: the chosen one when the model has it, else its maps
-  const view = $("view").value, has = (c.model.views || ["maps"]).includes(view) && c.result && c.result.views;
-  c.viewNote.classList.toggle("hidden", view === "maps" || has);
-  if (view !== "maps" && !has) c.viewNote.textContent = `this model has no ${view} view (its views: ${(c.model.views || ["maps"]).join(", ")}): its maps instead`;
-  return has ? view : "maps";
+function viewOf(c) {  // the view drawn for this card: the chosen one once the model's answer carries it, else its maps
+  const view = $("view").value, offered = c.model.views || ["maps"], r = c.result;
+  const arrived = r && r.views && (view === "alignment" || (view === "self" ? r.views.self || r.views.refiner : r.views[view]));
+  let note = null;
+  if (view !== "maps" && !offered.includes(view)) note = `this model has no ${view} view (its views: ${offered.join(", ")}): its maps instead`;
+  else if (view !== "maps" && !arrived) note = `asking for the ${view} view…`;
+  c.viewNote.classList.toggle("hidden", note === null);
+  if (note !== null) c.viewNote.textContent = note;
+  return note === null ? view : "maps";
 }
 function select(c, i) {
   const r = c.result;
@@ -581,7 +585,11 @@ async function init() {
 
 $("file-input").addEventListener("change", e => { const f = e.target.files[0]; if (f) setImage(f, f.name); });
 $("run").addEventListener("click", run);
-for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode", "num-beam-groups", "diversity-penalty", "prefix", "view"]) $(id).addEventListener("change", run);
+for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode", "num-beam-groups", "diversity-penalty", "prefix"]) $(id).addEventListener("change", run);
+$("view").addEventListener("change", () => {  // at once: the cards without the view say so; then ask for the views
+  for (const c of Object.values(state.cards)) if (c.result) select(c, Number(c.slider.value));
+  run();
+});
 $("focus-strength").addEventListener("change", () => { if (state.focus) run(); });
 $("focus-clear").addEventListener("click", () => clearFocus(true));
 const area = $("focus-area");
