@@ -374,10 +374,7 @@ class Captioner:
     def _views_of(self, out, i: int, n: int, config: GenerationConfig, refined) -> dict[str, np.ndarray]:
         """Image ``i``'s views (:data:`VIEW_SHAPES`) of a search's output, its ``n`` tokens."""
         views = {"alignment": out.alphas[i, :n].cpu().numpy()}
-        for (
-            name,
-            value,
-        ) in out.views.items():  # each step's: (T, ...); a Transformer's "self" cut to the T positions read
+        for name, value in out.views.items():  # each step's: (T, ...); a Transformer's "self" cut to T positions
             value = value[i, :n]
             views[name] = (value[..., :n] if name == "self" else value).cpu().numpy()
         if self.attention_kind == "hard" and config.attention_mode == "sample":

@@ -438,19 +438,19 @@ def render_atlas(
     cols = max(1, min(cols or 4, len(pictures)))
     rows = -(-len(pictures) // cols)
     pw, ph = max(p.width for p in pictures), max(p.height for p in pictures)
-    heading = (
-        f"Where {len(panels)} attention mechanisms look for {word!r}"
-        if word is not None
-        else f"Where {len(panels)} attention mechanisms look"
-    )
-    lines = [heading] + ([note] if note else [])
-    font = ui_font(20, lines)
-    top = 10 + _line_height(font) * len(lines) + 6
+    mechanisms = "one attention mechanism looks" if len(panels) == 1 else f"{len(panels)} attention mechanisms look"
+    heading = f"Where {mechanisms} for {word!r}" if word is not None else f"Where {mechanisms}"
     gap = 6
-    canvas = Image.new("RGB", (cols * (pw + gap) + gap, top + rows * (ph + gap) + gap), (255, 255, 255))
+    width = cols * (pw + gap) + gap
+    font, small = ui_font(20, [heading]), ui_font(14, [note or ""])
+    lines = [(line, font) for line in _wrap_text(heading, font, width - 24)]  # a narrow atlas wraps its title
+    lines += [(line, small) for line in (_wrap_text(note, small, width - 24) if note else [])]
+    heights = [_line_height(f) for _, f in lines]
+    top = 10 + sum(heights) + 6
+    canvas = Image.new("RGB", (width, top + rows * (ph + gap) + gap), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
-    for k, line in enumerate(lines):
-        draw.text((12, 8 + k * _line_height(font)), line, font=font if k == 0 else ui_font(14, line), fill=TEXT)
+    for k, (line, f) in enumerate(lines):
+        draw.text((12, 8 + sum(heights[:k])), line, font=f, fill=TEXT)
     for n, picture in enumerate(pictures):
         r, c = divmod(n, cols)
         x, y = gap + c * (pw + gap), top + r * (ph + gap)

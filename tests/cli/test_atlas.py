@@ -5,6 +5,7 @@ panels share, a PNG with one panel per checkpoint and each caption's object F1, 
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from PIL import Image
@@ -62,6 +63,15 @@ def test_the_word_is_the_first_object_word_the_captions_share(captions, word, ex
     chosen, note = A.choose_word(captions, word)
     assert chosen == expected
     assert (note is not None) == (expected is None or any(expected not in c for c in captions))
+
+
+def test_a_one_panel_atlas_keeps_its_title_inside_the_picture():
+    """A narrow atlas (one panel) wraps its title instead of writing past the picture's right edge."""
+    image = Image.new("RGB", (64, 64), (40, 90, 140))
+    panel = A.Panel("soft", "soft", ["e_ij = a(s_{i-1}, h_j)"], ["a", "circle"], "circle", 1, np.full((4, 4), 1 / 16))
+    picture = np.asarray(A.render_atlas(image, [panel], "circle", size=96).convert("L"))
+    assert picture.shape[1] < 200  # narrower than the title's one line at 20 px
+    assert (picture[:40, -8:] == 255).all()  # nothing written in the right margin above the panel
 
 
 @pytest.fixture(scope="module")
