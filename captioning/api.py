@@ -27,6 +27,7 @@ from captioning.data.images import DEFAULT_INTERPOLATION, as_rgb, pixels_to_floa
 from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.generation import GenerationConfig, generation_options, when_options_change
 from captioning.decoding.steering import focus_biases, focus_boxes, generate_focused
+from captioning.errors import ConfigError
 from captioning.fast import fast_model
 from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.models.spec import ModelSpec
@@ -34,6 +35,21 @@ from captioning.models.transformer import attention_layer_field
 from captioning.plugins import load_plugins
 
 ImageInput = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
+
+#: the arrays of a result's "views" (``return_views=True``), T the caption's tokens (EOS included), L
+#: the grid's locations (row-major), each present when the model has it (:meth:`Captioner.views`); any
+#: other view a decoder's steps give (hierarchical attention's regions, ...) comes as (T, ...) under its name
+VIEW_SHAPES = {
+    "alignment": "(T, L): the word-by-location matrix, row t the weights word t read the locations with",
+    "gate": "(T,): beta_t, the gate on the context (the LSTM decoder's)",
+    "window": "(T, 3): a local window's centre row, centre column and extent, in grid cells",
+    "self": "(T, layers, heads, T): a Transformer's self-attention, row t the step writing token t, "
+    "column s the token read at position s (<start>, then the caption's tokens)",
+    "refiner": "(layers, heads, L, L): a grid refiner's self-attention, row i location i's weights",
+    "sample": "(T, 2): the (row, column) cell hard attention sampled for each token (attention_mode "
+    "sample; a multi-head model's: (T, heads, 2)); its soft map is the alignment's row",
+    "layers": "(T, layers, L): a convolutional decoder's maps, one per layer",
+}
 
 
 def as_pil(image: ImageInput) -> Image.Image:
@@ -74,6 +90,7 @@ class Captioner:
         self.generation = generation or GenerationConfig()
         self.description = dict(description or {})
         self._locations: int | tuple[int, ...] | None = None  # L, read on first use (grid_locations)
+        self._views: tuple[str, ...] | None = None  # the views of return_views, read on first use (views)
 
     @classmethod
     def from_model(
@@ -238,6 +255,7 @@ class Captioner:
         generator: torch.Generator | None = None,
         focus: Any = None,
         focus_strength: float | None = None,
+        return_views: bool = False,
         **generation,
     ) -> list[dict[str, Any]]:
         """Caption one image or a list of them, ``batch_size`` at a time.
@@ -263,6 +281,9 @@ class Captioner:
         each head's chosen cell. An ensemble's "attention" is its members' weighted mean map (on the
         first member's grid) and "member_attention" (T, members, gh, gw) holds each member's map
         on that grid (an ensemble of one model: that model's maps only).
+
+        With ``return_views`` also "views": the arrays the pictures of ``captioning attend --view``
+        are drawn from, those the model has of :data:`VIEW_SHAPES` (:meth:`views` lists them).
         """
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)  # suppress_tokens may name words
         single = not isinstance(images, (list, tuple))
@@ -276,7 +297,9 @@ class Captioner:
                 sizes = [p.size for p in chunk]
                 names = [getattr(p, "filename", None) or f"image {start + i}" for i, p in enumerate(chunk)]
                 bias = focus_biases(boxes[start : start + batch_size], sizes, self.grid_locations, strength, names)
-            results += self._decode(self._batch(chunk), len(chunk), config, generator, return_attention, bias)
+            results += self._decode(
+                self._batch(chunk), len(chunk), config, generator, return_attention, bias, return_views
+            )
         return results
 
     @property
@@ -292,12 +315,20 @@ class Captioner:
         return self._locations
 
     def _decode(
-        self, batch, count: int, config: GenerationConfig, generator, return_attention: bool, bias=None
+        self,
+        batch,
+        count: int,
+        config: GenerationConfig,
+        generator,
+        return_attention: bool,
+        bias=None,
+        return_views: bool = False,
     ) -> list[dict]:
         """The results of one batch of model inputs (:meth:`_batch`'s) of ``count`` images; ``bias``
         (B, L): a focus prior on every step's attention (decoding/steering.py), None: none."""
         results = []
         out = generate_focused(self.model, batch, config, generator, bias)
+        refined = self._refiner_maps(batch) if return_views else None
         for i in range(count):
             n = int(out.lengths[i])
             ids = out.sequences[i, :n].tolist()
@@ -335,8 +366,55 @@ class Captioner:
                         else "head_attention"
                     )
                     item[key] = out.head_alphas[i, :n].reshape(n, parts, *grid).cpu().numpy()
+            if return_views:
+                item["views"] = self._views_of(out, i, n, config, refined)
             results.append(item)
         return results
+
+    def _views_of(self, out, i: int, n: int, config: GenerationConfig, refined) -> dict[str, np.ndarray]:
+        """Image ``i``'s views (:data:`VIEW_SHAPES`) of a search's output, its ``n`` tokens."""
+        views = {"alignment": out.alphas[i, :n].cpu().numpy()}
+        for name, value in out.views.items():  # each step's: (T, ...); a Transformer's "self" cut to T positions
+            value = value[i, :n]
+            views[name] = (value[..., :n] if name == "self" else value).cpu().numpy()
+        if self.attention_kind == "hard" and config.attention_mode == "sample":
+            gw = grid_shape(out.alphas.size(-1))[1]
+            cells = out.locations[i, :n].cpu()
+            views["sample"] = torch.stack([cells // gw, cells % gw], -1).numpy()  # (T, 2), or (T, heads, 2)
+        if refined is not None:
+            views["refiner"] = refined[i]
+        return views
+
+    def _refiner(self):
+        """The decoder's grid refiner (models/attention/refiner.py), or None (an ensemble's members
+        are not shown one by one)."""
+        if isinstance(self.model, Ensemble):
+            return None
+        decoder = getattr(self.model.decoder, "plain", self.model.decoder)  # the fast twin's plain decoder
+        return getattr(decoder, "refiner", None)
+
+    def _refiner_maps(self, batch) -> np.ndarray | None:
+        """A grid refiner's self-attention maps of a batch (B, layers, heads, L, L), or None without one."""
+        refiner = self._refiner()
+        return None if refiner is None else refiner.maps(self.model.encoder(batch)).float().cpu().numpy()
+
+    def views(self) -> tuple[str, ...]:
+        """The views this model's results carry with ``return_views`` (:data:`VIEW_SHAPES`): "alignment",
+        each step's views of its decoder (read from one step on a blank image, once), "refiner" with a
+        grid refiner, "sample" for hard attention (decoded with ``attention_mode="sample"``)."""
+        if self._views is None:
+            names = ["alignment"]
+            if not isinstance(self.model, Ensemble):
+                blank = torch.zeros(1, 3, self.image_size, self.image_size, device=self.device)
+                with torch.no_grad():
+                    out = self.model.generate(images=blank, config=GenerationConfig(max_new_tokens=1))
+                names += sorted(out.views)
+                if self._refiner() is not None:
+                    names.append("refiner")
+                if self.attention_kind == "hard":
+                    names.append("sample")
+            self._views = tuple(names)
+        return self._views
 
     @property
     def input_sizes(self) -> list[tuple[int, str]]:
@@ -355,13 +433,14 @@ class Captioner:
         focus: Any = None,
         focus_strength: float | None = None,
         sizes: Sequence[tuple[int, int]] | None = None,
+        return_views: bool = False,
         **generation,
     ) -> list[dict[str, Any]]:
         """Caption one batch of images already resized: per image, one uint8 (3, S, S) array (or tensor,
         e.g. decoded on the GPU: data/images.py ``decode_entries``) per entry of :attr:`input_sizes`
         (data/inputs.py: ``model_pixels``). The same results as :meth:`__call__` on the images themselves.
         ``focus`` and ``focus_strength`` as for :meth:`__call__`, the boxes in the pixels of the images'
-        own ``sizes`` ((W, H) each: the images are not here to tell them)."""
+        own ``sizes`` ((W, H) each: the images are not here to tell them); ``return_views`` as there."""
         config = self.generation.replace(**generation).resolve_tokens(self.vocab)
         if not pixels:
             return []
@@ -379,7 +458,7 @@ class Captioner:
 
         inputs = [torch.stack([as_float(p[k]) for p in pixels]) for k in range(len(self.input_sizes))]
         batch = inputs if isinstance(self.model, Ensemble) else inputs[0]
-        return self._decode(batch, len(pixels), config, generator, return_attention, bias)
+        return self._decode(batch, len(pixels), config, generator, return_attention, bias, return_views)
 
     def caption_files(
         self,
@@ -453,55 +532,108 @@ class Captioner:
         image: ImageInput,
         result: dict | None = None,
         path: str | os.PathLike | None = None,
-        format: str = "gif",
+        format: str | None = None,
         duration_ms: int = 800,
         alpha: float = 0.6,
         style: str = "heatmap",
         heads: str = "mean",
         members: str = "mean",
+        view: str = "maps",
         **generate_kwargs,
     ):
         """Attention overlays for one image: a GIF (frame per word + the whole caption) or a grid PNG.
 
         Without ``result`` the image is captioned first (``generate_kwargs`` as for __call__).
-        With ``path`` the file is written and its path returned; otherwise PIL images are
-        returned (the GIF's frames, or the grid). Hard-attention models show the chosen cell
+        With ``path`` the file is written and its path returned (``format`` None: the path's suffix
+        says, .png a grid, else a GIF). Without a path: ``format="gif"`` returns the GIF's bytes
+        (``IPython.display.Image(data=...)`` shows it in a notebook), ``"png"`` the grid as a PIL image,
+        None the GIF's frames as PIL images. Hard-attention models show the chosen cell
         sharply over a faint soft map. A multi-head model shows the mean of its heads' maps
         (``heads="mean"``) or one picture per head (``heads="each"``: the GIF's frames side by side,
         the grids one under another). An ensemble shows its members' weighted mean map, titled so
         (``members="mean"``), or one picture per member, titled with its file and weight
         (``members="each"``).
+
+        ``view`` (viz/views.py): "maps" (the above), "alignment" (the word-by-location matrix) and
+        "self" (self-attention matrices), drawn as one PNG, or "gate", "window", "sample" drawn on
+        each word's map; a view the model lacks is a one-line ConfigError naming those it has.
         """
         from captioning.viz import pictures as visualize
+        from captioning.viz.views import MATRIX_VIEWS, VIEWS
 
         if heads not in ("mean", "each"):
             raise ValueError(f"heads must be 'mean' or 'each', got {heads!r}")
         if members not in ("mean", "each"):
             raise ValueError(f"members must be 'mean' or 'each', got {members!r}")
+        if format not in (None, "gif", "png"):
+            raise ValueError(f"format must be 'gif' or 'png', got {format!r}")
+        if view not in VIEWS:
+            raise ValueError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
+        if view in MATRIX_VIEWS and (format == "gif" or str(path or "").lower().endswith(".gif")):
+            raise ConfigError(f"view {view}: a matrix, drawn as a PNG (format 'png'), not a GIF")
+        kind = format or (
+            "png" if view in MATRIX_VIEWS or (path is not None and str(path).lower().endswith(".png")) else "gif"
+        )
         pil = as_pil(image)
+        if view != "maps":
+            self.check_view(view)
+            if view == "sample":  # the sampled cells: hard attention decoded with sampled locations
+                generate_kwargs.setdefault("attention_mode", "sample")
+        if result is not None and view != "maps" and "views" not in result:
+            raise ConfigError(f"view {view}: this result has no views; caption with return_views=True")
         if result is None or "attention" not in result:
-            result = self(pil, return_attention=True, **generate_kwargs)[0]
+            result = self(pil, return_attention=True, return_views=view != "maps", **generate_kwargs)[0]
         words, maps, cells = list(result["tokens"]), result["attention"], list(result["locations"])
         if words and words[-1] == self.vocab.EOS:  # a frame per word: the end token gets none
             words, maps, cells = words[:-1], maps[:-1], cells[:-1]
         hard_cells = cells if self.attention_kind == "hard" else None
-        if format not in ("gif", "png"):
-            raise ValueError(f"format must be 'gif' or 'png', got {format!r}")
-        if heads == "each" and "head_attention" in result:
-            return self._render_heads(pil, words, result, path, format, duration_ms, alpha, style)
-        if "member_attention" in result:
-            return self._render_members(
-                pil, words, result, hard_cells, path, format, duration_ms, alpha, style, members
-            )
-        if path is None:
-            if format == "gif":
-                return visualize.render_frames(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
-            return visualize.render_grid(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
-        if format == "gif":
-            return visualize.save_gif(
-                pil, words, maps, path, duration_ms=duration_ms, hard_cells=hard_cells, alpha=alpha, style=style
-            )
-        return visualize.save_grid(pil, words, maps, path, hard_cells=hard_cells, alpha=alpha, style=style)
+        if view != "maps":
+            picture = self._render_view(pil, words, maps, result, view, kind, alpha, style)
+        elif heads == "each" and "head_attention" in result:
+            picture = self._render_heads(pil, words, result, kind, alpha, style)
+        elif "member_attention" in result:
+            picture = self._render_members(pil, words, result, hard_cells, kind, alpha, style, members)
+        else:
+            render = visualize.render_frames if kind == "gif" else visualize.render_grid
+            picture = render(pil, words, maps, hard_cells=hard_cells, alpha=alpha, style=style)
+        if kind == "gif":
+            if path is not None:
+                return visualize.save_frames(picture, path, duration_ms)
+            return visualize.gif_bytes(picture, duration_ms) if format == "gif" else picture
+        return picture if path is None else visualize.save_png(picture, path)
+
+    def check_view(self, view: str, option: str = "view") -> None:
+        """A one-line ConfigError when this model cannot draw ``view`` (viz/views.py: VIEWS), naming
+        the views it has."""
+        from captioning.viz.views import missing_view
+
+        problem = missing_view(view, self.views(), option)
+        if problem is not None:
+            raise ConfigError(problem)
+
+    def _render_view(self, pil, words, maps, result, view, kind, alpha, style):
+        """render(view=...): a matrix PNG, or each word's map decorated (a GIF's frames or a grid)."""
+        from captioning.viz import pictures as visualize
+        from captioning.viz import views as V
+
+        views = {k: (v[: len(words)] if k != "refiner" else v) for k, v in (result.get("views") or {}).items()}
+        problem = V.missing_view(view, list(views), "view")
+        if problem is not None:
+            if view == "sample" and self.attention_kind == "hard":
+                problem = "view sample: this result was not decoded with attention_mode='sample' (no sampled cells)"
+            raise ConfigError(problem)
+        if view == "alignment":
+            return V.alignment_picture(pil, words, np.asarray(views["alignment"]).reshape(maps.shape))
+        if view == "self":
+            return V.self_attention_picture(pil, words, views)
+        if view == "gate":
+            decorate = V.gate_decoration(views["gate"])
+        elif view == "window":
+            decorate = V.window_decoration(views["window"], tuple(maps.shape[1:]))
+        else:
+            decorate = V.sample_decoration(pil, maps, views["sample"], alpha=alpha, style=style)
+        render = visualize.render_frames if kind == "gif" else visualize.render_grid
+        return render(pil, words, maps, alpha=alpha, style=style, decorate=decorate)
 
     def member_labels(self) -> list[str]:
         """An ensemble's members as its pictures title them: file name and weight."""
@@ -509,12 +641,12 @@ class Captioner:
 
         return [f"{name} (weight {w:.2f})" for name, w in zip(short_names(self.model.names), self.model.weights)]
 
-    def _render_members(self, pil, words, result, hard_cells, path, format, duration_ms, alpha, style, members):
+    def _render_members(self, pil, words, result, hard_cells, kind, alpha, style, members):
         """render() of an ensemble: the members' weighted mean map under a title saying so, or one
         picture per member (the GIF's frames side by side, the grids one under another), titled."""
         from captioning.viz import pictures as visualize
 
-        render = visualize.render_frames if format == "gif" else visualize.render_grid
+        render = visualize.render_frames if kind == "gif" else visualize.render_grid
         if members == "mean":
             pictures = [
                 render(pil, words, result["attention"][: len(words)], hard_cells=hard_cells, alpha=alpha, style=style)
@@ -524,13 +656,9 @@ class Captioner:
             maps = result["member_attention"][: len(words)]  # (T, members, gh, gw)
             pictures = [render(pil, words, maps[:, k], alpha=alpha, style=style) for k in range(maps.shape[1])]
             labels = self.member_labels()
-        if format == "gif":
-            frames = [visualize.labelled_stack(list(frame), labels, horizontal=True) for frame in zip(*pictures)]
-            return frames if path is None else visualize.save_frames(frames, path, duration_ms)
-        grid = visualize.labelled_stack(pictures, labels, horizontal=False)
-        return grid if path is None else visualize.save_png(grid, path)
+        return _stacked(pictures, labels, kind)
 
-    def _render_heads(self, pil, words, result, path, format, duration_ms, alpha, style):
+    def _render_heads(self, pil, words, result, kind, alpha, style):
         """render(heads="each"): one picture per head, labelled."""
         from captioning.viz import pictures as visualize
 
@@ -540,13 +668,18 @@ class Captioner:
         per_head = []
         for k in range(maps.shape[1]):
             hard = [step[k] for step in cells[: len(words)]] if cells is not None else None
-            render = visualize.render_frames if format == "gif" else visualize.render_grid
+            render = visualize.render_frames if kind == "gif" else visualize.render_grid
             per_head.append(render(pil, words, maps[:, k], hard_cells=hard, alpha=alpha, style=style))
-        if format == "gif":
-            frames = [visualize.labelled_stack(list(frame), labels, horizontal=True) for frame in zip(*per_head)]
-            return frames if path is None else visualize.save_frames(frames, path, duration_ms)
-        grid = visualize.labelled_stack(per_head, labels, horizontal=False)
-        return grid if path is None else visualize.save_png(grid, path)
+        return _stacked(per_head, labels, kind)
+
+
+def _stacked(pictures: list, labels: list[str], kind: str):
+    """Labelled pictures together: GIFs' frames side by side (a list of frames), grids one under another."""
+    from captioning.viz import pictures as visualize
+
+    if kind == "gif":
+        return [visualize.labelled_stack(list(frame), labels, horizontal=True) for frame in zip(*pictures)]
+    return visualize.labelled_stack(pictures, labels, horizontal=False)
 
 
 def _options_doc(doc: str | None) -> str | None:

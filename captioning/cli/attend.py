@@ -1,5 +1,6 @@
 """``captioning attend``: where the model looked for each word, as a GIF (a frame per word) and/or a
-grid PNG (a panel per word) per image.
+grid PNG (a panel per word) per image; ``--view`` draws another view of the attention instead
+(captioning/viz/views.py: the alignment matrix, self-attention, the gate, the window, the sampled cell).
 
 The images stream as ``caption``'s do (data/inputs.py): their names are listed first (they decide
 the pictures' file names), then the images are read a batch at a time, captioned, drawn and dropped."""
@@ -108,6 +109,38 @@ def writable_folder(folder: Path) -> None:
         raise CaptioningError(f"{folder}: cannot write there ({err.strerror or err})") from None
 
 
+def check_view(captioner, args) -> None:
+    """One line, before anything is written, for a ``--view`` the model does not have (naming those
+    it has) or flags it does not go with."""
+    from captioning.errors import ConfigError
+    from captioning.viz.views import MATRIX_VIEWS
+
+    view = args.view
+    if view == "maps":
+        return
+    if not hasattr(captioner, "views"):
+        raise ConfigError(
+            f"--view {view}: an ONNX folder's model gives its maps only (--view maps); give its checkpoint"
+        )
+    captioner.check_view(view, "--view")
+    if view in MATRIX_VIEWS:
+        if args.format in ("gif", "both") or Path(args.out).suffix.lower() == ".gif":
+            raise ConfigError(
+                f"--view {view}: a matrix, drawn as a PNG; give --format png or an --out of .png or a folder"
+            )
+    if view == "sample" and args.attention_mode not in (None, "sample"):
+        raise ConfigError(
+            f"--view sample: draws the cells sampled with --attention-mode sample, not {args.attention_mode}"
+        )
+    for flag, value, plain in (
+        ("--head", args.head, None),
+        ("--heads", args.heads, "mean"),
+        ("--members", args.members, "mean"),
+    ):
+        if value != plain:
+            raise ConfigError(f"{flag} {value}: chooses the maps of --view maps, not of --view {view}")
+
+
 def check_head(captioner, head: int) -> None:
     """One line for ``--head`` on a model without that head (before anything is written)."""
     from captioning.errors import ConfigError
@@ -165,6 +198,15 @@ class Attend(Command):
             default="mean",
             help="several --checkpoint: the models' weighted mean map (titled so), or a picture per model, titled",
         )
+        p.add_argument(
+            "--view",
+            choices=("maps", "alignment", "self", "gate", "window", "sample"),
+            default="maps",
+            help="what to draw: each word's map (maps); the word-by-location matrix (alignment, a PNG); "
+            "a Transformer's word-by-word or a grid refiner's self-attention (self, a PNG); beta_t beside "
+            "each map (gate); a local window's centre and extent (window); hard attention's sampled cell "
+            "beside its soft map (sample)",
+        )
         focus_args(p)
         loader_args(p, batch_size=8)
 
@@ -184,15 +226,22 @@ class Attend(Command):
             choose_layer(captioner.model, args.layer)
         if args.head is not None:
             check_head(captioner, args.head)
+        check_view(captioner, args)
         if args.members == "each" and len(args.checkpoint) < 2:
             print(
                 "note: --members each applies to several --checkpoint (an ensemble); this is one model", file=sys.stderr
             )
         sources, problems = listed_sources(args)
-        targets = attend_targets([s.name for s in sources], Path(args.out), args.format) if sources else []
+        fmt = args.format or (
+            "png" if args.view in ("alignment", "self") and out_kind(Path(args.out)) == "folder" else None
+        )
+        targets = attend_targets([s.name for s in sources], Path(args.out), fmt) if sources else []
         for folder in {t.parent for files in targets for t, _ in files}:
             writable_folder(folder)
         overrides = {**generation_overrides(args), **focus_overrides(args)}
+        if args.view == "sample":  # the cells hard attention samples from each word's soft map
+            overrides["attention_mode"] = "sample"
+        views = {"return_views": True} if args.view != "maps" else {}
         files_of = iter(targets)
         with tqdm(total=len(sources), desc="attend", unit="img", disable=None, file=sys.stderr) as bar:
             # each image as the model's pixels, its size and a copy at the pictures' size: a batch of
@@ -204,7 +253,11 @@ class Attend(Command):
                 good = [b.image for b in batch if b.error is None]
                 results = iter(
                     captioner.caption_pixels(
-                        [g.pixels for g in good], return_attention=True, sizes=[g.size for g in good], **overrides
+                        [g.pixels for g in good],
+                        return_attention=True,
+                        sizes=[g.size for g in good],
+                        **views,
+                        **overrides,
                     )
                     if good
                     else []
@@ -229,6 +282,7 @@ class Attend(Command):
                             style=args.style,
                             heads=args.heads,
                             members=args.members,
+                            **({"view": args.view} if args.view != "maps" else {}),
                         )
                         print(
                             f"{printable(item.name)}\t{printable(result['generated_text'])}\t-> {printable(str(target))}",

@@ -25,6 +25,7 @@ from captioning.cli import make_shapes  # noqa: F401
 from captioning.cli import caption  # noqa: F401
 from captioning.cli import attend  # noqa: F401
 from captioning.cli import compare_attention  # noqa: F401
+from captioning.cli import atlas  # noqa: F401
 from captioning.cli import evaluate  # noqa: F401
 from captioning.cli import score  # noqa: F401
 from captioning.cli import compare  # noqa: F401

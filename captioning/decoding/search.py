@@ -451,4 +451,5 @@ def best_of_k(
         locations=out.locations[row],
         scores=out.scores[row],
         lengths=out.lengths[row],
+        views={name: value[row] for name, value in out.views.items()},
     )

@@ -12,7 +12,8 @@ N pre-LayerNorm layers of width d (``hidden_dim``) over x_0 = Dropout(sqrt(d) E 
 layer's self-attention keys and values in a cache of fixed length, written at the step's position
 and reordered with the beams like any carried tensor (:class:`TransformerStates`). The maps the
 search returns are one layer's cross-attention (``attention_layer``, the first by default) or the
-layers' mean, averaged over heads as ``alpha``. A focus prior reaches every layer's and head's scores.
+layers' mean, averaged over heads as ``alpha``; each step's word-by-word self-attention weights are its
+glimpse's ``views["self"]``. A focus prior reaches every layer's and head's scores.
 """
 
 from __future__ import annotations
@@ -152,12 +153,13 @@ class DecoderLayer(nn.Module):
         memory_kv: Tensor,
         beams: int = 1,
         memory_bias: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """x (N, Tq, d) after its self-attention's keys and values ``self_kv`` (N, 2, S, d) under
         ``self_mask``; the grid's ``memory_kv`` (N / beams, 2, L, d): with beams, the queries of an
         image's ``beams`` rows (Tq = 1) attend as one image's queries; ``memory_bias`` (N / beams, L)
-        added to every head's cross-attention scores (a focus prior). -> x, the cross weights (N, h, Tq, L)."""
-        a, _ = self.self_attention(self.norm_self(x), self_kv, self_mask)
+        added to every head's cross-attention scores (a focus prior). -> x, the cross weights (N, h, Tq, L)
+        and the self-attention weights (N, h, Tq, S), zero where the mask hides a position."""
+        a, self_weights = self.self_attention(self.norm_self(x), self_kv, self_mask)
         x = x + self.dropout(a)
         N, Tq, d = x.shape
         y = self.norm_cross(x).reshape(N // beams, beams * Tq, d)  # an image's rows as its queries
@@ -166,7 +168,7 @@ class DecoderLayer(nn.Module):
         x = x + self.dropout(a.reshape(N, Tq, d))
         weights = weights.reshape(N // beams, -1, beams, Tq, weights.size(-1)).transpose(1, 2)
         x = x + self.dropout(self.feed_forward(self.norm_ff(x)))
-        return x, weights.reshape(N, -1, Tq, weights.size(-1))
+        return x, weights.reshape(N, -1, Tq, weights.size(-1)), self_weights
 
 
 @dataclass
@@ -323,7 +325,7 @@ class TransformerDecoder(nn.Module):
         causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()  # (T, T): position t sees <= t
         maps = []
         for i, layer in enumerate(self.layers):
-            x, w = layer(x, layer.self_attention.keys_values(layer.norm_self(x)), causal, memory[:, i])
+            x, w, _ = layer(x, layer.self_attention.keys_values(layer.norm_self(x)), causal, memory[:, i])
             maps.append(w)
         return self.logits(x), torch.stack(maps, 1)
 
@@ -378,20 +380,22 @@ class TransformerDecoder(nn.Module):
     ) -> tuple[Tensor, TransformerState, Glimpse]:
         """One decoding step: previous tokens (N,) -> log p (N, V), the state with this position's
         keys and values in the cache, the glimpse (``alpha`` (N, L) the heads' mean of
-        ``attention_layer``, ``head_alpha`` (N, heads, L)). ``mode`` and ``attention_temperature``
-        are hard attention's (ignored)."""
+        ``attention_layer``, ``head_alpha`` (N, heads, L); ``views["self"]`` (N, layers, heads, T):
+        every layer's and head's weights over the positions read so far, zero at the cache's later
+        positions). ``mode`` and ``attention_temperature`` are hard attention's (ignored)."""
         N = tokens.size(0)
         T = state.cache.size(3)
         x = self.embed(tokens, state.position).unsqueeze(1)  # (N, 1, d)
         here = torch.arange(T, device=tokens.device) == state.position.unsqueeze(1)  # (N, T)
         seen = (torch.arange(T, device=tokens.device) <= state.position.unsqueeze(1)).view(N, 1, 1, T)
-        caches, maps = [], []
+        caches, maps, words = [], [], []
         for i, layer in enumerate(self.layers):
             new = layer.self_attention.keys_values(layer.norm_self(x))  # (N, 2, 1, d)
             kv = torch.where(here.view(N, 1, T, 1), new, state.cache[:, i])  # written at the position
-            x, w = layer(x, kv, seen, state.memory[:, i], state.beams, state.bias)
+            x, w, s = layer(x, kv, seen, state.memory[:, i], state.beams, state.bias)
             caches.append(kv)
             maps.append(w[:, :, 0])  # (N, h, L)
+            words.append(s[:, :, 0])  # (N, h, T): this position's weights over the positions so far
         logits = self.logits(x[:, 0])
         log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
         heads = self.chosen_maps(maps)
@@ -400,7 +404,13 @@ class TransformerDecoder(nn.Module):
         return (
             log_probs,
             new_state,
-            Glimpse(None, alpha, alpha.argmax(-1), head_alpha=heads if self.heads > 1 else None),
+            Glimpse(
+                None,
+                alpha,
+                alpha.argmax(-1),
+                head_alpha=heads if self.heads > 1 else None,
+                views={"self": torch.stack(words, 1)},  # (N, layers, heads, T): the word-by-word view
+            ),
         )
 
 

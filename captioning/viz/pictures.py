@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -271,17 +271,26 @@ def render_frames(
     cmap: str = "inferno",
     min_side: int = GIF_MIN_SIDE,
     max_side: int = GIF_MAX_SIDE,
+    decorate: Callable[[int | None, Image.Image], Image.Image] | None = None,
 ) -> list[Image.Image]:
     """T + 1 frames: for each word the overlay of its map (T, gh, gw) with the caption so far (the
     word itself highlighted) written under the image, then the plain image with the whole caption.
 
     The image is first scaled for display (short side >= ``min_side``, long side <= ``max_side``)
     and the overlays are computed at that size. All frames have the same size,
-    :func:`gif_frame_size`.
+    :func:`gif_frame_size` (without ``decorate``). ``decorate(t, picture)``: what frame t shows of
+    word t's overlay (t None: of the plain last picture), e.g. a bar beside it (viz/views.py); every
+    picture it returns must have one size.
     """
     maps, cells = _check(words, maps, hard_cells)
     shown = _display(image, min_side, max_side)
-    width, height = shown.size
+    pictures = [
+        overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style, hard_cell=cells[t]) for t in range(len(words))
+    ]
+    last = shown
+    if decorate is not None:
+        pictures, last = [decorate(t, p) for t, p in enumerate(pictures)], decorate(None, shown)
+    width, height = last.size
     font, pad, line_h, layout = _caption_layout(words, width)  # the whole caption fixes the band's height
     band = caption_band(words, width)
     texts, after = shown_words(words)
@@ -299,11 +308,8 @@ def render_frames(
                 x += font.getlength(texts[i] + after[i])
         return canvas
 
-    frames = [
-        frame(overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style, hard_cell=cells[t]), t + 1, t)
-        for t in range(len(words))
-    ]
-    return frames + [frame(shown, len(words), None)]
+    frames = [frame(picture, t + 1, t) for t, picture in enumerate(pictures)]
+    return frames + [frame(last, len(words), None)]
 
 
 def save_gif(
@@ -360,11 +366,13 @@ def render_grid(
     style: str = "heatmap",
     cmap: str = "inferno",
     panel_size: int = 192,
+    decorate: Callable[[int | None, Image.Image], Image.Image] | None = None,
 ) -> Image.Image:
     """One panel per word, its overlay titled with the word, row by row, ``cols`` panels a row.
 
     Each panel is the image scaled so its long side is ``panel_size`` pixels. No words (an empty
-    caption): a single panel of the plain image titled "(empty caption)".
+    caption): a single panel of the plain image titled "(empty caption)". ``decorate(t, panel)``:
+    what word t's panel shows of its overlay (as :func:`render_frames`'s).
     """
     maps, cells = _check(words, maps, hard_cells)
     words = list(words)
@@ -375,8 +383,14 @@ def render_grid(
     shown = image.resize(
         (max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.Resampling.BICUBIC
     )
-    pw, ph = shown.size
-    font = ui_font(int(np.clip(pw / 12, 12, 20)), words)
+    panels = [
+        shown if maps is None else overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style, hard_cell=cells[t])
+        for t in range(len(words))
+    ]
+    if decorate is not None:
+        panels = [decorate(None if maps is None else t, p) for t, p in enumerate(panels)]
+    pw, ph = panels[0].size
+    font = ui_font(int(np.clip(shown.width / 12, 12, 20)), words)
     gap, title = 8, _line_height(font) + 6
     rows, cols = panel_layout(len(words), cols)
     canvas = Image.new("RGB", (cols * (pw + gap) + gap, rows * (title + ph + gap) + gap), (255, 255, 255))
@@ -387,10 +401,7 @@ def render_grid(
         while len(word) > 1 and font.getlength(word) > pw:
             word = word[:-2] + "\u2026"  # ellipsis
         draw.text((x + (pw - font.getlength(word)) / 2, y + 2), word, font=font, fill=TEXT)
-        panel = (
-            shown if maps is None else overlay(shown, maps[t], alpha=alpha, cmap=cmap, style=style, hard_cell=cells[t])
-        )
-        canvas.paste(panel, (x, y + title))
+        canvas.paste(panels[t], (x, y + title))
     return canvas
 
 

@@ -9,6 +9,9 @@ Routes:
                               ``return_gif``, ``return_image``, the decoding settings and the
                               steering fields ``focus`` (x0,y0,x1,y1 in the image's pixels) and
                               ``focus_strength`` (captioning/web/settings.py) -> JSON (docs/WEB.md)
+    GET  /atlas               the atlas page: every served model on one image and one word
+    POST /api/atlas           multipart form: ``image``, optional ``word`` and ``example`` (the index of
+                              the example image sent, for its objects) -> the panels and the atlas PNG
     GET  /examples/{i}        the i-th example image offered on the page
     GET  /healthz             {"status": "ok", "pending": n, ...}; 503 {"status": "stuck", ...} when
                               the worker has been on one batch longer than ``Limits.stuck_after``
@@ -52,7 +55,9 @@ from captioning.web.settings import FOCUS_FIELDS, form_description, form_options
 
 CHUNK = 256 * 1024
 # the form's fields besides the decoding settings
-FORM_FIELDS = ("image", "model", "return_gif", "return_image", *FOCUS_FIELDS)
+FORM_FIELDS = ("image", "model", "return_gif", "return_image", "return_views", *FOCUS_FIELDS)
+#: the atlas form's fields (POST /api/atlas)
+ATLAS_FIELDS = ("image", "word", "example")
 
 
 def _unlink(path: str) -> None:
@@ -66,6 +71,45 @@ def _safe_name(name: str | None) -> str:
     """The client's file name, reduced to something harmless to echo in a message."""
     name = os.path.basename(name or "") or "upload"
     return re.sub(r"[^\w.\- ]", "_", name)[:80] or "upload"
+
+
+def example_objects(path: Path):
+    """The shapes objects of an example image (viz/atlas.py: the ``dataset_shapes.json`` above it), or None."""
+    from captioning.viz.atlas import image_objects
+
+    try:
+        return image_objects(path)[0]
+    except Exception as err:  # noqa: BLE001 - object F1 is a convenience: an unreadable dataset has none
+        log.warning("%s: no objects for object F1 (%s)", path.name, err)
+        return None
+
+
+def atlas_answer(models: Sequence[ServedModel], payloads: Sequence[dict], word: str | None, objects) -> dict:
+    """``POST /api/atlas``'s answer from each model's caption answer: the word, a note, the panels
+    (viz/atlas.py: Panel.as_json) and the atlas drawn as ``captioning atlas`` draws it (a PNG data URI)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from captioning.viz.atlas import atlas_panels, render_atlas
+    from captioning.web.images import data_uri
+
+    described = []
+    for model, payload in zip(models, payloads):
+        decoder = getattr(getattr(model.captioner, "spec", None), "decoder", None)
+        described.append((model.name, decoder, payload, payload["attention_kind"] == "hard"))
+    panels, chosen, note = atlas_panels(described, word, objects)
+    display = Image.open(io.BytesIO(base64.b64decode(payloads[0]["image"].split(",", 1)[1]))).convert("RGB")
+    picture = render_atlas(display, panels, chosen, note, cols=min(4, len(panels)), size=200)
+    buffer = io.BytesIO()
+    picture.save(buffer, "PNG")
+    return {
+        "word": chosen,
+        "note": note,
+        "panels": [p.as_json() for p in panels],
+        "atlas": data_uri(buffer.getvalue(), "image/png"),
+    }
 
 
 def create_app(
@@ -86,7 +130,7 @@ def create_app(
     from starlette.responses import FileResponse, HTMLResponse, JSONResponse
     from starlette.routing import Route
 
-    from captioning.web.page import LANGUAGES, choose_language, page
+    from captioning.web.page import LANGUAGES, atlas_page, choose_language, page
 
     if not models:
         raise ValueError("at least one model to serve")
@@ -108,10 +152,7 @@ def create_app(
 
     async def show_page(request: Request):
         language = choose_language(request.query_params.get("lang"), lang, request.headers.get("accept-language"))
-        headers = {"Content-Language": LANGUAGES[language][0]}
-        if lang is None:  # the answer depends on the header: caches keep one per language
-            headers["Vary"] = "Accept-Language"
-        return HTMLResponse(page(language), headers=headers)
+        return HTMLResponse(page(language), headers=language_headers(language))
 
     async def health(request: Request):
         queue = state.get("queue")
@@ -147,14 +188,15 @@ def create_app(
             return error(NotFound(f"no example {i}"))
         return FileResponse(examples[i])
 
-    async def read_form(request: Request) -> tuple[str, str, dict[str, str]]:
-        """(the upload's temporary file, the client's name for it, the other fields) of a caption request."""
+    async def read_form(request: Request, fields: int | None = None) -> tuple[str, str, dict[str, str]]:
+        """(the upload's temporary file, the client's name for it, the other fields) of a caption request
+        (``fields``: the most fields the form may have; a caption request's by default)."""
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
             raise UnsupportedMedia(
                 "send a multipart/form-data body with the image in the field 'image' (curl -F image=@photo.jpg)"
             )
         try:
-            form = await request.form(max_files=1, max_fields=len(FORM_FIELDS) + len(form_options()))
+            form = await request.form(max_files=1, max_fields=fields or len(FORM_FIELDS) + len(form_options()))
         except RequestError:  # the middlewares' BodyTimeout and UploadTooLarge, raised while the body is read
             raise
         except Exception as err:  # noqa: BLE001 - a malformed multipart body
@@ -203,6 +245,7 @@ def create_app(
                 want_gif=truthy(fields.get("return_gif")),
                 want_image=truthy(fields.get("return_image")),
                 focus=focus,
+                want_views=truthy(fields.get("return_views")),
             )
             future = state["queue"].submit(job)
             try:
@@ -213,6 +256,65 @@ def create_app(
                     f"the model did not answer within {limits.request_timeout:g} s; try again in a moment"
                 ) from None
             return JSONResponse(payload)
+        except RequestError as err:
+            return error(err)
+        except Exception as err:  # noqa: BLE001 - a failure of the server: logged, a generic answer
+            log.error("%s %s failed", request.method, request.url.path, exc_info=err)
+            return error(InternalError("the server failed on this request"))
+        finally:
+            if upload is not None:
+                _unlink(upload)
+
+    def language_headers(language: str) -> dict:
+        headers = {"Content-Language": LANGUAGES[language][0]}
+        if lang is None:  # the answer depends on the header: caches keep one per language
+            headers["Vary"] = "Accept-Language"
+        return headers
+
+    async def show_atlas(request: Request):
+        language = choose_language(request.query_params.get("lang"), lang, request.headers.get("accept-language"))
+        return HTMLResponse(atlas_page(language), headers=language_headers(language))
+
+    async def atlas(request: Request):
+        """Every served model captions the upload (through the queue, as /api/caption), then the
+        panels of viz/atlas.py: the chosen word's map, the mechanism's equation, object F1 when the
+        upload is an example whose objects are known."""
+        upload = None
+        try:
+            upload, name, fields = await read_form(request, len(ATLAS_FIELDS))
+            objects = None
+            if fields.get("example", "").strip():
+                try:
+                    index = int(fields["example"])
+                except ValueError:
+                    raise RequestError(
+                        f"example: expected an example's index, got {fields['example'][:20]!r}"
+                    ) from None
+                if not 0 <= index < len(examples):
+                    raise NotFound(f"no example {index}")
+                objects = await asyncio.to_thread(example_objects, examples[index])
+            jobs = [Job(model, model.settings({}), upload, name, want_image=k == 0) for k, model in enumerate(models)]
+            futures = []
+            try:
+                for job in jobs:  # a full queue refuses one: the others are cancelled
+                    futures.append(state["queue"].submit(job))
+            except Busy:
+                for future in futures:
+                    future.cancel()
+                raise
+            try:
+                payloads = await asyncio.wait_for(
+                    asyncio.gather(*(asyncio.wrap_future(f) for f in futures)), limits.request_timeout
+                )
+            except asyncio.TimeoutError:
+                for future in futures:
+                    future.cancel()
+                raise Busy(
+                    f"the models did not answer within {limits.request_timeout:g} s; try again in a moment"
+                ) from None
+            word = (fields.get("word") or "").strip() or None
+            answer = await asyncio.to_thread(atlas_answer, models, payloads, word, objects)
+            return JSONResponse(answer)
         except RequestError as err:
             return error(err)
         except Exception as err:  # noqa: BLE001 - a failure of the server: logged, a generic answer
@@ -253,6 +355,8 @@ def create_app(
         Route("/api/models", list_models),
         Route("/api/caption", caption, methods=["POST"]),
         Route("/examples/{index:int}", example),
+        Route("/atlas", show_atlas),
+        Route("/api/atlas", atlas, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
     # room for the form's other fields and boundaries; the file itself is held to max_upload_bytes above

@@ -81,6 +81,7 @@ def caption(
     return_image: bool = False,
     filename: str | None = None,
     timeout: float = 120.0,
+    return_views: bool = False,
     **settings,
 ) -> dict:
     """POST an image (a path or its bytes) to ``url``/api/caption and return the JSON answer.
@@ -89,24 +90,46 @@ def caption(
     attention_mode, num_return_sequences, prefix, ... every field docs/WEB.md lists; None: the
     model's own) and the steering fields ``focus`` (a box (x0, y0, x1, y1) in the image's pixels)
     and ``focus_strength``, sent as the form's text (booleans as true/false, lists and boxes
-    comma-separated).
+    comma-separated). ``return_views``: the answer's "views" (docs/WEB.md).
     Raises :class:`APIError` when the server answers with an error status.
     """
+    fields = {
+        "model": model,
+        **{key: _form_text(value) for key, value in settings.items()},
+        "return_gif": "1" if return_gif else None,
+        "return_image": "1" if return_image else None,
+        "return_views": "1" if return_views else None,
+    }
+    return _post(url, "/api/caption", image, fields, filename, timeout)
+
+
+def atlas(
+    image: str | os.PathLike | bytes,
+    url: str = DEFAULT_URL,
+    word: str | None = None,
+    example: int | None = None,
+    filename: str | None = None,
+    timeout: float = 120.0,
+) -> dict:
+    """POST an image to ``url``/api/atlas: every served model's panel on it (docs/WEB.md). ``word``: the
+    word the panels show (default: the first object word the captions share); ``example``: the index
+    of the server's example image this is (its objects give each caption's object F1)."""
+    fields = {"word": word, "example": None if example is None else str(example)}
+    return _post(url, "/api/atlas", image, fields, filename, timeout)
+
+
+def _post(url: str, route: str, image, fields: dict, filename: str | None, timeout: float) -> dict:
+    """POST ``image`` (a path or its bytes) and the form's ``fields`` to ``route``; the JSON answer,
+    or :class:`APIError`."""
     if isinstance(image, (bytes, bytearray)):
         data, name = bytes(image), filename or "image"
     else:
         with open(image, "rb") as f:
             data = f.read()
         name = filename or os.path.basename(os.fspath(image))
-    fields = {
-        "model": model,
-        **{key: _form_text(value) for key, value in settings.items()},
-        "return_gif": "1" if return_gif else None,
-        "return_image": "1" if return_image else None,
-    }
     body, content_type = encode_multipart(fields, name, data)
     request = urllib.request.Request(
-        url.rstrip("/") + "/api/caption", data=body, method="POST", headers={"Content-Type": content_type}
+        url.rstrip("/") + route, data=body, method="POST", headers={"Content-Type": content_type}
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

@@ -4,10 +4,13 @@ It talks to the server only through the public API (GET /api/models, POST /api/c
 everything it shows a client script can get too. The per-word view draws each word's attention
 map over the image in the browser, the way ``captioning.viz.pictures.overlay`` does (bicubic
 stretch of the grid over the whole image, min-max normalised, the inferno colour map at 0.6
-opacity; a hard model's chosen cell outlined over its faint soft map). Kept in a Python module
-rather than a data file so that it ships with the package without any package-data setting. Its visible
-strings are one table, :data:`STRINGS`, a column per language (``serve --lang``, or the browser's
-Accept-Language: :func:`choose_language`); :func:`page` fills them in.
+opacity; a hard model's chosen cell outlined over its faint soft map). The view selector draws
+the other views of captioning/viz/views.py from the API's ``views`` arrays (``return_views``): the
+alignment matrix, self-attention, the gate, the window, the sampled cell. :data:`ATLAS_PAGE` (``GET
+/atlas``) shows every served model on one image and one word (``POST /api/atlas``). Kept in a Python
+module rather than a data file so that it ships with the package without any package-data setting.
+The two pages' visible strings are one table, :data:`STRINGS`, a column per language (``serve --lang``,
+or the browser's Accept-Language: :func:`choose_language`); :func:`page` and :func:`atlas_page` fill them in.
 """
 
 import functools
@@ -68,13 +71,18 @@ PAGE = r"""<!doctype html>
   .status { color: var(--muted); font-size: 13px; min-height: 18px; }
   .error { color: #b00020; background: #fdecee; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
   .hidden { display: none !important; }
+  canvas.view-matrix { display: block; max-width: 100%; height: auto; margin-top: 8px; }
+  .gate { display: flex; align-items: flex-end; gap: 6px; font-size: 12px; color: var(--muted); }
+  .gate-bar { width: 18px; height: 120px; background: #ebebee; border: 1px solid #888; position: relative; }
+  .gate-fill { position: absolute; bottom: 0; left: 0; right: 0; background: var(--accent); }
+  .view-note { color: var(--muted); font-size: 13px; margin: 4px 0; }
   @media (max-width: 800px) { main { grid-template-columns: 1fr; } }
 </style>
 </head>
 <body>
 <header>
   <h1>{{heading}} <a class="lang-switch" href="?lang={{other_lang}}" hreflang="{{other_html_lang}}">{{other_language}}</a></h1>
-  <p>{{intro}}</p>
+  <p>{{intro}} <a href="/atlas?lang={{lang}}">{{atlas_link}}</a>{{atlas_link_rest}}</p>
 </header>
 <main>
   <aside>
@@ -106,6 +114,13 @@ PAGE = r"""<!doctype html>
     <label class="field hidden" id="mode-field">{{attention_mode}}
       <select id="attention-mode">
         <option value="">{{models_own}}</option><option value="expected">{{mode_expected}}</option><option value="argmax">{{mode_argmax}}</option><option value="sample">{{mode_sample}}</option>
+      </select>
+    </label>
+    <label class="field" title="{{view_title}}">{{view}}
+      <select id="view">
+        <option value="maps">{{view_maps}}</option><option value="alignment">{{view_alignment}}</option>
+        <option value="self">{{view_self}}</option><option value="gate">{{view_gate}}</option>
+        <option value="window">{{view_window}}</option><option value="sample">{{view_sample}}</option>
       </select>
     </label>
     <details id="more-block" class="hidden"><summary class="hint">{{more_settings}}</summary><div id="more-fields"></div></details>
@@ -210,6 +225,81 @@ function drawFocus(canvas, box, size) {  // the focus box (the image's own pixel
   ctx.lineWidth = 1.5; ctx.strokeStyle = "#fff"; ctx.strokeRect(...r); ctx.restore();
 }
 
+// ---------------------------------------------------------------- the other views (captioning/viz/views.py draws them so)
+function grey(v) { const g = Math.round(255 * Math.min(Math.max(v, 0), 1)); return `rgb(${g},${g},${g})`; }
+function drawWindow(canvas, win, gh, gw) {  // centre (row, col) and extent in cells: the box centre +- extent
+  const [row, col, extent] = win, ctx = canvas.getContext("2d"), sx = canvas.width / gw, sy = canvas.height / gh;
+  const cx = (col + 0.5) * sx, cy = (row + 0.5) * sy, w = Math.max(2, Math.round(Math.min(canvas.width, canvas.height) / 120));
+  ctx.save();
+  for (const [colour, width] of [["#000", w + 2], ["#00d2ff", w]]) {
+    ctx.lineWidth = width; ctx.strokeStyle = colour;
+    ctx.strokeRect(cx - extent * sx, cy - extent * sy, 2 * extent * sx, 2 * extent * sy);
+  }
+  ctx.fillStyle = "#00d2ff"; ctx.beginPath(); ctx.arc(cx, cy, 2 * w, 0, 2 * Math.PI); ctx.fill(); ctx.stroke();
+  ctx.restore();
+}
+function drawAlignment(canvas, image, maps, list, current) {  // words down, locations across, the cells on top
+  const T = list.length, gh = maps[0].length, gw = maps[0][0].length, L = gh * gw;
+  const cell = Math.max(4, Math.min(24, Math.floor(1000 / L))), gap = 2, left = 90, top = cell + 8;
+  canvas.width = left + L * cell + (gh - 1) * gap + 4; canvas.height = top + T * cell + 4;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+  let hi = 1e-12;
+  for (let t = 0; t < T; t++) for (const row of maps[t]) for (const v of row) hi = Math.max(hi, v);
+  const x = j => left + j * cell + Math.floor(j / gw) * gap;
+  const W = image.naturalWidth, H = image.naturalHeight;
+  for (let j = 0; j < L; j++) {
+    const r = Math.floor(j / gw), col = j % gw;
+    ctx.drawImage(image, col * W / gw, r * H / gh, W / gw, H / gh, x(j), 2, cell, cell);
+  }
+  ctx.font = `${Math.min(14, Math.max(10, cell))}px system-ui, sans-serif`; ctx.textAlign = "right"; ctx.textBaseline = "middle";
+  for (let t = 0; t < T; t++) {
+    ctx.fillStyle = t === current ? "#d63c00" : "#1d1d1f";
+    ctx.fillText(list[t], left - 6, top + t * cell + cell / 2);
+    for (let j = 0; j < L; j++) { ctx.fillStyle = grey(maps[t][Math.floor(j / gw)][j % gw] / hi); ctx.fillRect(x(j), top + t * cell, cell, cell); }
+  }
+  ctx.strokeStyle = "#d63c00"; ctx.lineWidth = 2; ctx.strokeRect(left - 1, top + current * cell, canvas.width - left - 3, cell);
+  canvas.title = t("alignment_title", { gh, gw, white: hi.toFixed(3) });
+}
+function drawSelf(canvas, views, list, current) {  // each layer's and head's matrix: the words', then the grid refiner's
+  const parts = [];
+  if (views.self) parts.push(["word", views.self.values.map(step => step), views.self.shape]);
+  if (views.refiner) parts.push(["grid", views.refiner.values, views.refiner.shape]);
+  const blocks = parts.map(([kind, values, shape]) => {
+    const layers = kind === "word" ? shape[1] : shape[0], heads = kind === "word" ? shape[2] : shape[1];
+    const n = kind === "word" ? shape[0] : shape[2], cell = Math.max(1, Math.min(16, Math.floor(200 / n)));
+    const at = kind === "word" ? (l, h, a, b) => values[a][l][h][b] : (l, h, a, b) => values[l][h][a][b];
+    return { kind, layers, heads, n, cell, at };
+  });
+  const gap = 12, title = 18, left = 70;
+  canvas.width = Math.max(...blocks.map(b => left + b.heads * (b.n * b.cell + gap)), 200);
+  canvas.height = blocks.reduce((s, b) => s + title + b.layers * (b.n * b.cell + gap + title), 0) + 4;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+  ctx.font = "12px system-ui, sans-serif"; ctx.textBaseline = "top";
+  let y = 0;
+  for (const b of blocks) {
+    ctx.fillStyle = "#1d1d1f";
+    ctx.fillText(b.kind === "word" ? t("self_words") : t("self_grid"), 4, y + 2);
+    y += title;
+    for (let l = 0; l < b.layers; l++) {
+      for (let h = 0; h < b.heads; h++) {
+        const x0 = left + h * (b.n * b.cell + gap);
+        let hi = 1e-12;
+        if (b.kind === "grid") for (let a = 0; a < b.n; a++) for (let k = 0; k < b.n; k++) hi = Math.max(hi, b.at(l, h, a, k));
+        ctx.fillStyle = "#1d1d1f"; ctx.fillText(t("layer_head", { layer: l, head: h }), x0, y);
+        for (let a = 0; a < b.n; a++) for (let k = 0; k < b.n; k++) {
+          ctx.fillStyle = grey(b.kind === "word" ? b.at(l, h, a, k) : b.at(l, h, a, k) / hi);
+          ctx.fillRect(x0 + k * b.cell, y + title + a * b.cell, b.cell, b.cell);
+        }
+        if (b.kind === "word") { ctx.strokeStyle = "#d63c00"; ctx.lineWidth = 1.5; ctx.strokeRect(x0, y + title + current * b.cell, b.n * b.cell, b.cell); }
+      }
+      y += title + b.n * b.cell + gap;
+    }
+  }
+  canvas.title = t("quoted", { word: list[current] }) + t("row_outlined");
+}
+
 // ---------------------------------------------------------------- focus: a box dragged over the image
 function shownScale() {  // the preview's displayed size against the image's own pixels
   const img = $("preview"), r = img.getBoundingClientRect();
@@ -283,11 +373,17 @@ function card(model) {
     mapLabel: el("figcaption"), gif: el("img", { class: "gif hidden", alt: t("gif_alt") }),
     gifLabel: el("figcaption", { class: "hidden", text: t("gif_label") }),
     description: describe(model), result: null, image: null,
+    canvas2: el("canvas", { class: "word-map hidden", width: "1", height: "1" }),
+    gate: el("div", { class: "gate hidden" }), gateFill: el("div", { class: "gate-fill" }), gateText: el("span"),
+    viewNote: el("div", { class: "view-note hidden" }), matrix: el("canvas", { class: "view-matrix hidden", width: "1", height: "1" }),
+    model,
   };
+  c.gate.append(el("div", { class: "gate-bar" }, c.gateFill), c.gateText);
   const d = model.description || {};
   c.root.append(el("h2", { text: `${model.name}` }, el("span", { class: "hint", text: "  " + t("card_kind", { attention: d.attention || "", encoder: d.encoder || "" }) })),
-    c.status, c.error, c.caption, c.score, c.beams, c.words, c.slider,
-    el("div", { class: "views" }, el("figure", {}, c.canvas, c.mapLabel), el("figure", {}, c.gif, c.gifLabel), c.description));
+    c.status, c.error, c.caption, c.score, c.beams, c.words, c.slider, c.viewNote,
+    el("div", { class: "views" }, el("figure", {}, c.canvas, c.mapLabel), el("figure", { class: "second" }, c.canvas2), c.gate,
+      el("figure", {}, c.gif, c.gifLabel), c.description), c.matrix);
   c.slider.addEventListener("input", () => select(c, Number(c.slider.value)));
   $("results").append(c.root);
   state.cards[model.name] = c;
@@ -299,6 +395,16 @@ function words(result) {
   if (tokens.length && tokens[tokens.length - 1] === "<end>") tokens.pop();
   return tokens;
 }
+function viewOf(c) {  // the view drawn for this card: the chosen one once the model's answer carries it, else its maps
+  const view = $("view").value, offered = c.model.views || ["maps"], r = c.result;
+  const arrived = r && r.views && (view === "alignment" || (view === "self" ? r.views.self || r.views.refiner : r.views[view]));
+  let note = null;
+  if (view !== "maps" && !offered.includes(view)) note = t("no_such_view", { view, views: offered.join(", ") });
+  else if (view !== "maps" && !arrived) note = t("asking_view", { view });
+  c.viewNote.classList.toggle("hidden", note === null);
+  if (note !== null) c.viewNote.textContent = note;
+  return note === null ? view : "maps";
+}
 function select(c, i) {
   const r = c.result;
   if (!r || !c.image) return;
@@ -307,11 +413,33 @@ function select(c, i) {
   i = Math.min(Math.max(i, 0), list.length - 1);
   c.slider.value = String(i);
   c.words.querySelectorAll(".word").forEach((b, j) => b.classList.toggle("active", j === i));
-  const hard = r.attention_kind === "hard";
-  drawMap(c.canvas, c.image, r.attention[i], hard ? r.locations[i] : null);
+  const hard = r.attention_kind === "hard", view = viewOf(c), v = r.views || {};
+  c.root.dataset.view = view;
+  c.canvas2.classList.toggle("hidden", view !== "sample");
+  c.gate.classList.toggle("hidden", view !== "gate");
+  c.matrix.classList.toggle("hidden", view !== "alignment" && view !== "self");
+  drawMap(c.canvas, c.image, r.attention[i], hard && view !== "sample" ? r.locations[i] : null);
   if (r.focus) drawFocus(c.canvas, r.focus.box, r.image_size);
   c.canvas.dataset.word = String(i);
-  c.mapLabel.textContent = t("quoted", { word: list[i] }) + (hard ? t("chosen_cell", { row: r.locations[i][0], column: r.locations[i][1] }) : "");
+  c.mapLabel.textContent = t("quoted", { word: list[i] }) + (hard && view !== "sample" ? t("chosen_cell", { row: r.locations[i][0], column: r.locations[i][1] }) : "");
+  if (view === "gate") {
+    const beta = v.gate.values[i];
+    c.gateFill.style.height = `${Math.round(Math.min(Math.max(beta, 0), 1) * 100)}%`;
+    c.gateText.textContent = t("gate_value", { beta: beta.toFixed(2) });
+  } else if (view === "window") {
+    drawWindow(c.canvas, v.window.values[i], r.attention[i].length, r.attention[i][0].length);
+    const [row, col, extent] = v.window.values[i];
+    c.mapLabel.textContent += t("window_value", { row: row.toFixed(1), column: col.toFixed(1), extent: extent.toFixed(1) });
+  } else if (view === "sample") {
+    c.canvas2.width = c.canvas.width; c.canvas2.height = c.canvas.height;
+    const cell = v.sample.values[i], first = Array.isArray(cell[0]) ? cell[0] : cell;
+    drawMap(c.canvas2, c.image, r.attention[i], first);
+    c.mapLabel.textContent += t("sampled_cell", { row: first[0], column: first[1] });
+  } else if (view === "alignment") {
+    drawAlignment(c.matrix, c.image, r.attention, list, i);
+  } else if (view === "self") {
+    drawSelf(c.matrix, v, list, i);
+  }
 }
 async function show(c, result, seconds) {
   c.result = result;
@@ -381,6 +509,11 @@ async function run() {
     }
     form.append("return_gif", "1");
     form.append("return_image", "1");
+    const view = $("view").value;
+    if (view !== "maps" && (model.views || []).includes(view)) {
+      form.append("return_views", "1");
+      if (view === "sample" && model.attention_modes.length && $("attention-mode").value === "") form.append("attention_mode", "sample");
+    }
     const start = performance.now();
     try {
       const response = await fetch("/api/caption", { method: "POST", body: form });
@@ -463,6 +596,10 @@ async function init() {
 $("file-input").addEventListener("change", e => { const f = e.target.files[0]; if (f) setImage(f, f.name); });
 $("run").addEventListener("click", run);
 for (const id of ["num-beams", "max-new-tokens", "length-penalty", "attention-mode", "num-beam-groups", "diversity-penalty", "prefix"]) $(id).addEventListener("change", run);
+$("view").addEventListener("change", () => {  // at once: the cards without the view say so; then ask for the views
+  for (const c of Object.values(state.cards)) if (c.result) select(c, Number(c.slider.value));
+  run();
+});
 $("focus-strength").addEventListener("change", () => { if (state.focus) run(); });
 $("focus-clear").addEventListener("click", () => clearFocus(true));
 const area = $("focus-area");
@@ -492,8 +629,9 @@ init();
 
 #: The page's languages: the code ``serve --lang`` takes -> (the HTML lang attribute, the language's own name).
 LANGUAGES = {"en": ("en", "English"), "zh": ("zh-CN", "中文")}
-#: What the Chinese page keeps as written: the paper's title, a key, a file format, the English page's name.
-KEPT = ("Show, Attend and Tell", "Ctrl+V", "GIF", "English")
+#: What the Chinese page keeps as written: the paper's title, a key, a file format, a score's name, the English
+#: page's name.
+KEPT = ("Show, Attend and Tell", "Ctrl+V", "GIF", "F1", "English")
 
 #: Every visible string of the page, one column per language: ``{{key}}`` in the HTML, ``t("key", {...})``
 #: in the script, ``{name}`` a value filled in by the script. The API's own text (captions, model names
@@ -589,6 +727,75 @@ STRINGS: dict[str, dict[str, str]] = {
     "image_size": {"en": "; image {size}", "zh": "；图像 {size}"},
     "by": {"en": " x ", "zh": "×"},  # between a width and a height
     "focused_on": {"en": "; focused on {box} (strength {strength})", "zh": "；聚焦于 {box}（强度 {strength}）"},
+    # the view selector and the views (captioning attend --view)
+    "view": {"en": "view", "zh": "视图"},
+    "view_title": {
+        "en": "what to draw for each model (captioning attend --view)",
+        "zh": "为每个模型画出哪一种注意力视图（与命令行画的相同）",
+    },
+    "view_maps": {"en": "maps: each word's map", "zh": "注意力图：每个词一张"},
+    "view_alignment": {"en": "alignment: words x locations", "zh": "对齐矩阵：词 × 位置"},
+    "view_self": {"en": "self-attention", "zh": "自注意力"},
+    "view_gate": {"en": "gate beta_t", "zh": "门控 β（每步一个）"},
+    "view_window": {"en": "window: centre and extent", "zh": "窗口：中心与范围"},
+    "view_sample": {"en": "sampled cell (hard)", "zh": "采样的单元（硬注意力）"},
+    "no_such_view": {
+        "en": "this model has no {view} view (its views: {views}): its maps instead",
+        "zh": "这个模型没有“{view}”视图（它有：{views}），改为显示注意力图",
+    },
+    "asking_view": {"en": "asking for the {view} view…", "zh": "正在请求“{view}”视图…"},
+    "gate_value": {"en": "gate beta = {beta}", "zh": "门控 β = {beta}"},
+    "window_value": {
+        "en": ": window centre ({row}, {column}), extent {extent} cells",
+        "zh": "：窗口中心（{row}，{column}），范围 {extent} 个单元",
+    },
+    "sampled_cell": {
+        "en": ": its soft map, and the cell sampled from it (row {row}, column {column})",
+        "zh": "：软注意力图，以及从中采样的单元（第 {row} 行，第 {column} 列）",
+    },
+    "alignment_title": {
+        "en": "rows: the words; columns: the {gh} x {gw} locations, row by row (their cells above); white: {white}",
+        "zh": "行：词；列：{gh}×{gw} 个位置，逐行排列（上方是对应的图像单元）；白色：{white}",
+    },
+    "self_words": {
+        "en": "words: row = the word written, column = the word read (<start> first)",
+        "zh": "词：行 = 正在写的词，列 = 被读的词（第一列是起始符）",
+    },
+    "self_grid": {
+        "en": "grid refiner: row i = how location i reads every location",
+        "zh": "网格精炼器：每一行 = 该行的位置如何读取每个位置",
+    },
+    "layer_head": {"en": "layer {layer}, head {head}", "zh": "第 {layer} 层，第 {head} 个头"},
+    "row_outlined": {"en": ": its row outlined", "zh": "：其所在行已框出"},
+    # the atlas page (GET /atlas), and the main page's link to it
+    "atlas_link": {"en": "The atlas", "zh": "注意力图谱"},
+    "atlas_link_rest": {
+        "en": ": every model on one image and one word.",
+        "zh": "：所有模型在同一张图、同一个词上的对比。",
+    },
+    "atlas_title": {"en": "Show, Attend and Tell: the attention atlas", "zh": "Show, Attend and Tell：注意力图谱"},
+    "atlas_heading": {"en": "The attention atlas", "zh": "注意力图谱"},
+    "atlas_intro": {
+        "en": "Every served model on one image and one word: each panel titled with its mechanism and equation, "
+        "its caption and, for an example of the shapes data, its object F1.",
+        "zh": "所有已加载的模型在同一张图、同一个词上的注意力：每个面板标出机制名称和公式、模型的描述，对形状数据的"
+        "示例图片还给出物体 F1。",
+    },
+    "atlas_back": {"en": "Back to the captioning page", "zh": "返回描述页面"},
+    "atlas_back_rest": {"en": ".", "zh": "。"},
+    "atlas_word_placeholder": {"en": "the first shared object word", "zh": "默认：各描述共有的第一个物体词"},
+    "atlas_draw": {"en": "Draw the atlas", "zh": "画出图谱"},
+    "atlas_alt": {"en": "the atlas", "zh": "注意力图谱"},
+    "atlas_model": {"en": "model", "zh": "模型"},
+    "atlas_mechanism": {"en": "mechanism", "zh": "机制"},
+    "atlas_equation": {"en": "equation", "zh": "公式"},
+    "atlas_caption": {"en": "caption", "zh": "描述"},
+    "atlas_object_f1": {"en": "object F1", "zh": "物体 F1"},
+    "atlas_captioning": {"en": "every model is captioning…", "zh": "所有模型正在生成描述…"},
+    "atlas_not_in_caption": {"en": "(not in the caption)", "zh": "（描述中没有这个词）"},
+    "atlas_status_word": {"en": '{models} models, the word "{word}"', "zh": "{models} 个模型，词“{word}”"},
+    "atlas_status_each": {"en": "{models} models, the word of each caption", "zh": "{models} 个模型，各自描述中的词"},
+    "atlas_seconds": {"en": "; {seconds} s", "zh": "；{seconds} 秒"},
 }
 
 
@@ -615,19 +822,144 @@ def choose_language(asked: str | None, fixed: str | None, accept_language: str |
     return next((code for q, _, code in sorted(ranked) if q < 0 and code in LANGUAGES), "en")
 
 
-@functools.cache
-def page(language: str = "en") -> str:
-    """The page in ``language`` (a key of :data:`LANGUAGES`): :data:`PAGE` with its strings filled in."""
+def _fill(template: str, language: str) -> str:
+    """``template`` (:data:`PAGE` or :data:`ATLAS_PAGE`) with ``language``'s column of :data:`STRINGS`."""
     if language not in LANGUAGES:
         raise ValueError(f"the page's language: expected one of {', '.join(LANGUAGES)}, got {language!r}")
     other = next(code for code in LANGUAGES if code != language)
     words = {key: column[language] for key, column in STRINGS.items()}
     fill = {
         **{key: html.escape(value) for key, value in words.items()},
+        "lang": language,
         "html_lang": LANGUAGES[language][0],
         "other_lang": other,
         "other_html_lang": LANGUAGES[other][0],
         "other_language": LANGUAGES[other][1],
         "strings_json": json.dumps(words, ensure_ascii=False).replace("</", "<\\/"),
     }
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: fill[m.group(1)], PAGE)
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: fill[m.group(1)], template)
+
+
+@functools.cache
+def page(language: str = "en") -> str:
+    """The page in ``language`` (a key of :data:`LANGUAGES`): :data:`PAGE` with its strings filled in."""
+    return _fill(PAGE, language)
+
+
+@functools.cache
+def atlas_page(language: str = "en") -> str:
+    """The atlas page (``GET /atlas``) in ``language``: :data:`ATLAS_PAGE` with its strings filled in."""
+    return _fill(ATLAS_PAGE, language)
+
+
+ATLAS_PAGE = r"""<!doctype html>
+<html lang="{{html_lang}}">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{atlas_title}}</title>
+<style>
+  :root { --ink: #1d1d1f; --muted: #6b6b70; --line: #dedee3; --accent: #d63c00; --bg: #f6f6f8; }
+  body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color: var(--ink); background: var(--bg); }
+  header { padding: 14px 24px; background: #fff; border-bottom: 1px solid var(--line); }
+  header h1 { margin: 0; font-size: 20px; }
+  header p { margin: 2px 0 0; color: var(--muted); }
+  main { padding: 20px 24px; display: grid; gap: 16px; }
+  .card { background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 16px; }
+  .examples { display: flex; flex-wrap: wrap; gap: 6px; margin: 8px 0; }
+  .examples img { width: 56px; height: 56px; object-fit: cover; border-radius: 6px; border: 2px solid transparent; cursor: pointer; }
+  .examples img.chosen, .examples img:hover { border-color: var(--accent); }
+  .row { display: flex; gap: 12px; align-items: center; flex-wrap: wrap; }
+  button { font: inherit; font-weight: 600; color: #fff; background: var(--ink); border: 0; border-radius: 6px; padding: 6px 14px; cursor: pointer; }
+  button:disabled { opacity: .5; }
+  #atlas { max-width: 100%; height: auto; display: block; }
+  table { border-collapse: collapse; font-size: 14px; }
+  th, td { text-align: left; padding: 4px 10px 4px 0; vertical-align: top; border-bottom: 1px solid var(--line); }
+  td.eq { font-family: ui-monospace, monospace; font-size: 12px; color: #46465a; }
+  .status { color: var(--muted); font-size: 13px; }
+  .error { color: #b00020; background: #fdecee; border-radius: 6px; padding: 6px 10px; }
+  .hidden { display: none !important; }
+</style>
+</head>
+<body>
+<header>
+  <h1>{{atlas_heading}}</h1>
+  <p>{{atlas_intro}} <a href="/?lang={{lang}}">{{atlas_back}}</a>{{atlas_back_rest}}</p>
+</header>
+<main>
+  <section class="card">
+    <div class="row">
+      <label>{{image}} <input id="file" type="file" accept="image/*"></label>
+      <label>{{word}} <input id="word" type="text" placeholder="{{atlas_word_placeholder}}"></label>
+      <button id="draw" disabled>{{atlas_draw}}</button>
+      <span id="status" class="status"></span>
+    </div>
+    <div id="examples" class="examples"></div>
+    <div id="error" class="error hidden"></div>
+  </section>
+  <section class="card hidden" id="result">
+    <img id="atlas" alt="{{atlas_alt}}">
+    <table id="panels"><thead><tr><th>{{atlas_model}}</th><th>{{atlas_mechanism}}</th><th>{{atlas_equation}}</th><th>{{atlas_caption}}</th><th>{{word}}</th><th>{{atlas_object_f1}}</th></tr></thead><tbody></tbody></table>
+  </section>
+</main>
+<script>
+"use strict";
+const STRINGS = {{strings_json}};  // this language's column of captioning/web/page.py: STRINGS
+function t(key, vars = {}) { return STRINGS[key].replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m)); }
+const $ = id => document.getElementById(id);
+const state = { blob: null, name: null, example: null };
+function cell(text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; return td; }
+function choose(blob, name, example) {
+  state.blob = blob; state.name = name; state.example = example;
+  document.querySelectorAll("#examples img").forEach((img, i) => img.classList.toggle("chosen", i === example));
+  $("draw").disabled = false;
+  draw();
+}
+async function draw() {
+  if (!state.blob) return;
+  $("draw").disabled = true; $("error").classList.add("hidden"); $("status").textContent = t("atlas_captioning");
+  const form = new FormData();
+  form.append("image", state.blob, state.name || "image");
+  if ($("word").value.trim()) form.append("word", $("word").value.trim());
+  if (state.example !== null) form.append("example", String(state.example));
+  const start = performance.now();
+  try {
+    const response = await fetch("/api/atlas", { method: "POST", body: form });
+    const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
+    if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+    $("atlas").src = body.atlas;
+    const rows = body.panels.map(p => {
+      const tr = document.createElement("tr");
+      tr.append(cell(p.label), cell(p.mechanism), cell(p.equations.join("\n"), "eq"), cell(p.caption), cell(p.word === null ? t("atlas_not_in_caption") : p.word),
+                cell(p.object_f1 === null ? "" : p.object_f1.toFixed(2)));
+      return tr;
+    });
+    $("panels").tBodies[0].replaceChildren(...rows);
+    $("result").classList.remove("hidden");
+    const counted = { models: body.panels.length, word: body.word };
+    $("status").textContent = (body.word === null ? t("atlas_status_each", counted) : t("atlas_status_word", counted)) +
+      (body.note ? ` (${body.note})` : "") + t("atlas_seconds", { seconds: ((performance.now() - start) / 1000).toFixed(2) });
+    document.body.dataset.drawn = String(body.panels.length);
+  } catch (err) {
+    $("status").textContent = ""; $("error").textContent = err.message; $("error").classList.remove("hidden");
+  }
+  $("draw").disabled = false;
+}
+async function init() {
+  const info = await (await fetch("/api/models")).json();
+  info.examples.forEach((ex, i) => {
+    const img = document.createElement("img");
+    img.src = ex.url; img.alt = ex.name; img.title = ex.name;
+    img.addEventListener("click", async () => choose(await (await fetch(ex.url)).blob(), ex.name, i));
+    $("examples").append(img);
+  });
+  document.body.dataset.ready = "1";
+}
+$("file").addEventListener("change", e => { const f = e.target.files[0]; if (f) choose(f, f.name, null); });
+$("draw").addEventListener("click", draw);
+$("word").addEventListener("change", draw);
+init();
+</script>
+</body>
+</html>
+"""

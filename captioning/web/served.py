@@ -60,6 +60,7 @@ class ServedModel:
         self.grid: tuple[int, int] | None = None  # the attention grid (gh, gw), known after the first caption
         self.inputs = model_inputs(captioner)  # the resizes the captioner makes of an upload (web/images.py: prepare)
         self.focus_problem = focus_problem(captioner)  # why a focus is refused (one line), None: it is not
+        self.views = served_views(captioner)  # the views of captioning/viz/views.py this model offers
 
     @classmethod
     def load(
@@ -120,7 +121,19 @@ class ServedModel:
             "grid": list(self.grid) if self.grid else None,
             "returns_beams": True,
             "attention_modes": list(ATTENTION_MODES) if self.hard else [],
+            "views": self.views,
+            "mechanism": self.mechanism(),
         }
+
+    def mechanism(self) -> dict | None:
+        """The model's attention mechanism and its equations (viz/atlas.py's catalogue), None when unknown."""
+        from captioning.viz.atlas import mechanism_of
+
+        decoder = getattr(getattr(self.captioner, "spec", None), "decoder", None)
+        if decoder is None:
+            return None
+        name, equations = mechanism_of(decoder)
+        return {"name": name, "equations": equations}
 
     # ------------------------------------------------------------------ settings
     def settings(self, fields: Mapping[str, str]) -> Settings:
@@ -153,8 +166,10 @@ class ServedModel:
         images: list[Image.Image],
         settings: Settings,
         focus: Sequence[tuple[Focus, tuple[int, int]] | None] | None = None,
+        views: bool = False,
     ) -> list[dict]:
-        """Raw results of the captioner (numpy attention), one per image, with "beams" always present.
+        """Raw results of the captioner (numpy attention), one per image, with "beams" always present
+        (with ``views``, their "views": ``Captioner(..., return_views=True)``'s).
 
         ``focus``: per image, None or (its :class:`Focus`, the uploaded image's (W, H)): the box,
         in the upload's pixels, is carried to the model input's (``images``, resized without a
@@ -168,6 +183,8 @@ class ServedModel:
                 None if f is None else scale_box(f[0].box, f[1], image.size) for f, image in zip(focus, images)
             ]
             kwargs["focus_strength"] = next(f[0].strength for f in focus if f is not None)
+        if views and self.views:
+            kwargs["return_views"] = True
         results = self.captioner(images, return_attention=True, **kwargs)
         for result in results:
             if not result.get("beams"):  # no list of beams: the best one alone
@@ -200,7 +217,29 @@ class ServedModel:
                 {"generated_text": b["generated_text"], "score": plain_json(float(b["score"]), strict=True)}
                 for b in result["beams"]
             ],
+            **({"views": views_json(result["views"])} if "views" in result else {}),
         }
+
+
+def views_json(views: dict) -> dict:
+    """A result's views (captioning/api.py: VIEW_SHAPES) as JSON: each array as nested lists (weights
+    rounded to 4 decimals) with its shape."""
+    out = {}
+    for name, value in views.items():
+        array = np.asarray(value)
+        values = array.tolist() if array.dtype.kind in "iub" else np.round(array.astype(np.float64), 4).tolist()
+        out[name] = {"shape": list(array.shape), "values": values}
+    return out
+
+
+def served_views(captioner) -> list[str]:
+    """The views (viz/views.py: VIEWS) a served captioner draws: none beyond its maps for one
+    without views (an ONNX folder's)."""
+    from captioning.viz.views import offered
+
+    if not hasattr(captioner, "views"):
+        return ["maps"]
+    return offered(captioner.views())
 
 
 def focus_problem(captioner) -> str | None:

@@ -53,18 +53,20 @@ class Job:
     want_gif: bool = False
     want_image: bool = False
     focus: Focus | None = None  # a box in the upload's pixels (checked against its size once read)
+    want_views: bool = False  # the answer carries the result's views (captioning/api.py: VIEW_SHAPES)
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.perf_counter)
 
     def shares_call(self, other: Job) -> bool:
         """Whether ``other`` can be captioned in this job's model call: the same model and settings,
-        and the same focus strength (each image has its own box, or none: focused and unfocused
-        requests go in separate calls)."""
+        the same focus strength (each image has its own box, or none: focused and unfocused
+        requests go in separate calls) and both asking for views or neither."""
         strength = None if self.focus is None else self.focus.strength
         return (
             other.model is self.model
             and other.settings == self.settings
             and strength == (None if other.focus is None else other.focus.strength)
+            and other.want_views == self.want_views
         )
 
 
@@ -205,8 +207,9 @@ class InferenceQueue:
         """(job, result) of each request the model captions; when the batch fails, each request is
         tried alone, so that only the ones the model fails on get a 500."""
         focus = [None if job.focus is None else (job.focus, size) for job, _, _, size in ready]
+        views = ready[0][0].want_views  # the same for the whole batch (Job.shares_call)
         try:
-            return list(zip(ready, model.caption([inputs for _, inputs, _, _ in ready], settings, focus)))
+            return list(zip(ready, model.caption([inputs for _, inputs, _, _ in ready], settings, focus, views)))
         except Exception as err:  # noqa: BLE001 - answered as a 500; the worker goes on
             if len(ready) == 1:
                 log.error("%s: captioning failed", ready[0][0].filename, exc_info=err)

@@ -224,6 +224,7 @@ def test_the_listing_is_the_registry_in_order(capsys):
         "caption",
         "attend",
         "compare-attention",
+        "atlas",
         "evaluate",
         "score",
         "compare",

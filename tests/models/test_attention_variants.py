@@ -252,8 +252,8 @@ def test_api_gives_each_heads_maps_and_renders_them_as_panels(kind, tmp_path):
     np.testing.assert_allclose(out["head_attention"].mean(1), out["attention"], rtol=1e-5, atol=1e-7)
     if kind == "hard":
         assert len(out["head_locations"]) == T and all(len(step) == 2 for step in out["head_locations"])
-    mean_frames = captioner.render(image, out, format="gif")
-    each_frames = captioner.render(image, out, format="gif", heads="each")
+    mean_frames = captioner.render(image, out)  # no format, no path: the frames
+    each_frames = captioner.render(image, out, heads="each")
     assert len(each_frames) == len(mean_frames) and each_frames[0].width > 2 * mean_frames[0].width - 1
     grid = captioner.render(image, out, format="png", heads="each")
     assert grid.height > 2 * captioner.render(image, out, format="png").height - 1

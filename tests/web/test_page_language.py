@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from captioning.web.page import KEPT, LANGUAGES, PAGE, STRINGS, choose_language, page
+from captioning.web.page import ATLAS_PAGE, KEPT, LANGUAGES, PAGE, STRINGS, atlas_page, choose_language, page
 
 #: attributes a reader sees (tooltips, placeholders, what a screen reader says)
 SHOWN_ATTRIBUTES = ("title", "alt", "placeholder", "aria-label")
@@ -70,18 +70,20 @@ def test_every_string_has_both_languages_and_the_chinese_ones_are_chinese():
 
 def test_the_page_uses_exactly_the_table():
     """Every ``{{key}}`` of the HTML and ``t("key")`` of the script is in the table, and every entry is used."""
-    used = set(re.findall(r"\{\{(\w+)\}\}", PAGE)) | set(re.findall(r"""\bt\(\s*["'](\w+)["']""", PAGE))
-    filled_by_page = {"html_lang", "other_lang", "other_html_lang", "other_language", "strings_json"}
+    both = PAGE + ATLAS_PAGE
+    used = set(re.findall(r"\{\{(\w+)\}\}", both)) | set(re.findall(r"""\bt\(\s*["'](\w+)["']""", both))
+    filled_by_page = {"lang", "html_lang", "other_lang", "other_html_lang", "other_language", "strings_json"}
     assert used - filled_by_page - set(STRINGS) == set()  # no key the table lacks
     rows = set(re.findall(r'\["(row_\w+)"', PAGE))  # the description's rows, looked up as t(k)
     assert set(STRINGS) - used - rows == set()  # no entry left unused
 
 
-def test_the_chinese_page_has_no_english_ui_string():
-    zh = page("zh")
+@pytest.mark.parametrize("make", [page, atlas_page], ids=["page", "atlas"])
+def test_the_chinese_page_has_no_english_ui_string(make):
+    zh = make("zh")
     assert '<html lang="zh-CN">' in zh and "{{" not in zh
     shown = visible(zh)
-    assert len(shown.texts) > 30
+    assert len(shown.texts) > (30 if make is page else 12)
     english = [t for t in shown.texts if LATIN.search(without_kept(t))]
     assert english == []
     # nor an English string of the table anywhere a reader sees it
@@ -91,9 +93,10 @@ def test_the_chinese_page_has_no_english_ui_string():
             assert all(en not in t for t in shown.texts), en
 
 
-def test_the_english_page_shows_only_the_tables_strings():
+@pytest.mark.parametrize("make", [page, atlas_page], ids=["page", "atlas"])
+def test_the_english_page_shows_only_the_tables_strings(make):
     """A string written into the HTML instead of the table would stay English on the Chinese page."""
-    en = page("en")
+    en = make("en")
     assert '<html lang="en">' in en
     table = {column["en"] for column in STRINGS.values()} | set(KEPT) | {"中文"}
     assert [t for t in visible(en).texts if LATIN.search(t) and t not in table] == []
@@ -102,7 +105,7 @@ def test_the_english_page_shows_only_the_tables_strings():
 def test_the_script_shows_no_literal_text():
     """What the script writes where a reader sees it (textContent, text, alt, title, placeholder,
     aria-label) is never a literal with words in it: the words come through t()."""
-    script = visible(PAGE).script
+    script = visible(PAGE).script + visible(ATLAS_PAGE).script
     sinks = re.findall(
         r"""(?:textContent\s*=|\btext:|\balt:|\.title\s*=|\btitle:|\.placeholder\s*=|\bplaceholder:|"aria-label":)"""
         r"""\s*(["'`])((?:\\.|(?!\1).)*)\1""",

@@ -63,6 +63,24 @@ class GridRefiner(nn.Module):
         pos = grid_position_embedding(gh, gw, features.size(-1), features.device, features.dtype)
         return self.layers(features + pos)
 
+    def maps(self, features: Tensor) -> Tensor:
+        """Each layer's grid-by-grid self-attention weights (B, layers, heads, L, L), row i the weights
+        location i reads every location with, for the pictures (not in the decoding path): the layers
+        run as :meth:`forward` runs them, each one's attention computed again with its weights kept."""
+        gh, gw = grid_shape(features.size(1))
+        x = features + grid_position_embedding(gh, gw, features.size(-1), features.device, features.dtype)
+        maps = []
+        layers = self.layers if isinstance(self.layers, nn.Sequential) else self.layers.layers  # AoA's, or torch's
+        for layer in layers:
+            if isinstance(layer, AoARefinerLayer):
+                y = layer.norm_attention(x)
+                maps.append(layer.attention(y, layer.attention.keys_values(y))[1])
+            else:  # a pre-norm nn.TransformerEncoderLayer: its self-attention reads norm1(x)
+                y = layer.norm1(x)
+                maps.append(layer.self_attn(y, y, y, need_weights=True, average_attn_weights=False)[1])
+            x = layer(x)
+        return torch.stack(maps, 1)
+
 
 class AoARefinerLayer(nn.Module):
     """x + Dropout(AoA-MultiHead(LN(x))), then x + Dropout(FF(LN(x))), FF of width 2D."""
