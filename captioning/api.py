@@ -270,10 +270,10 @@ class Captioner:
 
         {generation_options}
 
-        Returns one dict per image: {"generated_text", "score", "tokens"}; with
+        Returns one dict per image: {"generated_text", "score", "tokens"}. With
         ``num_return_sequences`` > 1 also "beams": [{"generated_text", "score"}, ...] best first
-        (with ``num_beam_groups`` > 1 each beam also has its "group", 1 to G);
-        with ``return_attention`` also "attention": (T, gh, gw) float array (one map per token, EOS
+        (with ``num_beam_groups`` > 1 each beam also has its "group", 1 to G).
+        With ``return_attention`` also "attention": (T, gh, gw) float array (one map per token, EOS
         included) and "locations": the (row, col) cell each token looked at (the chosen cell of a
         hard model; the map's maximum for a soft one). A multi-head model's "attention" is the mean of
         its heads' maps, and "head_attention" (T, heads, gh, gw) holds each head's; a hard

@@ -5,10 +5,8 @@ Routes:
     GET  /                    the page (captioning/web/page.py), in ``?lang=``'s language, else ``lang``'s,
                               else the Accept-Language header's (English or Chinese)
     GET  /api/models          the served models: name, description, default settings
-    POST /api/caption         multipart form: ``image`` (the file) and optional fields ``model``,
-                              ``return_gif``, ``return_image``, the decoding settings and the
-                              steering fields ``focus`` (x0,y0,x1,y1 in the image's pixels) and
-                              ``focus_strength`` (captioning/web/settings.py) -> JSON (docs/WEB.md)
+    POST /api/caption         multipart form: ``image`` (the file), optional ``model``, ``return_gif``,
+                              ``return_image``, the settings (web/settings.py) -> JSON (docs/WEB.md)
     GET  /atlas               the atlas page: every served model on one image and one word
     POST /api/atlas           multipart form: ``image``, optional ``word`` and ``example`` (the index of
                               the example image sent, for its objects) -> the panels and the atlas PNG
@@ -16,16 +14,10 @@ Routes:
     GET  /healthz             {"status": "ok", "pending": n, ...}; 503 {"status": "stuck", ...} when
                               the worker has been on one batch longer than ``Limits.stuck_after``
 
-Every error is JSON ``{"error": "one line"}`` with the status of its type
-(captioning/web/errors.py): a 4xx for the client's mistakes (400 bad field, unreadable image or
-Host header not allowed, 404 unknown model, 408 body not sent in time, 413 upload or image too
-large, 415 not an image or not a multipart form), 500 with a generic message when the server fails
-on a request (the detail is logged), and 503 (with Retry-After) when too many requests are waiting
-or being handled, or the model does not answer in time.
-
-The middlewares around it, outermost first: :class:`~captioning.web.guard.Guard` (Host header,
-requests handled, body deadline) and :class:`~captioning.web.guard.LimitBody` (the upload limit),
-both in captioning/web/guard.py with their :class:`~captioning.web.guard.Limits`.
+Every error is JSON ``{"error": "one line"}`` with the status of its type (captioning/web/errors.py;
+docs/WEB.md, "Errors", lists them). The middlewares around it, outermost first:
+:class:`~captioning.web.guard.Guard` (Host header, requests handled, body deadline) and
+:class:`~captioning.web.guard.LimitBody` (the upload limit), in captioning/web/guard.py.
 """
 
 from __future__ import annotations
