@@ -144,9 +144,9 @@ def _out_file(path):
 
 
 def _readers():
-    from captioning.data.features import read_index
+    from captioning.data.features.reader import read_index
     from captioning.data.formats import load_records
-    from captioning.decoding.evaluator import read_results
+    from captioning.evaluation.results_files import read_results
     from captioning.errors import AnnotationError, ConfigError
     from captioning.metrics.chair import read_instances
     from captioning.vocab import Vocabulary
@@ -201,7 +201,7 @@ def test_a_pipe_or_a_folder_is_not_read_as_json(tmp_path):
 
 
 def test_a_holdout_of_any_form_is_no_holdout(tmp_path):
-    from captioning.data.holdout import read_holdout
+    from captioning.data.shapes.holdout import read_holdout
 
     path = tmp_path / "dataset_shapes.json"
     for content in list(BAD_JSON.values()) + [b'{"holdout": 5}', b'{"holdout": {"red": 1}}', b'{"holdout": [3]}']:

@@ -290,7 +290,7 @@ def test_a_resumed_fit_sees_the_batches_the_interrupted_one_had_left(shards, tmp
 KILLED_WRITER = """
 import os, signal, sys
 from captioning.cli import main
-from captioning.data import webdataset
+from captioning.data.formats import webdataset
 payload, calls = webdataset._image_payload, [0]
 def killing(path):
     calls[0] += 1
