@@ -22,20 +22,10 @@ from tests.helpers import ROOT
 VOCAB = Vocabulary.build([["a", "small", "red", "circle", "left", "of", "square"]], min_freq=1)
 
 
-def tiny_model(kind="soft", encoder=None):
-    torch.manual_seed(0)
-    return ShowAttendTell(
-        encoder or EncoderConfig(channels=(4, 8, 8), dim=8),
-        DecoderConfig(8, 8, 8, dropout=0.0, attention_kind=kind),
-        VOCAB,
-    )
-
-
-def caption_batch(B=6, T=5, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    captions = torch.randint(4, len(VOCAB), (B, T), generator=g)
-    captions[:, 0], captions[:, -1] = VOCAB.bos_id, VOCAB.eos_id
-    return {"captions": captions, "lengths": torch.full((B,), T)}
+def caption_batch(make_batch, B: int) -> dict:
+    """B captions of 5 tokens (BOS, 3 words of VOCAB, EOS)."""
+    _, captions, lengths = make_batch(B=B, V=len(VOCAB), lengths=[5] * B)
+    return {"captions": captions, "lengths": lengths}
 
 
 def test_generation_config_checks_its_values():
@@ -57,8 +47,8 @@ def test_generation_config_checks_its_values():
     )
 
 
-def test_beam_search_returns_the_best_beams_in_order():
-    model = tiny_model().eval()
+def test_beam_search_returns_the_best_beams_in_order(tiny_model):
+    model = tiny_model(hidden_dim=8).eval()
     images = torch.rand(3, 3, 32, 32)
     out = model.generate(images=images, config=GenerationConfig(num_beams=4, num_return_sequences=3, max_new_tokens=6))
     assert out.beam_sequences.shape[:2] == (3, 3) and out.beam_scores.shape == (3, 3)
@@ -88,8 +78,8 @@ def test_step_seed_differs_per_rank_and_step_and_repeats():
     assert all(0 <= s < 2**63 for s in seeds.values())
 
 
-def test_grouped_captions_take_their_images_features():
-    model = tiny_model()
+def test_grouped_captions_take_their_images_features(tiny_model):
+    model = tiny_model(hidden_dim=8)
     features = torch.randn(2, 16, 8)
     batch = {"features": features.half(), "image_index": torch.tensor([0, 0, 1, 0, 1])}
     rows = model.features(batch)
@@ -113,8 +103,8 @@ def forwarded_batches(objective, model, batch, monkeypatch):
 
 
 @pytest.mark.parametrize("per", ["batch", "image"])
-def test_semi_sampling_draws_per_batch_or_per_image(per, monkeypatch):
-    model, batch = tiny_model("hard"), caption_batch(B=64)
+def test_semi_sampling_draws_per_batch_or_per_image(per, monkeypatch, tiny_model, make_batch):
+    model, batch = tiny_model("hard", hidden_dim=8), caption_batch(make_batch, B=64)
     torch.manual_seed(1)
     mixed = 0
     for _ in range(6):
@@ -130,8 +120,8 @@ def test_semi_sampling_draws_per_batch_or_per_image(per, monkeypatch):
         assert mixed == 6  # 64 coins per batch: some of each
 
 
-def test_several_location_samples_per_caption(monkeypatch):
-    model, batch = tiny_model("hard"), caption_batch(B=3)
+def test_several_location_samples_per_caption(monkeypatch, tiny_model, make_batch):
+    model, batch = tiny_model("hard", hidden_dim=8), caption_batch(make_batch, B=3)
     call, out = forwarded_batches(HardAttentionReinforce(num_samples=4, semi_sampling_p=0.0), model, batch, monkeypatch)
     assert call["rows"] == 12 and out.batch_size == 12 and out.state["reward"].shape == (12,)
     assert torch.equal(call["captions"], batch["captions"].repeat_interleave(4, 0))  # each caption's samples together
