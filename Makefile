@@ -71,12 +71,17 @@ GPU_CHECK_ARGS ?=
 gpu-check: $(STAMP)
 	$(BIN)/python -m tools.benchmarks.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
-# ruff (the lint rules and the format: pyproject.toml's [tool.ruff]; `make format` rewrites the files) and
-# commit subjects of at most 72 characters (tools/dev/check_commits.py)
+# The checks that read the repository rather than run the program, each printing its problems: ruff (the
+# lint rules and the format: pyproject.toml's [tool.ruff]; `make format` rewrites the files), commit
+# subjects of at most 72 characters, the Python floor (vermin), the package's import layers, and the docs
+# (relative links, the README's length, no development history, what they quote from the code, the
+# licence, citation and changelog): tools/dev/check_*.py. All run; it fails if any failed.
+LINT_CHECKS := "$(BIN)/ruff check ." "$(BIN)/ruff format --check ." \
+	"$(BIN)/python -m tools.dev.check_commits" "$(BIN)/python -m tools.dev.check_python_floor" \
+	"$(BIN)/python -m tools.dev.check_imports" "$(BIN)/python -m tools.dev.check_docs"
 lint: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/python -m tools.dev.check_commits
+	@failed=""; for check in $(LINT_CHECKS); do echo "$$check"; $$check || failed="$$failed; $$check"; done; \
+	if [ -n "$$failed" ]; then echo "make lint: failed:$${failed#;}"; exit 1; fi
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
