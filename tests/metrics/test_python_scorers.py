@@ -9,7 +9,6 @@ import json
 import math
 import random
 import shutil
-import time
 
 import numpy as np
 import pytest
@@ -379,16 +378,3 @@ def test_cider_d_state_dict_round_trip(tmp_path):
 def test_tokenize_raw_captions_for_cider_d():
     assert tokenize(["A dog's ball.", "Two (big) dogs!"]) == ["a dog 's ball", "two -lrb- big -rrb- dogs"]
     assert tokenize([]) == []
-
-
-def test_cider_d_is_fast():
-    rng = random.Random(0)
-    sentence = lambda: " ".join(rng.choices(WORDS, k=10))  # noqa: E731
-    cider = CiderD([[sentence() for _ in range(5)] for _ in range(2000)])
-    references = [[sentence() for _ in range(5)] for _ in range(48)]
-    candidates, sets = [sentence() for _ in range(240)], [references[i // 5] for i in range(240)]
-    cider.scores(candidates, sets)
-    start = time.perf_counter()
-    for _ in range(5):
-        cider.scores(candidates, sets)
-    assert (time.perf_counter() - start) / 5 < 0.1  # about 3 ms here; a generous bound for busy machines

@@ -249,11 +249,13 @@ def start(tmp_path, argv):
     )
 
 
-def wait_for(proc, text: str, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
+def wait_for(proc, text: str, timeout: float = 120) -> list[str]:
+    """The lines the run prints before the first that starts with ``text``."""
+    deadline, seen = time.time() + timeout, []
     for line in proc.stdout:
         if line.startswith(text):
-            return
+            return seen
+        seen.append(line)
         assert time.time() < deadline, f"no {text!r} line"
     pytest.fail(f"the run ended before {text!r}: {proc.stderr.read()[-2000:]}")
 
@@ -264,13 +266,12 @@ def test_sigterm_during_validation_stops_within_seconds_and_the_resumed_run_redo
 ):
     run = start(tmp_path, sigterm_args(tiny_shapes, tmp_path / "stopped", seconds=1.0))
     wait_for(run, "validating step 2 batch 1")  # the first epoch's validation, 8 batches of a second each
-    sent = time.time()
     run.send_signal(signal.SIGTERM)
     last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
-    wait_for(run, f"SIGTERM: stopped after step 2; wrote {last}")
-    assert time.time() - sent < 3, "not stopped within seconds"  # (the validation had 6 s to go)
+    before = wait_for(run, f"SIGTERM: stopped after step 2; wrote {last}")
+    # stopped inside the validation: its last batches never began, and it never ended
+    assert not [line for line in before if line.startswith(("validating step 2 batch 7", "validation after"))], before
     out, err = run.communicate(timeout=60)
-    assert time.time() - sent < 10, "stopped, but did not exit"  # (Python's own shutdown takes seconds here)
     assert run.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert safe_torch_load(last)["global_step"] == 2
 
@@ -297,7 +298,7 @@ def test_a_second_sigterm_exits_at_once(tiny_shapes, tmp_path):
     sent = time.time()
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=60)
-    assert time.time() - sent < 2
+    assert time.time() - sent < 20  # not after the batch's 30 s (a generous bound: a busy machine exits slower)
     assert run.returncode == 128 + signal.SIGTERM
     assert "SIGTERM again: exiting at once" in err
 
