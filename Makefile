@@ -80,13 +80,19 @@ NOTEBOOK_ARGS ?=
 notebooks: $(STAMP)
 	$(BIN)/python examples/run_notebooks.py --timeout $(NOTEBOOK_TIMEOUT) $(NOTEBOOK_ARGS)
 
-# ruff (the lint rules and the format: pyproject.toml's [tool.ruff]; `make format` rewrites the files) and
-# commit subjects of at most 72 characters (tools/dev/check_commits.py)
+# The checks that read the repository rather than run the program, each printing its problems: ruff (the
+# lint rules and the format: pyproject.toml's [tool.ruff]; `make format` rewrites the files), commit
+# subjects of at most 72 characters, the Python floor (vermin), the package's import layers, docstrings
+# (module docstrings of at most 20 lines, sentences of at most 60 words), ARCHITECTURE.md naming every
+# module, and the docs (relative links, the README's length, no development history, what they quote
+# from the code, the licence, citation and changelog): tools/dev/check_*.py. All run; it fails if any failed.
+LINT_CHECKS := "$(BIN)/ruff check ." "$(BIN)/ruff format --check ." \
+	"$(BIN)/python -m tools.dev.check_commits" "$(BIN)/python -m tools.dev.check_python_floor" \
+	"$(BIN)/python -m tools.dev.check_imports" "$(BIN)/python -m tools.dev.check_docs" \
+	"$(BIN)/python -m tools.dev.check_prose" "$(BIN)/python -m tools.dev.check_architecture"
 lint: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/python -m tools.dev.check_commits
-	$(BIN)/python -m tools.dev.check_prose
+	@failed=""; for check in $(LINT_CHECKS); do echo "$$check"; $$check || failed="$$failed; $$check"; done; \
+	if [ -n "$$failed" ]; then echo "make lint: failed:$${failed#;}"; exit 1; fi
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -1,5 +1,6 @@
-"""What several test files share: paths, `fit` arguments, tiny datasets written on the fly, and a hard-attention
-problem small enough to enumerate. Fixtures live in conftest.py; plain functions here (import them from
+"""What several test files share: paths, `fit` arguments, tiny datasets written on the fly, the exact
+gradient of a hard-attention problem small enough to enumerate. Fixtures (the builders of decoders,
+batches and models among them) live in the conftest.py files; plain functions here (import them from
 ``tests.helpers``)."""
 
 import http.client
@@ -17,10 +18,7 @@ import torch
 from PIL import Image
 
 from captioning.decoding.generation import GenerationConfig
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
-from captioning.models.transformer import TransformerConfig
 from captioning.objectives.cross_entropy import caption_log_likelihood
-from captioning.vocab import Vocabulary
 from captioning.web.client import encode_multipart, wait_for_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,43 +201,8 @@ def make_aichallenger(annotations: Path, root: Path, split: str = "val") -> tupl
 
 
 # ---------------------------------------------------------------------- a hard-attention problem small enough to enumerate
-PAD, BOS, EOS = Vocabulary.pad_id, Vocabulary.bos_id, Vocabulary.eos_id
-HARD_V, HARD_D, HARD_L = 7, 5, 3  # the enumerable problem: vocabulary, feature width, locations
-
-
-LAYERED_WORDS = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
-
-
-def tiny_layered_model(kind: str = "transformer"):
-    """An untrained 2-layer transformer (``kind="lstm"``: an LSTM) over a 32-pixel image, for the tests of
-    a transformer's chosen layer; the same weights each call."""
-    from captioning.models.encoders import EncoderConfig
-    from captioning.models.spec import ModelSpec, build_model
-
-    torch.manual_seed(0)
-    decoder = (
-        TransformerConfig(hidden_dim=16, heads=2, layers=2, dropout=0.0)
-        if kind == "transformer"
-        else DecoderConfig(8, 16, 8, dropout=0.0)
-    )
-    spec = ModelSpec(
-        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-        decoder,
-        image_size=32,
-        generation=GenerationConfig(num_beams=1, max_new_tokens=5, min_new_tokens=4),
-    )
-    return build_model(spec, Vocabulary.build([LAYERED_WORDS], min_freq=1)).eval()
-
-
-def tiny_problem():
-    torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(
-        HARD_V, HARD_D, DecoderConfig(embed_dim=4, hidden_dim=6, attention_dim=4, dropout=0.0, attention_kind="hard")
-    )
-    features = torch.randn(1, HARD_L, HARD_D) * 2
-    captions = torch.tensor([[BOS, 4, EOS]])  # two decoding steps: 3^2 = 9 location sequences
-    lengths = torch.tensor([3])
-    return dec, features, captions, lengths
+#: the enumerable problem (tests/objectives/conftest.py's ``tiny_problem``): vocabulary, feature width, locations
+HARD_V, HARD_D, HARD_L = 7, 5, 3
 
 
 def flat_grad(loss, params):

@@ -146,8 +146,8 @@ def _out_file(path):
 def _readers():
     from captioning.data.features.reader import read_index
     from captioning.data.formats import load_records
-    from captioning.evaluation.results_files import read_results
     from captioning.errors import AnnotationError, ConfigError
+    from captioning.evaluation.results_files import read_results
     from captioning.metrics.chair import read_instances
     from captioning.vocab import Vocabulary
 

@@ -9,11 +9,10 @@ from captioning.cli import main
 from captioning.errors import ConfigError
 from captioning.models.transformer import choose_attention_layer
 from captioning.storage.folder import save_folder
-from tests.helpers import tiny_layered_model
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
+def folders(tmp_path_factory, tiny_layered_model):
     root = tmp_path_factory.mktemp("attend_layer")
     return {kind: save_folder(root / kind, tiny_layered_model(kind)) for kind in ("transformer", "lstm")}
 
@@ -31,7 +30,7 @@ def attend(folder, image, out, *extra):
     return main(["attend", str(image), "--checkpoint", str(folder), "--device", "cpu", "--out", str(out), *extra])
 
 
-def test_each_layer_gives_its_own_maps():
+def test_each_layer_gives_its_own_maps(tiny_layered_model):
     images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     maps = []
     for layer in (0, 1, -1):
@@ -42,7 +41,7 @@ def test_each_layer_gives_its_own_maps():
     assert torch.allclose(maps[0].sum(-1), torch.ones_like(maps[0].sum(-1)))  # each word's map sums to 1
 
 
-def test_the_mean_over_layers_is_the_layers_maps_averaged():
+def test_the_mean_over_layers_is_the_layers_maps_averaged(tiny_layered_model):
     """--layer mean: the teacher-forced pass's and decoding's maps are the mean of each layer's."""
     images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     decoded, forced = [], []
@@ -60,7 +59,7 @@ def test_the_mean_over_layers_is_the_layers_maps_averaged():
         assert torch.allclose(maps[2], (maps[0] + maps[1]) / 2, atol=1e-6)
 
 
-def test_a_folder_keeps_the_mean_over_layers(tmp_path):
+def test_a_folder_keeps_the_mean_over_layers(tmp_path, tiny_layered_model):
     from captioning.storage.load import load_model
 
     folder = save_folder(tmp_path / "mean", choose_attention_layer(tiny_layered_model(), "mean"))
@@ -122,7 +121,7 @@ def test_evaluate_scores_the_chosen_layers_maps(folders, tiny_shapes, tmp_path, 
     assert not (tmp_path / "l.json").exists()
 
 
-def test_the_api_gives_the_chosen_layers_maps():
+def test_the_api_gives_the_chosen_layers_maps(tiny_layered_model):
     image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(2))
     first, last = (
         Captioner(choose_attention_layer(tiny_layered_model(), layer))(

@@ -1,6 +1,7 @@
 """The decoding commands speak the command line's language: sampling flags imply one beam, problems
 are named by the flags the user typed, an unknown flag points to the command's own --help, a URL is
-refused in one line, and attend's --out is a file or a folder, never a folder named like a file."""
+refused in one line, attend's --out is a file or a folder, never a folder named like a file, and
+caption's help quotes Pillow's pixel limit."""
 
 import argparse
 import json
@@ -25,6 +26,16 @@ def run(argv: list) -> int:
 
 def parsed(*flags: str) -> argparse.Namespace:
     return build_parser().parse_args(["caption", "photo.png", "--checkpoint", "model.ckpt", *flags])
+
+
+def test_caption_help_quotes_pillows_pixel_limit():
+    from PIL import Image
+
+    from captioning.cli.options import PILLOW_PIXELS
+
+    assert PILLOW_PIXELS == Image.MAX_IMAGE_PIXELS
+    caption = build_parser()._subparsers._group_actions[0].choices["caption"]
+    assert f"default: Pillow's, {Image.MAX_IMAGE_PIXELS:,})" in " ".join(caption.format_help().split())
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import torch
 
 from captioning.decoding.generation import GenerationConfig
 from captioning.decoding.search import generate
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.decoder import ShowAttendTellDecoder
 from captioning.vocab import Vocabulary
 
 EOS = Vocabulary.eos_id
@@ -27,11 +27,10 @@ class CutDecoder(ShowAttendTellDecoder):
 
 
 @pytest.fixture
-def decoder():
-    torch.manual_seed(0)
-    dec = CutDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0)).eval()
-    dec.bad_ending_ids = BAD
-    return dec
+def decoder(make_decoder):
+    return make_decoder(
+        dtype=torch.float32, vocab_size=V, feature_dim=D, embed_dim=8, hidden_dim=16, bad_endings=BAD, cls=CutDecoder
+    )
 
 
 @pytest.fixture

@@ -14,9 +14,6 @@ from captioning.decoding.ensemble import Ensemble
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import ConfigError
 from captioning.fast import fast_model
-from captioning.models.decoder import DecoderConfig
-from captioning.models.encoders import EncoderConfig
-from captioning.models.spec import ModelSpec, build_model
 from captioning.vocab import Vocabulary
 from tests.helpers import TINY_PATH, fit_args, float32_tolerance
 
@@ -28,20 +25,26 @@ def vocab(words=WORDS) -> Vocabulary:
     return Vocabulary.build([words], min_freq=1)
 
 
-def model(seed: int, kind: str = "soft", image_size: int = 32, hidden: int = 16, words=WORDS):
-    torch.manual_seed(seed)
-    spec = ModelSpec(
-        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-        DecoderConfig(8, hidden, 8, dropout=0.0, attention_kind=kind),
-        image_size=image_size,
-        generation=GenerationConfig(num_beams=3, max_new_tokens=12),
-    )
-    m = build_model(spec, vocab(words)).eval()
-    with torch.no_grad():  # sharper than at initialisation: captions that vary with the features and in length
-        m.decoder.L_o.bias[EOS] += 0.5
-        for p in m.decoder.parameters():
-            p.mul_(5.0)
-    return m
+@pytest.fixture(scope="session")
+def model_of(tiny_model):
+    """``model_of(seed, kind="soft", image_size=32, hidden=16, words=WORDS)``: conftest's tiny_model with
+    a two-stage CNN and a spec, sharper than at initialisation (captions that vary with the features
+    and in length), in eval mode."""
+
+    def make(seed: int, kind: str = "soft", image_size: int = 32, hidden: int = 16, words=WORDS):
+        return tiny_model(
+            kind,
+            encoder={"channels": (4, 8)},
+            vocab=vocab(words),
+            seed=seed,
+            image_size=image_size,
+            generation=GenerationConfig(num_beams=3, max_new_tokens=12),
+            eos=0.5,
+            scale=5.0,
+            hidden_dim=hidden,
+        ).eval()
+
+    return make
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +69,8 @@ def same(a, b):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["greedy", "beam3"])
-def test_ensemble_of_one_is_the_model(images, config):
-    m = model(3)
+def test_ensemble_of_one_is_the_model(images, config, model_of):
+    m = model_of(3)
     one = Ensemble([m])
     fast = fast_model(m)  # an ensemble's members decode with their fast twins, as the commands' models do
     [f] = random_features(m)
@@ -84,16 +87,16 @@ def test_ensemble_of_one_is_the_model(images, config):
     CONFIGS + [GenerationConfig(num_beams=3, max_new_tokens=12, no_repeat_ngram_size=2, num_return_sequences=2)],
     ids=["greedy", "beam3", "options"],
 )
-def test_ensemble_of_a_model_with_itself_is_the_model(config):
-    m = model(3)
+def test_ensemble_of_a_model_with_itself_is_the_model(config, model_of):
+    m = model_of(3)
     [f] = random_features(m)
     ref = m.generate(features=f, config=config)
     assert len(set(map(tuple, ref.sequences.tolist()))) > 1  # the captions vary
     same(Ensemble([m, m]).generate(features=[f, f], config=config), ref)
 
 
-def test_beam_search_batched_equals_per_image():
-    ens = Ensemble([model(3), model(4, hidden=12)], weights=[0.6, 0.4])
+def test_beam_search_batched_equals_per_image(model_of):
+    ens = Ensemble([model_of(3), model_of(4, hidden=12)], weights=[0.6, 0.4])
     features = random_features(*ens.members)
     config = CONFIGS[1]
     batched = ens.generate(features=features, config=config)
@@ -105,8 +108,8 @@ def test_beam_search_batched_equals_per_image():
         torch.testing.assert_close(one.scores[0], batched.scores[i], **float32_tolerance(batched.scores, TINY_PATH))
 
 
-def test_scores_are_the_weighted_mean_of_the_members_log_probs(images):
-    a, b = model(3), model(4)
+def test_scores_are_the_weighted_mean_of_the_members_log_probs(images, model_of):
+    a, b = model_of(3), model_of(4)
     ens = Ensemble([a, b], weights=[3, 1])
     assert ens.weights == (0.75, 0.25)
     features = ens.encode(images)
@@ -120,8 +123,8 @@ def test_scores_are_the_weighted_mean_of_the_members_log_probs(images):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["greedy", "beam3"])
-def test_weights_are_honoured(config):
-    a, b = model(3), model(4)
+def test_weights_are_honoured(config, model_of):
+    a, b = model_of(3), model_of(4)
     features = random_features(a, b)
     alone = [m.generate(features=f, config=config).sequences for m, f in zip((a, b), features)]
     assert not torch.equal(alone[0], alone[1])
@@ -130,16 +133,16 @@ def test_weights_are_honoured(config):
         assert torch.equal(out.sequences, alone[member])
 
 
-def test_bad_weights_are_one_line():
+def test_bad_weights_are_one_line(model_of):
     for weights in ([1.0], [1.0, -1.0], [0.0, 0.0]):
         with pytest.raises(ConfigError) as err:
-            Ensemble([model(3), model(4)], weights=weights)
+            Ensemble([model_of(3), model_of(4)], weights=weights)
         assert "\n" not in str(err.value)
 
 
-def test_different_vocabularies_are_one_line():
+def test_different_vocabularies_are_one_line(model_of):
     with pytest.raises(ConfigError) as err:
-        Ensemble([model(3), model(4, words=WORDS + ["star"])], names=["a.ckpt", "b.ckpt"])
+        Ensemble([model_of(3), model_of(4, words=WORDS + ["star"])], names=["a.ckpt", "b.ckpt"])
     message = str(err.value)
     assert "\n" not in message and "a.ckpt" in message and "b.ckpt" in message
 
@@ -153,8 +156,8 @@ def test_different_vocabularies_are_one_line():
     ],
     ids=["greedy", "beam3", "best_of_3", "argmax"],
 )
-def test_soft_and_hard_members_of_different_sizes_decode_together(images, config):
-    ens = Ensemble([model(3), model(2, kind="hard", image_size=48, hidden=20)])
+def test_soft_and_hard_members_of_different_sizes_decode_together(images, config, model_of):
+    ens = Ensemble([model_of(3), model_of(2, kind="hard", image_size=48, hidden=20)])
     assert ens.attention_kind == "mixed" and ens.spec.image_size == 48
     out = ens.generate(images=images, config=config, generator=torch.Generator().manual_seed(0))
     assert out.sequences.size(0) == images.size(0)
@@ -169,11 +172,11 @@ def test_soft_and_hard_members_of_different_sizes_decode_together(images, config
         assert torch.equal(ens.generate(images=sized, config=config).sequences, out.sequences)
 
 
-def test_captioner_over_checkpoints(tmp_path):
+def test_captioner_over_checkpoints(tmp_path, model_of):
     from captioning.api import Captioner
     from captioning.storage.folder import save_folder
 
-    a, b = model(3), model(4, kind="hard", image_size=48)
+    a, b = model_of(3), model_of(4, kind="hard", image_size=48)
     paths = [save_folder(tmp_path / name, m, {}, m.spec) for name, m in (("a", a), ("b", b))]
     captioner = Captioner.from_checkpoints(paths, weights=[0.5, 0.5], device="cpu")
     images = [torch.rand(3, 40, 40, generator=torch.Generator().manual_seed(k)) for k in range(3)]

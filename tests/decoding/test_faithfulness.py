@@ -12,7 +12,6 @@ from captioning.decoding.faithfulness import (
     teacher_inputs,
     word_rows,
 )
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.vocab import Vocabulary
 from tests.helpers import TINY_PATH, float32_tolerance
 
@@ -20,29 +19,30 @@ BOS, EOS = Vocabulary.bos_id, Vocabulary.eos_id
 V, D, L = 12, 10, 16
 
 
-def _decoder(kind="soft", dtype=torch.float32):
-    torch.manual_seed(0)
-    config = DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind=kind)
-    dec = ShowAttendTellDecoder(V, D, config).eval().to(dtype)
-    return dec
+@pytest.fixture
+def decoder_of(make_decoder):
+    """conftest's make_decoder at this file's sizes: ``decoder_of(kind="soft", dtype=torch.float32)``."""
+    return lambda kind="soft", dtype=torch.float32: make_decoder(
+        dtype=dtype, vocab_size=V, feature_dim=D, embed_dim=8, hidden_dim=16, attention_kind=kind
+    )
 
 
-def _captions(dec, dtype=torch.float32):
-    """Four images and captions of 5, 1, 3 and 7 words, EOS and padding (B, 8)."""
-    g = torch.Generator().manual_seed(1)
-    features = 3 * torch.randn(4, L, D, generator=g, dtype=dtype)
-    words = [5, 1, 3, 7]
-    seqs = torch.zeros(4, 8, dtype=torch.long)
-    for i, n in enumerate(words):
-        seqs[i, :n] = torch.randint(4, V, (n,), generator=g)
-        seqs[i, n] = EOS
-    return features, seqs, torch.tensor(words) + 1
+@pytest.fixture
+def captions_of(make_batch):
+    """``captions_of(dtype=torch.float32)``: four images (conftest's features, times 3) and captions of
+    5, 1, 3 and 7 words as a search returns them (the words, EOS, padding: (B, 8)), with their lengths."""
+
+    def make(dtype=torch.float32):
+        features, captions, lengths = make_batch(B=4, seed=1, dtype=dtype, L=L, D=D, V=V, lengths=(7, 3, 5, 9))
+        return 3 * features, captions[:, 1:], lengths - 1  # without BOS
+
+    return make
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
-def test_removing_none_changes_nothing(kind):
-    dec = _decoder(kind)
-    features, seqs, lengths = _captions(dec)
+def test_removing_none_changes_nothing(kind, decoder_of, captions_of):
+    dec = decoder_of(kind)
+    features, seqs, lengths = captions_of()
     result = batch_faithfulness(dec, features, seqs, lengths, BOS, fractions=(0.0, 0.5), removals=("mean",))
     rows = result["rows"]
     assert rows.token.numel() > 0
@@ -54,9 +54,9 @@ def test_removing_none_changes_nothing(kind):
     assert not torch.allclose(result["mean", "top", 8], rows.log_prob), "removing half must change something"
 
 
-def test_removing_all_is_the_image_free_language_model():
-    dec = _decoder()
-    features, seqs, lengths = _captions(dec)
+def test_removing_all_is_the_image_free_language_model(decoder_of, captions_of):
+    dec = decoder_of()
+    features, seqs, lengths = captions_of()
     result = batch_faithfulness(dec, features, seqs, lengths, BOS, fractions=(0.0, 1.0), removals=("zero", "mean"))
     rows = result["rows"]
     captions, full = teacher_inputs(seqs, lengths, BOS)
@@ -71,9 +71,9 @@ def test_removing_all_is_the_image_free_language_model():
     assert torch.equal(result["mean", "random", L], result["mean", "top", L])
 
 
-def test_batched_equals_a_loop_over_words_in_float64():
-    dec = _decoder(dtype=torch.float64)
-    features, seqs, lengths = _captions(dec, torch.float64)
+def test_batched_equals_a_loop_over_words_in_float64(decoder_of, captions_of):
+    dec = decoder_of(dtype=torch.float64)
+    features, seqs, lengths = captions_of(torch.float64)
     g = torch.Generator().manual_seed(3)
     result = batch_faithfulness(
         dec, features, seqs, lengths, BOS, fractions=(0.25,), removals=("mean", "zero"), generator=g
@@ -94,9 +94,9 @@ def test_batched_equals_a_loop_over_words_in_float64():
                     assert abs(float(lp) - float(result[removal, order, 4][n])) < 1e-12
 
 
-def test_ranking_follows_the_attention():
-    dec = _decoder()
-    features, seqs, lengths = _captions(dec)
+def test_ranking_follows_the_attention(decoder_of, captions_of):
+    dec = decoder_of()
+    features, seqs, lengths = captions_of()
     captions, full = teacher_inputs(seqs, lengths, BOS)
     rows = word_rows(dec, features, captions, full)
     with torch.no_grad():
@@ -107,9 +107,9 @@ def test_ranking_follows_the_attention():
     assert (alphas[top].view(-1, 3).min(1).values >= alphas[least].view(-1, 3).max(1).values).all()
 
 
-def test_summary_curves_and_areas():
-    dec = _decoder()
-    features, seqs, lengths = _captions(dec)
+def test_summary_curves_and_areas(decoder_of, captions_of):
+    dec = decoder_of()
+    features, seqs, lengths = captions_of()
     result = batch_faithfulness(dec, features, seqs, lengths, BOS, removals=("mean",))
     report = summarise([result], L, FRACTIONS, ("mean",), word_class=lambda tok: "even" if tok % 2 == 0 else "odd")
     cls = report["removal"]["mean"]

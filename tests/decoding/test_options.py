@@ -13,7 +13,7 @@ from captioning.decoding.generation import GenerationConfig, generation_option, 
 from captioning.decoding.processors import ngram_bans, top_p_filter
 from captioning.decoding.search import beam_search, generate, greedy_search
 from captioning.errors import ConfigError
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
+from captioning.models.decoder import ShowAttendTellDecoder
 from captioning.vocab import Vocabulary
 from tests.helpers import TINY_PATH, float32_tolerance
 
@@ -50,12 +50,24 @@ class CycleDecoder(ShowAttendTellDecoder):
         return torch.log_softmax(logp + bias, -1), state, g
 
 
-def cycle_decoder(strength: float = 6.0) -> CycleDecoder:
-    torch.manual_seed(0)
-    dec = CycleDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0)).eval()
-    dec.strength = strength
-    dec.bad_ending_ids = (5, 6)
-    return dec
+@pytest.fixture
+def cycle_decoder(make_decoder):
+    """``cycle_decoder(strength=6.0)``: a CycleDecoder at this file's sizes, float32."""
+
+    def make(strength: float = 6.0) -> CycleDecoder:
+        dec = make_decoder(
+            dtype=torch.float32,
+            vocab_size=V,
+            feature_dim=D,
+            embed_dim=8,
+            hidden_dim=16,
+            bad_endings=(5, 6),
+            cls=CycleDecoder,
+        )
+        dec.strength = strength
+        return dec
+
+    return make
 
 
 @pytest.fixture
@@ -286,7 +298,7 @@ def test_diverse_penalty_enters_the_scores_as_huggingface(decoder_of):
 # ---------------------------------------------------------------------- n-grams, repetition, length, suppression
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("beams", [1, 3])
-def test_no_ngram_repeats(n, beams, features):
+def test_no_ngram_repeats(n, beams, features, cycle_decoder):
     decoder = cycle_decoder()
     free = generate(decoder, features, GenerationConfig(num_beams=beams, max_new_tokens=12))
     assert any(len(set(ngrams(caption(free, i), n))) < len(ngrams(caption(free, i), n)) for i in range(len(features)))
@@ -308,7 +320,7 @@ def test_ngram_bans_by_hand():
     assert not ngram_bans(prefix[:, :2], torch.tensor([2, 2, 2]), 3, V).any()  # too short for a trigram
 
 
-def test_repetition_penalty_discourages_repeats(features):
+def test_repetition_penalty_discourages_repeats(features, cycle_decoder):
     # a milder cycle: the penalty multiplies log p, so a word of probability near 1 (log p near 0) keeps winning
     decoder = cycle_decoder(strength=2.0)
     free = generate(decoder, features, GenerationConfig(max_new_tokens=12))

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from captioning.decoding.search import GenerationConfig, beam_search, generate, greedy_search
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.vocab import Vocabulary
 from tests.helpers import TINY_PATH, float32_tolerance
@@ -14,12 +13,16 @@ V, D, L = 12, 10, 6
 
 
 @pytest.fixture
-def decoder():
-    torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0)).eval()
-    with torch.no_grad():
-        dec.L_o.bias[EOS] += 2.5  # captions of varied lengths, most ending well before the limit
-    return dec
+def decoder_of(make_decoder):
+    """conftest's make_decoder at this file's sizes, float32."""
+    return lambda **settings: make_decoder(
+        dtype=torch.float32, vocab_size=V, feature_dim=D, embed_dim=8, hidden_dim=16, **settings
+    )
+
+
+@pytest.fixture
+def decoder(decoder_of):
+    return decoder_of(eos=2.5)  # captions of varied lengths, most ending well before the limit
 
 
 @pytest.fixture
@@ -88,11 +91,8 @@ def test_sampling_is_seeded_and_respects_top_k(decoder, features):
     assert torch.equal(top1.sequences, greedy.sequences)
 
 
-def test_hard_attention_modes_decode(features):
-    torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(
-        V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")
-    ).eval()
+def test_hard_attention_modes_decode(features, decoder_of):
+    dec = decoder_of(attention_kind="hard")
     for mode in ("expected", "argmax", "sample"):
         out = generate(dec, features, GenerationConfig(num_beams=3, max_new_tokens=8, attention_mode=mode))
         assert out.sequences.shape[0] == 5 and ((out.locations >= 0) & (out.locations < L)).all()
@@ -102,7 +102,7 @@ def test_hard_attention_modes_decode(features):
         assert torch.equal(am.locations[i, : n[i]], am.alphas[i, : n[i]].argmax(-1))
 
 
-def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cell(features):
+def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cell(features, decoder_of):
     """A hard model's tempered expected context: tau 1 is the expected context, a tiny tau the argmax
     cell's (the same captions and scores as "argmax" mode), a middle tau neither; the maps returned are
     the model's alpha in every case, and soft models ignore it."""
@@ -116,12 +116,7 @@ def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cel
     torch.testing.assert_close(g.context, sharp @ feats[0])
     assert torch.equal(g.alpha, alpha) and int(g.location) == 0
 
-    torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(
-        V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")
-    ).eval()
-    with torch.no_grad():
-        dec.L_o.bias[EOS] += 2.5
+    dec = decoder_of(attention_kind="hard", eos=2.5)
 
     def run(**kw):
         return generate(dec, features, GenerationConfig(num_beams=3, max_new_tokens=8, **kw))
@@ -137,8 +132,7 @@ def test_attention_temperature_moves_the_expected_context_towards_the_argmax_cel
     middle = run(attention_temperature=0.5)
     assert not torch.allclose(middle.scores, expected.scores) and not torch.allclose(middle.scores, argmax.scores)
 
-    torch.manual_seed(0)
-    soft = ShowAttendTellDecoder(V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0)).eval()
+    soft = decoder_of()
     a = generate(soft, features, GenerationConfig(num_beams=3, max_new_tokens=8))
     b = generate(soft, features, GenerationConfig(num_beams=3, max_new_tokens=8, attention_temperature=0.1))
     assert torch.equal(a.sequences, b.sequences) and torch.equal(a.scores, b.scores)
@@ -152,13 +146,10 @@ def test_attention_temperature_must_be_a_positive_number(bad):
         GenerationConfig(attention_temperature=bad)
 
 
-def test_sampled_locations_follow_alpha_and_the_seed(features):
+def test_sampled_locations_follow_alpha_and_the_seed(features, decoder_of):
     """Hard attention's "sample" mode reads a location drawn from alpha: seeded, not always the
     argmax, and never a location alpha gives no weight."""
-    torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(
-        V, D, DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind="hard")
-    ).eval()
+    dec = decoder_of(attention_kind="hard")
     config = GenerationConfig(num_beams=1, max_new_tokens=8, attention_mode="sample")
     many = features.repeat(8, 1, 1)  # 40 rows: enough draws to see more than the argmax
 

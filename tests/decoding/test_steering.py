@@ -9,17 +9,19 @@ from captioning.decoding.generation import GenerationConfig
 from captioning.decoding.search import generate
 from captioning.decoding.steering import Focused, cell_coverage, check_box, focus_biases, focus_prior
 from captioning.errors import ConfigError
-from captioning.models.decoder import DecoderConfig, DecoderStates, ShowAttendTellDecoder
+from captioning.models.decoder import DecoderStates
 from captioning.vocab import Vocabulary
 
 EOS = Vocabulary.eos_id
 V, D, L = 12, 10, 16
 
 
-def _decoder(kind="soft", **variant):
-    torch.manual_seed(0)
-    config = DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind=kind, **variant)
-    return ShowAttendTellDecoder(V, D, config).eval()
+@pytest.fixture
+def decoder_of(make_decoder):
+    """conftest's make_decoder at this file's sizes, float32: ``decoder_of(kind="soft", **variant)``."""
+    return lambda kind="soft", **variant: make_decoder(
+        dtype=torch.float32, vocab_size=V, feature_dim=D, embed_dim=8, hidden_dim=16, attention_kind=kind, **variant
+    )
 
 
 def _features():
@@ -39,8 +41,8 @@ def test_coverage_maps_pixels_to_the_grid():
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
-def test_a_strong_prior_moves_the_attention_into_the_box(kind):
-    dec, features = _decoder(kind), _features()
+def test_a_strong_prior_moves_the_attention_into_the_box(kind, decoder_of):
+    dec, features = decoder_of(kind), _features()
     bias = torch.full((3, L), -1e4, dtype=torch.float64)
     bias[:, 0] = 0.0  # only the top-left cell
     config = GenerationConfig(max_new_tokens=6, attention_mode="sample" if kind == "hard" else "expected")
@@ -61,9 +63,9 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_every_attention_variant_is_steered(variant):
+def test_every_attention_variant_is_steered(variant, decoder_of):
     """The prior reaches every head, the local window and the refined grid: all of each map in the box."""
-    dec, features = _decoder(**VARIANTS[variant]), _features()
+    dec, features = decoder_of(**VARIANTS[variant]), _features()
     bias = torch.full((3, L), -1e4, dtype=torch.float64)
     bias[:, [0, 1, 4, 5]] = 0.0  # the top-left 2 x 2 cells
     for beams in (1, 3):
@@ -77,8 +79,8 @@ def test_every_attention_variant_is_steered(variant):
         assert (plain.alphas[plain.alphas.sum(-1) > 0][:, [0, 1, 4, 5]].sum(-1) < 0.99).any()  # unsteered: not so
 
 
-def test_focus_with_a_beam_search_and_no_bias_elsewhere():
-    dec, features = _decoder(), _features()
+def test_focus_with_a_beam_search_and_no_bias_elsewhere(decoder_of):
+    dec, features = decoder_of(), _features()
     zero = torch.zeros(3, L, dtype=torch.float64)
     for beams in (1, 3):
         config = GenerationConfig(num_beams=beams, max_new_tokens=6)
@@ -208,32 +210,28 @@ def test_the_focus_flag_captions(tiny_checkpoint, one_object_image, capsys):
 
 
 # ------------------------------------------------------------------ ensembles
-def _folder(tmp_path, name: str, seed: int, kind: str = "soft", image_size: int = 32):
-    """A model folder of a random small model (sharpened so that its captions vary with the image)."""
-    from captioning.models.encoders import EncoderConfig
-    from captioning.models.spec import ModelSpec, build_model
+@pytest.fixture(scope="module")
+def member_folders(tmp_path_factory, tiny_model):
+    """Model folders of two random small models, soft and hard (sharpened so that their captions vary
+    with the image)."""
     from captioning.storage.folder import save_folder
 
-    torch.manual_seed(seed)
-    spec = ModelSpec(
-        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-        DecoderConfig(8, 16, 8, dropout=0.0, attention_kind=kind),
-        image_size=image_size,
-        generation=GenerationConfig(num_beams=3, max_new_tokens=10),
-    )
-    words = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
-    model = build_model(spec, Vocabulary.build([words], min_freq=1)).eval()
-    with torch.no_grad():
-        model.decoder.L_o.bias[EOS] += 0.5
-        for p in model.decoder.parameters():
-            p.mul_(3.0)
-    return save_folder(tmp_path / name, model, {}, model.spec)
-
-
-@pytest.fixture(scope="module")
-def member_folders(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("steer_ensemble")
-    return _folder(tmp, "a", 3), _folder(tmp, "b", 4, kind="hard", image_size=48)
+    words = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
+    folders = []
+    for name, seed, kind, image_size in (("a", 3, "soft", 32), ("b", 4, "hard", 48)):
+        model = tiny_model(
+            kind,
+            encoder={"channels": (4, 8)},
+            vocab=words,
+            seed=seed,
+            image_size=image_size,
+            generation=GenerationConfig(num_beams=3, max_new_tokens=10),
+            eos=0.5,
+            scale=3.0,
+        ).eval()
+        folders.append(save_folder(tmp / name, model, {}, model.spec))
+    return tuple(folders)
 
 
 def _images():
@@ -282,16 +280,16 @@ def test_every_member_of_an_ensemble_reads_the_box(member_folders):
         ensemble(_images(), focus=(0, 0, 41, 20))
 
 
-def test_steer_problem_names_the_decoder_that_cannot_be_steered():
+def test_steer_problem_names_the_decoder_that_cannot_be_steered(decoder_of):
     from captioning.decoding.ensemble import EnsembleDecoder
     from captioning.decoding.steering import steer_problem
 
     class NoScores:  # a decoder without attention scores to steer
         vocab_size, attention_kind, state_layout = V, "soft", DecoderStates
 
-    assert steer_problem(_decoder()) is None
-    assert steer_problem(EnsembleDecoder([_decoder(), _decoder("hard")], (0.5, 0.5))) is None
-    assert steer_problem(EnsembleDecoder([_decoder(), NoScores()], (0.5, 0.5))) == (
+    assert steer_problem(decoder_of()) is None
+    assert steer_problem(EnsembleDecoder([decoder_of(), decoder_of("hard")], (0.5, 0.5))) is None
+    assert steer_problem(EnsembleDecoder([decoder_of(), NoScores()], (0.5, 0.5))) == (
         "focus: a NoScores has no attention scores to steer"
     )
     with pytest.raises(ConfigError, match="NoScores has no attention scores"):
@@ -302,8 +300,8 @@ def test_steer_problem_names_the_decoder_that_cannot_be_steered():
 @pytest.mark.parametrize(
     "options", [dict(), dict(num_beams=3), dict(do_sample=True), dict(num_beams=2, cuda_graphs=True)]
 )
-def test_every_search_continues_the_prefix(options):
-    dec, features = _decoder(), _features()
+def test_every_search_continues_the_prefix(options, decoder_of):
+    dec, features = decoder_of(), _features()
     prefix = (5, 7, 4)
     config = GenerationConfig(max_new_tokens=8, prefix=prefix, **options)
     out = generate(dec, features, config, torch.Generator().manual_seed(0))

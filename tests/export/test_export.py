@@ -492,16 +492,22 @@ def test_attention_variant_exports_as_a_folder_and_onnx_says_it_cannot(tiny_shap
 @pytest.mark.parametrize(
     "kind, mode, tau", [("soft", "expected", 1.0), ("hard", "argmax", 1.0), ("hard", "expected", 0.5)]
 )
-def test_step_graph_is_the_decoders_step_at_every_batch_and_beam_count(kind, mode, tau, tmp_path):
+def test_step_graph_is_the_decoders_step_at_every_batch_and_beam_count(kind, mode, tau, tmp_path, make_decoder):
     """The step graph traces decoder.step (the cell's step): traced at B = 2, K = 3, it gives the
     PyTorch step's numbers at other batch sizes and beam counts (K is read from the shapes)."""
     ort = pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
     from captioning.export.onnx import STEP_INPUTS, STEP_OUTPUTS, StepGraph, _export
-    from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
 
-    torch.manual_seed(0)
     V, D, L = 30, 16, 9
-    dec = ShowAttendTellDecoder(V, D, DecoderConfig(8, 12, 10, attention_kind=kind)).eval()
+    dec = make_decoder(
+        dtype=torch.float32,
+        vocab_size=V,
+        feature_dim=D,
+        embed_dim=8,
+        hidden_dim=12,
+        attention_dim=10,
+        attention_kind=kind,
+    )
     with torch.no_grad():
         state = dec.initial_state(torch.randn(2, L, D)).expand_beams(3)
         axes = {

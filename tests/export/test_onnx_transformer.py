@@ -16,9 +16,6 @@ from captioning.api import Captioner
 from captioning.cli import main
 from captioning.decoding.generation import GenerationConfig
 from captioning.errors import CheckpointError, ConfigError
-from captioning.models.encoders import EncoderConfig
-from captioning.models.spec import ModelSpec, build_model
-from captioning.models.transformer import TransformerConfig
 from captioning.vocab import Vocabulary
 from tests.helpers import float32_tolerance
 
@@ -38,25 +35,29 @@ VARIANTS = {  # (seed, decoder options)
 }
 
 
-def built(seed: int = 0, **changes):
-    """A tiny transformer captioner of a chars vocabulary, sharpened (the grid weighing more) so that
-    its captions vary with the image."""
-    decoder = dict(hidden_dim=16, heads=2, layers=2, dropout=0.0)
-    spec = ModelSpec(
-        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-        TransformerConfig(**{**decoder, **changes}),
-        image_size=32,
-        generation=GenerationConfig(num_beams=3, max_new_tokens=10),
-    )
-    torch.manual_seed(seed)
-    model = build_model(spec, Vocabulary.build([CHARS], min_freq=1, tokenizer="chars")).eval()
-    with torch.no_grad():
-        for p in model.decoder.parameters():
-            p.mul_(3.0)
-        model.decoder.memory_proj.weight.mul_(10.0)
-        for layer in model.decoder.layers:
-            layer.cross_attention.output.weight.mul_(4.0)
-    return model
+@pytest.fixture(scope="session")
+def built(tiny_model):
+    """``built(seed=0, **changes)``: conftest's tiny_model, a transformer of a chars vocabulary over
+    32-pixel images, sharpened (the grid weighing more) so that its captions vary with the image."""
+
+    def make(seed: int = 0, **changes):
+        model = tiny_model(
+            "transformer",
+            encoder={"channels": (4, 8)},
+            vocab=Vocabulary.build([CHARS], min_freq=1, tokenizer="chars"),
+            seed=seed,
+            image_size=32,
+            generation=GenerationConfig(num_beams=3, max_new_tokens=10),
+            scale=3.0,
+            **changes,
+        ).eval()
+        with torch.no_grad():
+            model.decoder.memory_proj.weight.mul_(10.0)
+            for layer in model.decoder.layers:
+                layer.cross_attention.output.weight.mul_(4.0)
+        return model
+
+    return make
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def images() -> list:
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
-def pair(request, tmp_path_factory):
+def pair(request, tmp_path_factory, built):
     """(the PyTorch Captioner, the OnnxCaptioner of its export through the command line)."""
     from captioning.export.onnx_captioner import OnnxCaptioner
     from captioning.storage.folder import save_folder
@@ -196,7 +197,7 @@ def test_the_step_graph_is_the_decoders_step_and_the_cache_follows_the_beams(pai
     assert np.abs(unordered - logp).max() > 1e-3  # the reordering matters: another history, other words
 
 
-def test_learned_positions_end_where_pytorchs_do(tmp_path, images):
+def test_learned_positions_end_where_pytorchs_do(tmp_path, images, built):
     from captioning.export.onnx import export_onnx
     from captioning.export.onnx_captioner import OnnxCaptioner
 
@@ -211,7 +212,7 @@ def test_learned_positions_end_where_pytorchs_do(tmp_path, images):
     assert onnx_captioner(images[:2], max_new_tokens=6)
 
 
-def test_a_damaged_state_description_is_one_line(tmp_path):
+def test_a_damaged_state_description_is_one_line(tmp_path, built):
     import shutil
 
     from captioning.export.onnx import export_onnx

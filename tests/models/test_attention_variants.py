@@ -224,22 +224,15 @@ def test_a_checkpoint_from_before_the_variants_loads_as_the_papers_model(tiny_ch
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
-def test_api_gives_each_heads_maps_and_renders_them_as_panels(kind, tmp_path):
+def test_api_gives_each_heads_maps_and_renders_them_as_panels(kind, tmp_path, tiny_model):
     import numpy as np
     from PIL import Image
 
     from captioning.api import Captioner
-    from captioning.models.encoders import EncoderConfig
-    from captioning.models.show_attend_tell import ShowAttendTell
     from captioning.vocab import Vocabulary
 
-    torch.manual_seed(0)
     vocab = Vocabulary(list(Vocabulary.SPECIALS) + [f"w{i}" for i in range(V - 4)])
-    model = ShowAttendTell(
-        EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=D),
-        DecoderConfig(embed_dim=6, hidden_dim=D, attention_dim=8, dropout=0.0, heads=2, attention_kind=kind),
-        vocab,
-    )
+    model = tiny_model(kind, encoder={"channels": (4,), "dim": D}, vocab=vocab, embed_dim=6, hidden_dim=D, heads=2)
     with torch.no_grad():
         model.decoder.L_o.bias[Vocabulary.eos_id] = -50.0  # a caption of max_new_tokens words
     captioner = Captioner(model, image_size=32, device="cpu")

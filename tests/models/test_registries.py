@@ -37,12 +37,6 @@ def registries(monkeypatch):
         monkeypatch.setattr(registry, "_entries", dict(registry._entries))
 
 
-def batch(seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    captions = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0], [1, 9, 10, 2, 0]])
-    return torch.randn(3, L, D, generator=g), captions, torch.tensor([5, 3, 4])
-
-
 @pytest.mark.parametrize(
     "make,field,names",
     [
@@ -90,7 +84,7 @@ class CosineScore(Score):
         return 5 * torch.bmm(q, keys.transpose(1, 2)).reshape(B * beams, L_)
 
 
-def test_a_registered_score_trains_and_decodes_by_name(registries):
+def test_a_registered_score_trains_and_decodes_by_name(registries, make_batch):
     SCORES.register("cosine")(CosineScore)
     assert "cosine" in SCORES.names()
     spec = ModelSpec.from_dict(
@@ -104,7 +98,7 @@ def test_a_registered_score_trains_and_decodes_by_name(registries):
     torch.manual_seed(0)
     model = build_model(spec, VOCAB)
     assert isinstance(model.decoder.f_att, CosineScore)
-    features, captions, lengths = batch()
+    features, captions, lengths = make_batch(B=3, dtype=torch.float32, L=L, D=D, V=V, lengths=(5, 3, 4))
     twin = fast_decoder(model.decoder)  # the fast path takes a score it does not know through its contract
     assert isinstance(twin, FastLSTM)
     model.eval()  # (no dropout: the same function)

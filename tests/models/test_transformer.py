@@ -10,9 +10,7 @@ from captioning.decoding.generation import GenerationConfig
 from captioning.decoding.search import generate
 from captioning.errors import ConfigError
 from captioning.models.decoder import DecoderConfig, Glimpse
-from captioning.models.encoders import EncoderConfig
 from captioning.models.kinds import decoder_config
-from captioning.models.spec import ModelSpec, build_model
 from captioning.models.transformer import TransformerConfig, TransformerDecoder, TransformerStates
 from captioning.vocab import Vocabulary
 
@@ -24,35 +22,45 @@ def config(**changes) -> TransformerConfig:
     return decoder_config({"kind": "transformer", "hidden_dim": 16, "heads": 4, "layers": 2, "dropout": 0.0, **changes})
 
 
-def decoder(seed: int = 0, **changes) -> TransformerDecoder:
-    torch.manual_seed(seed)
-    dec = TransformerDecoder(V, D, config(**changes)).double().eval()
-    with torch.no_grad():  # sharper than at initialisation, the image weighing more: captions that vary
-        dec.out_logits.bias[EOS] += 1.0
-        for p in dec.parameters():
-            p.mul_(2.0)
-        dec.embedding.weight.mul_(0.5)
-        dec.out_logits.bias[EOS] += 1.0
-        for layer in dec.layers:
-            layer.cross_attention.output.weight.mul_(4.0)
-    return dec
+@pytest.fixture(scope="session")
+def decoder(make_decoder):
+    """``decoder(seed=0, **changes)``: conftest's make_decoder of kind transformer at this file's sizes
+    (float64, 4 heads), sharper than at initialisation and the image weighing more: captions that vary."""
+
+    def make(seed: int = 0, **changes) -> TransformerDecoder:
+        dec = make_decoder(
+            seed=seed, vocab_size=V, feature_dim=D, kind="transformer", hidden_dim=16, heads=4, **changes
+        )
+        with torch.no_grad():
+            dec.out_logits.bias[EOS] += 1.0
+            for p in dec.parameters():
+                p.mul_(2.0)
+            dec.embedding.weight.mul_(0.5)
+            dec.out_logits.bias[EOS] += 1.0
+            for layer in dec.layers:
+                layer.cross_attention.output.weight.mul_(4.0)
+        return dec
+
+    return make
 
 
-def captions(B: int = 3, T: int = 9, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    caps = torch.randint(4, V, (B, T + 1), generator=g)
-    caps[:, 0] = BOS
-    return caps, torch.tensor([T + 1, T - 2, 4])[:B]
+@pytest.fixture(scope="session")
+def captions(make_batch):
+    """``captions(B=3, T=9, seed=1)``: captions (B, T + 1) of T + 1, T - 2 and 4 tokens (conftest's
+    make_batch's) and their lengths."""
+    return lambda B=3, T=9, seed=1: make_batch(B, seed, L=L, D=D, V=V, lengths=(T + 1, T - 2, 4))[1:]
 
 
-def features(B: int = 3, seed: int = 2) -> torch.Tensor:
-    return torch.randn(B, L, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+@pytest.fixture(scope="session")
+def features(make_batch):
+    """``features(B=3, seed=2)``: annotation vectors (B, L, D), float64 (conftest's make_batch's)."""
+    return lambda B=3, seed=2: make_batch(B, seed, L=L, D=D, V=V)[0]
 
 
 @pytest.mark.parametrize(
     "changes", [{}, {"aoa": True}, {"positions": "learned", "tie_embeddings": True}, {"refiner_layers": 1}]
 )
-def test_the_cached_step_equals_the_teacher_forced_pass_at_every_position(changes):
+def test_the_cached_step_equals_the_teacher_forced_pass_at_every_position(changes, decoder, captions, features):
     dec = decoder(**changes)
     f, (caps, lengths) = features(), captions()
     out = dec(f, caps, lengths, static=True)  # logits (B, T, V), every position
@@ -67,7 +75,7 @@ def test_the_cached_step_equals_the_teacher_forced_pass_at_every_position(change
     torch.testing.assert_close(dec(f, caps, lengths).logits, out.logits[out.mask])
 
 
-def test_the_cache_reordered_with_beams_reads_each_row_its_own_history():
+def test_the_cache_reordered_with_beams_reads_each_row_its_own_history(decoder, captions, features):
     dec = decoder()
     f, (caps, _) = features(2), captions(2)
     K = 3
@@ -85,7 +93,7 @@ def test_the_cache_reordered_with_beams_reads_each_row_its_own_history():
     torch.testing.assert_close(logp, ref.log_softmax(-1), rtol=0, atol=1e-12)
 
 
-def test_a_future_word_changes_no_earlier_logit():
+def test_a_future_word_changes_no_earlier_logit(decoder, captions, features):
     dec = decoder(aoa=True)
     f, (caps, lengths) = features(), captions()
     before = dec(f, caps, lengths, static=True).logits
@@ -155,7 +163,7 @@ class Recomputing:
         GenerationConfig(num_beams=1, max_new_tokens=8, repetition_penalty=1.3),
     ],
 )
-def test_search_with_the_cache_equals_search_recomputing_every_word(gen):
+def test_search_with_the_cache_equals_search_recomputing_every_word(gen, decoder, features):
     dec = decoder(aoa=True)
     f = features(4)
     cached = generate(dec, f, gen)
@@ -166,7 +174,7 @@ def test_search_with_the_cache_equals_search_recomputing_every_word(gen):
     assert len(set(cached.lengths.tolist())) > 1 and (cached.sequences != cached.sequences[:1]).any()  # varied
 
 
-def test_sampling_runs_through_the_same_loop():
+def test_sampling_runs_through_the_same_loop(decoder, features):
     dec = decoder()
     gen = GenerationConfig(do_sample=True, top_p=0.9, temperature=0.8, max_new_tokens=8)
     a = generate(dec, features(), gen, torch.Generator().manual_seed(0))
@@ -210,7 +218,7 @@ def test_an_option_of_the_other_kind_is_one_line(changes, words):
     assert str(err.value).startswith(words) and "\n" not in str(err.value)
 
 
-def test_learned_positions_beyond_their_count_are_one_line():
+def test_learned_positions_beyond_their_count_are_one_line(decoder, captions, features):
     dec = decoder(positions="learned", max_positions=6)
     with pytest.raises(ConfigError, match="model.decoder.max_positions: this model's learned positions end at 6"):
         generate(dec, features(), GenerationConfig(max_new_tokens=9))
@@ -218,29 +226,32 @@ def test_learned_positions_beyond_their_count_are_one_line():
         dec(features(), *captions(T=7))
 
 
-def spec(**changes) -> ModelSpec:
-    return ModelSpec(
-        EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-        TransformerConfig(**{**dict(hidden_dim=16, heads=2, layers=2, dropout=0.0), **changes}),
-        image_size=32,
-        generation=GenerationConfig(num_beams=3, max_new_tokens=10),
-    )
-
-
 WORDS = ["a", "red", "blue", "green", "circle", "square", "triangle", "and", "on", "left", "right"]
 
 
-def built(seed: int, **changes):
-    torch.manual_seed(seed)
-    model = build_model(spec(**changes), Vocabulary.build([WORDS], min_freq=1)).eval()
-    with torch.no_grad():
-        model.decoder.out_logits.bias[EOS] += 0.5
-        for p in model.decoder.parameters():
-            p.mul_(3.0)
-    return model
+@pytest.fixture(scope="session")
+def built(tiny_model):
+    """``built(seed, kind="transformer", sharpen=True, **changes)``: conftest's tiny_model (2 heads) with
+    a two-stage CNN over 32-pixel images, this file's words, beam 3 and 10 tokens by default, in eval
+    mode; sharper than at initialisation (EOS raised, every decoder weight x3) unless ``sharpen`` is false."""
+
+    def make(seed: int, kind: str = "transformer", sharpen: bool = True, **changes):
+        return tiny_model(
+            kind,
+            encoder={"channels": (4, 8)},
+            vocab=WORDS,
+            seed=seed,
+            image_size=32,
+            generation=GenerationConfig(num_beams=3, max_new_tokens=10),
+            eos=0.5 if sharpen else 0.0,
+            scale=3.0 if sharpen else 1.0,
+            **changes,
+        ).eval()
+
+    return make
 
 
-def test_state_dict_and_model_folder_round_trips(tmp_path):
+def test_state_dict_and_model_folder_round_trips(tmp_path, built):
     from captioning.storage.folder import save_folder
     from captioning.storage.load import load_model
 
@@ -260,18 +271,8 @@ def test_state_dict_and_model_folder_round_trips(tmp_path):
     torch.testing.assert_close(out.scores, expected.scores)
 
 
-def test_an_ensemble_mixes_transformer_and_lstm_members():
-    transformer = built(0)
-    torch.manual_seed(1)
-    lstm = build_model(
-        ModelSpec(
-            EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-            DecoderConfig(8, 16, 8, dropout=0.0),
-            image_size=32,
-            generation=GenerationConfig(num_beams=3, max_new_tokens=10),
-        ),
-        transformer.vocab,
-    ).eval()
+def test_an_ensemble_mixes_transformer_and_lstm_members(built):
+    transformer, lstm = built(0), built(1, kind="soft", sharpen=False)
     images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
     for gen in (GenerationConfig(num_beams=3, max_new_tokens=10), GenerationConfig(max_new_tokens=10)):
         alone = transformer.generate(images, config=gen)
@@ -331,11 +332,10 @@ def box_cells(box, width: int, height: int, L: int) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def focus_model():
+def focus_model(built):
     from captioning.api import Captioner
 
-    torch.manual_seed(0)  # as initialised (scores of a trained model's size, not sharpened)
-    model = build_model(spec(layers=3, heads=4), Vocabulary.build([WORDS], min_freq=1)).eval()
+    model = built(0, sharpen=False, layers=3, heads=4)  # as initialised (scores of a trained model's size)
     return model, Captioner.from_model(model, "cpu")
 
 
@@ -351,7 +351,7 @@ def shapes_images(tiny_shapes):
     return one, two
 
 
-def test_a_transformer_takes_a_focus_and_strength_zero_changes_nothing(focus_model, shapes_images):
+def test_a_transformer_takes_a_focus_and_strength_zero_changes_nothing(focus_model, shapes_images, decoder, features):
     from captioning.decoding.steering import Focused, steer_problem
 
     model, captioner = focus_model
@@ -423,20 +423,10 @@ def test_a_focus_on_one_object_moves_every_layers_cross_attention_into_its_box(f
                 assert max(float(w[..., elsewhere].sum(-1).max()) for w in steered) < 0.02
 
 
-def test_an_ensemble_of_a_transformer_and_an_lstm_is_steered_member_by_member():
+def test_an_ensemble_of_a_transformer_and_an_lstm_is_steered_member_by_member(built):
     from captioning.api import Captioner
 
-    transformer = built(0)
-    torch.manual_seed(1)
-    lstm = build_model(
-        ModelSpec(
-            EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-            DecoderConfig(8, 16, 8, dropout=0.0),
-            image_size=32,
-            generation=GenerationConfig(num_beams=3, max_new_tokens=10),
-        ),
-        transformer.vocab,
-    ).eval()
+    transformer, lstm = built(0), built(1, kind="soft", sharpen=False)
     images = [torch.rand(3, 40, 40, generator=torch.Generator().manual_seed(k)) for k in range(3)]
     ensemble = Captioner(Ensemble([transformer, lstm]), device="cpu")
     box = (0, 0, 20, 20)  # the top-left quarter: cells 0-3 x 0-3 of the 8 x 8 grids

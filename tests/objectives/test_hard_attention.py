@@ -14,7 +14,7 @@ from captioning.data import shapes
 from captioning.data.formats.karpathy import load_karpathy
 from captioning.decoding.search import GenerationConfig, generate
 from captioning.errors import ConfigError
-from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder, glimpse
+from captioning.models.decoder import glimpse
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.objectives.gumbel import HardAttentionGumbel
 from captioning.objectives.reinforce import (
@@ -25,7 +25,7 @@ from captioning.objectives.reinforce import (
 )
 from captioning.training.cli import run_lightning_cli
 from captioning.training.loading import load_module
-from tests.helpers import exact_gradient, fit_args, flat_grad, tiny_problem, z_scores
+from tests.helpers import exact_gradient, fit_args, flat_grad, z_scores
 
 
 # --------------------------------------------------------------------------- unbiased baselines
@@ -53,7 +53,7 @@ def _directions(exact):
     return torch.cat([exact.unsqueeze(0) / exact.norm(), torch.randn(3, exact.numel())])
 
 
-def test_leave_one_out_baseline_keeps_the_estimator_unbiased():
+def test_leave_one_out_baseline_keeps_the_estimator_unbiased(tiny_problem):
     torch.manual_seed(1)
     dec, features, captions, lengths = tiny_problem()
     exact = exact_gradient(dec, features, captions, lengths)
@@ -77,7 +77,7 @@ def test_leave_one_out_baseline_keeps_the_estimator_unbiased():
     assert z_scores(own, exact, directions).abs().max() > 6.0
 
 
-def test_learned_baseline_keeps_the_estimator_unbiased_and_learns_the_reward():
+def test_learned_baseline_keeps_the_estimator_unbiased_and_learns_the_reward(tiny_problem):
     torch.manual_seed(1)
     dec, features, captions, lengths = tiny_problem()
     exact = exact_gradient(dec, features, captions, lengths)
@@ -136,7 +136,7 @@ def _semi_sampling_estimates(problem, per, p, batches=30, captions_per_batch=200
     return torch.stack([flat_grad(-objective(dec, feats, batch).loss, list(dec.parameters())) for _ in range(batches)])
 
 
-def test_expectation_over_the_semi_sampling_draw_keeps_the_estimator_unbiased():
+def test_expectation_over_the_semi_sampling_draw_keeps_the_estimator_unbiased(tiny_problem):
     """semi_sampling_per "expectation" decodes each caption with the expected context and with sampled
     locations, weighted p and 1 - p: the same mean as the per-image draw, p g_expected + (1 - p) g_exact."""
     problem = tiny_problem()
@@ -209,7 +209,7 @@ def test_gumbel_straight_through_reads_one_location_and_has_finite_gradients():
     assert g.log_prob[0] == 0 and g.log_prob[1] < 0
 
 
-def test_gumbel_decoder_pass_gives_finite_gradients():
+def test_gumbel_decoder_pass_gives_finite_gradients(tiny_problem):
     torch.manual_seed(0)
     dec, features, captions, lengths = tiny_problem()
     out = dec(features.expand(4, -1, -1), captions.expand(4, -1), lengths.expand(4), mode="gumbel", temperature=0.3)
@@ -327,7 +327,7 @@ def test_bad_estimator_options_are_config_errors():
         HardAttentionReinforce(semi_sampling_p_final=0.5, semi_sampling_anneal_steps=-1)
 
 
-def test_semi_sampling_schedule_moves_captions_from_the_expected_context_to_samples():
+def test_semi_sampling_schedule_moves_captions_from_the_expected_context_to_samples(tiny_problem):
     """p = 1 -> 0 over 4 steps: every caption takes the expected context at the start (no location
     term, no sampled log-probabilities), half of them midway, none at the end; per-batch and per-image."""
     dec, features, captions, lengths = tiny_problem()
@@ -354,11 +354,10 @@ def test_semi_sampling_schedule_moves_captions_from_the_expected_context_to_samp
 
 
 # --------------------------------------------------------------------------- best-of-K decoding
-def test_best_of_k_keeps_the_best_scoring_of_k_sampled_decodings():
-    torch.manual_seed(0)
-    dec = ShowAttendTellDecoder(
-        11, 6, DecoderConfig(embed_dim=8, hidden_dim=12, attention_dim=8, dropout=0.0, attention_kind="hard")
-    ).eval()
+def test_best_of_k_keeps_the_best_scoring_of_k_sampled_decodings(make_decoder):
+    dec = make_decoder(
+        dtype=torch.float32, vocab_size=11, feature_dim=6, embed_dim=8, hidden_dim=12, attention_kind="hard"
+    )
     features = torch.randn(3, 5, 6)
     K = 4
     config = GenerationConfig(max_new_tokens=6, location_samples=K)

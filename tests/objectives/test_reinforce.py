@@ -5,7 +5,7 @@ import torch
 
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.objectives.reinforce import reinforce_loss, update_baseline
-from tests.helpers import exact_gradient, flat_grad, tiny_problem, z_scores
+from tests.helpers import exact_gradient, flat_grad, z_scores
 
 
 def estimates(dec, features, captions, lengths, batches=30, rows=400, lambda_r=1.0, baseline=-2.0):
@@ -29,7 +29,7 @@ def estimates(dec, features, captions, lengths, batches=30, rows=400, lambda_r=1
     return torch.stack(out_list)  # (batches, P)
 
 
-def test_reinforce_matches_exact_gradient_within_standard_error():
+def test_reinforce_matches_exact_gradient_within_standard_error(tiny_problem):
     torch.manual_seed(1)
     dec, features, captions, lengths = tiny_problem()
     exact = exact_gradient(dec, features, captions, lengths)
@@ -43,7 +43,7 @@ def test_reinforce_matches_exact_gradient_within_standard_error():
     assert z_biased.abs().max() > 6.0, z_biased
 
 
-def test_baseline_is_an_exponential_moving_average_and_reduces_variance():
+def test_baseline_is_an_exponential_moving_average_and_reduces_variance(tiny_problem):
     b = torch.tensor(0.0)
     rewards = [torch.tensor([-3.0, -1.0]), torch.tensor([-2.0]), torch.tensor([-4.0])]
     expected = 0.0
@@ -65,7 +65,7 @@ def test_baseline_is_an_exponential_moving_average_and_reduces_variance():
     assert (terms.advantage**2).mean() < (terms.reward**2).mean() / 10
 
 
-def test_baseline_lowers_the_variance_of_the_gradient_estimate():
+def test_baseline_lowers_the_variance_of_the_gradient_estimate(tiny_problem):
     dec, features, captions, lengths = tiny_problem()
     rows = 512
     with torch.no_grad():
@@ -150,7 +150,7 @@ def test_label_smoothing_smooths_the_likelihood_term_and_not_the_reward():
     assert torch.allclose(model.theta.grad, -lambda_r * reward * (onehot - 0.25), atol=1e-12)
 
 
-def test_label_smoothing_zero_is_the_paper_objective_bit_for_bit():
+def test_label_smoothing_zero_is_the_paper_objective_bit_for_bit(tiny_problem):
     """epsilon 0 (given or left out) gives the loss, reward and gradients of the plain likelihood
     term, the same bits; and epsilon 0.1 changes the loss but neither the reward nor the location term."""
     import math

@@ -9,9 +9,6 @@ import torch
 
 from captioning.decoding.search import BAD_ENDINGS, GenerationConfig, bad_ending_ids
 from captioning.metrics.ptb import ptb_tokenize, tokenize_corpus
-from captioning.models.decoder import DecoderConfig
-from captioning.models.encoders import EncoderConfig
-from captioning.models.show_attend_tell import ShowAttendTell
 from captioning.objectives import SCST, objective_from_spec
 from captioning.objectives.cross_entropy import caption_log_likelihood
 from captioning.objectives.scst import bad_ending_rate, mean_of_others
@@ -135,14 +132,10 @@ def test_settings_are_checked_and_kept():
 
 
 # --------------------------------------------------------------------------- the gradient
-def tiny_model(kind: str) -> ShowAttendTell:
-    torch.manual_seed(0)
-    model = ShowAttendTell(
-        EncoderConfig(name="small_cnn", pretrained=False, channels=(4,), dim=8),
-        DecoderConfig(embed_dim=8, hidden_dim=16, attention_dim=8, dropout=0.0, attention_kind=kind),
-        vocabulary(),
-    )
-    return model
+@pytest.fixture
+def model_of(tiny_model):
+    """conftest's tiny_model with a one-stage CNN, writing this file's vocabulary."""
+    return lambda kind: tiny_model(kind, encoder={"channels": (4,)}, vocab=vocabulary())
 
 
 def sample_log_p(model, features, sequences, lengths, locations, hard) -> torch.Tensor:
@@ -155,8 +148,8 @@ def sample_log_p(model, features, sequences, lengths, locations, hard) -> torch.
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
 @pytest.mark.parametrize("baseline", ["greedy", "mean"])
-def test_a_step_raises_a_sample_with_positive_advantage_and_lowers_one_with_negative(kind, baseline):
-    model = tiny_model(kind)
+def test_a_step_raises_a_sample_with_positive_advantage_and_lowers_one_with_negative(kind, baseline, model_of):
+    model = model_of(kind)
     objective = scst_with_references(num_samples=8, baseline=baseline, max_new_tokens=6)
     features = torch.randn(2, 4, model.encoder.out_dim)
     batch = {"image_ids": torch.tensor([11, 12])}
@@ -186,8 +179,8 @@ def test_a_step_raises_a_sample_with_positive_advantage_and_lowers_one_with_nega
     assert (change * advantage).sum() > 0  # overall towards the samples that beat the baseline
 
 
-def test_logs_what_a_user_watches():
-    model = tiny_model("soft")
+def test_logs_what_a_user_watches(model_of):
+    model = model_of("soft")
     objective = scst_with_references(num_samples=4, baseline="greedy", max_new_tokens=6)
     torch.manual_seed(2)
     out = objective(model, torch.randn(2, 4, model.encoder.out_dim), {"image_ids": torch.tensor([11, 12])})
@@ -198,10 +191,10 @@ def test_logs_what_a_user_watches():
     assert out.logs["advantage"] == pytest.approx(float(out.logs["reward"] - out.logs["baseline"]), abs=1e-5)
 
 
-def test_bad_ending_rate_and_forbidding_bad_endings():
+def test_bad_ending_rate_and_forbidding_bad_endings(model_of):
     assert bad_ending_rate([["a", "man", "riding", "a"], ["a", "dog", "with"], ["a", "dog"], []]) == 0.5
     assert {"a", "the", "with", "of", "and"} <= BAD_ENDINGS and "up" not in BAD_ENDINGS
-    model = tiny_model("soft")
+    model = model_of("soft")
     vocab = model.vocab
     features = torch.randn(16, 4, model.encoder.out_dim)
     with torch.no_grad():  # make "a" likely everywhere, and EOS likely right after it

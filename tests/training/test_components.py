@@ -1,8 +1,5 @@
 """The components the LightningModule wires: configs, objectives, the seed of a step, the
-parameter groups, grouped captions, and the package's import graph."""
-
-import subprocess
-import sys
+parameter groups, grouped captions."""
 
 import pytest
 import torch
@@ -17,25 +14,14 @@ from captioning.training.guards import step_seed
 from captioning.training.module import CaptioningModule
 from captioning.training.optim import OptimizerConfig
 from captioning.vocab import Vocabulary
-from tests.helpers import ROOT
 
 VOCAB = Vocabulary.build([["a", "small", "red", "circle", "left", "of", "square"]], min_freq=1)
 
 
-def tiny_model(kind="soft", encoder=None):
-    torch.manual_seed(0)
-    return ShowAttendTell(
-        encoder or EncoderConfig(channels=(4, 8, 8), dim=8),
-        DecoderConfig(8, 8, 8, dropout=0.0, attention_kind=kind),
-        VOCAB,
-    )
-
-
-def caption_batch(B=6, T=5, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    captions = torch.randint(4, len(VOCAB), (B, T), generator=g)
-    captions[:, 0], captions[:, -1] = VOCAB.bos_id, VOCAB.eos_id
-    return {"captions": captions, "lengths": torch.full((B,), T)}
+def caption_batch(make_batch, B: int) -> dict:
+    """B captions of 5 tokens (BOS, 3 words of VOCAB, EOS)."""
+    _, captions, lengths = make_batch(B=B, V=len(VOCAB), lengths=[5] * B)
+    return {"captions": captions, "lengths": lengths}
 
 
 def test_generation_config_checks_its_values():
@@ -57,8 +43,8 @@ def test_generation_config_checks_its_values():
     )
 
 
-def test_beam_search_returns_the_best_beams_in_order():
-    model = tiny_model().eval()
+def test_beam_search_returns_the_best_beams_in_order(tiny_model):
+    model = tiny_model(hidden_dim=8).eval()
     images = torch.rand(3, 3, 32, 32)
     out = model.generate(images=images, config=GenerationConfig(num_beams=4, num_return_sequences=3, max_new_tokens=6))
     assert out.beam_sequences.shape[:2] == (3, 3) and out.beam_scores.shape == (3, 3)
@@ -88,8 +74,8 @@ def test_step_seed_differs_per_rank_and_step_and_repeats():
     assert all(0 <= s < 2**63 for s in seeds.values())
 
 
-def test_grouped_captions_take_their_images_features():
-    model = tiny_model()
+def test_grouped_captions_take_their_images_features(tiny_model):
+    model = tiny_model(hidden_dim=8)
     features = torch.randn(2, 16, 8)
     batch = {"features": features.half(), "image_index": torch.tensor([0, 0, 1, 0, 1])}
     rows = model.features(batch)
@@ -113,8 +99,8 @@ def forwarded_batches(objective, model, batch, monkeypatch):
 
 
 @pytest.mark.parametrize("per", ["batch", "image"])
-def test_semi_sampling_draws_per_batch_or_per_image(per, monkeypatch):
-    model, batch = tiny_model("hard"), caption_batch(B=64)
+def test_semi_sampling_draws_per_batch_or_per_image(per, monkeypatch, tiny_model, make_batch):
+    model, batch = tiny_model("hard", hidden_dim=8), caption_batch(make_batch, B=64)
     torch.manual_seed(1)
     mixed = 0
     for _ in range(6):
@@ -130,8 +116,8 @@ def test_semi_sampling_draws_per_batch_or_per_image(per, monkeypatch):
         assert mixed == 6  # 64 coins per batch: some of each
 
 
-def test_several_location_samples_per_caption(monkeypatch):
-    model, batch = tiny_model("hard"), caption_batch(B=3)
+def test_several_location_samples_per_caption(monkeypatch, tiny_model, make_batch):
+    model, batch = tiny_model("hard", hidden_dim=8), caption_batch(make_batch, B=3)
     call, out = forwarded_batches(HardAttentionReinforce(num_samples=4, semi_sampling_p=0.0), model, batch, monkeypatch)
     assert call["rows"] == 12 and out.batch_size == 12 and out.state["reward"].shape == (12,)
     assert torch.equal(call["captions"], batch["captions"].repeat_interleave(4, 0))  # each caption's samples together
@@ -166,117 +152,3 @@ def test_checkpoint_settings_are_plain_values():
 
     assert plain(dict(module.hparams))
     assert module.hparams["objective"]["class_path"].endswith("HardAttentionReinforce")
-
-
-@pytest.fixture(scope="module")
-def check_imports():
-    """tools/dev/check_imports.py as a module."""
-    from tools.dev import check_imports
-
-    return check_imports
-
-
-def test_no_import_cycles_in_the_package(check_imports):
-    found = check_imports.cycles(check_imports.import_graph())
-    assert not found, "\n".join(" <-> ".join(component) for component in found)
-
-
-def test_no_import_goes_up_the_layers(check_imports):
-    """tools/dev/check_imports.py's LAYERS: a module imports its own layer and lower ones only."""
-    problems = check_imports.layer_violations(check_imports.Package())
-    assert not problems, "\n".join(problems)
-
-
-def test_the_inference_side_imports_no_lightning(check_imports):
-    """Captioner, model files, ONNX export, decoding, models and the web server run without Lightning."""
-    problems = check_imports.lightning_imports(check_imports.Package())
-    assert not problems, "\n".join(problems)
-
-
-def test_check_imports_command_prints_every_problem_and_exits_1_on_one(check_imports):
-    package = check_imports.Package()
-    problems = check_imports.layer_violations(package) + check_imports.lightning_imports(package)
-    problems += ["import cycle: " + " <-> ".join(c) for c in check_imports.cycles(package.graph())]
-    proc = subprocess.run([sys.executable, "-m", "tools.dev.check_imports"], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == (1 if problems else 0), proc.stdout + proc.stderr
-    assert sorted(proc.stdout.splitlines()[:-1]) == sorted(problems)
-    assert f"{len(package.files)} modules" in proc.stdout.splitlines()[-1]
-
-
-def write_package(root, files):
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-def test_import_cycle_checker_finds_a_cycle(check_imports, tmp_path):
-    write_package(
-        tmp_path,
-        {
-            "pkg/__init__.py": "",
-            "pkg/sub/__init__.py": "",
-            "pkg/a.py": "from pkg.sub import b\n",
-            "pkg/sub/b.py": "def f():\n    from pkg import a  # a lazy import counts too\n",
-            "pkg/c.py": "import pkg.a\n",
-        },
-    )
-    graph = check_imports.import_graph("pkg", tmp_path)
-    assert check_imports.cycles(graph) == [["pkg.a", "pkg.sub.b"]]
-
-
-def test_layer_checker_reports_imports_of_higher_layers_lazy_ones_too(check_imports, tmp_path):
-    write_package(
-        tmp_path,
-        {
-            "pkg/__init__.py": "",
-            "pkg/low.py": "import os\n\n\ndef f():\n    from pkg.high import g  # lazy\n    return g\n",
-            "pkg/mid/__init__.py": "",
-            "pkg/mid/part.py": "from pkg import low\nfrom ..high import g\n",
-            "pkg/high.py": "from pkg.low import f\nfrom pkg.mid import part\n\n\ndef g():\n    return f\n",
-            "pkg/stray.py": "",
-        },
-    )
-    rules = check_imports.Rules(
-        layers=[("ground", ["pkg.__init__", "pkg.low"]), ("middle", ["pkg.mid"]), ("top", ["pkg.high"])],
-        inference=[],
-        lightning=[],
-        training_side={},
-    )
-    problems = check_imports.layer_violations(check_imports.Package("pkg", tmp_path), rules)
-    assert problems == [
-        "pkg/low.py:5: pkg.low -> pkg.high (layer ground imports the higher layer top)",
-        "pkg/mid/part.py:2: pkg.mid.part -> pkg.high (layer middle imports the higher layer top)",
-        "pkg/stray.py: pkg.stray is in no layer (place it in LAYERS, tools/dev/check_imports.py)",
-    ]
-
-
-def test_lightning_checker_follows_imports_off_the_inference_side(check_imports, tmp_path):
-    write_package(
-        tmp_path,
-        {
-            "pkg/__init__.py": "",
-            "pkg/infer/__init__.py": "",
-            "pkg/infer/plain.py": "import torch\nfrom pkg.infer import dm\n",  # dm is training-side: brings Lightning
-            "pkg/infer/dm.py": "import lightning as L\n",  # allowed: listed as training-side
-            "pkg/infer/lazy.py": "def f():\n    import lightning.pytorch as pl\n    return pl\n",
-            "pkg/infer/tools.py": "from pkg import helpers\nfrom pkg.train import loop\n",
-            "pkg/helpers.py": "import os\n",  # off the inference side, but Lightning-free: fine
-            "pkg/cmd.py": "from pkg.train import loop\n",
-            "pkg/train/__init__.py": "",
-            "pkg/train/loop.py": "import pytorch_lightning\n",
-        },
-    )
-    rules = check_imports.Rules(
-        layers=[],
-        inference=["pkg.__init__", "pkg.infer"],
-        lightning=["lightning", "pytorch_lightning", "pkg.train"],
-        training_side={"pkg.infer.dm": "a LightningDataModule"},
-    )
-    problems = check_imports.lightning_imports(check_imports.Package("pkg", tmp_path), rules)
-    assert problems == [
-        "pkg/infer/lazy.py:2: pkg.infer.lazy -> lightning (the inference side imports lightning)",
-        "pkg/infer/plain.py:2: pkg.infer.plain -> pkg.infer.dm (off the inference side, and it imports Lightning: "
-        "pkg.infer.dm -> lightning)",
-        "pkg/infer/tools.py:2: pkg.infer.tools -> pkg.train.loop (the inference side imports pkg.train)",
-    ]

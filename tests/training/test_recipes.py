@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import Callback
 from captioning.errors import ConfigError
 from captioning.fast.lstm import FastLSTM
 from captioning.files import safe_torch_load
-from captioning.models.decoder import DecoderConfig, DecoderOutput, ShowAttendTellDecoder
+from captioning.models.decoder import DecoderOutput
 from captioning.objectives import CrossEntropy, HardAttentionReinforce
 from captioning.training.optim import OptimizerConfig
 from captioning.training.schedules import ScheduleConfig, StepDecay, WarmupDecay, with_schedule
@@ -151,10 +151,12 @@ def test_a_resumed_run_has_the_uninterrupted_runs_learning_rates(tiny_shapes, tm
 
 
 # ---------------------------------------------------------------------- scheduled sampling
-def small_decoder(**config):
-    torch.manual_seed(0)
-    config = {"embed_dim": 8, "hidden_dim": 12, "attention_dim": 8, "dropout": 0.0, **config}
-    return ShowAttendTellDecoder(20, 16, DecoderConfig(**config)).eval()
+@pytest.fixture
+def small_decoder(make_decoder):
+    """conftest's make_decoder at this section's sizes (20 words, D = 16), float32."""
+    return lambda **config: make_decoder(
+        dtype=torch.float32, vocab_size=20, feature_dim=16, embed_dim=8, hidden_dim=12, **config
+    )
 
 
 CAPTIONS = torch.tensor([[1, 5, 6, 7, 2, 0], [1, 8, 2, 0, 0, 0], [1, 9, 9, 9, 9, 2]])
@@ -173,7 +175,7 @@ def test_scheduled_sampling_probability_is_ruotianluos():
 
 
 @pytest.mark.parametrize("placement", ["bahdanau", "luong"])
-def test_scheduled_sampling_at_p_0_is_teacher_forcing(placement):
+def test_scheduled_sampling_at_p_0_is_teacher_forcing(placement, small_decoder):
     decoder, features = small_decoder(placement=placement), torch.randn(3, 4, 16)
     objective = CrossEntropy(doubly_stochastic=0.5)
     plain, _, _ = objective.likelihood_terms(decoder(features, CAPTIONS, LENGTHS), CAPTIONS)
@@ -188,7 +190,7 @@ def test_scheduled_sampling_at_p_0_is_teacher_forcing(placement):
     assert torch.equal(scheduled(model, features, batch).loss, objective(model, features, batch).loss)
 
 
-def test_scheduled_sampling_at_p_1_reads_only_sampled_words():
+def test_scheduled_sampling_at_p_1_reads_only_sampled_words(small_decoder):
     decoder, features = small_decoder(), torch.randn(3, 4, 16)
     other = CAPTIONS.clone()
     other[:, 1:][CAPTIONS[:, 1:] > 2] = 11  # other words, the same lengths
@@ -205,7 +207,7 @@ def test_scheduled_sampling_at_p_1_reads_only_sampled_words():
     assert decoder.E.weight.grad is not None
 
 
-def test_scheduled_sampling_refuses_hard_attention():
+def test_scheduled_sampling_refuses_hard_attention(small_decoder):
     with pytest.raises(ConfigError, match="scheduled_sampling_start"):
         HardAttentionReinforce(scheduled_sampling_start=0)
     with pytest.raises(ConfigError, match="soft attention only"):

@@ -166,29 +166,25 @@ def test_the_command_line_client_sends_a_focus(served, captioner, two_object_ima
     assert "HTTP 400: focus: the box (5, 5, 5, 9) has zero area" in capsys.readouterr().err
 
 
-def test_a_served_ensemble_of_two_image_sizes_is_focused_as_the_captioner(served, tmp_path, two_object_image):
+def test_a_served_ensemble_of_two_image_sizes_is_focused_as_the_captioner(
+    served, tmp_path, two_object_image, tiny_model
+):
     """Members reading 32 and 48 px: the server hands the decoded upload itself to the captioner
     (no shared resize), the box stays in the upload's pixels, and each member reads the box."""
-    import torch
-
     from captioning.api import Captioner
     from captioning.decoding.generation import GenerationConfig
-    from captioning.models.decoder import DecoderConfig
-    from captioning.models.encoders import EncoderConfig
-    from captioning.models.spec import ModelSpec, build_model
     from captioning.storage.folder import save_folder
-    from captioning.vocab import Vocabulary
 
     folders = []
     for seed, kind, size in ((3, "soft", 32), (4, "hard", 48)):
-        torch.manual_seed(seed)
-        spec = ModelSpec(
-            EncoderConfig(channels=(4, 8), dim=8, pretrained=False),
-            DecoderConfig(8, 16, 8, dropout=0.0, attention_kind=kind),
+        model = tiny_model(
+            kind,
+            encoder={"channels": (4, 8)},
+            vocab=["a", "red", "blue", "circle", "square", "and"],
+            seed=seed,
             image_size=size,
             generation=GenerationConfig(max_new_tokens=10),
         )
-        model = build_model(spec, Vocabulary.build([["a", "red", "blue", "circle", "square", "and"]], min_freq=1))
         folders.append(save_folder(tmp_path / kind, model.eval(), {}, model.spec))
     ensemble = Captioner.from_checkpoints(folders, device="cpu")
     path, boxes = two_object_image

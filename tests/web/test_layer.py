@@ -17,13 +17,13 @@ from captioning.models.transformer import choose_attention_layer  # noqa: E402
 from captioning.storage.folder import save_folder  # noqa: E402
 from captioning.web.client import caption  # noqa: E402
 from captioning.web.server import load_models  # noqa: E402
-from tests.helpers import get_json, tiny_layered_model  # noqa: E402
+from tests.helpers import get_json  # noqa: E402
 
 SETTINGS = {"num_beams": 1, "max_new_tokens": 5}
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
+def folders(tmp_path_factory, tiny_layered_model):
     root = tmp_path_factory.mktemp("serve_layer")
     return {kind: str(save_folder(root / kind, tiny_layered_model(kind))) for kind in ("transformer", "lstm")}
 
@@ -47,7 +47,7 @@ def served_maps(server, name, image) -> tuple[dict, np.ndarray]:
     return described, np.array(out["attention"])
 
 
-def test_the_page_and_the_api_show_the_chosen_layers_maps(folders, image, serve_models):
+def test_the_page_and_the_api_show_the_chosen_layers_maps(folders, image, serve_models, tiny_layered_model):
     maps = {}
     for layer in (None, 1, "mean"):
         models = load_models([f"t={folders['transformer']}", f"lstm={folders['lstm']}"], layer=layer)
