@@ -16,13 +16,11 @@ import sys
 #: The last commit written before subjects were kept to 72 characters.
 RULE_BASE = "651221d"
 LIMIT = 72
-#: Commits after the rule whose long subjects are in the shared history already (it is never rewritten).
-KEPT = {"fbe3438d3daccb139ef8293f3f1ce5cc864f3296"}
 
 
 def long_subjects(since: str = RULE_BASE, limit: int = LIMIT) -> list[str] | None:
-    """``"<hash> <subject>"`` of each commit after ``since`` whose subject is longer than ``limit`` (those
-    of :data:`KEPT` aside); None where git or the base commit is not available."""
+    """``"<hash> <subject>"`` of each commit after ``since`` whose subject is longer than ``limit``; None
+    where git or the base commit is not available."""
     try:
         known = subprocess.run(["git", "cat-file", "-e", f"{since}^{{commit}}"], capture_output=True)
         if known.returncode != 0:
@@ -33,7 +31,7 @@ def long_subjects(since: str = RULE_BASE, limit: int = LIMIT) -> list[str] | Non
     except (OSError, subprocess.CalledProcessError):
         return None
     commits = [line.split(" ", 2) for line in log.splitlines()]
-    return [f"{short} {subject}" for full, short, subject in commits if len(subject) > limit and full not in KEPT]
+    return [f"{short} {subject}" for full, short, subject in commits if len(subject) > limit]
 
 
 def main(argv: list[str] | None = None) -> int:
