@@ -244,7 +244,7 @@ def test_a_damaged_state_description_is_one_line(tmp_path, built):
         ([2, "steps", 16], "its input cache is of shape"),
     ],
 )
-def test_a_carried_state_the_graph_does_not_take_is_refused_before_it_is_allocated(tmp_path, zeros, words):
+def test_a_carried_state_the_graph_does_not_take_is_refused_before_it_is_allocated(built, tmp_path, zeros, words):
     import shutil
 
     from captioning.export.onnx import export_onnx
