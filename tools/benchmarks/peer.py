@@ -119,13 +119,19 @@ def measure_peer(peer: Path, steps: int, images: int) -> dict:
 def measure_tree(steps: int) -> dict:
     import torch
 
+    import captioning
+
+    wanted = Path(os.environ.get("PYTHONPATH", ".").split(os.pathsep)[0]).resolve()
+    if Path(captioning.__file__).resolve().parents[1] != wanted:  # the tree asked for, not another
+        raise RuntimeError(f"measuring {captioning.__file__}, not the tree {wanted}")
+
     from captioning.decoding.search import GenerationConfig, beam_search
     from captioning.models.decoder import DecoderConfig, ShowAttendTellDecoder
     from captioning.objectives import CrossEntropy
 
-    try:
+    if (wanted / "captioning" / "fast").is_dir():
         from captioning.fast import fast_decoder  # what fit and caption run
-    except ImportError:  # a tree before the fast path: its decoder is fast as it is
+    else:  # a tree before the fast path: its decoder is fast as it is
         fast_decoder = lambda decoder: decoder  # noqa: E731
     torch.manual_seed(0)
     config = DecoderConfig(embed_dim=DIM, hidden_dim=DIM, attention_dim=DIM, dropout=0.5)
@@ -178,10 +184,13 @@ def main(argv=None) -> int:
     results: dict[str, list[dict]] = {name: [] for name, _ in sides}
     for r in range(args.rounds):
         for name, tree in sides:
-            env = dict(os.environ, PYTHONPATH=tree or os.environ.get("PYTHONPATH", ""))
-            cmd = [sys.executable, "-m", "tools.benchmarks.peer", "--peer", args.peer, "--side", "peer" if tree is None else "tree",
+            # run as a script from the tree's own folder, so that `captioning` is the tree's (with
+            # `python -m` from this checkout, the working folder would come first on sys.path)
+            here = Path(__file__).resolve()
+            env = dict(os.environ, PYTHONPATH=tree or str(here.parents[2]))
+            cmd = [sys.executable, str(here), "--peer", args.peer, "--side", "peer" if tree is None else "tree",
                    "--steps", str(args.steps), "--images", str(args.images)]  # fmt: skip
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree or here.parents[2])
             if done.returncode:
                 print(done.stderr[-2000:], file=sys.stderr)
                 return 1
