@@ -133,7 +133,8 @@ def digest(t):
 def recording(self, model, features, batch, static=False):
     """Per step: the generator state the step draws from, its first dropout mask, its sampled locations."""
     masks = []
-    hook = model.decoder.dropout.register_forward_hook(lambda m, i, o: masks.append(((o == 0) & (i[0] != 0), i[0] != 0)))
+    decoder = getattr(model.decoder, "plain", model.decoder)  # the fast twin runs the plain decoder's dropout
+    hook = decoder.dropout.register_forward_hook(lambda m, i, o: masks.append(((o == 0) & (i[0] != 0), i[0] != 0)))
     state = digest(torch.random.get_rng_state())
     out = original(self, model, features, batch, static=static)
     hook.remove()
