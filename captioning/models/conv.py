@@ -35,6 +35,7 @@ from captioning.errors import ConfigError
 from captioning.models.attention.refiner import grid_position_embedding
 from captioning.models.decoder import DecoderOutput, Glimpse
 from captioning.models.kinds import DECODERS
+from captioning.models.transformer import teacher_forcing_mask
 from captioning.vocab import Vocabulary
 
 
@@ -288,15 +289,7 @@ class ConvDecoder(nn.Module):
         """A teacher-forced pass (as the LSTM's ``forward``): features (B, L, D), captions (B, T + 1),
         lengths (B,) with BOS and EOS. Position t reads captions[:, t] and predicts captions[:, t + 1].
         Logits (N, V) of the real steps in mask.nonzero() order, or (B, T, V) with ``static``."""
-        if sample_prob > 0:
-            raise ConfigError(
-                "model.objective.scheduled_sampling_start: scheduled sampling trains the LSTM decoder only"
-            )
-        if mode not in (None, "expected") or use_expected is not None or locations is not None:
-            raise ConfigError("model.decoder.kind: the conv decoder attends softly; hard attention is the LSTM's")
-        T = captions.size(1) - 1
-        steps = (lengths - 1).clamp(min=0, max=T)
-        mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+        mask = teacher_forcing_mask("conv", captions, lengths, mode, use_expected, locations, sample_prob)
         logits, maps = self.run(features, captions[:, :-1])
         alphas = self.chosen_maps(maps.unbind(1)) * mask.unsqueeze(-1)  # (B, T, L)
         return DecoderOutput(

@@ -226,6 +226,21 @@ class TransformerStates:
         return [x[rows] for x in carried]
 
 
+def teacher_forcing_mask(
+    kind: str, captions: Tensor, lengths: Tensor, mode, use_expected, locations, sample_prob: float
+) -> Tensor:
+    """The (B, T) mask of the real steps of a teacher-forced pass of a decoder that runs every position
+    at once and attends softly (the transformer's, the conv decoder's), after refusing in one line what
+    only the LSTM trains: scheduled sampling, hard attention's modes and locations."""
+    if sample_prob > 0:
+        raise ConfigError("model.objective.scheduled_sampling_start: scheduled sampling trains the LSTM decoder only")
+    if mode not in (None, "expected") or use_expected is not None or locations is not None:
+        raise ConfigError(f"model.decoder.kind: the {kind} decoder attends softly; hard attention is the LSTM's")
+    T = captions.size(1) - 1
+    steps = (lengths - 1).clamp(min=0, max=T)
+    return torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)
+
+
 class TransformerDecoder(nn.Module):
     """N pre-LN Transformer decoder layers over the projected annotation grid (module docstring).
     Built as ``cls(vocab_size, feature_dim, config)``; the model width is ``config.hidden_dim``."""
@@ -344,17 +359,7 @@ class TransformerDecoder(nn.Module):
         """A teacher-forced pass (as the LSTM's ``forward``): features (B, L, D), captions (B, T + 1),
         lengths (B,) with BOS and EOS. Position t reads captions[:, t] and predicts captions[:, t + 1].
         Logits (N, V) of the real steps in mask.nonzero() order, or (B, T, V) with ``static``."""
-        if sample_prob > 0:
-            raise ConfigError(
-                "model.objective.scheduled_sampling_start: scheduled sampling trains the LSTM decoder only"
-            )
-        if mode not in (None, "expected") or use_expected is not None or locations is not None:
-            raise ConfigError(
-                "model.decoder.kind: the transformer decoder attends softly; hard attention is the LSTM's"
-            )
-        T = captions.size(1) - 1
-        steps = (lengths - 1).clamp(min=0, max=T)
-        mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+        mask = teacher_forcing_mask("transformer", captions, lengths, mode, use_expected, locations, sample_prob)
         logits, maps = self.run(features, captions[:, :-1])
         heads = self.chosen_maps(maps.unbind(1)).transpose(1, 2) * mask[:, :, None, None]  # (B, T, h, L)
         alphas = heads.mean(2)
