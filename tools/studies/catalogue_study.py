@@ -2,14 +2,16 @@
 
     python -m tools.studies.catalogue_study run --data shapes=DATA.json --data hard=HARD.json \
         --steps 600 --seeds 0 1 --runs runs/catalogue [--mechanisms soft,uniform,...] [--threads 1]
+    python -m tools.studies.catalogue_study before runs/catalogue --data shapes=DATA.json --data hard=HARD.json
     python -m tools.studies.catalogue_study table runs/catalogue > table.md
 
 ``run`` trains each mechanism (configs/shapes_<name>.yaml, the demo's recipe with the mechanism's
 decoder) for ``--steps`` steps per data set and seed, then measures its best checkpoint on the test
 split: the scores with grounding (``evaluate --grounding``), faithfulness (deletion of the attended
 annotation vectors), and steering at each ``--strengths`` value (how often the caption names the
-object whose box is the focus). RUNS/<data>/<name>_s<seed>.json holds one run's figures; a run whose
-file exists is skipped, so a stopped study resumes. ``table`` prints the study's tables: the seeds'
+object whose box is the focus). ``before`` adds the maps' grounding at the word before each noun
+(where a conv decoder's maps find the object). RUNS/<data>/<name>_s<seed>.json holds one run's
+figures; a run whose file exists is skipped, so a stopped study resumes. ``table`` prints the study's tables: the seeds'
 mean and each seed. Data: ``make-shapes`` (the demo's preset) and ``make-shapes --preset hard``.
 """
 
@@ -82,6 +84,10 @@ def measure(checkpoint: Path, data: str, strengths, faithfulness_images: int, be
 
 
 def run(args) -> None:
+    if args.threads:  # the measurements run in this process: the same threads as the runs' training
+        import torch
+
+        torch.set_num_threads(args.threads)
     names = CATALOGUE if args.mechanisms in (None, "all") else tuple(args.mechanisms.split(","))
     missing = [n for n in names if not (CONFIGS / f"shapes_{n}.yaml").exists()]
     if missing:
@@ -96,12 +102,42 @@ def run(args) -> None:
                 print(f"catalogue_study: {label} {name} seed {seed}", flush=True)
                 try:
                     ckpt, per_step = fit(name, data, args.steps, seed, out.with_suffix(""), args.threads)
+                    start = time.perf_counter()
                     result = measure(ckpt, data, args.strengths, args.faithfulness_images, args.beams)
+                    result["seconds_measure"] = round(time.perf_counter() - start, 1)
                 except (subprocess.CalledProcessError, OSError, RuntimeError, ValueError) as err:
                     print(f"catalogue_study: {label} {name} seed {seed} failed: {err}", file=sys.stderr)
                     continue
                 result.update(name=name, seed=seed, data=label, steps=args.steps, seconds_per_step=per_step)
                 out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+
+def before(args) -> None:
+    """Add each run's grounding at the word before the noun (the noun's colour) to its JSON
+    (``"before"``): maps that find the object a word early (a conv decoder's) score there."""
+    import torch
+
+    from captioning.api import Captioner
+    from captioning.data.formats import load_records
+    from tools.studies.grounding_shift import shift
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for item in args.data:
+        label, _, data = item.partition("=")
+        records = {r.image_id: r for r in load_records(data) if r.split == "test"}
+        for path in sorted(Path(args.runs, label).glob("*_s*.json")):
+            result = json.loads(path.read_text(encoding="utf-8"))
+            best = sorted(path.with_suffix("").glob("lightning_logs/version_*/checkpoints/best-*.ckpt"))
+            if "before" in result or not best:
+                continue
+            print(f"catalogue_study: {label} {path.stem}: grounding at the word before", flush=True)
+            captioner = Captioner.from_checkpoint(str(best[-1]), device="cpu")
+            at_noun, at_before = shift(captioner, records, Path(data).parent, args.beams)
+            keys = ("attention_correctness", "pointing_game", "count")
+            result["before"] = {k: at_before.get(k) for k in keys}
+            result["noun"] = {k: at_noun.get(k) for k in keys}
+            path.write_text(json.dumps(result, indent=1), encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------- the table
@@ -125,6 +161,7 @@ def figures(r: dict) -> dict:
         "pointing": s.get("pointing_game"),
         "faith": area,
         "steer": needed if needed is not None else (math.inf if steerable else None),
+        "before": (r.get("before") or {}).get("attention_correctness"),
         "step": r.get("seconds_per_step"),
     }
 
@@ -150,9 +187,10 @@ def table(args) -> None:
         print(f"\n### {os.path.basename(folder)} ({', '.join(map(str, sorted(steps)))} steps)\n")
         print(
             "| mechanism | seeds | object F1 | CIDEr | attention correctness | pointing game | "
-            "faithfulness: deletion area, random - attended | steering strength for 50% | s/step |"
+            "correctness at the word before | faithfulness: deletion area, random - attended | "
+            "steering strength for 50% | s/step |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         order = [n for n in CATALOGUE if n in groups] + sorted(n for n in groups if n not in CATALOGUE)
         for name in order:
             runs = sorted(groups[name], key=lambda r: r["seed"])
@@ -169,7 +207,7 @@ def table(args) -> None:
             steer = " / ".join(cell(f["steer"], "{:g}") for f in fs)
             print(
                 f"| {name} | {len(runs)} | {mean('f1')} | {mean('cider', '{:.2f}')} | {mean('correct')} | "
-                f"{mean('pointing')} | {mean('faith')} | {steer} | {mean('step', '{:.2f}')} |"
+                f"{mean('pointing')} | {mean('before')} | {mean('faith')} | {steer} | {mean('step', '{:.2f}')} |"
             )
 
 
@@ -186,10 +224,15 @@ def main(argv=None) -> None:
     r.add_argument("--beams", type=int, default=3)
     r.add_argument("--strengths", type=float, nargs="+", default=list(STRENGTHS))
     r.add_argument("--faithfulness-images", type=int, default=60)
+    b = sub.add_parser("before", help="add grounding at the word before each noun to RUNS' results")
+    b.add_argument("runs")
+    b.add_argument("--data", action="append", required=True, metavar="LABEL=DATA.json")
+    b.add_argument("--threads", type=int, default=None)
+    b.add_argument("--beams", type=int, default=3)
     t = sub.add_parser("table", help="the study's tables from RUNS")
     t.add_argument("runs")
     args = p.parse_args(argv)
-    run(args) if args.command == "run" else table(args)
+    {"run": run, "before": before, "table": table}[args.command](args)
 
 
 if __name__ == "__main__":

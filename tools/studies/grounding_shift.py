@@ -30,24 +30,30 @@ def main(argv=None) -> None:
     records = {r.image_id: r for r in load_records(args.data) if r.split == "test"}
     root = Path(args.data).parent
     captioner = Captioner.from_checkpoint(args.checkpoint, device="cpu")
-    paths = [str(root / r.path) for r in records.values()]
     layered = transformer_members(captioner.model)
     layers = ("mean", *range(captioner.model.decoder.num_layers)) if layered else (None,)
     print("layer  noun: correctness pointing  word before: correctness pointing  nouns")
     for layer in layers:
         choose_attention_layer(captioner.model, layer)
-        outs = captioner(paths, return_attention=True, num_beams=args.beams)
-        at_noun, before = {}, {}
-        for image_id, out in zip(records, outs):
-            words, maps = list(out["tokens"]), out["attention"].reshape(len(out["tokens"]), -1)
-            at_noun[image_id] = (words, maps, None)
-            # word t scored with word t - 1's map (the first word's with a zero map)
-            before[image_id] = (words, np.concatenate([maps[:1] * 0, maps[:-1]]), None)
-        a, b = grounding(records, at_noun, str(root)), grounding(records, before, str(root))
+        a, b = shift(captioner, records, root, args.beams)
         shown = [fmt(s[k]) for s in (a, b) for k in ("attention_correctness", "pointing_game")]
         print(
             f"{str(layer if layer is not None else '-'):6} {shown[0]} {shown[1]}  {shown[2]} {shown[3]}  {a['count']}"
         )
+
+
+def shift(captioner, records: dict, root: Path, beams: int) -> tuple[dict, dict]:
+    """(grounding at the nouns, grounding at the word before each noun) of ``captioner``'s maps on
+    ``records`` (image_id -> ImageRecord, images under ``root``): :func:`grounding`'s dicts."""
+    paths = [str(root / r.path) for r in records.values()]
+    outs = captioner(paths, return_attention=True, num_beams=beams)
+    at_noun, before = {}, {}
+    for image_id, out in zip(records, outs):
+        words, maps = list(out["tokens"]), out["attention"].reshape(len(out["tokens"]), -1)
+        at_noun[image_id] = (words, maps, None)
+        # word t scored with word t - 1's map (the first word's with a zero map)
+        before[image_id] = (words, np.concatenate([maps[:1] * 0, maps[:-1]]), None)
+    return grounding(records, at_noun, str(root)), grounding(records, before, str(root))
 
 
 def fmt(value: float | None) -> str:

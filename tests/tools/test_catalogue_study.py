@@ -1,0 +1,70 @@
+"""tools/studies/catalogue_study.py: its table from runs' results, and the grounding it adds at the
+word before each noun."""
+
+import json
+import shutil
+
+from tools.studies.catalogue_study import main
+
+
+def result(name: str, seed: int, f1: float, steering=None, faithfulness=None) -> dict:
+    return {
+        "name": name,
+        "seed": seed,
+        "data": "shapes",
+        "steps": 600,
+        "seconds_per_step": 0.25,
+        "scores": {"object_f1": f1, "CIDEr": 2.0 * f1, "attention_correctness": 0.5, "pointing_game": 0.75},
+        "faithfulness": faithfulness,
+        "steering": steering or [],
+    }
+
+
+def test_the_table_gives_the_seeds_mean_and_each_seed(tmp_path, capsys):
+    runs = tmp_path / "runs" / "shapes"
+    runs.mkdir(parents=True)
+    weak = [{"strength": s, "named_only_focused": 0.1} for s in (1.0, 3.0, 10.0)]
+    strong = [{"strength": 1.0, "named_only_focused": 0.2}, {"strength": 3.0, "named_only_focused": 0.6}]
+    removal = {"removal": {"mean": {"object": {"area": {"deletion_random": 0.5, "deletion_top": 0.25}}}}}
+    for r in (
+        result("soft", 0, 0.4, strong, removal),
+        result("soft", 1, 0.6, weak),
+        result("uniform", 0, 0.1, [{"unavailable": "no maps", "strength": 1.0}]),
+    ):
+        (runs / f"{r['name']}_s{r['seed']}.json").write_text(json.dumps(r))
+    main(["table", str(tmp_path / "runs")])
+    out = capsys.readouterr().out
+    assert "### shapes (600 steps)" in out
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in out.splitlines()
+        if line.startswith("| ")
+    }
+    # the catalogue's order: uniform before soft
+    assert out.index("| uniform |") < out.index("| soft |")
+    soft, uniform = rows["soft"], rows["uniform"]
+    assert soft[0] == "2" and soft[1] == "0.500 (0.400 / 0.600)" and soft[2] == "1.00 (0.80 / 1.20)"
+    assert soft[5] == "-"  # no run measured the word before
+    assert soft[6] == "0.250 (0.250 / -)"  # one seed's faithfulness: the mean of the one figure
+    assert soft[7] == "3 / > 10"  # the first strength reaching 50%; never within the strengths tried
+    assert uniform[1] == "0.100" and uniform[6] == "-" and uniform[7] == "-"
+
+
+def test_before_adds_the_grounding_at_the_word_before_and_skips_what_it_has(tmp_path, tiny_checkpoint, tiny_shapes):
+    runs = tmp_path / "runs"
+    folder = runs / "shapes" / "soft_s0" / "lightning_logs" / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    shutil.copy(tiny_checkpoint, folder / "best-epoch=0-step=3.ckpt")
+    path = runs / "shapes" / "soft_s0.json"
+    path.write_text(json.dumps(result("soft", 0, 0.4)))
+    main(["before", str(runs), "--data", f"shapes={tiny_shapes}", "--beams", "1", "--threads", "1"])
+    written = json.loads(path.read_text())
+    for key in ("noun", "before"):
+        assert set(written[key]) == {"attention_correctness", "pointing_game", "count"}
+        value = written[key]["attention_correctness"]
+        assert value is None or 0.0 <= value <= 1.0
+    assert written["noun"]["count"] == written["before"]["count"]  # the same nouns, scored a word apart
+    assert written["scores"]["object_f1"] == 0.4  # the run's own figures stay
+    stamp = path.stat().st_mtime_ns
+    main(["before", str(runs), "--data", f"shapes={tiny_shapes}", "--beams", "1"])
+    assert path.stat().st_mtime_ns == stamp  # measured once
