@@ -217,45 +217,65 @@ def create_app(
         finally:
             await form.close()
 
-    async def caption(request: Request):
-        upload = None
+    def form_route(fields: int | None = None):
+        """A POST route reading a multipart form (``read_form``): the handler gets (upload, name,
+        fields); a RequestError answers its 4xx, any other failure is logged and answers a generic
+        500, and the upload is deleted either way."""
+
+        def wrap(handler):
+            async def route(request: Request):
+                upload = None
+                try:
+                    upload, name, form = await read_form(request, fields)
+                    return await handler(upload, name, form)
+                except RequestError as err:
+                    return error(err)
+                except Exception as err:  # noqa: BLE001 - a failure of the server: logged, a generic answer
+                    log.error("%s %s failed", request.method, request.url.path, exc_info=err)
+                    return error(InternalError("the server failed on this request"))
+                finally:
+                    if upload is not None:
+                        _unlink(upload)
+
+            route.__doc__ = handler.__doc__
+            return route
+
+        return wrap
+
+    async def answers(futures: list, what: str) -> list:
+        """The queue's answers to ``futures``, or Busy after the request timeout (the futures cancelled:
+        a waiting job is skipped by the worker, a running one is dropped)."""
         try:
-            upload, name, fields = await read_form(request)
-            model_name = fields.get("model") or models[0].name
-            model = by_name.get(model_name)
-            if model is None:
-                raise NotFound(f"unknown model {model_name[:60]!r}; served: {', '.join(by_name)}")
-            settings = model.settings(fields)
-            focus = parse_focus(fields)
-            if focus is not None and model.focus_problem:
-                raise RequestError(f"{model.focus_problem} (model {model.name!r})")
-            job = Job(
-                model,
-                settings,
-                upload,
-                name,
-                want_gif=truthy(fields.get("return_gif")),
-                want_image=truthy(fields.get("return_image")),
-                focus=focus,
-                want_views=truthy(fields.get("return_views")),
+            return await asyncio.wait_for(
+                asyncio.gather(*(asyncio.wrap_future(f) for f in futures)), limits.request_timeout
             )
-            future = state["queue"].submit(job)
-            try:
-                payload = await asyncio.wait_for(asyncio.wrap_future(future), limits.request_timeout)
-            except asyncio.TimeoutError:  # a waiting job is cancelled (the worker skips it); a running one is dropped
+        except asyncio.TimeoutError:
+            for future in futures:
                 future.cancel()
-                raise Busy(
-                    f"the model did not answer within {limits.request_timeout:g} s; try again in a moment"
-                ) from None
-            return JSONResponse(payload)
-        except RequestError as err:
-            return error(err)
-        except Exception as err:  # noqa: BLE001 - a failure of the server: logged, a generic answer
-            log.error("%s %s failed", request.method, request.url.path, exc_info=err)
-            return error(InternalError("the server failed on this request"))
-        finally:
-            if upload is not None:
-                _unlink(upload)
+            raise Busy(f"{what} did not answer within {limits.request_timeout:g} s; try again in a moment") from None
+
+    @form_route()
+    async def caption(upload: str, name: str, fields: dict):
+        model_name = fields.get("model") or models[0].name
+        model = by_name.get(model_name)
+        if model is None:
+            raise NotFound(f"unknown model {model_name[:60]!r}; served: {', '.join(by_name)}")
+        settings = model.settings(fields)
+        focus = parse_focus(fields)
+        if focus is not None and model.focus_problem:
+            raise RequestError(f"{model.focus_problem} (model {model.name!r})")
+        job = Job(
+            model,
+            settings,
+            upload,
+            name,
+            want_gif=truthy(fields.get("return_gif")),
+            want_image=truthy(fields.get("return_image")),
+            focus=focus,
+            want_views=truthy(fields.get("return_views")),
+        )
+        (payload,) = await answers([state["queue"].submit(job)], "the model")
+        return JSONResponse(payload)
 
     def language_headers(language: str) -> dict:
         headers = {"Content-Language": LANGUAGES[language][0]}
@@ -267,54 +287,33 @@ def create_app(
         language = choose_language(request.query_params.get("lang"), lang, request.headers.get("accept-language"))
         return HTMLResponse(atlas_page(language), headers=language_headers(language))
 
-    async def atlas(request: Request):
+    @form_route(len(ATLAS_FIELDS))
+    async def atlas(upload: str, name: str, fields: dict):
         """Every served model captions the upload (through the queue, as /api/caption), then the
         panels of viz/atlas.py: the chosen word's map, the mechanism's equation, object F1 when the
         upload is an example whose objects are known."""
-        upload = None
+        objects = None
+        if fields.get("example", "").strip():
+            try:
+                index = int(fields["example"])
+            except ValueError:
+                raise RequestError(f"example: expected an example's index, got {fields['example'][:20]!r}") from None
+            if not 0 <= index < len(examples):
+                raise NotFound(f"no example {index}")
+            objects = await asyncio.to_thread(example_objects, examples[index])
+        jobs = [Job(model, model.settings({}), upload, name, want_image=k == 0) for k, model in enumerate(models)]
+        futures = []
         try:
-            upload, name, fields = await read_form(request, len(ATLAS_FIELDS))
-            objects = None
-            if fields.get("example", "").strip():
-                try:
-                    index = int(fields["example"])
-                except ValueError:
-                    raise RequestError(
-                        f"example: expected an example's index, got {fields['example'][:20]!r}"
-                    ) from None
-                if not 0 <= index < len(examples):
-                    raise NotFound(f"no example {index}")
-                objects = await asyncio.to_thread(example_objects, examples[index])
-            jobs = [Job(model, model.settings({}), upload, name, want_image=k == 0) for k, model in enumerate(models)]
-            futures = []
-            try:
-                for job in jobs:  # a full queue refuses one: the others are cancelled
-                    futures.append(state["queue"].submit(job))
-            except Busy:
-                for future in futures:
-                    future.cancel()
-                raise
-            try:
-                payloads = await asyncio.wait_for(
-                    asyncio.gather(*(asyncio.wrap_future(f) for f in futures)), limits.request_timeout
-                )
-            except asyncio.TimeoutError:
-                for future in futures:
-                    future.cancel()
-                raise Busy(
-                    f"the models did not answer within {limits.request_timeout:g} s; try again in a moment"
-                ) from None
-            word = (fields.get("word") or "").strip() or None
-            answer = await asyncio.to_thread(atlas_answer, models, payloads, word, objects)
-            return JSONResponse(answer)
-        except RequestError as err:
-            return error(err)
-        except Exception as err:  # noqa: BLE001 - a failure of the server: logged, a generic answer
-            log.error("%s %s failed", request.method, request.url.path, exc_info=err)
-            return error(InternalError("the server failed on this request"))
-        finally:
-            if upload is not None:
-                _unlink(upload)
+            for job in jobs:  # a full queue refuses one: the others are cancelled
+                futures.append(state["queue"].submit(job))
+        except Busy:
+            for future in futures:
+                future.cancel()
+            raise
+        payloads = await answers(futures, "the models")
+        word = (fields.get("word") or "").strip() or None
+        answer = await asyncio.to_thread(atlas_answer, models, payloads, word, objects)
+        return JSONResponse(answer)
 
     async def not_found(request: Request, exc):
         if getattr(exc, "status_code", 404) == 405:
