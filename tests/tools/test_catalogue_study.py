@@ -14,7 +14,11 @@ def result(name: str, seed: int, f1: float, steering=None, faithfulness=None) ->
         "data": "shapes",
         "steps": 600,
         "seconds_per_step": 0.25,
-        "scores": {"object_f1": f1, "CIDEr": 2.0 * f1, "attention_correctness": 0.5, "pointing_game": 0.75},
+        "scores": {
+            "object_f1": f1,
+            "CIDEr": 2.0 * f1,
+            "grounding": {"attention_correctness": f1 / 2, "pointing_game": 0.75, "count": 9},
+        },
         "faithfulness": faithfulness,
         "steering": steering or [],
     }
@@ -44,6 +48,7 @@ def test_the_table_gives_the_seeds_mean_and_each_seed(tmp_path, capsys):
     assert out.index("| uniform |") < out.index("| soft |")
     soft, uniform = rows["soft"], rows["uniform"]
     assert soft[0] == "2" and soft[1] == "0.500 (0.400 / 0.600)" and soft[2] == "1.00 (0.80 / 1.20)"
+    assert soft[3] == "0.250 (0.200 / 0.300)" and soft[4] == "0.750 (0.750 / 0.750)"  # evaluate's grounding
     assert soft[5] == "-"  # no run measured the word before
     assert soft[6] == "0.250 (0.250 / -)"  # one seed's faithfulness: the mean of the one figure
     assert soft[7] == "3 / > 10"  # the first strength reaching 50%; never within the strengths tried

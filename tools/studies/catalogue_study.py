@@ -157,8 +157,8 @@ def figures(r: dict) -> dict:
     return {
         "f1": s.get("object_f1"),
         "cider": s.get("CIDEr"),
-        "correct": s.get("attention_correctness"),
-        "pointing": s.get("pointing_game"),
+        "correct": (s.get("grounding") or {}).get("attention_correctness"),
+        "pointing": (s.get("grounding") or {}).get("pointing_game"),
         "faith": area,
         "steer": needed if needed is not None else (math.inf if steerable else None),
         "before": (r.get("before") or {}).get("attention_correctness"),
