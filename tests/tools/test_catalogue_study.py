@@ -73,3 +73,31 @@ def test_before_adds_the_grounding_at_the_word_before_and_skips_what_it_has(tmp_
     stamp = path.stat().st_mtime_ns
     main(["before", str(runs), "--data", f"shapes={tiny_shapes}", "--beams", "1"])
     assert path.stat().st_mtime_ns == stamp  # measured once
+
+
+def test_lagged_grounding_scores_each_noun_with_the_map_of_the_word_before(tiny_shapes):
+    """tools/studies/grounding_shift.lagged (the catalogue study's ``before``, hard_attention_study's
+    grounding-lag): a caption whose colour word looks inside the object's box and whose noun looks
+    outside it scores 1 a word early and 0 at the noun."""
+    import numpy as np
+
+    from captioning.data.formats import load_records
+    from tools.studies.grounding_shift import lagged
+
+    record = next(r for r in load_records(str(tiny_shapes)) if r.split == "test" and len(r.objects) == 1)
+    x0, y0, x1, y1 = record.objects[0]["bbox"]
+    grid = 8  # cells of 64 / 8 = 8 pixels
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+    inside = int(cy // 8) * grid + int(cx // 8)
+    outside = max(range(grid * grid), key=lambda c: abs(c // grid * 8 + 4 - cy) + abs(c % grid * 8 + 4 - cx))
+    words = ["a", *record.objects[0]["words"]]
+    maps = np.full((len(words), grid * grid), 1.0 / grid**2)
+    maps[2] = np.eye(grid * grid)[inside]  # the colour word's map: the object
+    maps[3] = np.eye(grid * grid)[outside]  # the noun's: the farthest cell
+    at_noun, before = lagged(
+        {record.image_id: record}, [{"tokens": words, "attention": maps}], tiny_shapes.parent, (0, 1)
+    )
+    assert at_noun["count"] == before["count"] == 1
+    assert at_noun["attention_correctness"] == 0.0 and at_noun["pointing_game"] == 0.0
+    # the centre cell's mass lies mostly, not wholly, inside the box (the map is spread over its 8x8 pixels)
+    assert before["attention_correctness"] > 0.5 and before["pointing_game"] == 1.0

@@ -45,15 +45,24 @@ def main(argv=None) -> None:
 def shift(captioner, records: dict, root: Path, beams: int) -> tuple[dict, dict]:
     """(grounding at the nouns, grounding at the word before each noun) of ``captioner``'s maps on
     ``records`` (image_id -> ImageRecord, images under ``root``): :func:`grounding`'s dicts."""
-    paths = [str(root / r.path) for r in records.values()]
-    outs = captioner(paths, return_attention=True, num_beams=beams)
-    at_noun, before = {}, {}
-    for image_id, out in zip(records, outs):
-        words, maps = list(out["tokens"]), out["attention"].reshape(len(out["tokens"]), -1)
-        at_noun[image_id] = (words, maps, None)
-        # word t scored with word t - 1's map (the first word's with a zero map)
-        before[image_id] = (words, np.concatenate([maps[:1] * 0, maps[:-1]]), None)
-    return grounding(records, at_noun, str(root)), grounding(records, before, str(root))
+    outs = captioner([str(root / r.path) for r in records.values()], return_attention=True, num_beams=beams)
+    at_noun, before = lagged(records, outs, root, (0, 1))
+    return at_noun, before
+
+
+def lagged(records: dict, outputs, root, lags=(0, 1, 2)) -> list[dict]:
+    """:func:`grounding` of the captions ``outputs`` (the captioner's, with ``return_attention``, in
+    the order of ``records``) for each lag: each noun scored with the map of the word ``lag`` before
+    it (a uniform map before the first word)."""
+    scores = []
+    for lag in lags:
+        alignments = {}
+        for image_id, out in zip(records, outputs):
+            maps = np.asarray(out["attention"]).reshape(len(out["attention"]), -1)  # (T, L)
+            uniform = np.full((lag, maps.shape[1]), 1.0 / maps.shape[1])
+            alignments[image_id] = (list(out["tokens"]), np.concatenate([uniform, maps])[: len(maps)], None)
+        scores.append(grounding(records, alignments, str(root)))
+    return scores
 
 
 def fmt(value: float | None) -> str:

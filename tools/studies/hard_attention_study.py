@@ -644,12 +644,11 @@ def cmd_likelihood(args) -> None:
 
 def cmd_grounding_lag(args) -> None:
     """Grounding of the test captions with each mention's noun scored by the map of the word ``lag`` before it."""
-    import numpy as np
     from PIL import Image
 
     from captioning.api import Captioner
     from captioning.data.formats import default_images_root, load_records
-    from captioning.data.shapes import grounding
+    from tools.studies.grounding_shift import lagged
 
     records = [r for r in load_records(args.data) if r.split == args.split]
     root = default_images_root(args.data)
@@ -662,15 +661,10 @@ def cmd_grounding_lag(args) -> None:
     for ckpt in args.checkpoints:
         captioner = Captioner.from_checkpoint(ckpt, device="cpu")
         outputs = captioner(images, return_attention=True, num_beams=args.num_beams, batch_size=50)
-        row = {}
-        for lag in (0, 1, 2):
-            alignments = {}
-            for r, out in zip(records, outputs):
-                maps = out["attention"].reshape(len(out["attention"]), -1)  # (T, L)
-                uniform = np.full((lag, maps.shape[1]), 1.0 / maps.shape[1])
-                alignments[r.image_id] = (out["tokens"], np.concatenate([uniform, maps])[: len(maps)], None)
-            scores = grounding(by_id, alignments, root)
-            row[f"lag{lag}"] = {k: scores[k] for k in ("pointing_game", "attention_correctness", "count")}
+        row = {
+            f"lag{lag}": {k: scores[k] for k in ("pointing_game", "attention_correctness", "count")}
+            for lag, scores in zip((0, 1, 2), lagged(by_id, outputs, root, (0, 1, 2)))
+        }
         result[ckpt] = row
         print(
             f"{ckpt}: pointing game at the noun {row['lag0']['pointing_game']:.3f}, at the word before "
