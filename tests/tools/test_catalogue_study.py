@@ -44,8 +44,8 @@ def test_the_table_gives_the_seeds_mean_and_each_seed(tmp_path, capsys):
         for line in out.splitlines()
         if line.startswith("| ")
     }
-    # the catalogue's order: uniform before soft
-    assert out.index("| uniform |") < out.index("| soft |")
+    # the catalogue's order (the atlas's): soft before uniform
+    assert out.index("| soft |") < out.index("| uniform |")
     soft, uniform = rows["soft"], rows["uniform"]
     assert soft[0] == "2" and soft[1] == "0.500 (0.400 / 0.600)" and soft[2] == "1.00 (0.80 / 1.20)"
     assert soft[3] == "0.250 (0.200 / 0.300)" and soft[4] == "0.750 (0.750 / 0.750)"  # evaluate's grounding

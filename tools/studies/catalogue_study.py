@@ -28,12 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-#: The catalogue in the order of the course notes: name, config.
-CATALOGUE = (
-    "uniform", "soft", "hard", "concat", "dot", "general", "scaled_dot", "normalized", "scaled",
-    "sparsemax", "multihead", "luong", "local", "local_p", "local_m", "hierarchical", "attention_pool",
-    "over_attention", "refiner", "transformer", "conv",
-)  # fmt: skip
+from captioning.viz.atlas import CATALOGUE as ATLAS_CATALOGUE
+
+#: The catalogue: the atlas's mechanisms (captioning/viz/atlas.py), each trained by its shapes config.
+CATALOGUE = tuple(m.name for m in ATLAS_CATALOGUE)
 STRENGTHS = (1.0, 3.0, 10.0)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
