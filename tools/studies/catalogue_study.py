@@ -11,7 +11,8 @@ split: the scores with grounding (``evaluate --grounding``), faithfulness (delet
 annotation vectors), and steering at each ``--strengths`` value (how often the caption names the
 object whose box is the focus). ``before`` adds the maps' grounding at the word before each noun
 (where a conv decoder's maps find the object). RUNS/<data>/<name>_s<seed>.json holds one run's
-figures; a run whose file exists is skipped, so a stopped study resumes. ``table`` prints the study's tables: the seeds'
+figures; a run whose file exists is skipped, so a stopped study resumes. ``table`` prints the
+study's tables: the seeds'
 mean and each seed. Data: ``make-shapes`` (the demo's preset) and ``make-shapes --preset hard``.
 """
 
@@ -36,12 +37,18 @@ STRENGTHS = (1.0, 3.0, 10.0)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
+def best_checkpoint(root: Path) -> Path | None:
+    """The best validation checkpoint a run under ``root`` saved (its last version's), or None."""
+    best = sorted(root.glob("lightning_logs/version_*/checkpoints/best-*.ckpt"))
+    return best[-1] if best else None
+
+
 def fit(name: str, data: str, steps: int, seed: int, root: Path, threads: int | None) -> tuple[Path, float]:
     """Train one mechanism; (its best checkpoint, seconds a step took)."""
-    best = sorted(root.glob("lightning_logs/version_*/checkpoints/best-*.ckpt"))
+    best = best_checkpoint(root)
     timing = root / "seconds_per_step.txt"
-    if best and timing.exists():
-        return best[-1], float(timing.read_text())
+    if best is not None and timing.exists():
+        return best, float(timing.read_text())
     command = [
         sys.executable, "-m", "captioning.cli", "fit", "--config", str(CONFIGS / f"shapes_{name}.yaml"),
         "--data.annotations", data, "--trainer.max_steps", str(steps), "--trainer.max_time", "null",
@@ -52,7 +59,7 @@ def fit(name: str, data: str, steps: int, seed: int, root: Path, threads: int | 
     with open(root.with_suffix(".fit.log"), "w", encoding="utf-8") as log:
         subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
     timing.write_text(f"{(time.perf_counter() - start) / steps:.4f}")
-    return sorted(root.glob("lightning_logs/version_*/checkpoints/best-*.ckpt"))[-1], float(timing.read_text())
+    return best_checkpoint(root), float(timing.read_text())
 
 
 def measure(checkpoint: Path, data: str, strengths, faithfulness_images: int, beams: int) -> dict:
@@ -126,11 +133,11 @@ def before(args) -> None:
         records = {r.image_id: r for r in load_records(data) if r.split == "test"}
         for path in sorted(Path(args.runs, label).glob("*_s*.json")):
             result = json.loads(path.read_text(encoding="utf-8"))
-            best = sorted(path.with_suffix("").glob("lightning_logs/version_*/checkpoints/best-*.ckpt"))
-            if "before" in result or not best:
+            best = best_checkpoint(path.with_suffix(""))
+            if "before" in result or best is None:
                 continue
             print(f"catalogue_study: {label} {path.stem}: grounding at the word before", flush=True)
-            captioner = Captioner.from_checkpoint(str(best[-1]), device="cpu")
+            captioner = Captioner.from_checkpoint(str(best), device="cpu")
             at_noun, at_before = shift(captioner, records, Path(data).parent, args.beams)
             keys = ("attention_correctness", "pointing_game", "count")
             result["before"] = {k: at_before.get(k) for k in keys}
