@@ -101,3 +101,11 @@ def test_lagged_grounding_scores_each_noun_with_the_map_of_the_word_before(tiny_
     assert at_noun["attention_correctness"] == 0.0 and at_noun["pointing_game"] == 0.0
     # the centre cell's mass lies mostly, not wholly, inside the box (the map is spread over its 8x8 pixels)
     assert before["attention_correctness"] > 0.5 and before["pointing_game"] == 1.0
+
+
+def test_a_missing_data_file_is_one_line(tmp_path):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["before", str(tmp_path), "--data", f"shapes={tmp_path / 'none.json'}"])
+    assert str(exit_.value) == f"catalogue_study before: {tmp_path / 'none.json'}: no such file"

@@ -237,7 +237,12 @@ def main(argv=None) -> None:
     t = sub.add_parser("table", help="the study's tables from RUNS")
     t.add_argument("runs")
     args = p.parse_args(argv)
-    {"run": run, "before": before, "table": table}[args.command](args)
+    from captioning.errors import CaptioningError
+
+    try:
+        {"run": run, "before": before, "table": table}[args.command](args)
+    except (CaptioningError, OSError) as err:  # a missing or unreadable data file: one line, exit 1
+        sys.exit(f"catalogue_study {args.command}: {err}")
 
 
 if __name__ == "__main__":
