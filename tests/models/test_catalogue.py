@@ -331,14 +331,19 @@ def test_over_attentions_matching_matrix_is_keys_times_states_and_its_first_step
     dec = make_decoder(over_attention=True, score="general")
     features = randn(2, L, D, seed=1, grad=False)
     state = dec.initial_state(features, max_steps=4).expand_beams(3)
-    assert isinstance(state, OverAttentionState) and state.history.shape == (6, 5, D)
+    assert isinstance(state, OverAttentionState) and state.scores.shape == (6, 5, L)
+    states = [state.h]  # h_0, h_1, h_2
     for _ in range(2):
         state = dec.step(torch.full((6,), 5), state)[1]
-    M = dec.matching(state)  # (N, S, L)
+        states.append(state.h)
+    M = dec.matching(state)  # (N, S, L): scores h_2 into slot 2, keeps the rows of h_0 and h_1
     keys = features @ dec.f_att.W_a.weight.T  # K = W_a a_i
-    torch.testing.assert_close(M, torch.einsum("nsh,nlh->nsl", state.history, keys.repeat_interleave(3, 0)))
-    torch.testing.assert_close(state.history[:, 2], state.h, rtol=0, atol=0)  # h_t in slot t
-    assert (state.history[:, 3:] == 0).all()  # slots not reached yet
+    expected = torch.einsum("nsh,nlh->nsl", torch.stack(states, 1), keys.repeat_interleave(3, 0))
+    torch.testing.assert_close(M[:, :3], expected)
+    assert (M[:, 3:] == 0).all()  # slots not reached yet
+    torch.testing.assert_close(state.matched, M, rtol=0, atol=0)  # the next state's rows
+    with pytest.raises(RuntimeError, match="did not attend"):
+        dec.initial_state(features).with_recurrent(state.h[:2], state.c[:2])
     # at the first step there is one state: beta_bar = 1 and alpha is the plain attention of h_0
     plain = make_decoder(score="general")
     plain.load_state_dict(dec.state_dict())

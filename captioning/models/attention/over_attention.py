@@ -10,10 +10,13 @@ per word read; h_{t-1}, the state Eq. 4 attends from, last):
 
 With ``score: dot`` or ``general``, M = K Q^T is Cui's dot-product matching (K the keys a_i or
 W_a a_i, Q the states themselves); the other scores generalise it. This is NOT Huang et al.'s
-Attention on Attention (``aoa``: the context times a sigmoid gate). The state keeps the states so
-far (``history``): max_steps + 1 slots in the search loops, reordered with the beams by
-:class:`OverAttentionStates`, and one more slot a step in teacher forcing. Each step scores every
-state so far: t times the attention's cost (one batched product for the dot-product scores).
+Attention on Attention (``aoa``: the context times a sigmoid gate).
+
+A row of M depends only on the image and its state h_j, neither of which changes once h_j is made,
+so each state is scored once, at the step that attends from it, and its row is kept: the state
+carries M's rows so far (``scores``), max_steps + 1 slots in the search loops, reordered with the
+beams by :class:`OverAttentionStates`, and one more slot a step in teacher forcing. A step costs
+the paper's one score of h_{t-1} plus the two normalisations of M (L x t numbers).
 """
 
 from __future__ import annotations
@@ -35,42 +38,42 @@ def _plain(state: DecoderState) -> dict:
 
 @dataclass
 class OverAttentionState(DecoderState):
-    """The LSTM's state and the states so far."""
+    """The LSTM's state and the rows of M scored so far."""
 
-    history: Tensor | None = None  # (N, S, H): h_j in slot j for j <= t; later slots unused
+    scores: Tensor | None = None  # (N, S, L) or (N, S, heads, L): score(a, h_j) in slot j for j < t
     grows: bool = False  # teacher forcing's: one slot appended a step (no max_steps given)
+    #: set by ``matching``: ``scores`` with h_t's row in slot t, the next state's ``scores``
+    matched: Tensor | None = None
 
     def select(self, index) -> OverAttentionState:
-        return OverAttentionState(**_plain(super().select(index)), history=self.history[index], grows=self.grows)
+        return OverAttentionState(**_plain(super().select(index)), scores=self.scores[index], grows=self.grows)
 
     def with_recurrent(self, h: Tensor, c: Tensor) -> OverAttentionState:
-        """h_t written in slot t (compared with t on the device: nothing read back, graph-safe)."""
-        t, new = self.t + 1, h.unsqueeze(1).to(self.history.dtype)
-        if self.grows:
-            history = torch.cat([self.history, new], 1)
-        else:
-            slot = torch.arange(self.history.size(1), device=h.device) == t.unsqueeze(1)  # (N, S)
-            history = torch.where(slot.unsqueeze(-1), new, self.history)
-        return OverAttentionState(h, c, self.features, self.projected, self.beams, self.bias, t, history, self.grows)
+        """The next state keeps the rows this step scored (``matching`` ran: the step attended)."""
+        if self.matched is None:
+            raise RuntimeError("OverAttentionState.with_recurrent: the step did not attend (no row of M scored)")
+        return OverAttentionState(
+            h, c, self.features, self.projected, self.beams, self.bias, self.t + 1, self.matched, self.grows
+        )
 
     def expand_beams(self, beams: int) -> OverAttentionState:
         rows = _plain(super().expand_beams(beams))
-        return OverAttentionState(**rows, history=self.history.repeat_interleave(beams, 0), grows=self.grows)
+        return OverAttentionState(**rows, scores=self.scores.repeat_interleave(beams, 0), grows=self.grows)
 
 
 class OverAttentionStates(DecoderStates):
-    """The search loops' view: (h, c, t, history) carried and reordered with the beams."""
+    """The search loops' view: (h, c, t, scores) carried and reordered with the beams."""
 
     n_carried = 4
 
     @staticmethod
     def carried(state: OverAttentionState) -> list[Tensor]:
-        return [state.h, state.c, state.t, state.history]
+        return [state.h, state.c, state.t, state.scores]
 
     @staticmethod
     def state(carried: list[Tensor], constants: list[Tensor], beams: int = 1) -> OverAttentionState:
-        h, c, t, history = carried
-        return OverAttentionState(h, c, *constants, beams, t=t, history=history)
+        h, c, t, scores = carried
+        return OverAttentionState(h, c, *constants, beams, t=t, scores=scores)
 
 
 class OverAttentionDecoder(ShowAttendTellDecoder):
@@ -87,20 +90,28 @@ class OverAttentionDecoder(ShowAttendTellDecoder):
             )
 
     def initial_state(self, features: Tensor, max_steps: int | None = None) -> OverAttentionState:
-        """The paper's initial state and h_0 in the history's slot 0, of max_steps + 1 slots."""
+        """The paper's initial state and no row of M yet: max_steps + 1 empty slots, or none."""
         state = super().initial_state(features, max_steps)
-        empty = state.h.new_zeros(state.h.size(0), 0 if max_steps is None else max_steps, state.h.size(1))
-        history = torch.cat([state.h.unsqueeze(1), empty], 1)
-        return OverAttentionState(**_plain(state), history=history, grows=max_steps is None)
+        N, L, heads = state.h.size(0), features.size(1), self.f_att.heads
+        row = (L,) if heads == 1 else (heads, L)
+        scores = state.h.new_zeros(N, 0 if max_steps is None else max_steps + 1, *row)
+        return OverAttentionState(**_plain(state), scores=scores, grows=max_steps is None)
 
     def matching(self, state: OverAttentionState) -> Tensor:
-        """M^T: the score of every location for every state so far, (N, S, L) or (N, S, heads, L)."""
-        N, S, H = state.history.shape
-        e = self.f_att(state.projected, state.history.reshape(N * S, H), state.beams * S)
-        e = e.view(N, S, *e.shape[1:])
+        """M^T: the score of every location for every state so far, (N, S, L) or (N, S, heads, L).
+        Scores the state attended from (state.h) into slot t, t the steps taken; the older rows are
+        the state's own. Sets ``state.matched`` (the rows without the focus prior) for the next state."""
+        e = self.f_att(state.projected, state.h, state.beams)  # (N, L) or (N, heads, L): Eq. 4's e
+        new = e.unsqueeze(1).to(state.scores.dtype)
+        if state.grows:
+            rows = torch.cat([state.scores, new], 1)
+        else:  # slot t, compared on the device: nothing read back, graph-safe
+            slot = torch.arange(state.scores.size(1), device=e.device) == state.t.unsqueeze(1)  # (N, S)
+            rows = torch.where(slot.view(*slot.shape, *[1] * (e.dim() - 1)), new, state.scores)
+        state.matched = rows
         if state.bias is not None:  # a prior over the locations, per image
-            e = e + per_row(state.bias, state.beams).view(N, *[1] * (e.dim() - 2), -1)
-        return e
+            rows = rows + per_row(state.bias, state.beams).view(rows.size(0), *[1] * (rows.dim() - 2), -1)
+        return rows
 
     def over_attention(self, M: Tensor, t: Tensor) -> Tensor:
         """alpha_t (N, L) or (N, heads, L) from M^T (N, S, ..., L) and the steps taken t (N,)."""
