@@ -93,7 +93,7 @@ def weights(dec, a: Tensor, h: Tensor, bias: Tensor | None = None, t: int = 0, h
     if window in ("local_p", "local_m"):
         return luong_local(dec, e, h, t, a.size(0))
     if window == "hierarchical":
-        return hierarchical(dec, a, e, h)
+        return hierarchical(dec, a, e, h, bias)
     return normalise(dec, e)
 
 
@@ -117,9 +117,10 @@ def luong_local(dec, e: Tensor, h: Tensor, t: int, L: int) -> Tensor:
     return alpha
 
 
-def hierarchical(dec, a: Tensor, e: Tensor, h: Tensor) -> Tensor:
+def hierarchical(dec, a: Tensor, e: Tensor, h: Tensor, bias: Tensor | None = None) -> Tensor:
     """Yang et al.'s two levels on the grid: the cells of each region (region_size blocks from the
-    top-left, narrower at the far edges), then the regions."""
+    top-left, narrower at the far edges), then the regions; a focus prior ``bias`` (L,) (already in
+    e) adds log mean_{i in r} exp(b_i) to each region's score."""
     size, cells = dec.config.region_size, grid(a.size(0))[2]
     blocks = {}
     for i, (r, c) in enumerate(cells.long().tolist()):
@@ -131,7 +132,10 @@ def hierarchical(dec, a: Tensor, e: Tensor, h: Tensor) -> Tensor:
         for key, members in sorted(blocks.items()):
             within[key] = normalise(dec, e[k, members])  # alpha_i|r
             s_r = sum(p * a[i] for p, i in zip(within[key], members))
-            u.append(w.v_s @ torch.tanh(w.W_s.weight @ s_r + w.W_s.bias + w.U_s.weight @ h))
+            u_r = w.v_s @ torch.tanh(w.W_s.weight @ s_r + w.W_s.bias + w.U_s.weight @ h)
+            if bias is not None:
+                u_r = u_r + torch.log(sum(torch.exp(bias[i]) for i in members) / len(members))
+            u.append(u_r)
         beta = normalise(dec, torch.stack(u))
         for b, (key, members) in zip(beta, sorted(blocks.items())):
             for p, i in zip(within[key], members):

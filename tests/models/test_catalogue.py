@@ -305,6 +305,34 @@ def test_the_hierarchical_window_is_its_formula(make_decoder):
         make_decoder(window="hierarchical", region_size=3).window(e, h, state, SOFTMAX)
 
 
+def test_a_focus_prior_reaches_the_hierarchical_windows_regions(make_decoder):
+    """The prior b is in e (the decoder adds it) and its share log mean_{i in r} exp(b_i) in each
+    region's score: the formula in float64; a box over region 0 divides every other region's
+    weight, relative to region 0's, by exp(S), as a flat softmax does each cell outside the box."""
+    dec = make_decoder(window="hierarchical", region_size=2, heads=2)
+    features, h, e = randn(3, L, D, seed=1), randn(6, D, seed=2), randn(6, 2, L, seed=3)  # 3 images x 2 beams
+    bias = randn(3, L, seed=4, grad=False)
+    state = DecoderState(h, h, features, None, beams=2, bias=bias)
+    biased = e + bias.repeat_interleave(2, 0).unsqueeze(1)
+
+    def formula():
+        return torch.stack(
+            [oracle.hierarchical(dec, features[n // 2], biased[n], h[n], bias[n // 2]) for n in range(6)]
+        )
+
+    assert_same_function(lambda: dec.window(biased, h, state, SOFTMAX)[0], formula, [features, h, e])
+    dec = make_decoder(window="hierarchical", region_size=2)
+    e, S = e[:, 0].detach(), 5.0
+    box = regions(GRID, GRID, 2)[0]  # the cells of region 0
+    prior = (S * (box.to(torch.float64) - 1)).expand(3, L)
+    with torch.no_grad():
+        _, plain = dec.window(e, h, DecoderState(h, h, features, None, beams=2), SOFTMAX)
+        _, steered = dec.window(e + prior[0], h, DecoderState(h, h, features, None, beams=2, bias=prior), SOFTMAX)
+    torch.testing.assert_close(
+        steered / steered[:, :1], plain / plain[:, :1] * torch.tensor([1.0, *[math.exp(-S)] * 3])
+    )
+
+
 # ---------------------------------------------------------------------- attention pooling
 def test_attention_pooling_is_its_formula_and_makes_the_initial_state(make_decoder):
     pool = AttentionPool(D, 8).double()

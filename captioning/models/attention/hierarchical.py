@@ -12,6 +12,11 @@ corner, numbered row by row; where the grid's side is not a multiple of the size
 column of regions are narrower (a 7x7 grid in 2x2 regions: 16 regions, the last ones 1 cell wide).
 With several heads each head's alpha_i|r, s_r, u_r and beta are its own (W_s, U_s, v_s shared).
 The picture's view: beta (N, R), the heads' mean.
+
+A focus prior b_i (decoding/steering.py, added to e_ti before this window) reaches both levels:
+alpha_i|r reads it with e_ti, and u_r gains the region's share of it, log mean_{i in r} exp(b_i),
+because a prior that is the same over a region's cells cancels in the normalisation within it
+(a region outside the box would otherwise lose nothing). Without a prior nothing changes.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from torch import Tensor, nn
 
 from captioning.common import grid_shape
 from captioning.errors import ConfigError
-from captioning.models.decoder import WINDOWS
+from captioning.models.decoder import WINDOWS, per_row
 
 
 def regions(gh: int, gw: int, size: int, device=None) -> Tensor:
@@ -66,6 +71,9 @@ class HierarchicalWindow(nn.Module):
         within = normalize(x)  # alpha_i|r, 0 outside r
         s = torch.bmm(within.view(B, -1, L).to(features.dtype), features).view(N, k, R, -1)  # s_r (N, k, R, D)
         u = torch.tanh(self.W_s(s) + self.U_s(h).view(N, 1, 1, -1)) @ self.v_s  # (N, k, R)
+        if state.bias is not None:  # the focus prior's share of each region: log mean_{i in r} exp(b_i)
+            b = per_row(state.bias, state.beams).unsqueeze(1).masked_fill(~member, float("-inf"))  # (N, R, L)
+            u = u + (torch.logsumexp(b, -1) - member.sum(-1).to(b.dtype).log()).to(u.dtype).unsqueeze(1)
         beta = normalize(u)
         alpha = (beta.view(N * k, R, 1) * within).sum(1)  # beta_r(i) alpha_i|r(i): one region per cell
         return alpha.view(e.shape), beta.mean(1)
