@@ -75,6 +75,24 @@ def test_before_adds_the_grounding_at_the_word_before_and_skips_what_it_has(tmp_
     assert path.stat().st_mtime_ns == stamp  # measured once
 
 
+def test_steer_measures_the_named_mechanisms_runs_again(tmp_path, tiny_checkpoint, tiny_shapes):
+    runs = tmp_path / "runs" / "shapes"
+    for name in ("soft", "soft_old"):  # soft_old's file is not a run of soft
+        folder = runs / f"{name}_s0" / "lightning_logs" / "version_0" / "checkpoints"
+        folder.mkdir(parents=True)
+        shutil.copy(tiny_checkpoint, folder / "best-epoch=0-step=3.ckpt")
+    old = [{"strength": 1.0, "named_only_focused": 0.0}]
+    for name in ("soft", "soft_old"):
+        (runs / f"{name}_s0.json").write_text(json.dumps(result(name, 0, 0.4, old)))
+    main(["steer", str(tmp_path / "runs"), "--data", f"shapes={tiny_shapes}", "--mechanisms", "soft"]
+         + ["--beams", "1", "--threads", "1", "--strengths", "2", "5"])  # fmt: skip
+    written = json.loads((runs / "soft_s0.json").read_text())
+    assert [st["strength"] for st in written["steering"]] == [2.0, 5.0]
+    assert all("named_only_focused" in st or "unavailable" in st for st in written["steering"])
+    assert written["steering"] != old and written["scores"]["object_f1"] == 0.4  # the rest stays
+    assert json.loads((runs / "soft_old_s0.json").read_text())["steering"] == old
+
+
 def test_lagged_grounding_scores_each_noun_with_the_map_of_the_word_before(tiny_shapes):
     """tools/studies/grounding_shift.lagged (the catalogue study's ``before``, hard_attention_study's
     grounding-lag): a caption whose colour word looks inside the object's box and whose noun looks

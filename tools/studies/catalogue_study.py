@@ -3,6 +3,7 @@
     python -m tools.studies.catalogue_study run --data shapes=DATA.json --data hard=HARD.json \
         --steps 600 --seeds 0 1 --runs runs/catalogue [--mechanisms soft,uniform,...] [--threads 1]
     python -m tools.studies.catalogue_study before runs/catalogue --data shapes=DATA.json --data hard=HARD.json
+    python -m tools.studies.catalogue_study steer runs/catalogue --data shapes=DATA.json --mechanisms hierarchical
     python -m tools.studies.catalogue_study table runs/catalogue > table.md
 
 ``run`` trains each mechanism (configs/shapes_<name>.yaml, the demo's recipe with the mechanism's
@@ -10,7 +11,9 @@ decoder) for ``--steps`` steps per data set and seed, then measures its best che
 split: the scores with grounding (``evaluate --grounding``), faithfulness (deletion of the attended
 annotation vectors), and steering at each ``--strengths`` value (how often the caption names the
 object whose box is the focus). ``before`` adds the maps' grounding at the word before each noun
-(where a conv decoder's maps find the object). RUNS/<data>/<name>_s<seed>.json holds one run's
+(where a conv decoder's maps find the object). ``steer`` measures the steering of the named
+mechanisms' runs again (after a change to how a focus reaches them), in place of what ``run``
+measured. RUNS/<data>/<name>_s<seed>.json holds one run's
 figures; a run whose file exists is skipped, so a stopped study resumes. ``table`` prints the
 study's tables: the seeds'
 mean and each seed. Data: ``make-shapes`` (the demo's preset) and ``make-shapes --preset hard``.
@@ -145,6 +148,33 @@ def before(args) -> None:
             path.write_text(json.dumps(result, indent=1), encoding="utf-8")
 
 
+def steer(args) -> None:
+    """Measure the steering of ``--mechanisms``' runs again and replace their ``"steering"``."""
+    import torch
+
+    from captioning.api import Captioner
+    from captioning.data.formats import load_records
+    from tools.studies.attention_faithfulness_study import steering_or_reason
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for item in args.data:
+        label, _, data = item.partition("=")
+        load_records(data)  # a missing or unreadable data file: one line before any run is read
+        for name in args.mechanisms.split(","):
+            for path in sorted(Path(args.runs, label).glob(f"{name}_s*.json")):
+                best = best_checkpoint(path.with_suffix(""))
+                if best is None or not re.fullmatch(rf"{re.escape(name)}_s\d+", path.stem):
+                    continue
+                print(f"catalogue_study: {label} {path.stem}: steering", flush=True)
+                result = json.loads(path.read_text(encoding="utf-8"))
+                captioner = Captioner.from_checkpoint(str(best), device="cpu")
+                result["steering"] = [
+                    steering_or_reason(captioner, data, s, {"num_beams": args.beams}) for s in args.strengths
+                ]
+                path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+
 # ---------------------------------------------------------------------------------------- the table
 def figures(r: dict) -> dict:
     s = r["scores"]
@@ -234,13 +264,20 @@ def main(argv=None) -> None:
     b.add_argument("--data", action="append", required=True, metavar="LABEL=DATA.json")
     b.add_argument("--threads", type=int, default=None)
     b.add_argument("--beams", type=int, default=3)
+    st = sub.add_parser("steer", help="measure the steering of some mechanisms' runs again")
+    st.add_argument("runs")
+    st.add_argument("--data", action="append", required=True, metavar="LABEL=DATA.json")
+    st.add_argument("--mechanisms", required=True, help="NAME,NAME,...")
+    st.add_argument("--threads", type=int, default=None)
+    st.add_argument("--beams", type=int, default=3)
+    st.add_argument("--strengths", type=float, nargs="+", default=list(STRENGTHS))
     t = sub.add_parser("table", help="the study's tables from RUNS")
     t.add_argument("runs")
     args = p.parse_args(argv)
     from captioning.errors import CaptioningError
 
     try:
-        {"run": run, "before": before, "table": table}[args.command](args)
+        {"run": run, "before": before, "steer": steer, "table": table}[args.command](args)
     except (CaptioningError, OSError) as err:  # a missing or unreadable data file: one line, exit 1
         sys.exit(f"catalogue_study {args.command}: {err}")
 
