@@ -31,7 +31,8 @@ Sections (each a list of rows in the JSON, and a table on stdout):
   the step. The model is untrained: its captions run to ``max_new_tokens``, the worst case for both.
 
 - ``variants``: the attention variants of configs/shapes_<variant>.yaml (issue 14; the paper's
-  soft and hard models first) at the shapes demo's sizes: the whole model (its small CNN on 64 px
+  soft and hard models first; any decoder kind, the Transformer's and the conv decoder's configs
+  too) at the shapes demo's sizes: the whole model (its small CNN on 64 px
   images, B = 48 pairs, the config's decoder and objective, Adam) for one training step
   (``train_ms_per_step``) and beam-3 decoding of 48 images (``beam3_images_per_s``, encoder
   included). The variants are timed round-robin (``--rounds`` rounds, a few steps each, the median
@@ -662,8 +663,17 @@ def variant_config(name: str) -> dict:
     return model["encoder"], model["decoder"], model["objective"]
 
 
+def output_layer(decoder) -> torch.nn.Linear:
+    """The decoder's last layer, to the vocabulary: the LSTM's L_o, the Transformer's out_logits, conv's W_o."""
+    for name in ("L_o", "out_logits", "W_o"):
+        if isinstance(getattr(decoder, name, None), torch.nn.Linear):
+            return getattr(decoder, name)
+    raise ValueError(f"{type(decoder).__name__}: no output layer among L_o, out_logits, W_o")
+
+
 def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=VARIANTS) -> list[dict]:
     from captioning.models.encoders import EncoderConfig
+    from captioning.models.kinds import decoder_config
     from captioning.models.show_attend_tell import ShowAttendTell
     from captioning.objectives import objective_from_spec
 
@@ -683,7 +693,7 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
     runs = {}
     for name in names:
         encoder, decoder, objective = variant_config(name)
-        if coco:
+        if coco and decoder.get("kind", "lstm") == "lstm":
             decoder = dict(
                 decoder,
                 embed_dim=512,
@@ -694,12 +704,10 @@ def bench_variants(device, quick: bool, rounds: int, sizes: str = "demo", names=
             if decoder.get("score") == "dot":
                 decoder["hidden_dim"] = 2048  # dot needs H = D
         torch.manual_seed(0)
-        model = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(device)
-        decoding = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), DecoderConfig(**decoder), vocab).to(
-            device
-        )
+        model = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), decoder_config(decoder), vocab).to(device)
+        decoding = ShowAttendTell(EncoderConfig(**encoder, pretrained=False), decoder_config(decoder), vocab).to(device)
         with torch.no_grad():  # untrained models end their captions at random: this one never does,
-            decoding.decoder.L_o.bias[EOS] = -1e4  # so every variant decodes max_new_tokens steps
+            output_layer(decoding.decoder).bias[EOS] = -1e4  # so every variant decodes max_new_tokens steps
         obj = objective_from_spec(objective).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         batch = {"captions": captions, "lengths": lengths}
