@@ -77,7 +77,9 @@ def child(annotations: str, steps: int, warmup: int, threads: int | None) -> dic
     return {"steps_per_s": rate, "threads": torch.get_num_threads(), "others_busy": others}
 
 
-def run_child(annotations: str, steps: int, warmup: int, threads: int | None) -> dict:
+def run_child(annotations: str, steps: int, warmup: int, threads: int | None, workdir: str) -> dict:
+    """``child`` in a fresh process whose working folder is ``workdir``: Lightning writes the run's
+    config.yaml there (no logger, so no log folder), not into the checkout."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the choice is ours to make
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONWARNINGS"] = "ignore"
@@ -85,7 +87,7 @@ def run_child(annotations: str, steps: int, warmup: int, threads: int | None) ->
         "import json, sys; from tools.benchmarks.threads import child; "
         f"print('RESULT', json.dumps(child({annotations!r}, {steps}, {warmup}, {threads!r})))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=workdir)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"the training run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
             try:
                 time.sleep(1.0)
                 for mode, threads in (("default", cores), ("chosen", None)):
-                    result = run_child(annotations, args.steps, args.warmup, threads)
+                    result = run_child(annotations, args.steps, args.warmup, threads, tmp)
                     rows.append({"busy": busy, "mode": mode, **result, "load": os.getloadavg()[0]})
                     r = rows[-1]
                     print(
