@@ -12,9 +12,9 @@ With ``score: dot`` or ``general``, M = K Q^T is Cui's dot-product matching (K t
 W_a a_i, Q the states themselves); the other scores generalise it. This is NOT Huang et al.'s
 Attention on Attention (``aoa``: the context times a sigmoid gate).
 
-A row of M depends only on the image and its state h_j, neither of which changes once h_j is made,
-so each state is scored once, at the step that attends from it, and its row is kept: the state
-carries M's rows so far (``scores``), max_steps + 1 slots in the search loops, reordered with the
+A row of M depends only on the image and its state h_j, neither of which changes once h_j is made.
+So each state is scored once, at the step that attends from it, and its row is kept. The state
+carries M's rows so far (``scores``): max_steps + 1 slots in the search loops, reordered with the
 beams by :class:`OverAttentionStates`, and one more slot a step in teacher forcing. A step costs
 the paper's one score of h_{t-1} plus the two normalisations of M (L x t numbers).
 """
