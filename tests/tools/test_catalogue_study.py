@@ -4,6 +4,8 @@ word before each noun."""
 import json
 import shutil
 
+import pytest
+
 from tools.studies.catalogue_study import main
 
 
@@ -77,12 +79,12 @@ def test_before_adds_the_grounding_at_the_word_before_and_skips_what_it_has(tmp_
 
 def test_steer_measures_the_named_mechanisms_runs_again(tmp_path, tiny_checkpoint, tiny_shapes):
     runs = tmp_path / "runs" / "shapes"
-    for name in ("soft", "soft_old"):  # soft_old's file is not a run of soft
+    for name in ("soft", "soft_sharp"):  # soft_sharp_s0.json matches soft_s*.json but is not a run of soft
         folder = runs / f"{name}_s0" / "lightning_logs" / "version_0" / "checkpoints"
         folder.mkdir(parents=True)
         shutil.copy(tiny_checkpoint, folder / "best-epoch=0-step=3.ckpt")
     old = [{"strength": 1.0, "named_only_focused": 0.0}]
-    for name in ("soft", "soft_old"):
+    for name in ("soft", "soft_sharp"):
         (runs / f"{name}_s0.json").write_text(json.dumps(result(name, 0, 0.4, old)))
     main(["steer", str(tmp_path / "runs"), "--data", f"shapes={tiny_shapes}", "--mechanisms", "soft"]
          + ["--beams", "1", "--threads", "1", "--strengths", "2", "5"])  # fmt: skip
@@ -90,7 +92,13 @@ def test_steer_measures_the_named_mechanisms_runs_again(tmp_path, tiny_checkpoin
     assert [st["strength"] for st in written["steering"]] == [2.0, 5.0]
     assert all("named_only_focused" in st or "unavailable" in st for st in written["steering"])
     assert written["steering"] != old and written["scores"]["object_f1"] == 0.4  # the rest stays
-    assert json.loads((runs / "soft_old_s0.json").read_text())["steering"] == old
+    assert json.loads((runs / "soft_sharp_s0.json").read_text())["steering"] == old
+    # a misspelt mechanism beside a right one: one line, before anything is measured
+    stamp = (runs / "soft_s0.json").stat().st_mtime_ns
+    with pytest.raises(SystemExit) as exit_:
+        main(["steer", str(tmp_path / "runs"), "--data", f"shapes={tiny_shapes}", "--mechanisms", "soft,sfot"])
+    assert str(exit_.value) == f"catalogue_study steer: no runs of 'sfot' in {runs}"
+    assert (runs / "soft_s0.json").stat().st_mtime_ns == stamp
 
 
 def test_lagged_grounding_scores_each_noun_with_the_map_of_the_word_before(tiny_shapes):
@@ -122,8 +130,6 @@ def test_lagged_grounding_scores_each_noun_with_the_map_of_the_word_before(tiny_
 
 
 def test_a_missing_data_file_is_one_line(tmp_path):
-    import pytest
-
     with pytest.raises(SystemExit) as exit_:
         main(["before", str(tmp_path), "--data", f"shapes={tmp_path / 'none.json'}"])
     assert str(exit_.value) == f"catalogue_study before: {tmp_path / 'none.json'}: no such file"

@@ -158,21 +158,27 @@ def steer(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    runs = []  # (data, run's JSON): all found before anything is measured
     for item in args.data:
         label, _, data = item.partition("=")
-        load_records(data)  # a missing or unreadable data file: one line before any run is read
+        load_records(data)  # a missing or unreadable data file: one line
+        folder = Path(args.runs, label)
         for name in args.mechanisms.split(","):
-            for path in sorted(Path(args.runs, label).glob(f"{name}_s*.json")):
-                best = best_checkpoint(path.with_suffix(""))
-                if best is None or not re.fullmatch(rf"{re.escape(name)}_s\d+", path.stem):
-                    continue
-                print(f"catalogue_study: {label} {path.stem}: steering", flush=True)
-                result = json.loads(path.read_text(encoding="utf-8"))
-                captioner = Captioner.from_checkpoint(str(best), device="cpu")
-                result["steering"] = [
-                    steering_or_reason(captioner, data, s, {"num_beams": args.beams}) for s in args.strengths
-                ]
-                path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+            found = [
+                p for p in sorted(folder.glob(f"{name}_s*.json")) if re.fullmatch(rf"{re.escape(name)}_s\d+", p.stem)
+            ]
+            if not found:  # a misspelt mechanism or runs folder
+                raise FileNotFoundError(f"no runs of {name!r} in {folder}")
+            runs += [(data, path) for path in found]
+    for data, path in runs:
+        best = best_checkpoint(path.with_suffix(""))
+        if best is None:
+            continue
+        print(f"catalogue_study: {path.parent.name} {path.stem}: steering", flush=True)
+        result = json.loads(path.read_text(encoding="utf-8"))
+        captioner = Captioner.from_checkpoint(str(best), device="cpu")
+        result["steering"] = [steering_or_reason(captioner, data, s, {"num_beams": args.beams}) for s in args.strengths]
+        path.write_text(json.dumps(result, indent=1), encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------- the table
